@@ -1,0 +1,15 @@
+# Third-party dependencies, all from Debian packages (tools/setup.sh).
+find_package(Threads REQUIRED)
+find_package(gflags REQUIRED)
+find_package(glog REQUIRED)
+find_package(Gloo REQUIRED)
+find_package(Protobuf REQUIRED)
+if(TESSEL_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+
+# Debian's Gloo package exports target "gloo" without include directories
+# (headers live in /usr/include); give it a namespaced alias for clarity.
+if(TARGET gloo AND NOT TARGET Gloo::gloo)
+  add_library(Gloo::gloo ALIAS gloo)
+endif()

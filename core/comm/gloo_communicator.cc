@@ -1,0 +1,257 @@
+#include "core/comm/gloo_communicator.h"
+
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoallv.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+#include "core/error.h"
+
+namespace tessel::comm {
+
+namespace {
+
+// Gloo's store wrapper with this group's key prefix; unlike Gloo's own
+// PrefixStore it keeps the deadline the caller gave instead of 30 s.
+class GroupStore : public gloo::rendezvous::Store {
+ public:
+  GroupStore(std::string prefix, gloo::rendezvous::Store& store, std::chrono::milliseconds timeout)
+      : prefix_(std::move(prefix)), store_(store), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override { store_.set(Key(key), data); }
+  std::vector<char> get(const std::string& key) override {
+    store_.wait({Key(key)}, timeout_);
+    return store_.get(Key(key));
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    std::vector<std::string> full;
+    for (const auto& k : keys) full.push_back(Key(k));
+    store_.wait(full, timeout);
+  }
+
+ private:
+  std::string Key(const std::string& key) const { return prefix_ + "/" + key; }
+  std::string prefix_;
+  gloo::rendezvous::Store& store_;
+  std::chrono::milliseconds timeout_;
+};
+
+using ReduceFn = std::function<void(void*, const void*, const void*, size_t)>;
+
+template <typename T>
+ReduceFn MakeReduce(ReduceOp op) {
+  return [op](void* out, const void* a, const void* b, size_t n) {
+    auto* o = static_cast<T*>(out);
+    const auto* x = static_cast<const T*>(a);
+    const auto* y = static_cast<const T*>(b);
+    if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+      // Reduce in f32 and round once, as NCCL does for half types.
+      for (size_t i = 0; i < n; ++i) {
+        float fx = static_cast<float>(x[i]), fy = static_cast<float>(y[i]);
+        o[i] = T(op == ReduceOp::kSum ? fx + fy : std::max(fx, fy));
+      }
+    } else if constexpr (std::is_same_v<T, bool>) {
+      for (size_t i = 0; i < n; ++i) o[i] = x[i] || y[i];  // sum and max of bools are both "any"
+    } else {
+      if (op == ReduceOp::kSum) {
+        for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+      } else {
+        for (size_t i = 0; i < n; ++i) o[i] = std::max(x[i], y[i]);
+      }
+    }
+  };
+}
+
+ReduceFn GetReduce(DType dtype, ReduceOp op) {
+  return VisitDType(dtype, [op](auto zero) { return MakeReduce<decltype(zero)>(op); });
+}
+
+// Gloo's typed option setters only use sizeof(T); pick an unsigned type of
+// the dtype's width.
+template <typename Fn>
+void VisitWidth(DType dtype, Fn&& fn) {
+  switch (ElementSize(dtype)) {
+    case 1: return fn(uint8_t{});
+    case 2: return fn(uint16_t{});
+    case 4: return fn(uint32_t{});
+    case 8: return fn(uint64_t{});
+  }
+}
+
+// Gloo rejects null pointers even for empty buffers.
+void* NonNull(const void* p) {
+  static char dummy[8];
+  return p ? const_cast<void*>(p) : dummy;
+}
+
+int64_t Sum(const std::vector<int64_t>& v) {
+  int64_t s = 0;
+  for (int64_t x : v) s += x;
+  return s;
+}
+
+constexpr uint64_t kP2PSlotBase = 0x7e55e1ull << 32;
+
+}  // namespace
+
+std::shared_ptr<gloo::transport::Device> CreateGlooTcpDevice(const std::string& hostname) {
+  gloo::transport::tcp::attr attr;
+  attr.hostname = hostname;
+  try {
+    return gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    TESSEL_THROW(StatusCode::kUnavailable)
+        << "cannot create a Gloo TCP device on host address '" << hostname << "': " << e.what()
+        << " (set --comm_hostname to an address of this machine that peers can reach)";
+  }
+}
+
+GlooCommunicator::GlooCommunicator(gloo::rendezvous::Store& store, const std::string& store_prefix,
+                                   std::shared_ptr<gloo::transport::Device> device,
+                                   std::vector<int> world_ranks, int rank,
+                                   std::chrono::milliseconds timeout)
+    : world_ranks_(std::move(world_ranks)), rank_(rank), timeout_(timeout) {
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size());
+  context->setTimeout(timeout_);
+  GroupStore group_store(store_prefix, store, timeout_);
+  Guard("connect", [&] { context->connectFullMesh(group_store, device); });
+  context_ = context;
+}
+
+template <typename Fn>
+void GlooCommunicator::Guard(const char* op, Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    TESSEL_THROW(e.code()) << op << " on " << Describe() << " failed at group rank " << rank_
+                           << " (world rank " << world_ranks_[rank_] << "): " << e.what();
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    bool timed_out = what.find("imed out") != std::string::npos;
+    TESSEL_THROW(timed_out ? StatusCode::kTimeout : StatusCode::kUnavailable)
+        << op << (timed_out ? " timed out after " : " failed (timeout ") << timeout_.count() / 1000.0
+        << (timed_out ? " s" : " s)") << " on " << Describe() << " at group rank " << rank_
+        << " (world rank " << world_ranks_[rank_] << "): "
+        << (timed_out ? "a peer died or never reached this collective" : "a peer connection failed")
+        << " [gloo: " << what << "]";
+  }
+}
+
+void GlooCommunicator::AllReduce(void* buf, int64_t count, DType dtype, ReduceOp op) {
+  if (count == 0) return;
+  Guard("all_reduce", [&] {
+    gloo::AllreduceOptions opts(context_);
+    opts.setTimeout(timeout_);
+    VisitWidth(dtype, [&](auto zero) {
+      using W = decltype(zero);
+      opts.setOutput(static_cast<W*>(buf), static_cast<size_t>(count));
+    });
+    opts.setReduceFunction(GetReduce(dtype, op));
+    gloo::allreduce(opts);
+  });
+}
+
+void GlooCommunicator::AllGatherV(const void* in, void* out, const std::vector<int64_t>& counts,
+                                  DType dtype) {
+  CheckCounts("all_gather", counts);
+  if (Sum(counts) == 0) return;
+  Guard("all_gather", [&] {
+    gloo::AllgathervOptions opts(context_);
+    opts.setTimeout(timeout_);
+    std::vector<size_t> elements(counts.begin(), counts.end());
+    VisitWidth(dtype, [&](auto zero) {
+      using W = decltype(zero);
+      opts.setInput(static_cast<W*>(NonNull(in)), elements[rank_]);
+      opts.setOutput(static_cast<W*>(NonNull(out)), elements);
+    });
+    gloo::allgatherv(opts);
+  });
+}
+
+void GlooCommunicator::AllToAllV(const void* in, const std::vector<int64_t>& send_counts, void* out,
+                                 const std::vector<int64_t>& recv_counts, DType dtype) {
+  CheckCounts("all_to_all (send counts)", send_counts);
+  CheckCounts("all_to_all (receive counts)", recv_counts);
+  Guard("all_to_all", [&] {
+    gloo::AlltoallvOptions opts(context_);
+    opts.setTimeout(timeout_);
+    VisitWidth(dtype, [&](auto zero) {
+      using W = decltype(zero);
+      opts.setInput(static_cast<W*>(NonNull(in)), send_counts);
+      opts.setOutput(static_cast<W*>(NonNull(out)), recv_counts);
+    });
+    gloo::alltoallv(opts);
+  });
+}
+
+void GlooCommunicator::ReduceScatterV(const void* in, void* out, const std::vector<int64_t>& counts,
+                                      DType dtype, ReduceOp op) {
+  CheckCounts("reduce_scatter", counts);
+  // Each member sends block r to member r (an all-to-all moving T(p-1)/p
+  // bytes per rank, the same as a ring) and reduces the p blocks it gets.
+  const int64_t mine = counts[rank_];
+  const size_t esize = ElementSize(dtype);
+  std::vector<char> blocks(static_cast<size_t>(mine) * size() * esize);
+  std::vector<int64_t> recv_counts(size(), mine);
+  AllToAllV(in, counts, blocks.data(), recv_counts, dtype);
+  if (mine == 0) return;
+  const size_t block_bytes = static_cast<size_t>(mine) * esize;
+  std::memcpy(out, blocks.data(), block_bytes);
+  ReduceFn reduce = GetReduce(dtype, op);
+  for (int r = 1; r < size(); ++r) reduce(out, out, blocks.data() + r * block_bytes, static_cast<size_t>(mine));
+}
+
+void GlooCommunicator::Broadcast(void* buf, int64_t count, DType dtype, int root) {
+  CheckPeer("broadcast", root);
+  if (count == 0) return;
+  Guard("broadcast", [&] {
+    gloo::BroadcastOptions opts(context_);
+    opts.setTimeout(timeout_);
+    opts.setRoot(root);
+    VisitWidth(dtype, [&](auto zero) {
+      using W = decltype(zero);
+      opts.setOutput(static_cast<W*>(buf), static_cast<size_t>(count));
+    });
+    gloo::broadcast(opts);
+  });
+}
+
+void GlooCommunicator::Send(const void* buf, int64_t count, DType dtype, int dst, uint32_t tag) {
+  CheckPeer("send", dst);
+  if (count == 0) return;
+  Guard("send", [&] {
+    auto ubuf = context_->createUnboundBuffer(const_cast<void*>(buf), count * ElementSize(dtype));
+    ubuf->send(dst, kP2PSlotBase | tag);
+    TESSEL_CHECK_CODE(ubuf->waitSend(timeout_), StatusCode::kUnavailable)
+        << "send to group rank " << dst << " was aborted";
+  });
+}
+
+void GlooCommunicator::Recv(void* buf, int64_t count, DType dtype, int src, uint32_t tag) {
+  CheckPeer("recv", src);
+  if (count == 0) return;
+  Guard("recv", [&] {
+    auto ubuf = context_->createUnboundBuffer(buf, count * ElementSize(dtype));
+    ubuf->recv(src, kP2PSlotBase | tag);
+    TESSEL_CHECK_CODE(ubuf->waitRecv(timeout_), StatusCode::kUnavailable)
+        << "receive from group rank " << src << " was aborted";
+  });
+}
+
+void GlooCommunicator::Barrier() {
+  Guard("barrier", [&] {
+    gloo::BarrierOptions opts(context_);
+    opts.setTimeout(timeout_);
+    gloo::barrier(opts);
+  });
+}
+
+}  // namespace tessel::comm

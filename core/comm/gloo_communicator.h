@@ -1,0 +1,55 @@
+// Communicator over Gloo's TCP transport: the CPU backend.
+#pragma once
+
+#include <gloo/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/device.h>
+
+#include <memory>
+
+#include "core/comm/communicator.h"
+
+namespace tessel::comm {
+
+class GlooCommunicator final : public Communicator {
+ public:
+  // Connects a full mesh among `world_ranks` through `store` (keys are
+  // prefixed by `store_prefix`, unique per group). `rank` is this process's
+  // position in world_ranks. Throws with the group named if peers do not
+  // show up within `timeout`.
+  GlooCommunicator(gloo::rendezvous::Store& store, const std::string& store_prefix,
+                   std::shared_ptr<gloo::transport::Device> device, std::vector<int> world_ranks,
+                   int rank, std::chrono::milliseconds timeout);
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(world_ranks_.size()); }
+  const std::vector<int>& world_ranks() const override { return world_ranks_; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+  std::string backend() const override { return "gloo"; }
+
+  void AllReduce(void* buf, int64_t count, DType dtype, ReduceOp op) override;
+  void AllGatherV(const void* in, void* out, const std::vector<int64_t>& counts, DType dtype) override;
+  void ReduceScatterV(const void* in, void* out, const std::vector<int64_t>& counts, DType dtype,
+                      ReduceOp op) override;
+  void AllToAllV(const void* in, const std::vector<int64_t>& send_counts, void* out,
+                 const std::vector<int64_t>& recv_counts, DType dtype) override;
+  void Broadcast(void* buf, int64_t count, DType dtype, int root) override;
+  void Send(const void* buf, int64_t count, DType dtype, int dst, uint32_t tag) override;
+  void Recv(void* buf, int64_t count, DType dtype, int src, uint32_t tag) override;
+  void Barrier() override;
+
+ private:
+  // Runs fn, turning Gloo's exceptions into an Error naming op, group, rank.
+  template <typename Fn>
+  void Guard(const char* op, Fn&& fn);
+
+  std::shared_ptr<gloo::Context> context_;
+  std::vector<int> world_ranks_;
+  int rank_;
+  std::chrono::milliseconds timeout_;
+};
+
+// One TCP device per process, bound to `hostname` (the address peers use).
+std::shared_ptr<gloo::transport::Device> CreateGlooTcpDevice(const std::string& hostname);
+
+}  // namespace tessel::comm

@@ -1,0 +1,99 @@
+#include "core/cuda/cuda_runtime.h"
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "core/allocator.h"
+#include "core/error.h"
+#include "core/philox.h"
+
+namespace tessel {
+
+namespace {
+
+void CheckCuda(cudaError_t err, const char* what) {
+  TESSEL_CHECK_CODE(err == cudaSuccess, StatusCode::kUnavailable)
+      << what << " failed: " << cudaGetErrorString(err) << " (" << static_cast<int>(err) << ")";
+}
+
+class CudaAllocator final : public CachingAllocator {
+ public:
+  explicit CudaAllocator(int index) : index_(index) {}
+  Device device() const override { return Device::CUDA(index_); }
+
+ protected:
+  void* SystemAllocate(size_t bytes) override {
+    CheckCuda(cudaSetDevice(index_), "cudaSetDevice");
+    void* ptr = nullptr;
+    if (cudaMalloc(&ptr, bytes) != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky OOM so the caller can retry
+      return nullptr;
+    }
+    return ptr;
+  }
+  void SystemFree(void* ptr) override { cudaFree(ptr); }
+
+ private:
+  int index_;
+};
+
+__global__ void PhiloxUniformKernel(float* out, int64_t n, uint32_t k0, uint32_t k1, uint64_t offset) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  uint64_t pos = offset + static_cast<uint64_t>(i);
+  uint64_t block = pos / 4;
+  uint32_t c[4] = {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0, 0};
+  PhiloxRounds10(c, k0, k1);
+  out[i] = PhiloxBitsToUniform(c[pos % 4]);
+}
+
+}  // namespace
+
+Allocator* GetCudaAllocator(int index) {
+  int count = cuda::DeviceCount();
+  TESSEL_CHECK_CODE(index < count, StatusCode::kUnavailable)
+      << "device cuda:" << index << " requested but " << count << " CUDA device(s) are visible";
+  static std::mutex mu;
+  static std::map<int, std::unique_ptr<CudaAllocator>>* allocators =
+      new std::map<int, std::unique_ptr<CudaAllocator>>();  // lives for the process
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = (*allocators)[index];
+  if (!slot) slot = std::make_unique<CudaAllocator>(index);
+  return slot.get();
+}
+
+void CudaCopyBytes(void* dst, const Device& dst_device, const void* src, const Device& src_device,
+                   size_t bytes) {
+  cudaMemcpyKind kind = dst_device.is_cpu()   ? cudaMemcpyDeviceToHost
+                        : src_device.is_cpu() ? cudaMemcpyHostToDevice
+                                              : cudaMemcpyDeviceToDevice;
+  CheckCuda(cudaMemcpy(dst, src, bytes, kind), "cudaMemcpy");
+}
+
+namespace cuda {
+
+int DeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+void PhiloxUniform(float* device_out, int64_t n, uint64_t seed, uint64_t offset, int index) {
+  if (n == 0) return;
+  CheckCuda(cudaSetDevice(index), "cudaSetDevice");
+  constexpr int kThreads = 256;
+  int64_t blocks = (n + kThreads - 1) / kThreads;
+  PhiloxUniformKernel<<<static_cast<unsigned>(blocks), kThreads>>>(
+      device_out, n, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), offset);
+  CheckCuda(cudaGetLastError(), "PhiloxUniformKernel launch");
+  CheckCuda(cudaDeviceSynchronize(), "PhiloxUniformKernel");
+}
+
+}  // namespace cuda
+}  // namespace tessel

@@ -1,0 +1,12 @@
+// The umbrella header of tessel's public API: #include <tessel/tessel.h>.
+#pragma once
+
+#include "core/comm/communicator.h"
+#include "core/comm/process_group.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/init.h"
+#include "core/philox.h"
+#include "core/shape.h"
+#include "core/tensor.h"
