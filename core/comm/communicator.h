@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,15 @@ namespace tessel::comm {
 
 enum class ReduceOp { kSum, kMax };
 const char* ReduceOpName(ReduceOp op);
+
+// A pending point-to-point transfer. Wait() blocks until it completes or the
+// communicator's timeout passes (then it throws naming the op and peer).
+// A Work that is destroyed unwaited is waited for in its destructor.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void Wait() = 0;
+};
 
 class Communicator {
  public:
@@ -54,8 +64,17 @@ class Communicator {
   // `root` is a group rank; buf is input on root and output elsewhere.
   virtual void Broadcast(void* buf, int64_t count, DType dtype, int root) = 0;
   // Point-to-point with group ranks; `tag` tells concurrent streams apart.
-  virtual void Send(const void* buf, int64_t count, DType dtype, int dst, uint32_t tag = 0) = 0;
-  virtual void Recv(void* buf, int64_t count, DType dtype, int src, uint32_t tag = 0) = 0;
+  // A send completes only once the peer has posted the matching receive, so
+  // exchanges in a cycle need ISend/IRecv (or a consistent order). The
+  // buffer must stay alive until the Work is waited for.
+  virtual std::unique_ptr<Work> ISend(const void* buf, int64_t count, DType dtype, int dst, uint32_t tag = 0) = 0;
+  virtual std::unique_ptr<Work> IRecv(void* buf, int64_t count, DType dtype, int src, uint32_t tag = 0) = 0;
+  void Send(const void* buf, int64_t count, DType dtype, int dst, uint32_t tag = 0) {
+    ISend(buf, count, dtype, dst, tag)->Wait();
+  }
+  void Recv(void* buf, int64_t count, DType dtype, int src, uint32_t tag = 0) {
+    IRecv(buf, count, dtype, src, tag)->Wait();
+  }
   virtual void Barrier() = 0;
 
   // Tensor conveniences (contiguous host tensors for the Gloo backend).

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <functional>
 
+#include <glog/logging.h>
+
 #include "core/error.h"
 
 namespace tessel::comm {
@@ -127,7 +129,7 @@ GlooCommunicator::GlooCommunicator(gloo::rendezvous::Store& store, const std::st
 }
 
 template <typename Fn>
-void GlooCommunicator::Guard(const char* op, Fn&& fn) {
+void GlooCommunicator::Guard(const std::string& op, Fn&& fn) {
   try {
     fn();
   } catch (const Error& e) {
@@ -224,26 +226,60 @@ void GlooCommunicator::Broadcast(void* buf, int64_t count, DType dtype, int root
   });
 }
 
-void GlooCommunicator::Send(const void* buf, int64_t count, DType dtype, int dst, uint32_t tag) {
+// A posted send or receive on a Gloo unbound buffer.
+class GlooWork final : public Work {
+ public:
+  GlooWork(GlooCommunicator* comm, std::unique_ptr<gloo::transport::UnboundBuffer> buf, bool is_send, int peer)
+      : comm_(comm), buf_(std::move(buf)), is_send_(is_send), peer_(peer) {}
+  ~GlooWork() override {
+    if (buf_ && !done_) {
+      try {
+        Wait();
+      } catch (const std::exception& e) {
+        LOG(ERROR) << e.what();  // destructors must not throw
+      }
+    }
+  }
+  void Wait() override {
+    if (!buf_ || done_) return;
+    done_ = true;
+    std::string op = std::string(is_send_ ? "send to" : "receive from") + " group rank " + std::to_string(peer_);
+    comm_->Guard(op, [&] {
+      bool ok = is_send_ ? buf_->waitSend(comm_->timeout_) : buf_->waitRecv(comm_->timeout_);
+      TESSEL_CHECK_CODE(ok, StatusCode::kUnavailable) << "the transfer was aborted";
+    });
+  }
+
+ private:
+  GlooCommunicator* comm_;
+  std::unique_ptr<gloo::transport::UnboundBuffer> buf_;  // null for empty transfers
+  bool is_send_;
+  int peer_;
+  bool done_ = false;
+};
+
+std::unique_ptr<Work> GlooCommunicator::ISend(const void* buf, int64_t count, DType dtype, int dst, uint32_t tag) {
   CheckPeer("send", dst);
-  if (count == 0) return;
-  Guard("send", [&] {
-    auto ubuf = context_->createUnboundBuffer(const_cast<void*>(buf), count * ElementSize(dtype));
-    ubuf->send(dst, kP2PSlotBase | tag);
-    TESSEL_CHECK_CODE(ubuf->waitSend(timeout_), StatusCode::kUnavailable)
-        << "send to group rank " << dst << " was aborted";
-  });
+  std::unique_ptr<gloo::transport::UnboundBuffer> ubuf;
+  if (count > 0) {
+    Guard("send to group rank " + std::to_string(dst), [&] {
+      ubuf = context_->createUnboundBuffer(const_cast<void*>(buf), count * ElementSize(dtype));
+      ubuf->send(dst, kP2PSlotBase | tag);
+    });
+  }
+  return std::make_unique<GlooWork>(this, std::move(ubuf), true, dst);
 }
 
-void GlooCommunicator::Recv(void* buf, int64_t count, DType dtype, int src, uint32_t tag) {
+std::unique_ptr<Work> GlooCommunicator::IRecv(void* buf, int64_t count, DType dtype, int src, uint32_t tag) {
   CheckPeer("recv", src);
-  if (count == 0) return;
-  Guard("recv", [&] {
-    auto ubuf = context_->createUnboundBuffer(buf, count * ElementSize(dtype));
-    ubuf->recv(src, kP2PSlotBase | tag);
-    TESSEL_CHECK_CODE(ubuf->waitRecv(timeout_), StatusCode::kUnavailable)
-        << "receive from group rank " << src << " was aborted";
-  });
+  std::unique_ptr<gloo::transport::UnboundBuffer> ubuf;
+  if (count > 0) {
+    Guard("receive from group rank " + std::to_string(src), [&] {
+      ubuf = context_->createUnboundBuffer(buf, count * ElementSize(dtype));
+      ubuf->recv(src, kP2PSlotBase | tag);
+    });
+  }
+  return std::make_unique<GlooWork>(this, std::move(ubuf), false, src);
 }
 
 void GlooCommunicator::Barrier() {

@@ -34,14 +34,15 @@ class GlooCommunicator final : public Communicator {
   void AllToAllV(const void* in, const std::vector<int64_t>& send_counts, void* out,
                  const std::vector<int64_t>& recv_counts, DType dtype) override;
   void Broadcast(void* buf, int64_t count, DType dtype, int root) override;
-  void Send(const void* buf, int64_t count, DType dtype, int dst, uint32_t tag) override;
-  void Recv(void* buf, int64_t count, DType dtype, int src, uint32_t tag) override;
+  std::unique_ptr<Work> ISend(const void* buf, int64_t count, DType dtype, int dst, uint32_t tag) override;
+  std::unique_ptr<Work> IRecv(void* buf, int64_t count, DType dtype, int src, uint32_t tag) override;
   void Barrier() override;
 
  private:
+  friend class GlooWork;
   // Runs fn, turning Gloo's exceptions into an Error naming op, group, rank.
   template <typename Fn>
-  void Guard(const char* op, Fn&& fn);
+  void Guard(const std::string& op, Fn&& fn);
 
   std::shared_ptr<gloo::Context> context_;
   std::vector<int> world_ranks_;

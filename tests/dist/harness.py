@@ -1,0 +1,49 @@
+"""Helpers for the process-level tests: run a command with a deadline and
+capture what it printed, and assert on it with readable failures."""
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+passed = 0
+failed = 0
+
+
+def run(cmd, env=None, timeout=60, **kwargs):
+    """Runs cmd; returns (exit code, combined output, seconds taken)."""
+    full_env = dict(os.environ)
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        full_env.pop(k, None)
+    full_env.update(env or {})
+    start = time.monotonic()
+    proc = subprocess.run(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          timeout=timeout, text=True, **kwargs)
+    return proc.returncode, proc.stdout, time.monotonic() - start
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check(name, condition, detail=""):
+    global passed, failed
+    if condition:
+        passed += 1
+        print(f"[ OK ] {name}")
+    else:
+        failed += 1
+        print(f"[FAIL] {name}\n{detail}")
+
+
+def expect(name, output, pattern):
+    check(name, re.search(pattern, output) is not None,
+          f"  expected /{pattern}/ in the output:\n" + "\n".join("  | " + l for l in output.splitlines()))
+
+
+def finish():
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)

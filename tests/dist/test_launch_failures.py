@@ -1,0 +1,99 @@
+"""The launcher and the runtime never let a broken job hang:
+- a killed rank stops the job quickly, and the launcher names it;
+- a rank that never joins rendezvous makes the others time out, naming it;
+- a rank that skips a collective makes the others time out, naming the op;
+- ranks that ignore SIGTERM are still stopped (SIGKILL after the grace).
+"""
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import check, expect, finish, run  # noqa: E402
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--launcher", required=True)
+parser.add_argument("--probe", required=True)
+args = parser.parse_args()
+L = [args.launcher, "--master_port", "0"]
+
+
+def kill_one_rank(victim, extra_probe_args=(), launcher_args=()):
+    """Starts 4 sleeping ranks, SIGKILLs `victim` once all are ready; returns
+    (exit code, output, seconds from the kill to the launcher's exit)."""
+    cmd = L + ["--nproc_per_node", "4", *launcher_args, "--", args.probe, "--mode=sleep", *extra_probe_args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, pids = [], {}
+    deadline = time.monotonic() + 60
+    while len(pids) < 4 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = re.match(r"\[rank (\d+)\] ready pid=(\d+)", line)
+        if m:
+            pids[int(m.group(1))] = int(m.group(2))
+    if len(pids) < 4:
+        proc.kill()
+        return -1, "".join(lines) + proc.stdout.read(), 0.0
+    killed_at = time.monotonic()
+    os.kill(pids[victim], signal.SIGKILL)
+    rest = []
+    reader = threading.Thread(target=lambda: rest.append(proc.stdout.read()))
+    reader.start()
+    try:
+        code = proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+    reader.join()
+    return code, "".join(lines) + "".join(rest), time.monotonic() - killed_at
+
+
+# 1. SIGKILL one rank of four.
+code, out, secs = kill_one_rank(2)
+check("killed rank: launcher exits non-zero", code not in (0, -1), f"  exit code {code}\n{out}")
+check(f"killed rank: launcher exits within 30 s (took {secs:.1f} s)", secs < 30)
+expect("killed rank: launcher names rank 2 and the signal", out,
+       r"tessel-launch: job failed: rank 2 \(pid \d+\) was killed by signal 9")
+
+# 2. Ranks that ignore SIGTERM are SIGKILLed after --kill_grace_s.
+code, out, secs = kill_one_rank(0, ["--ignore_sigterm"], ["--kill_grace_s", "2"])
+check("stubborn ranks: launcher exits non-zero", code not in (0, -1), f"  exit code {code}\n{out}")
+check(f"stubborn ranks: stopped after the grace period (took {secs:.1f} s)", 1.5 < secs < 30)
+expect("stubborn ranks: the others were SIGKILLed", out, r"rank 3 was killed by signal 9")
+
+# 3. A rank that never joins rendezvous.
+code, out, secs = run(L + ["--nproc_per_node", "4", "--", args.probe, "--mode=skip_init", "--odd_rank=3",
+                           "--rendezvous_timeout_s=3"], timeout=120)
+check("never joins: launcher exits non-zero", code != 0, f"  exit code {code}\n{out}")
+check(f"never joins: fails after the 3 s timeout, not hangs (took {secs:.1f} s)", 2.5 < secs < 30)
+expect("never joins: the error names the missing rank", out,
+       r"rendezvous timed out after 3 s at rank \d: rank\(s\) 3 of WORLD_SIZE=4 never joined")
+
+# 4. A rank that skips a collective.
+code, out, secs = run(L + ["--nproc_per_node", "4", "--", args.probe, "--mode=hang_collective", "--odd_rank=1",
+                           "--comm_timeout_s=3"], timeout=120)
+check("skipped collective: launcher exits non-zero", code != 0, f"  exit code {code}\n{out}")
+check(f"skipped collective: fails after the 3 s timeout (took {secs:.1f} s)", 2.5 < secs < 30)
+expect("skipped collective: the error names op, group and rank", out,
+       r"fatal error on rank \d: all_reduce timed out after 3 s on gloo group \[0, 1, 2, 3\] at group rank \d")
+
+# 5. --max_run_s stops a job that runs too long.
+code, out, secs = run(L + ["--nproc_per_node", "2", "--max_run_s", "2", "--", args.probe, "--mode=sleep"],
+                      timeout=60)
+check("max_run_s: exit code 124", code == 124, f"  exit code {code}\n{out}")
+expect("max_run_s: says why", out, r"the job ran past --max_run_s=2")
+
+# 6. The happy path: output prefixed with ranks, exit 0.
+code, out, _ = run(L + ["--nproc_per_node", "3", "--", args.probe, "--mode=allreduce"], timeout=60)
+check("happy path: exit 0", code == 0, out)
+for r in range(3):
+    expect(f"happy path: rank {r} prints the sum 6 with its prefix", out, rf"\[rank {r}\] all_reduce result 6")
+
+finish()
