@@ -1,8 +1,8 @@
 #include "core/allocator.h"
 
-#include <cstdlib>
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <new>
 
 #include "core/error.h"
@@ -58,8 +58,8 @@ void* CachingAllocator::Allocate(size_t bytes) {
     ptr = SystemAllocate(size);
   }
   TESSEL_CHECK_CODE(ptr != nullptr, StatusCode::kUnavailable)
-      << "out of memory on " << device() << " allocating " << bytes << " bytes (size class " << size
-      << "); " << stats().allocated_bytes << " bytes already allocated";
+      << "out of memory on " << device() << " allocating " << bytes << " bytes (size class " << size << "); "
+      << stats().allocated_bytes << " bytes already allocated";
   std::lock_guard<std::mutex> lock(mu_);
   stats_.allocated_bytes += static_cast<int64_t>(size);
   stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);

@@ -10,12 +10,18 @@ size_t ElementSize(DType dtype) {
 
 std::string_view DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return "f32";
-    case DType::kFloat16: return "f16";
-    case DType::kBFloat16: return "bf16";
-    case DType::kInt32: return "i32";
-    case DType::kInt64: return "i64";
-    case DType::kBool: return "bool";
+    case DType::kFloat32:
+      return "f32";
+    case DType::kFloat16:
+      return "f16";
+    case DType::kBFloat16:
+      return "bf16";
+    case DType::kInt32:
+      return "i32";
+    case DType::kInt64:
+      return "i64";
+    case DType::kBool:
+      return "bool";
   }
   return "?";
 }

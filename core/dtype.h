@@ -24,24 +24,49 @@ bool IsFloating(DType dtype);
 std::ostream& operator<<(std::ostream& os, DType dtype);
 
 // Compile-time map from C++ type to DType.
-template <typename T> struct DTypeOf;
-template <> struct DTypeOf<float> { static constexpr DType value = DType::kFloat32; };
-template <> struct DTypeOf<Float16> { static constexpr DType value = DType::kFloat16; };
-template <> struct DTypeOf<BFloat16> { static constexpr DType value = DType::kBFloat16; };
-template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kInt32; };
-template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::kInt64; };
-template <> struct DTypeOf<bool> { static constexpr DType value = DType::kBool; };
+template <typename T>
+struct DTypeOf;
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = DType::kFloat32;
+};
+template <>
+struct DTypeOf<Float16> {
+  static constexpr DType value = DType::kFloat16;
+};
+template <>
+struct DTypeOf<BFloat16> {
+  static constexpr DType value = DType::kBFloat16;
+};
+template <>
+struct DTypeOf<int32_t> {
+  static constexpr DType value = DType::kInt32;
+};
+template <>
+struct DTypeOf<int64_t> {
+  static constexpr DType value = DType::kInt64;
+};
+template <>
+struct DTypeOf<bool> {
+  static constexpr DType value = DType::kBool;
+};
 
 // Calls fn(T{}) with T the C++ type of `dtype`.
 template <typename Fn>
 decltype(auto) VisitDType(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::kFloat32: return fn(float{});
-    case DType::kFloat16: return fn(Float16{});
-    case DType::kBFloat16: return fn(BFloat16{});
-    case DType::kInt32: return fn(int32_t{});
-    case DType::kInt64: return fn(int64_t{});
-    case DType::kBool: return fn(bool{});
+    case DType::kFloat32:
+      return fn(float{});
+    case DType::kFloat16:
+      return fn(Float16{});
+    case DType::kBFloat16:
+      return fn(BFloat16{});
+    case DType::kInt32:
+      return fn(int32_t{});
+    case DType::kInt64:
+      return fn(int64_t{});
+    case DType::kBool:
+      return fn(bool{});
   }
   return fn(float{});
 }

@@ -48,8 +48,7 @@ class Status {
 // The exception every tessel API throws for bad input or failed work.
 class Error : public std::runtime_error {
  public:
-  Error(StatusCode code, const std::string& message)
-      : std::runtime_error(message), code_(code) {}
+  Error(StatusCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
   StatusCode code() const { return code_; }
   Status status() const { return {code_, what()}; }
 

@@ -6,7 +6,7 @@ uint16_t Float16::FromFloat(float f) {
   uint32_t x = std::bit_cast<uint32_t>(f);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t mag = x & 0x7fffffffu;
-  if (mag > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (mag > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (mag >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (mag < 0x38800000u) {
     // Subnormal half (or zero): scale so the half's unit is one, then round

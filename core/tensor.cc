@@ -11,8 +11,7 @@ void CudaCopyBytes(void* dst, const Device& dst_device, const void* src, const D
                    size_t bytes);  // core/cuda/cuda_copy.cu
 #endif
 
-void CopyBytes(void* dst, const Device& dst_device, const void* src, const Device& src_device,
-               size_t bytes) {
+void CopyBytes(void* dst, const Device& dst_device, const void* src, const Device& src_device, size_t bytes) {
   if (bytes == 0) return;
   if (dst_device.is_cpu() && src_device.is_cpu()) {
     std::memcpy(dst, src, bytes);
@@ -55,9 +54,8 @@ Tensor Tensor::To(Device device) const {
 }
 
 Tensor Tensor::Reshape(const Shape& shape) const {
-  TESSEL_CHECK(shape.numel() == numel())
-      << "cannot reshape " << shape_ << " (" << numel() << " elements) to " << shape << " ("
-      << shape.numel() << " elements)";
+  TESSEL_CHECK(shape.numel() == numel()) << "cannot reshape " << shape_ << " (" << numel() << " elements) to "
+                                         << shape << " (" << shape.numel() << " elements)";
   Tensor t = *this;
   t.shape_ = shape;
   return t;
@@ -65,8 +63,7 @@ Tensor Tensor::Reshape(const Shape& shape) const {
 
 void Tensor::CopyFrom(const Tensor& src) {
   TESSEL_CHECK(src.shape() == shape_ && src.dtype() == dtype_)
-      << "CopyFrom needs equal shape and dtype: destination " << ToString() << ", source "
-      << src.ToString();
+      << "CopyFrom needs equal shape and dtype: destination " << ToString() << ", source " << src.ToString();
   CopyBytes(raw_data(), device(), src.raw_data(), src.device(), nbytes());
 }
 

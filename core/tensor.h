@@ -64,14 +64,12 @@ class Tensor {
 };
 
 // Copies bytes between any two devices (host and CUDA).
-void CopyBytes(void* dst, const Device& dst_device, const void* src, const Device& src_device,
-               size_t bytes);
+void CopyBytes(void* dst, const Device& dst_device, const void* src, const Device& src_device, size_t bytes);
 
 // Factories. Values are created on the host and moved to `device`.
 Tensor zeros(const Shape& shape, DType dtype = DType::kFloat32, Device device = Device::CPU());
 Tensor ones(const Shape& shape, DType dtype = DType::kFloat32, Device device = Device::CPU());
-Tensor full(const Shape& shape, double value, DType dtype = DType::kFloat32,
-            Device device = Device::CPU());
+Tensor full(const Shape& shape, double value, DType dtype = DType::kFloat32, Device device = Device::CPU());
 // 0, 1, ..., numel-1 in row-major order, reshaped to `shape`.
 Tensor arange(const Shape& shape, DType dtype = DType::kFloat32, Device device = Device::CPU());
 // Uniform [0,1) / standard normal, element i drawn from Philox(seed) at
@@ -84,8 +82,8 @@ Tensor randn(const Shape& shape, uint64_t seed, uint64_t offset = 0, DType dtype
 template <typename T>
 Tensor Tensor::FromVector(const std::vector<T>& values, const Shape& shape) {
   TESSEL_CHECK(static_cast<int64_t>(values.size()) == shape.numel())
-      << "FromVector got " << values.size() << " values for shape " << shape << " ("
-      << shape.numel() << " elements expected)";
+      << "FromVector got " << values.size() << " values for shape " << shape << " (" << shape.numel()
+      << " elements expected)";
   Tensor t = Empty(shape, DTypeOf<T>::value);
   if constexpr (std::is_same_v<T, bool>) {
     for (size_t i = 0; i < values.size(); ++i) t.data<bool>()[i] = values[i];

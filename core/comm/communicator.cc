@@ -34,15 +34,14 @@ void Communicator::CheckCounts(const char* op, const std::vector<int64_t>& count
       << op << " on " << Describe() << " got " << counts.size() << " counts; expected one per member ("
       << size() << ")";
   for (size_t i = 0; i < counts.size(); ++i) {
-    TESSEL_CHECK(counts[i] >= 0) << op << " on " << Describe() << ": count " << counts[i]
-                                 << " for member " << i << " is negative";
+    TESSEL_CHECK(counts[i] >= 0) << op << " on " << Describe() << ": count " << counts[i] << " for member "
+                                 << i << " is negative";
   }
 }
 
 void Communicator::CheckPeer(const char* op, int peer) const {
-  TESSEL_CHECK(peer >= 0 && peer < size())
-      << op << " on " << Describe() << ": peer " << peer << " is not a group rank (expected 0.."
-      << size() - 1 << ")";
+  TESSEL_CHECK(peer >= 0 && peer < size()) << op << " on " << Describe() << ": peer " << peer
+                                           << " is not a group rank (expected 0.." << size() - 1 << ")";
 }
 
 }  // namespace tessel::comm

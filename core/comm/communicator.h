@@ -55,8 +55,8 @@ class Communicator {
   void ReduceScatter(const void* in, void* out, int64_t count, DType dtype, ReduceOp op);
   // in is the concatenation of blocks of counts[r]; out receives the
   // reduction of block rank() (counts[rank()] elements).
-  virtual void ReduceScatterV(const void* in, void* out, const std::vector<int64_t>& counts,
-                              DType dtype, ReduceOp op) = 0;
+  virtual void ReduceScatterV(const void* in, void* out, const std::vector<int64_t>& counts, DType dtype,
+                              ReduceOp op) = 0;
   // Block r of `in` (count elements) goes to member r; block r of `out` comes from it.
   void AllToAll(const void* in, void* out, int64_t count, DType dtype);
   virtual void AllToAllV(const void* in, const std::vector<int64_t>& send_counts, void* out,
@@ -67,7 +67,8 @@ class Communicator {
   // A send completes only once the peer has posted the matching receive, so
   // exchanges in a cycle need ISend/IRecv (or a consistent order). The
   // buffer must stay alive until the Work is waited for.
-  virtual std::unique_ptr<Work> ISend(const void* buf, int64_t count, DType dtype, int dst, uint32_t tag = 0) = 0;
+  virtual std::unique_ptr<Work> ISend(const void* buf, int64_t count, DType dtype, int dst,
+                                      uint32_t tag = 0) = 0;
   virtual std::unique_ptr<Work> IRecv(void* buf, int64_t count, DType dtype, int src, uint32_t tag = 0) = 0;
   void Send(const void* buf, int64_t count, DType dtype, int dst, uint32_t tag = 0) {
     ISend(buf, count, dtype, dst, tag)->Wait();
@@ -78,7 +79,9 @@ class Communicator {
   virtual void Barrier() = 0;
 
   // Tensor conveniences (contiguous host tensors for the Gloo backend).
-  void AllReduce(Tensor& t, ReduceOp op = ReduceOp::kSum) { AllReduce(t.raw_data(), t.numel(), t.dtype(), op); }
+  void AllReduce(Tensor& t, ReduceOp op = ReduceOp::kSum) {
+    AllReduce(t.raw_data(), t.numel(), t.dtype(), op);
+  }
   void Broadcast(Tensor& t, int root) { Broadcast(t.raw_data(), t.numel(), t.dtype(), root); }
 
  protected:

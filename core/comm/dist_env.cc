@@ -58,15 +58,15 @@ DistEnv ParseDistEnv(const std::map<std::string, std::string>& vars) {
     TESSEL_CHECK(!addr->empty()) << "MASTER_ADDR is set but empty; expected a host name or address";
     env.master_addr = *addr;
   } else {
-    TESSEL_CHECK(env.world_size == 1) << "WORLD_SIZE=" << env.world_size
-                                      << " but MASTER_ADDR is not set; expected the host of rank 0";
+    TESSEL_CHECK(env.world_size == 1)
+        << "WORLD_SIZE=" << env.world_size << " but MASTER_ADDR is not set; expected the host of rank 0";
   }
   if (auto port = Lookup(vars, "MASTER_PORT")) {
-    env.master_port = ParseInt("MASTER_PORT", *port, env.world_size == 1 ? 0 : 1, 65535,
-                               "a TCP port 1..65535");
+    env.master_port =
+        ParseInt("MASTER_PORT", *port, env.world_size == 1 ? 0 : 1, 65535, "a TCP port 1..65535");
   } else {
-    TESSEL_CHECK(env.world_size == 1) << "WORLD_SIZE=" << env.world_size
-                                      << " but MASTER_PORT is not set; expected rank 0's store port";
+    TESSEL_CHECK(env.world_size == 1)
+        << "WORLD_SIZE=" << env.world_size << " but MASTER_PORT is not set; expected rank 0's store port";
   }
   return env;
 }

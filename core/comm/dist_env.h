@@ -13,7 +13,7 @@ struct DistEnv {
   int local_rank = 0;
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;  // 0: single process, serve the store on any free port
+  int master_port = 0;         // 0: single process, serve the store on any free port
   bool from_launcher = false;  // WORLD_SIZE was set
 };
 

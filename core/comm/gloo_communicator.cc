@@ -1,5 +1,6 @@
 #include "core/comm/gloo_communicator.h"
 
+#include <glog/logging.h>
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoallv.h>
@@ -12,8 +13,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
-
-#include <glog/logging.h>
+#include <thread>
 
 #include "core/error.h"
 
@@ -81,10 +81,14 @@ ReduceFn GetReduce(DType dtype, ReduceOp op) {
 template <typename Fn>
 void VisitWidth(DType dtype, Fn&& fn) {
   switch (ElementSize(dtype)) {
-    case 1: return fn(uint8_t{});
-    case 2: return fn(uint16_t{});
-    case 4: return fn(uint32_t{});
-    case 8: return fn(uint64_t{});
+    case 1:
+      return fn(uint8_t{});
+    case 2:
+      return fn(uint16_t{});
+    case 4:
+      return fn(uint32_t{});
+    case 8:
+      return fn(uint64_t{});
   }
 }
 
@@ -100,6 +104,7 @@ int64_t Sum(const std::vector<int64_t>& v) {
   return s;
 }
 
+constexpr auto kSecondaryFailureDelay = std::chrono::seconds(1);
 constexpr size_t kSmallAllReduceBytes = 256 << 10;
 constexpr uint64_t kP2PSlotBase = 0x7e55e1ull << 32;
 
@@ -119,8 +124,7 @@ std::shared_ptr<gloo::transport::Device> CreateGlooTcpDevice(const std::string& 
 
 GlooCommunicator::GlooCommunicator(gloo::rendezvous::Store& store, const std::string& store_prefix,
                                    std::shared_ptr<gloo::transport::Device> device,
-                                   std::vector<int> world_ranks, int rank,
-                                   std::chrono::milliseconds timeout)
+                                   std::vector<int> world_ranks, int rank, std::chrono::milliseconds timeout)
     : world_ranks_(std::move(world_ranks)), rank_(rank), timeout_(timeout) {
   auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size());
   context->setTimeout(timeout_);
@@ -139,11 +143,18 @@ void GlooCommunicator::Guard(const std::string& op, Fn&& fn) {
   } catch (const std::exception& e) {
     std::string what = e.what();
     bool timed_out = what.find("imed out") != std::string::npos;
+    if (!timed_out) {
+      // A closed connection is usually the echo of another rank's failure
+      // (it timed out or crashed and closed its pairs). Let that rank exit
+      // first, so the launcher names the root cause rather than this echo.
+      std::this_thread::sleep_for(kSecondaryFailureDelay);
+    }
     TESSEL_THROW(timed_out ? StatusCode::kTimeout : StatusCode::kUnavailable)
         << op << (timed_out ? " timed out after " : " failed (timeout ") << timeout_.count() / 1000.0
-        << (timed_out ? " s" : " s)") << " on " << Describe() << " at group rank " << rank_
-        << " (world rank " << world_ranks_[rank_] << "): "
-        << (timed_out ? "a peer died or never reached this collective" : "a peer connection failed")
+        << (timed_out ? " s" : " s)") << " on " << Describe() << " at group rank " << rank_ << " (world rank "
+        << world_ranks_[rank_] << "): "
+        << (timed_out ? "a peer died or never reached this collective"
+                      : "the connection to a peer was lost (see that rank's error)")
         << " [gloo: " << what << "]";
   }
 }
@@ -160,7 +171,8 @@ void GlooCommunicator::AllReduce(void* buf, int64_t count, DType dtype, ReduceOp
     opts.setReduceFunction(GetReduce(dtype, op));
     // Small messages are latency-bound: BCUBE takes log2(p) steps where the
     // ring takes 2(p-1). Large ones are bandwidth-bound: the ring is optimal.
-    if (count * ElementSize(dtype) <= kSmallAllReduceBytes) opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
+    if (count * ElementSize(dtype) <= kSmallAllReduceBytes)
+      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
     gloo::allreduce(opts);
   });
 }
@@ -212,7 +224,8 @@ void GlooCommunicator::ReduceScatterV(const void* in, void* out, const std::vect
   const size_t block_bytes = static_cast<size_t>(mine) * esize;
   std::memcpy(out, blocks.data(), block_bytes);
   ReduceFn reduce = GetReduce(dtype, op);
-  for (int r = 1; r < size(); ++r) reduce(out, out, blocks.data() + r * block_bytes, static_cast<size_t>(mine));
+  for (int r = 1; r < size(); ++r)
+    reduce(out, out, blocks.data() + r * block_bytes, static_cast<size_t>(mine));
 }
 
 void GlooCommunicator::Broadcast(void* buf, int64_t count, DType dtype, int root) {
@@ -233,7 +246,8 @@ void GlooCommunicator::Broadcast(void* buf, int64_t count, DType dtype, int root
 // A posted send or receive on a Gloo unbound buffer.
 class GlooWork final : public Work {
  public:
-  GlooWork(GlooCommunicator* comm, std::unique_ptr<gloo::transport::UnboundBuffer> buf, bool is_send, int peer)
+  GlooWork(GlooCommunicator* comm, std::unique_ptr<gloo::transport::UnboundBuffer> buf, bool is_send,
+           int peer)
       : comm_(comm), buf_(std::move(buf)), is_send_(is_send), peer_(peer) {}
   ~GlooWork() override {
     if (buf_ && !done_) {
@@ -247,7 +261,8 @@ class GlooWork final : public Work {
   void Wait() override {
     if (!buf_ || done_) return;
     done_ = true;
-    std::string op = std::string(is_send_ ? "send to" : "receive from") + " group rank " + std::to_string(peer_);
+    std::string op =
+        std::string(is_send_ ? "send to" : "receive from") + " group rank " + std::to_string(peer_);
     comm_->Guard(op, [&] {
       bool ok = is_send_ ? buf_->waitSend(comm_->timeout_) : buf_->waitRecv(comm_->timeout_);
       TESSEL_CHECK_CODE(ok, StatusCode::kUnavailable) << "the transfer was aborted";
@@ -262,7 +277,8 @@ class GlooWork final : public Work {
   bool done_ = false;
 };
 
-std::unique_ptr<Work> GlooCommunicator::ISend(const void* buf, int64_t count, DType dtype, int dst, uint32_t tag) {
+std::unique_ptr<Work> GlooCommunicator::ISend(const void* buf, int64_t count, DType dtype, int dst,
+                                              uint32_t tag) {
   CheckPeer("send", dst);
   std::unique_ptr<gloo::transport::UnboundBuffer> ubuf;
   if (count > 0) {

@@ -18,8 +18,8 @@ class GlooCommunicator final : public Communicator {
   // position in world_ranks. Throws with the group named if peers do not
   // show up within `timeout`.
   GlooCommunicator(gloo::rendezvous::Store& store, const std::string& store_prefix,
-                   std::shared_ptr<gloo::transport::Device> device, std::vector<int> world_ranks,
-                   int rank, std::chrono::milliseconds timeout);
+                   std::shared_ptr<gloo::transport::Device> device, std::vector<int> world_ranks, int rank,
+                   std::chrono::milliseconds timeout);
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(world_ranks_.size()); }

@@ -1,5 +1,6 @@
 #include "core/comm/process_group.h"
 
+#include <glog/logging.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,8 +9,6 @@
 #include <set>
 #include <sstream>
 #include <thread>
-
-#include <glog/logging.h>
 
 #include "core/comm/gloo_communicator.h"
 #include "core/error.h"
@@ -129,9 +128,9 @@ std::shared_ptr<Communicator> GetGroup(const std::vector<int>& world_ranks) {
   if (it != s.groups.end()) return it->second;
   auto pos = std::find(world_ranks.begin(), world_ranks.end(), s.env.rank);
   if (pos == world_ranks.end()) return nullptr;
-  auto comm = std::make_shared<GlooCommunicator>(
-      *s.store, "tessel/group/" + RankList(world_ranks), s.device, world_ranks,
-      static_cast<int>(pos - world_ranks.begin()), s.options.comm_timeout);
+  auto comm = std::make_shared<GlooCommunicator>(*s.store, "tessel/group/" + RankList(world_ranks), s.device,
+                                                 world_ranks, static_cast<int>(pos - world_ranks.begin()),
+                                                 s.options.comm_timeout);
   s.groups[world_ranks] = comm;
   return comm;
 }

@@ -44,7 +44,8 @@ int ListenTcp(int port, int* bound_port) {
     TESSEL_CHECK_CODE(err != EADDRINUSE, StatusCode::kUnavailable)
         << "MASTER_PORT " << port << " is already in use on this host; pick a free port "
         << "(tessel-launch --master_port N, or 0 for any free port)";
-    TESSEL_THROW(StatusCode::kUnavailable) << "cannot bind MASTER_PORT " << port << ": " << std::strerror(err);
+    TESSEL_THROW(StatusCode::kUnavailable)
+        << "cannot bind MASTER_PORT " << port << ": " << std::strerror(err);
   }
   TESSEL_CHECK_CODE(::listen(fd, 128) == 0, StatusCode::kUnavailable)
       << "listen on port " << port << ": " << std::strerror(errno);
@@ -90,9 +91,8 @@ int ConnectTcp(const std::string& host, int port, std::chrono::milliseconds time
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
   }
   TESSEL_THROW(StatusCode::kUnavailable)
-      << "cannot reach the rendezvous master at MASTER_ADDR=" << host << " MASTER_PORT=" << port
-      << " within " << timeout.count() / 1000.0 << " s (" << last_error
-      << "); is rank 0 running and the address right?";
+      << "cannot reach the rendezvous master at MASTER_ADDR=" << host << " MASTER_PORT=" << port << " within "
+      << timeout.count() / 1000.0 << " s (" << last_error << "); is rank 0 running and the address right?";
 }
 
 bool ReadFull(int fd, void* buf, size_t n) {

@@ -148,8 +148,7 @@ std::vector<char> TcpStore::Request(uint8_t op, const std::vector<std::string>& 
 
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<char> reply;
-  TESSEL_CHECK_CODE(WriteFull(fd_, msg.data(), msg.size()) && ReadBlob(fd_, &reply),
-                    StatusCode::kUnavailable)
+  TESSEL_CHECK_CODE(WriteFull(fd_, msg.data(), msg.size()) && ReadBlob(fd_, &reply), StatusCode::kUnavailable)
       << "lost the connection to the rendezvous store at " << address_
       << " (rank 0, which serves it, may have exited) while accessing key(s) " << JoinKeys(keys);
   return reply;
@@ -188,8 +187,9 @@ std::vector<std::string> TcpStore::WaitFor(const std::vector<std::string>& keys,
       if (!present[i]) missing.push_back(keys[i]);
     }
     if (missing.empty() || Clock::now() >= deadline) return missing;
-    std::this_thread::sleep_for(std::min(backoff, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                      deadline - Clock::now()) + std::chrono::milliseconds(1)));
+    std::this_thread::sleep_for(
+        std::min(backoff, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()) +
+                              std::chrono::milliseconds(1)));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(50));
   }
 }

@@ -60,8 +60,7 @@ class TcpStore : public gloo::rendezvous::Store {
   // Which of `keys` exist now, without waiting.
   std::vector<bool> Check(const std::vector<std::string>& keys);
   // Like wait(), but returns the keys still missing at the deadline instead of throwing.
-  std::vector<std::string> WaitFor(const std::vector<std::string>& keys,
-                                   std::chrono::milliseconds timeout);
+  std::vector<std::string> WaitFor(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
 
   std::chrono::milliseconds timeout() const { return timeout_; }
   const std::string& address() const { return address_; }

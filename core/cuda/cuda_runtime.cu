@@ -1,5 +1,3 @@
-#include "core/cuda/cuda_runtime.h"
-
 #include <cuda_runtime.h>
 
 #include <map>
@@ -7,6 +5,7 @@
 #include <mutex>
 
 #include "core/allocator.h"
+#include "core/cuda/cuda_runtime.h"
 #include "core/error.h"
 #include "core/philox.h"
 
@@ -89,8 +88,8 @@ void PhiloxUniform(float* device_out, int64_t n, uint64_t seed, uint64_t offset,
   CheckCuda(cudaSetDevice(index), "cudaSetDevice");
   constexpr int kThreads = 256;
   int64_t blocks = (n + kThreads - 1) / kThreads;
-  PhiloxUniformKernel<<<static_cast<unsigned>(blocks), kThreads>>>(
-      device_out, n, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), offset);
+  PhiloxUniformKernel<<<static_cast<unsigned>(blocks), kThreads>>>(device_out, n, static_cast<uint32_t>(seed),
+                                                                   static_cast<uint32_t>(seed >> 32), offset);
   CheckCuda(cudaGetLastError(), "PhiloxUniformKernel launch");
   CheckCuda(cudaDeviceSynchronize(), "PhiloxUniformKernel");
 }

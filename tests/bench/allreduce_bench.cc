@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
     auto t0 = std::chrono::steady_clock::now();
     world.AllReduce(buf.data(), n, DType::kFloat32, comm::ReduceOp::kSum);
     double once = SlowestSeconds(world, std::chrono::steady_clock::now() - t0);
-    int64_t iters = std::clamp<int64_t>(static_cast<int64_t>(FLAGS_seconds_per_size / std::max(once, 1e-6)), 3, 1000);
+    int64_t iters =
+        std::clamp<int64_t>(static_cast<int64_t>(FLAGS_seconds_per_size / std::max(once, 1e-6)), 3, 1000);
 
     world.Barrier();
     t0 = std::chrono::steady_clock::now();
@@ -49,10 +50,11 @@ int main(int argc, char** argv) {
     double us = secs / iters * 1e6;
     double algbw = bytes / (us * 1e-6) / 1e9;
     if (world.rank() == 0) {
-      std::printf("{\"impl\": \"tessel\", \"ranks\": %d, \"bytes\": %lld, \"iters\": %lld, \"us\": %.2f, "
-                  "\"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f}\n",
-                  p, static_cast<long long>(bytes), static_cast<long long>(iters), us, algbw,
-                  algbw * 2.0 * (p - 1) / p);
+      std::printf(
+          "{\"impl\": \"tessel\", \"ranks\": %d, \"bytes\": %lld, \"iters\": %lld, \"us\": %.2f, "
+          "\"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f}\n",
+          p, static_cast<long long>(bytes), static_cast<long long>(iters), us, algbw,
+          algbw * 2.0 * (p - 1) / p);
       std::fflush(stdout);
     }
   }

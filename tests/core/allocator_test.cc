@@ -1,9 +1,9 @@
+#include "core/allocator.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstring>
-
-#include "core/allocator.h"
 
 namespace tessel {
 namespace {

@@ -34,7 +34,8 @@ TEST(Cuda, MissingDeviceIsAClearError) {
     Tensor::Empty({4}, DType::kFloat32, Device::CUDA(count));
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("device cuda:" + std::to_string(count) + " requested"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("device cuda:" + std::to_string(count) + " requested"),
+              std::string::npos)
         << e.what();
   }
 }

@@ -1,6 +1,7 @@
+#include "core/comm/dist_env.h"
+
 #include <gtest/gtest.h>
 
-#include "core/comm/dist_env.h"
 #include "core/error.h"
 
 namespace tessel::comm {
@@ -23,8 +24,12 @@ TEST(DistEnv, SingleProcessByDefault) {
 }
 
 TEST(DistEnv, LauncherVariables) {
-  DistEnv env = ParseDistEnv({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
-                              {"LOCAL_WORLD_SIZE", "4"}, {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29501"}});
+  DistEnv env = ParseDistEnv({{"RANK", "5"},
+                              {"WORLD_SIZE", "8"},
+                              {"LOCAL_RANK", "1"},
+                              {"LOCAL_WORLD_SIZE", "4"},
+                              {"MASTER_ADDR", "node0"},
+                              {"MASTER_PORT", "29501"}});
   EXPECT_EQ(env.rank, 5);
   EXPECT_EQ(env.world_size, 8);
   EXPECT_EQ(env.local_rank, 1);
@@ -46,8 +51,10 @@ TEST(DistEnv, BadValuesAreNamed) {
   EXPECT_NE(ErrorOf(with("RANK", "4")).find("RANK=4 is out of range; expected 0 <= RANK < WORLD_SIZE=4"),
             std::string::npos);
   EXPECT_NE(ErrorOf(with("RANK", "-1")).find("RANK=-1 is out of range"), std::string::npos);
-  EXPECT_NE(ErrorOf(with("MASTER_PORT", "70000")).find("MASTER_PORT=70000 is out of range"), std::string::npos);
-  EXPECT_NE(ErrorOf(with("LOCAL_WORLD_SIZE", "8")).find("LOCAL_WORLD_SIZE=8 is out of range"), std::string::npos);
+  EXPECT_NE(ErrorOf(with("MASTER_PORT", "70000")).find("MASTER_PORT=70000 is out of range"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(with("LOCAL_WORLD_SIZE", "8")).find("LOCAL_WORLD_SIZE=8 is out of range"),
+            std::string::npos);
   auto no_addr = base;
   no_addr.erase("MASTER_ADDR");
   EXPECT_NE(ErrorOf(no_addr).find("MASTER_ADDR is not set"), std::string::npos);

@@ -1,9 +1,10 @@
+#include "core/dtype.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
-#include "core/dtype.h"
 #include "core/error.h"
 
 namespace tessel {
@@ -34,8 +35,8 @@ TEST(Half, Float16ExactValuesAndRounding) {
   // IEEE binary16 encodings.
   EXPECT_EQ(Float16(1.0f).bits, 0x3C00);
   EXPECT_EQ(Float16(-2.0f).bits, 0xC000);
-  EXPECT_EQ(Float16(65504.0f).bits, 0x7BFF);  // largest finite
-  EXPECT_EQ(Float16(65520.0f).bits, 0x7C00);  // rounds to +inf
+  EXPECT_EQ(Float16(65504.0f).bits, 0x7BFF);               // largest finite
+  EXPECT_EQ(Float16(65520.0f).bits, 0x7C00);               // rounds to +inf
   EXPECT_EQ(Float16(std::ldexp(1.0f, -24)).bits, 0x0001);  // smallest subnormal
   EXPECT_EQ(Float16(std::ldexp(1.0f, -14)).bits, 0x0400);  // smallest normal
   // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties go to even (1.0).

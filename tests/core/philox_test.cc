@@ -1,9 +1,9 @@
+#include "core/philox.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
-
-#include "core/philox.h"
 
 namespace tessel {
 namespace {
@@ -13,10 +13,12 @@ namespace {
 TEST(Philox, Random123KnownAnswers) {
   EXPECT_EQ(Philox::Rounds10({0, 0, 0, 0}, {0, 0}),
             (Philox::Counter{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
-  EXPECT_EQ(Philox::Rounds10({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu}),
-            (Philox::Counter{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}));
-  EXPECT_EQ(Philox::Rounds10({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u}),
-            (Philox::Counter{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
+  EXPECT_EQ(
+      Philox::Rounds10({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu}),
+      (Philox::Counter{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}));
+  EXPECT_EQ(
+      Philox::Rounds10({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u}),
+      (Philox::Counter{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
 }
 
 TEST(Philox, ValueDependsOnlyOnSeedAndOffset) {

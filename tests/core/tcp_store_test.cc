@@ -1,8 +1,9 @@
+#include "core/comm/tcp_store.h"
+
 #include <gtest/gtest.h>
 
 #include <thread>
 
-#include "core/comm/tcp_store.h"
 #include "core/error.h"
 
 namespace tessel::comm {
@@ -55,12 +56,16 @@ TEST(TcpStore, PortInUseAndUnreachableMaster) {
     TcpStoreServer again(server.port());
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("MASTER_PORT " + std::to_string(server.port()) + " is already in use"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("MASTER_PORT " + std::to_string(server.port()) + " is already in use"),
+        std::string::npos)
         << e.what();
   }
   int port = server.port();
-  { TcpStoreServer probe(0); port = probe.port(); }  // a port nobody listens on now
+  {
+    TcpStoreServer probe(0);
+    port = probe.port();
+  }  // a port nobody listens on now
   try {
     TcpStore c("127.0.0.1", port, milliseconds(300));
     FAIL();

@@ -1,7 +1,8 @@
+#include "core/tensor.h"
+
 #include <gtest/gtest.h>
 
 #include "core/philox.h"
-#include "core/tensor.h"
 
 namespace tessel {
 namespace {

@@ -219,7 +219,8 @@ TEST(Collectives, BadArgumentsAreNamed) {
     World().AllGatherV(buf.data(), buf.data(), {1, 1}, DType::kFloat32);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("all_gather on gloo group [0, 1, 2, 3] got 2 counts; expected one per member (4)"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "all_gather on gloo group [0, 1, 2, 3] got 2 counts; expected one per member (4)"),
               std::string::npos)
         << e.what();
   }

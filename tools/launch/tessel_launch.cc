@@ -48,8 +48,8 @@ void CheckFlags(int argc) {
   }
   if (FLAGS_nnodes < 1) Fail("--nnodes=" + std::to_string(FLAGS_nnodes) + " is invalid; expected >= 1");
   if (FLAGS_node_rank < 0 || FLAGS_node_rank >= FLAGS_nnodes) {
-    Fail("--node_rank=" + std::to_string(FLAGS_node_rank) + " is invalid; expected 0 <= node_rank < nnodes=" +
-         std::to_string(FLAGS_nnodes));
+    Fail("--node_rank=" + std::to_string(FLAGS_node_rank) +
+         " is invalid; expected 0 <= node_rank < nnodes=" + std::to_string(FLAGS_nnodes));
   }
   if (FLAGS_master_port < 0 || FLAGS_master_port > 65535) {
     Fail("--master_port=" + std::to_string(FLAGS_master_port) + " is invalid; expected 0..65535");
