@@ -91,15 +91,19 @@ void TcpStoreServer::Serve(int fd) {
     std::vector<char> value;
     if (!ReadBlob(fd, &value)) return;
 
+    // Every op but CHECK names exactly one key; anything else is not a
+    // tessel client: drop the connection rather than guess.
+    if (op != kCheck && keys.size() != 1) return;
+    if (op == kAdd && value.size() != sizeof(int64_t)) return;
     std::vector<char> reply;
     {
       std::lock_guard<std::mutex> lock(mu_);
       switch (op) {
         case kSet:
-          data_[keys.at(0)] = value;
+          data_[keys[0]] = value;
           break;
         case kGet: {
-          auto it = data_.find(keys.at(0));
+          auto it = data_.find(keys[0]);
           reply.push_back(it != data_.end() ? 1 : 0);
           if (it != data_.end()) reply.insert(reply.end(), it->second.begin(), it->second.end());
           break;
@@ -107,7 +111,7 @@ void TcpStoreServer::Serve(int fd) {
         case kAdd: {
           int64_t delta = 0, current = 0;
           std::memcpy(&delta, value.data(), sizeof(delta));
-          auto& slot = data_[keys.at(0)];
+          auto& slot = data_[keys[0]];
           if (slot.size() == sizeof(int64_t)) std::memcpy(&current, slot.data(), sizeof(current));
           current += delta;
           slot.assign(reinterpret_cast<char*>(&current), reinterpret_cast<char*>(&current) + 8);

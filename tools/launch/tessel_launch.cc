@@ -219,7 +219,6 @@ int main(int argc, char** argv) {
   for (auto& r : ranks) r->ClosePipes();
 
   if (stopping) {
-    std::string detail = failed_rank >= 0 ? "" : " (" + stop_reason + ")";
     std::fprintf(stderr, "tessel-launch: job failed: %s\n", stop_reason.c_str());
     for (auto& r : ranks) {
       if (r->rank() != failed_rank) {
