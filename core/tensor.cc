@@ -38,22 +38,40 @@ void Tensor::CheckAccess(DType requested) const {
   TESSEL_CHECK(requested == dtype_) << "data<" << requested << ">() on a tensor of dtype " << dtype_;
   TESSEL_CHECK(device().is_cpu()) << "host access to a tensor on " << device()
                                   << "; move it with .To(Device::CPU()) first";
+  TESSEL_CHECK(!is_global()) << "element access to a global tensor of shape " << logical_shape_
+                             << "; use to_local() for this process's shard";
+}
+
+Tensor Tensor::to_local() const {
+  Tensor t = *this;
+  t.global_.reset();
+  t.logical_shape_ = Shape();
+  return t;
+}
+
+Tensor Tensor::WrapGlobal(const Tensor& local, const Shape& logical_shape, std::shared_ptr<const GlobalMeta> meta) {
+  Tensor t = local.to_local();
+  t.global_ = std::move(meta);
+  t.logical_shape_ = logical_shape;
+  return t;
 }
 
 Tensor Tensor::Clone() const {
   Tensor t = Empty(shape_, dtype_, device());
-  t.CopyFrom(*this);
-  return t;
+  CopyBytes(t.raw_data(), t.device(), raw_data(), device(), nbytes());
+  return is_global() ? WrapGlobal(t, logical_shape_, global_) : t;
 }
 
 Tensor Tensor::To(Device device) const {
   if (device == this->device()) return *this;
   Tensor t = Empty(shape_, dtype_, device);
-  t.CopyFrom(*this);
-  return t;
+  CopyBytes(t.raw_data(), t.device(), raw_data(), this->device(), nbytes());
+  return is_global() ? WrapGlobal(t, logical_shape_, global_) : t;
 }
 
 Tensor Tensor::Reshape(const Shape& shape) const {
+  TESSEL_CHECK(!is_global()) << "Reshape of a global tensor (" << logical_shape_ << ") is not a local "
+                             << "operation; reshape its to_local() shard or use the reshape op";
   TESSEL_CHECK(shape.numel() == numel()) << "cannot reshape " << shape_ << " (" << numel() << " elements) to "
                                          << shape << " (" << shape.numel() << " elements)";
   Tensor t = *this;
@@ -62,6 +80,7 @@ Tensor Tensor::Reshape(const Shape& shape) const {
 }
 
 void Tensor::CopyFrom(const Tensor& src) {
+  TESSEL_CHECK(!is_global() && !src.is_global()) << "CopyFrom copies local tensors; use to_local() shards";
   TESSEL_CHECK(src.shape() == shape_ && src.dtype() == dtype_)
       << "CopyFrom needs equal shape and dtype: destination " << ToString() << ", source " << src.ToString();
   CopyBytes(raw_data(), device(), src.raw_data(), src.device(), nbytes());
@@ -69,7 +88,9 @@ void Tensor::CopyFrom(const Tensor& src) {
 
 std::string Tensor::ToString() const {
   std::ostringstream os;
-  os << "Tensor(" << dtype_ << ", " << shape_ << ", " << device() << ")";
+  os << "Tensor(" << dtype_ << ", " << shape() << ", " << device();
+  if (is_global()) os << ", global, local " << shape_;
+  os << ")";
   return os.str();
 }
 

@@ -17,6 +17,13 @@
 
 namespace tessel {
 
+// Defined in sbp/: what makes a tensor global (placement and NdSbp). Core
+// only carries it, the way a tensor carries autograd metadata it does not
+// interpret, so core stays free of sbp includes.
+class GlobalMeta;
+class Placement;
+class NdSbp;
+
 class Tensor {
  public:
   Tensor() = default;  // undefined tensor
@@ -26,15 +33,32 @@ class Tensor {
   static Tensor FromVector(const std::vector<T>& values, const Shape& shape);
 
   bool defined() const { return storage_ != nullptr; }
-  const Shape& shape() const { return shape_; }
+  // The logical shape: for a global tensor the whole tensor's, not the shard's.
+  const Shape& shape() const { return global_ ? logical_shape_ : shape_; }
   DType dtype() const { return dtype_; }
   Device device() const { return storage_ ? storage_->device() : Device::CPU(); }
-  int64_t numel() const { return shape_.numel(); }
-  int64_t ndim() const { return shape_.ndim(); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * ElementSize(dtype_); }
+  int64_t numel() const { return shape().numel(); }
+  int64_t ndim() const { return shape().ndim(); }
+  // Bytes of the data this process holds (the local shard of a global tensor).
+  size_t nbytes() const { return static_cast<size_t>(shape_.numel()) * ElementSize(dtype_); }
+
+  // Global tensors (see sbp/global_tensor.h). placement() and nd_sbp() are
+  // defined in sbp/, to_global() in graph/ (it communicates).
+  bool is_global() const { return global_ != nullptr; }
+  const Placement& placement() const;
+  const NdSbp& nd_sbp() const;
+  Tensor to_global(const Placement& placement, const NdSbp& nd_sbp) const;
+  // This process's shard as a local tensor (shares memory); a local tensor
+  // returns itself.
+  Tensor to_local() const;
+  const std::shared_ptr<const GlobalMeta>& global_meta() const { return global_; }
+  // Wraps `local` as the shard of a global tensor; callers (sbp/) check
+  // that the shard fits the layout.
+  static Tensor WrapGlobal(const Tensor& local, const Shape& logical_shape, std::shared_ptr<const GlobalMeta> meta);
 
   void* raw_data() const { return storage_ ? storage_->data() : nullptr; }
-  // Typed host pointer; throws naming both dtypes if T does not match.
+  // Typed host pointer to local data; throws naming both dtypes if T does
+  // not match, or if the tensor is global (use to_local()).
   template <typename T>
   T* data() const {
     CheckAccess(DTypeOf<T>::value);
@@ -43,7 +67,7 @@ class Tensor {
   template <typename T>
   std::vector<T> ToVector() const {
     const T* p = data<T>();
-    return std::vector<T>(p, p + numel());
+    return std::vector<T>(p, p + shape_.numel());
   }
 
   Tensor Clone() const;
@@ -59,8 +83,10 @@ class Tensor {
   void CheckAccess(DType requested) const;
 
   std::shared_ptr<Storage> storage_;
-  Shape shape_;
+  Shape shape_;  // of the local data
   DType dtype_ = DType::kFloat32;
+  std::shared_ptr<const GlobalMeta> global_;  // null for a local tensor
+  Shape logical_shape_;                       // global tensors only
 };
 
 // Copies bytes between any two devices (host and CUDA).

@@ -1,0 +1,208 @@
+#include "graph/boxing_executor.h"
+
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "core/box_copy.h"
+#include "core/comm/process_group.h"
+#include "core/error.h"
+#include "sbp/global_tensor.h"
+#include "sbp/slice_transfer.h"
+
+namespace tessel {
+
+namespace {
+
+// A local buffer holding logical box `box` of the tensor.
+struct Shard {
+  Tensor data;
+  Box box;
+};
+
+void CopyPart(const Shard& from, const Box& part, void* dst, const Box& dst_box, DType dtype) {
+  CopyBox(from.data.raw_data(), from.box.shape().dims(), part.OffsetIn(from.box), dst, dst_box.shape().dims(),
+          part.OffsetIn(dst_box), part.shape().dims(), ElementSize(dtype));
+}
+
+// Copies `part` of `from` into a new contiguous tensor.
+Tensor Extract(const Shard& from, const Box& part, DType dtype) {
+  Tensor out = Tensor::Empty(part.shape(), dtype);
+  CopyPart(from, part, out.raw_data(), part, dtype);
+  return out;
+}
+
+// Packs the parts back to back; returns element counts per part.
+std::vector<int64_t> Pack(const Shard& from, const std::vector<Box>& parts, std::vector<char>* buffer, DType dtype) {
+  const size_t es = ElementSize(dtype);
+  std::vector<int64_t> counts;
+  size_t total = 0;
+  for (const Box& p : parts) total += static_cast<size_t>(p.numel());
+  buffer->resize(total * es);
+  size_t offset = 0;
+  for (const Box& p : parts) {
+    if (!p.empty()) CopyPart(from, p, buffer->data() + offset * es, p, dtype);
+    counts.push_back(p.numel());
+    offset += static_cast<size_t>(p.numel());
+  }
+  return counts;
+}
+
+// Pastes contiguous parts (laid back to back in `buffer`) into `to`.
+void Unpack(const char* buffer, const std::vector<Box>& parts, Shard* to, DType dtype) {
+  const size_t es = ElementSize(dtype);
+  size_t offset = 0;
+  for (const Box& p : parts) {
+    if (!p.empty()) {
+      CopyBox(buffer + offset * es, p.shape().dims(), std::vector<int64_t>(p.ndim(), 0), to->data.raw_data(),
+              to->box.shape().dims(), p.OffsetIn(to->box), p.shape().dims(), es);
+    }
+    offset += static_cast<size_t>(p.numel());
+  }
+}
+
+Shard ZerosShard(const Box& box, DType dtype) {
+  Tensor t = Tensor::Empty(box.shape(), dtype);
+  if (t.nbytes() > 0) std::memset(t.raw_data(), 0, t.nbytes());  // all-zero bits are 0 in every dtype
+  return {t, box};
+}
+
+// One step along a mesh axis, run by the members of the placement.
+Shard RunAxisStep(const BoxingStep& step, const Shard& cur, const Shape& shape, DType dtype, int index) {
+  const Placement& pl = step.from_placement;
+  const int axis = step.mesh_axis;
+  std::vector<int64_t> coord = pl.Coord(index);
+  const int64_t p = pl.hierarchy()[axis];
+  const int me = static_cast<int>(coord[axis]);
+  std::vector<Box> before(p), after(p);
+  for (int64_t m = 0; m < p; ++m) {
+    coord[axis] = m;
+    before[m] = SliceOf(shape, step.from, pl.hierarchy(), coord);
+    after[m] = SliceOf(shape, step.to, pl.hierarchy(), coord);
+  }
+  auto group = [&] { return comm::GetGroup(pl.GroupAlong(index, axis)); };
+  const comm::ReduceOp reduce = step.reduce_max ? comm::ReduceOp::kMax : comm::ReduceOp::kSum;
+
+  switch (step.op) {
+    case BoxingOp::kReinterpret:
+      return {cur.data, after[me]};
+    case BoxingOp::kAllReduce: {
+      Shard out{cur.data.Clone(), after[me]};
+      group()->AllReduce(out.data.raw_data(), out.box.numel(), dtype, reduce);
+      return out;
+    }
+    case BoxingOp::kReduceScatter: {
+      std::vector<char> send;
+      std::vector<int64_t> counts = Pack(cur, after, &send, dtype);
+      Shard out{Tensor::Empty(after[me].shape(), dtype), after[me]};
+      group()->ReduceScatterV(send.data(), out.data.raw_data(), counts, dtype, reduce);
+      return out;
+    }
+    case BoxingOp::kAllGather: {
+      std::vector<int64_t> counts;
+      for (const Box& b : before) counts.push_back(b.numel());
+      std::vector<char> gathered(static_cast<size_t>(after[me].numel()) * ElementSize(dtype));
+      group()->AllGatherV(cur.data.raw_data(), gathered.data(), counts, dtype);
+      Shard out{Tensor::Empty(after[me].shape(), dtype), after[me]};
+      Unpack(gathered.data(), before, &out, dtype);
+      return out;
+    }
+    case BoxingOp::kAllToAll: {
+      std::vector<Box> sends, recvs;
+      for (int64_t m = 0; m < p; ++m) {
+        sends.push_back(before[me].Intersect(after[m]));
+        recvs.push_back(before[m].Intersect(after[me]));
+      }
+      std::vector<char> send;
+      std::vector<int64_t> send_counts = Pack(cur, sends, &send, dtype), recv_counts;
+      for (const Box& b : recvs) recv_counts.push_back(b.numel());
+      std::vector<char> recv(static_cast<size_t>(after[me].numel()) * ElementSize(dtype));
+      group()->AllToAllV(send.data(), send_counts, recv.data(), recv_counts, dtype);
+      Shard out{Tensor::Empty(after[me].shape(), dtype), after[me]};
+      Unpack(recv.data(), recvs, &out, dtype);
+      return out;
+    }
+    case BoxingOp::kLocalSlice:
+      return {Extract(cur, after[me], dtype), after[me]};
+    case BoxingOp::kZeroFill:
+      return me == 0 ? Shard{cur.data, after[me]} : ZerosShard(after[me], dtype);
+    case BoxingOp::kZeroPad: {
+      Shard out = ZerosShard(after[me], dtype);
+      CopyPart(cur, cur.box, out.data.raw_data(), out.box, dtype);
+      return out;
+    }
+    case BoxingOp::kSliceTransfer:
+      break;
+  }
+  TESSEL_THROW(StatusCode::kInternal) << "unexpected boxing step " << step.Describe();
+}
+
+// Point-to-point slices between placements (or layouts), over the world.
+Shard RunTransfer(const BoxingStep& step, const Shard& cur, const Shape& shape, DType dtype, int rank) {
+  Box dst_box = LocalBox(shape, step.to_placement, step.to, rank);
+  Shard out{Tensor::Empty(dst_box.shape(), dtype), dst_box};
+  std::vector<SliceTransfer> transfers =
+      PlanSliceTransfers(step.from_placement, step.from, step.to_placement, step.to, shape);
+  comm::Communicator& world = comm::World();
+  std::vector<Tensor> send_buffers;
+  std::vector<std::pair<Tensor, Box>> recv_buffers;
+  std::vector<std::unique_ptr<comm::Work>> pending;
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    const SliceTransfer& t = transfers[i];
+    const uint32_t tag = static_cast<uint32_t>(i);
+    if (t.src_rank == rank && t.dst_rank == rank) {
+      CopyPart(cur, t.box, out.data.raw_data(), out.box, dtype);
+    } else if (t.src_rank == rank) {
+      send_buffers.push_back(Extract(cur, t.box, dtype));
+      pending.push_back(world.ISend(send_buffers.back().raw_data(), t.box.numel(), dtype, t.dst_rank, tag));
+    } else if (t.dst_rank == rank) {
+      recv_buffers.emplace_back(Tensor::Empty(t.box.shape(), dtype), t.box);
+      pending.push_back(world.IRecv(recv_buffers.back().first.raw_data(), t.box.numel(), dtype, t.src_rank, tag));
+    }
+  }
+  for (auto& w : pending) w->Wait();
+  for (auto& [buf, box] : recv_buffers) CopyPart(Shard{buf, box}, box, out.data.raw_data(), out.box, dtype);
+  return out;
+}
+
+}  // namespace
+
+Tensor ExecuteBoxing(const Tensor& input, const BoxingPlan& plan) {
+  TESSEL_CHECK(input.is_global() && input.placement() == plan.src_placement && input.nd_sbp() == plan.src &&
+               input.shape() == plan.shape && input.dtype() == plan.dtype)
+      << "boxing plan for " << plan.src_placement << " " << plan.src << " " << plan.dtype << " " << plan.shape
+      << " applied to " << input.ToString();
+  const int rank = CurrentRank();
+  const DType dtype = plan.dtype;
+  Shard cur{input.to_local(), LocalBox(plan.shape, plan.src_placement, plan.src, rank)};
+  for (const BoxingStep& step : plan.steps) {
+    if (step.op == BoxingOp::kSliceTransfer) {
+      cur = RunTransfer(step, cur, plan.shape, dtype, rank);
+      continue;
+    }
+    int index = step.from_placement.IndexOf(rank);
+    if (index < 0) {
+      cur = {Tensor::Empty(LocalBox(plan.shape, step.to_placement, step.to, rank).shape(), dtype),
+             LocalBox(plan.shape, step.to_placement, step.to, rank)};
+      continue;
+    }
+    cur = RunAxisStep(step, cur, plan.shape, dtype, index);
+  }
+  return MakeGlobal(cur.data, plan.shape, plan.dst_placement, plan.dst);
+}
+
+const BoxingPlan& GetBoxingPlan(const Placement& src_placement, const NdSbp& src, const Placement& dst_placement,
+                                const NdSbp& dst, const Shape& shape, DType dtype) {
+  static std::mutex mu;
+  static std::map<std::string, BoxingPlan>* cache = new std::map<std::string, BoxingPlan>();
+  std::string key = src_placement.ToString() + src.ToString() + ">" + dst_placement.ToString() + dst.ToString() +
+                    shape.ToString() + std::string(DTypeName(dtype));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache->find(key);
+  if (it == cache->end()) {
+    it = cache->emplace(key, PlanBoxing(src_placement, src, dst_placement, dst, shape, dtype)).first;
+  }
+  return it->second;
+}
+
+}  // namespace tessel

@@ -1,0 +1,18 @@
+// Carries out a boxing plan (sbp/boxing_plan.h) with the communicator.
+#pragma once
+
+#include "core/tensor.h"
+#include "sbp/boxing_plan.h"
+
+namespace tessel {
+
+// `input` must be a global tensor laid out as the plan's source; returns it
+// laid out as the plan's destination. Every rank of the world calls it in
+// lockstep; ranks outside a step's placement skip that step.
+Tensor ExecuteBoxing(const Tensor& input, const BoxingPlan& plan);
+
+// The plan for a conversion, cached by (layouts, shape, dtype).
+const BoxingPlan& GetBoxingPlan(const Placement& src_placement, const NdSbp& src, const Placement& dst_placement,
+                                const NdSbp& dst, const Shape& shape, DType dtype);
+
+}  // namespace tessel

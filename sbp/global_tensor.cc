@@ -1,0 +1,117 @@
+#include "sbp/global_tensor.h"
+
+#include "core/comm/process_group.h"
+#include "core/error.h"
+#include "core/philox.h"
+
+namespace tessel {
+
+const Placement& Tensor::placement() const {
+  TESSEL_CHECK(is_global()) << "placement() of a local tensor " << ToString() << "; only global tensors have one";
+  return global_->placement;
+}
+
+const NdSbp& Tensor::nd_sbp() const {
+  TESSEL_CHECK(is_global()) << "nd_sbp() of a local tensor " << ToString() << "; only global tensors have one";
+  return global_->nd_sbp;
+}
+
+int CurrentRank() { return comm::IsWorldInitialized() ? comm::GetDistEnv().rank : 0; }
+int CurrentWorldSize() { return comm::IsWorldInitialized() ? comm::GetDistEnv().world_size : 1; }
+
+Box LocalBox(const Shape& logical, const Placement& placement, const NdSbp& nd_sbp, int rank) {
+  int index = placement.IndexOf(rank);
+  if (index < 0) return Box(std::vector<Range>(logical.ndim(), Range{0, 0}));
+  return SliceOf(logical, nd_sbp, placement.hierarchy(), placement.Coord(index));
+}
+
+void CheckGlobalLayout(const Shape& logical, const Placement& placement, const NdSbp& nd_sbp) {
+  placement.CheckInWorld(CurrentWorldSize());
+  nd_sbp.Check(logical.ndim(), placement.ndim());
+  TESSEL_CHECK(placement.device_type() == DeviceType::kCPU)
+      << "global tensors on " << placement << " need the CUDA backend's communicator (NCCL), which is not built "
+      << "yet; use a cpu placement";
+}
+
+Tensor MakeGlobal(const Tensor& local, const Shape& logical, const Placement& placement, const NdSbp& nd_sbp) {
+  CheckGlobalLayout(logical, placement, nd_sbp);
+  Shape want = LocalBox(logical, placement, nd_sbp, CurrentRank()).shape();
+  TESSEL_CHECK(local.to_local().shape() == want)
+      << "local shard of shape " << local.to_local().shape() << " on rank " << CurrentRank() << " does not fit "
+      << nd_sbp << " on " << placement << " for logical shape " << logical << "; expected " << want;
+  return Tensor::WrapGlobal(local, logical, std::make_shared<GlobalMeta>(placement, nd_sbp));
+}
+
+namespace {
+
+// True if this rank holds the value (rather than zeros) under P(sum): it
+// sits at index 0 of every partial-sum mesh axis.
+bool HoldsPartialValue(const Placement& placement, const NdSbp& nd_sbp, int rank) {
+  int index = placement.IndexOf(rank);
+  if (index < 0) return false;
+  std::vector<int64_t> coord = placement.Coord(index);
+  for (int a = 0; a < nd_sbp.size(); ++a)
+    if (nd_sbp[a].type() == SbpType::kPartialSum && coord[a] != 0) return false;
+  return true;
+}
+
+// Builds this rank's shard with element value fn(logical flat index).
+template <typename Fn>
+Tensor MakeShard(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp, DType dtype, Fn fn) {
+  CheckGlobalLayout(shape, placement, nd_sbp);
+  const int rank = CurrentRank();
+  Box box = LocalBox(shape, placement, nd_sbp, rank);
+  const bool zero = !HoldsPartialValue(placement, nd_sbp, rank);
+  Tensor local = Tensor::Empty(box.shape(), dtype);
+  const std::vector<int64_t> strides = shape.ContiguousStrides();
+  const int64_t n = box.numel(), nd = shape.ndim();
+  VisitDType(dtype, [&](auto z) {
+    using T = decltype(z);
+    T* out = static_cast<T*>(local.raw_data());
+    std::vector<int64_t> idx(nd, 0);  // position inside the box
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t flat = 0;
+      for (int64_t d = 0; d < nd; ++d) flat += (box[d].begin + idx[d]) * strides[d];
+      double v = zero ? 0.0 : fn(flat);
+      if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+        out[i] = T(static_cast<float>(v));
+      } else {
+        out[i] = static_cast<T>(v);
+      }
+      for (int64_t d = nd - 1; d >= 0; --d) {
+        if (++idx[d] < box[d].size()) break;
+        idx[d] = 0;
+      }
+    }
+  });
+  return Tensor::WrapGlobal(local, shape, std::make_shared<GlobalMeta>(placement, nd_sbp));
+}
+
+}  // namespace
+
+Tensor full(const Shape& shape, double value, const Placement& placement, const NdSbp& nd_sbp, DType dtype) {
+  return MakeShard(shape, placement, nd_sbp, dtype, [value](int64_t) { return value; });
+}
+Tensor zeros(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp, DType dtype) {
+  return full(shape, 0.0, placement, nd_sbp, dtype);
+}
+Tensor ones(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp, DType dtype) {
+  return full(shape, 1.0, placement, nd_sbp, dtype);
+}
+Tensor arange(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp, DType dtype) {
+  return MakeShard(shape, placement, nd_sbp, dtype, [](int64_t i) { return static_cast<double>(i); });
+}
+Tensor rand(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp, uint64_t seed, DType dtype) {
+  TESSEL_CHECK(IsFloating(dtype)) << "rand needs a floating dtype, got " << dtype;
+  Philox gen(seed);
+  return MakeShard(shape, placement, nd_sbp, dtype,
+                   [&gen](int64_t i) { return gen.Uniform(static_cast<uint64_t>(i)); });
+}
+Tensor randn(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp, uint64_t seed, DType dtype) {
+  TESSEL_CHECK(IsFloating(dtype)) << "randn needs a floating dtype, got " << dtype;
+  Philox gen(seed);
+  return MakeShard(shape, placement, nd_sbp, dtype,
+                   [&gen](int64_t i) { return gen.Normal(static_cast<uint64_t>(i)); });
+}
+
+}  // namespace tessel

@@ -1,0 +1,54 @@
+// Global tensors: one logical tensor laid out over a placement by an NdSbp.
+// A global tensor is a tessel::Tensor whose local data is this process's
+// shard; shape() is the logical shape. Ranks outside the placement hold an
+// empty shard but keep the metadata (lockstep SPMD).
+//
+// Factories here need no communication: every rank computes its own shard
+// from the logical element indices, so the logical value does not depend on
+// the placement or the NdSbp (same seed -> same logical tensor).
+#pragma once
+
+#include <memory>
+
+#include "core/tensor.h"
+#include "sbp/placement.h"
+#include "sbp/sbp.h"
+#include "sbp/slice.h"
+
+namespace tessel {
+
+class GlobalMeta {
+ public:
+  GlobalMeta(Placement placement, NdSbp nd_sbp) : placement(std::move(placement)), nd_sbp(std::move(nd_sbp)) {}
+  const Placement placement;
+  const NdSbp nd_sbp;
+};
+
+// This process's world rank and the world size (0 and 1 before Init).
+int CurrentRank();
+int CurrentWorldSize();
+
+// The logical box `rank` holds (empty if it is outside the placement).
+Box LocalBox(const Shape& logical, const Placement& placement, const NdSbp& nd_sbp, int rank);
+
+// Checks placement and NdSbp against the world and the tensor (naming what
+// is wrong) and wraps `local`, which must have this rank's shard shape.
+Tensor MakeGlobal(const Tensor& local, const Shape& logical, const Placement& placement, const NdSbp& nd_sbp);
+// Validates a layout for a tensor of `logical` shape in the current world.
+void CheckGlobalLayout(const Shape& logical, const Placement& placement, const NdSbp& nd_sbp);
+
+// Global factories. Under P (sum) the first rank along the partial axes
+// holds the value and the others zeros; under P(max) every rank holds it.
+Tensor zeros(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp, DType dtype = DType::kFloat32);
+Tensor ones(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp, DType dtype = DType::kFloat32);
+Tensor full(const Shape& shape, double value, const Placement& placement, const NdSbp& nd_sbp,
+            DType dtype = DType::kFloat32);
+// Element i (row-major logical index) is i.
+Tensor arange(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp, DType dtype = DType::kFloat32);
+// Element i is Philox(seed) uniform / normal at logical index i.
+Tensor rand(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp, uint64_t seed = 0,
+            DType dtype = DType::kFloat32);
+Tensor randn(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp, uint64_t seed = 0,
+             DType dtype = DType::kFloat32);
+
+}  // namespace tessel
