@@ -5,11 +5,9 @@ best time per size (this machine is noisy), and prints the comparison.
     python3 tests/bench/allreduce_vs_torch.py --build build [--nproc 4] [--markdown]
 """
 import argparse
-import json
 import os
-import re
-import subprocess
-import sys
+
+from bench_util import human_bytes, keep_fastest, print_table, run_ranks
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("--build", default="build", help="tessel build directory")
@@ -32,41 +30,14 @@ programs = {
 best = {}  # (impl, bytes) -> record with the lowest time
 for _ in range(args.rounds):
     for impl, prog in programs.items():
-        cmd = [launcher, "--nproc_per_node", str(args.nproc), "--master_port", "0", "--"] + prog
-        out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if out.returncode != 0:
-            sys.exit(f"{impl} benchmark failed:\n{out.stdout}")
-        for line in out.stdout.splitlines():
-            m = re.match(r"\[rank 0\] (\{.*\})$", line)
-            if m:
-                rec = json.loads(m.group(1))
-                key = (impl, rec["bytes"])
-                if key not in best or rec["us"] < best[key]["us"]:
-                    best[key] = rec
-
-def human(n):
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:g} {unit}"
-        n /= 1024
-    return f"{n:g} TiB"
+        keep_fastest(best, run_ranks(launcher, args.nproc, prog), ("impl", "bytes"))
 
 sizes = sorted({b for (_, b) in best})
 header = ["size", "tessel us", "torch-gloo us", "tessel busbw GB/s", "torch busbw GB/s", "speed vs torch"]
 rows = []
 for b in sizes:
     t, r = best[("tessel", b)], best[("torch-gloo", b)]
-    rows.append([human(b), f"{t['us']:.1f}", f"{r['us']:.1f}", f"{t['busbw_gbps']:.3f}", f"{r['busbw_gbps']:.3f}",
-                 f"{r['us'] / t['us']:.2f}x"])
-print(f"all-reduce, f32 sum, {args.nproc} ranks on loopback (Gloo TCP), best of {args.rounds} rounds")
-print("speed vs torch = torch time / tessel time (> 1: tessel is faster)")
-if args.markdown:
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
-else:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    print("  ".join(h.rjust(w) for h, w in zip(header, widths)))
-    for row in rows:
-        print("  ".join(c.rjust(w) for c, w in zip(row, widths)))
+    rows.append([human_bytes(b), f"{t['us']:.1f}", f"{r['us']:.1f}", f"{t['busbw_gbps']:.3f}",
+                 f"{r['busbw_gbps']:.3f}", f"{r['us'] / t['us']:.2f}x"])
+print_table(f"all-reduce, f32 sum, {args.nproc} ranks on loopback (Gloo TCP), best of {args.rounds} rounds\n"
+            "speed vs torch = torch time / tessel time (> 1: tessel is faster)", header, rows, args.markdown)
