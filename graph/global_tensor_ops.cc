@@ -1,5 +1,6 @@
 #include "graph/global_tensor_ops.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/comm/process_group.h"
@@ -59,11 +60,12 @@ Tensor FromLocal(const Tensor& local_in, const Placement& placement, const NdSbp
   std::string layout = placement.ToString() + " " + nd_sbp.ToString() + " " + std::string(DTypeName(local.dtype()));
   // Ranks outside the placement report no shard.
   std::vector<RankMeta> metas = ExchangeMeta({layout, placement.Contains(rank) ? ls.dims() : std::vector<int64_t>{}});
-  for (size_t r = 0; r < metas.size(); ++r) {
-    TESSEL_CHECK(metas[r].layout == layout)
-        << "inconsistent global tensor metadata: rank " << r << " passed " << metas[r].layout << " but rank "
-        << rank << " passed " << layout << "; every rank must give the same placement, NdSbp and dtype";
-  }
+  // Everyone compares against rank 0, so every rank names the same culprits.
+  std::string odd;
+  for (size_t r = 1; r < metas.size(); ++r)
+    if (metas[r].layout != metas[0].layout) odd += (odd.empty() ? "" : "; ") + ("rank " + std::to_string(r) + " passed " + metas[r].layout);
+  TESSEL_CHECK(odd.empty()) << "inconsistent global tensor metadata: " << odd << " but rank 0 passed "
+                            << metas[0].layout << "; every rank must give the same placement, NdSbp and dtype";
   // Logical size of dim d: sum of the shards along the mesh axes splitting
   // d (other axes at index 0); unsplit dims are the first member's.
   const int64_t nd = ls.ndim();
