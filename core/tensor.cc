@@ -49,7 +49,8 @@ Tensor Tensor::to_local() const {
   return t;
 }
 
-Tensor Tensor::WrapGlobal(const Tensor& local, const Shape& logical_shape, std::shared_ptr<const GlobalMeta> meta) {
+Tensor Tensor::WrapGlobal(const Tensor& local, const Shape& logical_shape,
+                          std::shared_ptr<const GlobalMeta> meta) {
   Tensor t = local.to_local();
   t.global_ = std::move(meta);
   t.logical_shape_ = logical_shape;

@@ -54,7 +54,8 @@ class Tensor {
   const std::shared_ptr<const GlobalMeta>& global_meta() const { return global_; }
   // Wraps `local` as the shard of a global tensor; callers (sbp/) check
   // that the shard fits the layout.
-  static Tensor WrapGlobal(const Tensor& local, const Shape& logical_shape, std::shared_ptr<const GlobalMeta> meta);
+  static Tensor WrapGlobal(const Tensor& local, const Shape& logical_shape,
+                           std::shared_ptr<const GlobalMeta> meta);
 
   void* raw_data() const { return storage_ ? storage_->data() : nullptr; }
   // Typed host pointer to local data; throws naming both dtypes if T does

@@ -33,7 +33,8 @@ Tensor Extract(const Shard& from, const Box& part, DType dtype) {
 }
 
 // Packs the parts back to back; returns element counts per part.
-std::vector<int64_t> Pack(const Shard& from, const std::vector<Box>& parts, std::vector<char>* buffer, DType dtype) {
+std::vector<int64_t> Pack(const Shard& from, const std::vector<Box>& parts, std::vector<char>* buffer,
+                          DType dtype) {
   const size_t es = ElementSize(dtype);
   std::vector<int64_t> counts;
   size_t total = 0;
@@ -157,7 +158,8 @@ Shard RunTransfer(const BoxingStep& step, const Shard& cur, const Shape& shape, 
       pending.push_back(world.ISend(send_buffers.back().raw_data(), t.box.numel(), dtype, t.dst_rank, tag));
     } else if (t.dst_rank == rank) {
       recv_buffers.emplace_back(Tensor::Empty(t.box.shape(), dtype), t.box);
-      pending.push_back(world.IRecv(recv_buffers.back().first.raw_data(), t.box.numel(), dtype, t.src_rank, tag));
+      pending.push_back(
+          world.IRecv(recv_buffers.back().first.raw_data(), t.box.numel(), dtype, t.src_rank, tag));
     }
   }
   for (auto& w : pending) w->Wait();
@@ -191,12 +193,13 @@ Tensor ExecuteBoxing(const Tensor& input, const BoxingPlan& plan) {
   return MakeGlobal(cur.data, plan.shape, plan.dst_placement, plan.dst);
 }
 
-const BoxingPlan& GetBoxingPlan(const Placement& src_placement, const NdSbp& src, const Placement& dst_placement,
-                                const NdSbp& dst, const Shape& shape, DType dtype) {
+const BoxingPlan& GetBoxingPlan(const Placement& src_placement, const NdSbp& src,
+                                const Placement& dst_placement, const NdSbp& dst, const Shape& shape,
+                                DType dtype) {
   static std::mutex mu;
   static std::map<std::string, BoxingPlan>* cache = new std::map<std::string, BoxingPlan>();
-  std::string key = src_placement.ToString() + src.ToString() + ">" + dst_placement.ToString() + dst.ToString() +
-                    shape.ToString() + std::string(DTypeName(dtype));
+  std::string key = src_placement.ToString() + src.ToString() + ">" + dst_placement.ToString() +
+                    dst.ToString() + shape.ToString() + std::string(DTypeName(dtype));
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache->find(key);
   if (it == cache->end()) {

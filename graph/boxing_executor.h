@@ -12,7 +12,8 @@ namespace tessel {
 Tensor ExecuteBoxing(const Tensor& input, const BoxingPlan& plan);
 
 // The plan for a conversion, cached by (layouts, shape, dtype).
-const BoxingPlan& GetBoxingPlan(const Placement& src_placement, const NdSbp& src, const Placement& dst_placement,
-                                const NdSbp& dst, const Shape& shape, DType dtype);
+const BoxingPlan& GetBoxingPlan(const Placement& src_placement, const NdSbp& src,
+                                const Placement& dst_placement, const NdSbp& dst, const Shape& shape,
+                                DType dtype);
 
 }  // namespace tessel

@@ -12,7 +12,8 @@ namespace tessel {
 Tensor Tensor::to_global(const Placement& placement, const NdSbp& nd_sbp) const {
   if (!is_global()) return FromLocal(*this, placement, nd_sbp);
   CheckGlobalLayout(shape(), placement, nd_sbp);
-  return ExecuteBoxing(*this, GetBoxingPlan(this->placement(), this->nd_sbp(), placement, nd_sbp, shape(), dtype()));
+  return ExecuteBoxing(*this,
+                       GetBoxingPlan(this->placement(), this->nd_sbp(), placement, nd_sbp, shape(), dtype()));
 }
 
 namespace {
@@ -57,19 +58,25 @@ Tensor FromLocal(const Tensor& local_in, const Placement& placement, const NdSbp
   const Shape& ls = local.shape();
   placement.CheckInWorld(CurrentWorldSize());
   nd_sbp.Check(ls.ndim(), placement.ndim());
-  std::string layout = placement.ToString() + " " + nd_sbp.ToString() + " " + std::string(DTypeName(local.dtype()));
+  std::string layout =
+      placement.ToString() + " " + nd_sbp.ToString() + " " + std::string(DTypeName(local.dtype()));
   // Ranks outside the placement report no shard.
-  std::vector<RankMeta> metas = ExchangeMeta({layout, placement.Contains(rank) ? ls.dims() : std::vector<int64_t>{}});
+  std::vector<RankMeta> metas =
+      ExchangeMeta({layout, placement.Contains(rank) ? ls.dims() : std::vector<int64_t>{}});
   // Everyone compares against rank 0, so every rank names the same culprits.
   std::string odd;
   for (size_t r = 1; r < metas.size(); ++r)
-    if (metas[r].layout != metas[0].layout) odd += (odd.empty() ? "" : "; ") + ("rank " + std::to_string(r) + " passed " + metas[r].layout);
+    if (metas[r].layout != metas[0].layout)
+      odd += (odd.empty() ? "" : "; ") + ("rank " + std::to_string(r) + " passed " + metas[r].layout);
   TESSEL_CHECK(odd.empty()) << "inconsistent global tensor metadata: " << odd << " but rank 0 passed "
-                            << metas[0].layout << "; every rank must give the same placement, NdSbp and dtype";
+                            << metas[0].layout
+                            << "; every rank must give the same placement, NdSbp and dtype";
   // Logical size of dim d: sum of the shards along the mesh axes splitting
   // d (other axes at index 0); unsplit dims are the first member's.
   const int64_t nd = ls.ndim();
-  auto shard_dims = [&](int index) -> const std::vector<int64_t>& { return metas[placement.ranks()[index]].local_shape; };
+  auto shard_dims = [&](int index) -> const std::vector<int64_t>& {
+    return metas[placement.ranks()[index]].local_shape;
+  };
   for (int i = 0; i < placement.size(); ++i) {
     TESSEL_CHECK(static_cast<int64_t>(shard_dims(i).size()) == nd)
         << "inconsistent global tensor metadata: rank " << placement.ranks()[i] << " passed a shard of rank "
@@ -100,7 +107,8 @@ Tensor FromLocal(const Tensor& local_in, const Placement& placement, const NdSbp
         << Shape(shard_dims(i)) << " but " << nd_sbp << " on " << placement << " of the logical shape "
         << logical_shape << " (inferred from all shards) gives it " << want;
   }
-  if (!placement.Contains(rank)) local = Tensor::Empty(LocalBox(logical_shape, placement, nd_sbp, rank).shape(), local.dtype());
+  if (!placement.Contains(rank))
+    local = Tensor::Empty(LocalBox(logical_shape, placement, nd_sbp, rank).shape(), local.dtype());
   return MakeGlobal(local, logical_shape, placement, nd_sbp);
 }
 

@@ -13,15 +13,24 @@ namespace tessel {
 
 const char* BoxingOpName(BoxingOp op) {
   switch (op) {
-    case BoxingOp::kAllReduce: return "all-reduce";
-    case BoxingOp::kReduceScatter: return "reduce-scatter";
-    case BoxingOp::kAllGather: return "all-gather";
-    case BoxingOp::kAllToAll: return "all-to-all";
-    case BoxingOp::kLocalSlice: return "local slice";
-    case BoxingOp::kZeroFill: return "zero-fill";
-    case BoxingOp::kZeroPad: return "zero-pad";
-    case BoxingOp::kReinterpret: return "reinterpret";
-    case BoxingOp::kSliceTransfer: return "slice transfer";
+    case BoxingOp::kAllReduce:
+      return "all-reduce";
+    case BoxingOp::kReduceScatter:
+      return "reduce-scatter";
+    case BoxingOp::kAllGather:
+      return "all-gather";
+    case BoxingOp::kAllToAll:
+      return "all-to-all";
+    case BoxingOp::kLocalSlice:
+      return "local slice";
+    case BoxingOp::kZeroFill:
+      return "zero-fill";
+    case BoxingOp::kZeroPad:
+      return "zero-pad";
+    case BoxingOp::kReinterpret:
+      return "reinterpret";
+    case BoxingOp::kSliceTransfer:
+      return "slice transfer";
   }
   return "?";
 }
@@ -239,7 +248,8 @@ BoxingPlan PlanBoxing(const Placement& src_p, const NdSbp& src, const Placement&
     }
   }
   TESSEL_CHECK_CODE(best.count(goal), StatusCode::kInternal)
-      << "no boxing route from " << src_p << " " << src << " to " << dst_p << " " << dst << " for shape " << shape;
+      << "no boxing route from " << src_p << " " << src << " to " << dst_p << " " << dst << " for shape "
+      << shape;
   for (State s = goal; !(s == start);) {
     const auto& [prev, step] = parent.at(s);
     plan.steps.insert(plan.steps.begin(), step);

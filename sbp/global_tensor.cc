@@ -7,12 +7,14 @@
 namespace tessel {
 
 const Placement& Tensor::placement() const {
-  TESSEL_CHECK(is_global()) << "placement() of a local tensor " << ToString() << "; only global tensors have one";
+  TESSEL_CHECK(is_global()) << "placement() of a local tensor " << ToString()
+                            << "; only global tensors have one";
   return global_->placement;
 }
 
 const NdSbp& Tensor::nd_sbp() const {
-  TESSEL_CHECK(is_global()) << "nd_sbp() of a local tensor " << ToString() << "; only global tensors have one";
+  TESSEL_CHECK(is_global()) << "nd_sbp() of a local tensor " << ToString()
+                            << "; only global tensors have one";
   return global_->nd_sbp;
 }
 
@@ -29,16 +31,19 @@ void CheckGlobalLayout(const Shape& logical, const Placement& placement, const N
   placement.CheckInWorld(CurrentWorldSize());
   nd_sbp.Check(logical.ndim(), placement.ndim());
   TESSEL_CHECK(placement.device_type() == DeviceType::kCPU)
-      << "global tensors on " << placement << " need the CUDA backend's communicator (NCCL), which is not built "
+      << "global tensors on " << placement
+      << " need the CUDA backend's communicator (NCCL), which is not built "
       << "yet; use a cpu placement";
 }
 
-Tensor MakeGlobal(const Tensor& local, const Shape& logical, const Placement& placement, const NdSbp& nd_sbp) {
+Tensor MakeGlobal(const Tensor& local, const Shape& logical, const Placement& placement,
+                  const NdSbp& nd_sbp) {
   CheckGlobalLayout(logical, placement, nd_sbp);
   Shape want = LocalBox(logical, placement, nd_sbp, CurrentRank()).shape();
   TESSEL_CHECK(local.to_local().shape() == want)
-      << "local shard of shape " << local.to_local().shape() << " on rank " << CurrentRank() << " does not fit "
-      << nd_sbp << " on " << placement << " for logical shape " << logical << "; expected " << want;
+      << "local shard of shape " << local.to_local().shape() << " on rank " << CurrentRank()
+      << " does not fit " << nd_sbp << " on " << placement << " for logical shape " << logical
+      << "; expected " << want;
   return Tensor::WrapGlobal(local, logical, std::make_shared<GlobalMeta>(placement, nd_sbp));
 }
 
@@ -107,7 +112,8 @@ Tensor rand(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp,
   return MakeShard(shape, placement, nd_sbp, dtype,
                    [&gen](int64_t i) { return gen.Uniform(static_cast<uint64_t>(i)); });
 }
-Tensor randn(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp, uint64_t seed, DType dtype) {
+Tensor randn(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp, uint64_t seed,
+             DType dtype) {
   TESSEL_CHECK(IsFloating(dtype)) << "randn needs a floating dtype, got " << dtype;
   Philox gen(seed);
   return MakeShard(shape, placement, nd_sbp, dtype,

@@ -19,7 +19,8 @@ namespace tessel {
 
 class GlobalMeta {
  public:
-  GlobalMeta(Placement placement, NdSbp nd_sbp) : placement(std::move(placement)), nd_sbp(std::move(nd_sbp)) {}
+  GlobalMeta(Placement placement, NdSbp nd_sbp)
+      : placement(std::move(placement)), nd_sbp(std::move(nd_sbp)) {}
   const Placement placement;
   const NdSbp nd_sbp;
 };
@@ -39,12 +40,15 @@ void CheckGlobalLayout(const Shape& logical, const Placement& placement, const N
 
 // Global factories. Under P (sum) the first rank along the partial axes
 // holds the value and the others zeros; under P(max) every rank holds it.
-Tensor zeros(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp, DType dtype = DType::kFloat32);
-Tensor ones(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp, DType dtype = DType::kFloat32);
+Tensor zeros(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp,
+             DType dtype = DType::kFloat32);
+Tensor ones(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp,
+            DType dtype = DType::kFloat32);
 Tensor full(const Shape& shape, double value, const Placement& placement, const NdSbp& nd_sbp,
             DType dtype = DType::kFloat32);
 // Element i (row-major logical index) is i.
-Tensor arange(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp, DType dtype = DType::kFloat32);
+Tensor arange(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp,
+              DType dtype = DType::kFloat32);
 // Element i is Philox(seed) uniform / normal at logical index i.
 Tensor rand(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp, uint64_t seed = 0,
             DType dtype = DType::kFloat32);

@@ -42,16 +42,19 @@ Placement::Placement(std::string_view device, std::vector<int> ranks)
     : Placement(ParseDeviceType(device), std::move(ranks)) {}
 
 Placement::Placement(std::string_view device, std::initializer_list<std::initializer_list<int>> grid)
-    : Placement(ParseDeviceType(device), [&] {
-        std::vector<int> flat;
-        for (const auto& row : grid) {
-          TESSEL_CHECK(row.size() == grid.begin()->size())
-              << "placement grid rows differ in length (" << grid.begin()->size() << " vs " << row.size()
-              << "); expected a rectangular grid";
-          flat.insert(flat.end(), row.begin(), row.end());
-        }
-        return flat;
-      }(), {static_cast<int64_t>(grid.size()), grid.size() == 0 ? 0 : static_cast<int64_t>(grid.begin()->size())}) {}
+    : Placement(ParseDeviceType(device),
+                [&] {
+                  std::vector<int> flat;
+                  for (const auto& row : grid) {
+                    TESSEL_CHECK(row.size() == grid.begin()->size())
+                        << "placement grid rows differ in length (" << grid.begin()->size() << " vs "
+                        << row.size() << "); expected a rectangular grid";
+                    flat.insert(flat.end(), row.begin(), row.end());
+                  }
+                  return flat;
+                }(),
+                {static_cast<int64_t>(grid.size()),
+                 grid.size() == 0 ? 0 : static_cast<int64_t>(grid.begin()->size())}) {}
 
 Placement Placement::Parse(std::string_view text) {
   size_t colon = text.find(':');
@@ -85,7 +88,8 @@ Placement Placement::Parse(std::string_view text) {
     } else if (std::isdigit(static_cast<unsigned char>(c))) {
       ok = depth == max_depth && depth > 0;
       int value = 0;
-      while (i < grid.size() && std::isdigit(static_cast<unsigned char>(grid[i]))) value = value * 10 + (grid[i++] - '0');
+      while (i < grid.size() && std::isdigit(static_cast<unsigned char>(grid[i])))
+        value = value * 10 + (grid[i++] - '0');
       --i;
       ranks.push_back(value);
       ++counts[depth - 1];

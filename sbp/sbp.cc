@@ -37,10 +37,14 @@ Sbp Sbp::Parse(std::string_view raw) {
 
 std::string Sbp::ToString() const {
   switch (type_) {
-    case SbpType::kSplit: return "S(" + std::to_string(axis_) + ")";
-    case SbpType::kBroadcast: return "B";
-    case SbpType::kPartialSum: return "P";
-    case SbpType::kPartialMax: return "P(max)";
+    case SbpType::kSplit:
+      return "S(" + std::to_string(axis_) + ")";
+    case SbpType::kBroadcast:
+      return "B";
+    case SbpType::kPartialSum:
+      return "P";
+    case SbpType::kPartialMax:
+      return "P(max)";
   }
   return "?";
 }

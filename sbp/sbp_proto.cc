@@ -7,10 +7,18 @@ namespace tessel {
 proto::SbpProto ToProto(const Sbp& sbp) {
   proto::SbpProto msg;
   switch (sbp.type()) {
-    case SbpType::kSplit: msg.mutable_split()->set_axis(sbp.axis()); break;
-    case SbpType::kBroadcast: msg.mutable_broadcast(); break;
-    case SbpType::kPartialSum: msg.mutable_partial_sum(); break;
-    case SbpType::kPartialMax: msg.mutable_partial_max(); break;
+    case SbpType::kSplit:
+      msg.mutable_split()->set_axis(sbp.axis());
+      break;
+    case SbpType::kBroadcast:
+      msg.mutable_broadcast();
+      break;
+    case SbpType::kPartialSum:
+      msg.mutable_partial_sum();
+      break;
+    case SbpType::kPartialMax:
+      msg.mutable_partial_max();
+      break;
   }
   return msg;
 }
@@ -31,11 +39,16 @@ proto::PlacementProto ToProto(const Placement& placement) {
 
 Sbp SbpFromProto(const proto::SbpProto& msg) {
   switch (msg.kind_case()) {
-    case proto::SbpProto::kSplit: return S(msg.split().axis());
-    case proto::SbpProto::kBroadcast: return B();
-    case proto::SbpProto::kPartialSum: return P();
-    case proto::SbpProto::kPartialMax: return PMax();
-    case proto::SbpProto::KIND_NOT_SET: break;
+    case proto::SbpProto::kSplit:
+      return S(msg.split().axis());
+    case proto::SbpProto::kBroadcast:
+      return B();
+    case proto::SbpProto::kPartialSum:
+      return P();
+    case proto::SbpProto::kPartialMax:
+      return PMax();
+    case proto::SbpProto::KIND_NOT_SET:
+      break;
   }
   TESSEL_THROW(StatusCode::kInvalidArgument) << "SbpProto has no kind set; expected split, broadcast, "
                                                 "partial_sum or partial_max";
@@ -48,7 +61,8 @@ NdSbp NdSbpFromProto(const proto::NdSbpProto& msg) {
 }
 
 Placement PlacementFromProto(const proto::PlacementProto& msg) {
-  return Placement(ParseDeviceType(msg.device_type()), std::vector<int>(msg.ranks().begin(), msg.ranks().end()),
+  return Placement(ParseDeviceType(msg.device_type()),
+                   std::vector<int>(msg.ranks().begin(), msg.ranks().end()),
                    std::vector<int64_t>(msg.hierarchy().begin(), msg.hierarchy().end()));
 }
 

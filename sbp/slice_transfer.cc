@@ -6,8 +6,8 @@
 
 namespace tessel {
 
-std::vector<SliceTransfer> PlanSliceTransfers(const Placement& src_p, const NdSbp& src, const Placement& dst_p,
-                                              const NdSbp& dst, const Shape& shape) {
+std::vector<SliceTransfer> PlanSliceTransfers(const Placement& src_p, const NdSbp& src,
+                                              const Placement& dst_p, const NdSbp& dst, const Shape& shape) {
   TESSEL_CHECK(!src.has_partial() && !dst.has_partial())
       << "slice transfers move non-partial layouts; got " << src << " -> " << dst;
   // Distinct source boxes (they tile the tensor) and the ranks holding each.

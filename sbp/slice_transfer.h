@@ -12,7 +12,7 @@ namespace tessel {
 struct SliceTransfer {
   int src_rank;  // world ranks
   int dst_rank;
-  Box box;       // logical box moved (never empty)
+  Box box;  // logical box moved (never empty)
 };
 
 // Every destination rank receives exactly its box under `dst` on `dst_p`,
@@ -20,7 +20,7 @@ struct SliceTransfer {
 // the part (a local copy), otherwise a replica chosen by the destination's
 // index so that broadcast copies share the sending. Deterministic: every
 // rank computes the same list. Neither layout may be partial.
-std::vector<SliceTransfer> PlanSliceTransfers(const Placement& src_p, const NdSbp& src, const Placement& dst_p,
-                                              const NdSbp& dst, const Shape& shape);
+std::vector<SliceTransfer> PlanSliceTransfers(const Placement& src_p, const NdSbp& src,
+                                              const Placement& dst_p, const NdSbp& dst, const Shape& shape);
 
 }  // namespace tessel

@@ -5,11 +5,11 @@
 // JSON line per case; tests/bench/boxing_vs_torch.py adds PyTorch's gloo.
 #include <gflags/gflags.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
-#include <sstream>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "core/comm/process_group.h"
@@ -50,7 +50,8 @@ int main(int argc, char** argv) {
     const char* name;
     Sbp from, to;
   };
-  const Case cases[] = {{"P->B", P(), B()}, {"S(0)->B", S(0), B()}, {"P->S(0)", P(), S(0)}, {"S(0)->S(1)", S(0), S(1)}};
+  const Case cases[] = {
+      {"P->B", P(), B()}, {"S(0)->B", S(0), B()}, {"P->S(0)", P(), S(0)}, {"S(0)->S(1)", S(0), S(1)}};
   std::stringstream sizes(FLAGS_sizes_mib);
   std::string mib;
   while (std::getline(sizes, mib, ',')) {
@@ -67,12 +68,14 @@ int main(int argc, char** argv) {
       y = x.to_global(line, {c.to});
       double once = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       once = static_cast<double>(MaxOverRanks(static_cast<int64_t>(once * 1e9))) * 1e-9;
-      int64_t iters = std::max<int64_t>(3, static_cast<int64_t>(FLAGS_seconds_per_case / std::max(once, 1e-6)));
+      int64_t iters =
+          std::max<int64_t>(3, static_cast<int64_t>(FLAGS_seconds_per_case / std::max(once, 1e-6)));
       world.Barrier();
       int64_t w0 = BytesWritten();
       t0 = std::chrono::steady_clock::now();
       for (int64_t i = 0; i < iters; ++i) y = x.to_global(line, {c.to});
-      int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+      int64_t ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
       int64_t written = BytesWritten() - w0;
       ns = MaxOverRanks(ns);
       written = MaxOverRanks(written);
@@ -81,8 +84,8 @@ int main(int argc, char** argv) {
             "{\"impl\": \"tessel\", \"case\": \"%s\", \"bytes\": %lld, \"iters\": %lld, \"us\": %.1f, "
             "\"sent_per_rank\": %.0f, \"predicted_per_rank\": %.0f, \"plan\": \"%s\"}\n",
             c.name, static_cast<long long>(shape.numel() * 4), static_cast<long long>(iters),
-            static_cast<double>(ns) / iters / 1e3, static_cast<double>(written) / iters, plan.bytes_per_rank(),
-            BoxingOpName(plan.steps.at(0).op));
+            static_cast<double>(ns) / iters / 1e3, static_cast<double>(written) / iters,
+            plan.bytes_per_rank(), BoxingOpName(plan.steps.at(0).op));
         std::fflush(stdout);
       }
     }

@@ -130,7 +130,8 @@ int Run() {
     const std::vector<Case> cases = {
         {"4 ranks -> 2 other ranks", Placement("cpu", {0, 1, 2, 3}), Placement("cpu", {4, 5})},
         {"2 ranks -> 4 other ranks", Placement("cpu", {4, 5}), Placement("cpu", {0, 1, 2, 3})},
-        {"[2,2] -> [4] on the same ranks", Placement("cpu", {{0, 1}, {2, 3}}), Placement("cpu", {0, 1, 2, 3})},
+        {"[2,2] -> [4] on the same ranks", Placement("cpu", {{0, 1}, {2, 3}}),
+         Placement("cpu", {0, 1, 2, 3})},
         {"[2,2] -> [2] partly overlapping", Placement("cpu", {{0, 1}, {2, 3}}), Placement("cpu", {3, 4})},
         {"[2,3] -> [3,2] on the same ranks", Placement::Parse("cpu:[[0,1,2],[3,4,5]]"),
          Placement::Parse("cpu:[[0,1],[2,3],[4,5]]")},
@@ -149,10 +150,11 @@ int Run() {
   int64_t failures = tally.failures;
   world.AllReduce(&failures, 1, DType::kInt64, comm::ReduceOp::kSum);
   if (world.rank() == 0) {
-    std::printf("boxing %s suite (mesh %s, shapes %s): %lld source/destination pairs tested, %lld rank-level "
-                "failures\n",
-                FLAGS_suite.c_str(), FLAGS_suite == "mesh" ? FLAGS_mesh.c_str() : "-", FLAGS_shapes.c_str(),
-                static_cast<long long>(tally.pairs), static_cast<long long>(failures));
+    std::printf(
+        "boxing %s suite (mesh %s, shapes %s): %lld source/destination pairs tested, %lld rank-level "
+        "failures\n",
+        FLAGS_suite.c_str(), FLAGS_suite == "mesh" ? FLAGS_mesh.c_str() : "-", FLAGS_shapes.c_str(),
+        static_cast<long long>(tally.pairs), static_cast<long long>(failures));
   }
   return failures == 0 ? 0 : 1;
 }

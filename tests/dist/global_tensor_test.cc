@@ -49,8 +49,11 @@ TEST(GlobalTensor, FactoriesDoNotDependOnLayout) {
   const Shape shape{7, 5, 3};
   Tensor want = rand(shape, /*seed=*/11);
   for (const auto& [placement, nd_sbp] :
-       std::vector<std::pair<Placement, NdSbp>>{{kLine, {S(0)}}, {kLine, {B()}}, {kLine, {P()}},
-                                                {kSquare, {S(1), S(0)}}, {kSquare, {S(2), P()}},
+       std::vector<std::pair<Placement, NdSbp>>{{kLine, {S(0)}},
+                                                {kLine, {B()}},
+                                                {kLine, {P()}},
+                                                {kSquare, {S(1), S(0)}},
+                                                {kSquare, {S(2), P()}},
                                                 {Placement("cpu", {1, 3}), {S(1)}}}) {
     Tensor g = rand(shape, placement, nd_sbp, /*seed=*/11);
     Tensor all = GatherLogical(g);
@@ -82,13 +85,16 @@ TEST(GlobalTensor, InconsistentMetadataNamesTheRank) {
 
 TEST(GlobalTensor, BadLayoutsAreNamed) {
   Tensor x = zeros({7, 5}, kLine, {S(0)});
-  EXPECT_NE(ErrorOf([&] { x.to_global(Placement("cpu", {0, 9}), {B()}); })
-                .find("names rank 9, outside the world of WORLD_SIZE=4"),
+  EXPECT_NE(ErrorOf([&] {
+              x.to_global(Placement("cpu", {0, 9}), {B()});
+            }).find("names rank 9, outside the world of WORLD_SIZE=4"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] { x.to_global(kLine, {S(2)}); }).find("splits axis 2 but the tensor has 2 dimension(s)"),
-            std::string::npos);
-  EXPECT_NE(ErrorOf([&] { x.to_global(kSquare, {S(0)}); })
-                .find("has 1 entries but the placement's hierarchy has 2 axes"),
+  EXPECT_NE(
+      ErrorOf([&] { x.to_global(kLine, {S(2)}); }).find("splits axis 2 but the tensor has 2 dimension(s)"),
+      std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              x.to_global(kSquare, {S(0)});
+            }).find("has 1 entries but the placement's hierarchy has 2 axes"),
             std::string::npos);
   EXPECT_NE(ErrorOf([&] { x.data<float>(); }).find("element access to a global tensor"), std::string::npos);
 }

@@ -1,7 +1,8 @@
+#include "sbp/boxing_plan.h"
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "sbp/boxing_plan.h"
 
 namespace tessel {
 namespace {

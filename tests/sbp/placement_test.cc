@@ -1,7 +1,8 @@
+#include "sbp/placement.h"
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "sbp/placement.h"
 #include "sbp/sbp_proto.h"
 
 namespace tessel {
@@ -42,17 +43,19 @@ TEST(Placement, CoordinatesAndGroups) {
 
 TEST(Placement, BadInputIsNamed) {
   EXPECT_NE(ErrorOf([] { Placement("cpu", {0, 1, 1}); }).find("list rank 1 twice"), std::string::npos);
-  EXPECT_NE(ErrorOf([] { Placement(DeviceType::kCPU, {0, 1, 2}, {2, 2}); })
-                .find("hierarchy [2, 2] has 4 slots but 3 ranks were given"),
+  EXPECT_NE(ErrorOf([] {
+              Placement(DeviceType::kCPU, {0, 1, 2}, {2, 2});
+            }).find("hierarchy [2, 2] has 4 slots but 3 ranks were given"),
             std::string::npos);
   EXPECT_NE(ErrorOf([] { Placement("cpu", {0, -1}); }).find("negative rank -1"), std::string::npos);
-  EXPECT_NE(ErrorOf([] { Placement("cpu", {0, 1, 7}).CheckInWorld(4); })
-                .find("names rank 7, outside the world of WORLD_SIZE=4"),
+  EXPECT_NE(ErrorOf([] {
+              Placement("cpu", {0, 1, 7}).CheckInWorld(4);
+            }).find("names rank 7, outside the world of WORLD_SIZE=4"),
             std::string::npos);
   EXPECT_NE(ErrorOf([] { Placement::Parse("cpu:[[0,1],[2]]"); }).find("rectangular grid"), std::string::npos);
-  EXPECT_NE(ErrorOf([] { Placement::Parse("tpu:[0]"); }).find("unknown device type 'tpu'"), std::string::npos);
-  EXPECT_NE(ErrorOf([] { Placement("cpu", {{0, 1}, {2}}); }).find("rectangular"),
+  EXPECT_NE(ErrorOf([] { Placement::Parse("tpu:[0]"); }).find("unknown device type 'tpu'"),
             std::string::npos);
+  EXPECT_NE(ErrorOf([] { Placement("cpu", {{0, 1}, {2}}); }).find("rectangular"), std::string::npos);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
+#include "sbp/sbp.h"
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "sbp/sbp.h"
 #include "sbp/sbp_proto.h"
 
 namespace tessel {
@@ -34,13 +35,17 @@ TEST(Sbp, ParseAndPrint) {
 }
 
 TEST(Sbp, CheckNamesTheProblem) {
-  EXPECT_NE(ErrorOf([] { NdSbp{S(3)}.Check(3, 1); })
-                .find("NdSbp [S(3)] splits axis 3 but the tensor has 3 dimension(s)"),
+  EXPECT_NE(ErrorOf([] {
+              NdSbp{S(3)}.Check(3, 1);
+            }).find("NdSbp [S(3)] splits axis 3 but the tensor has 3 dimension(s)"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([] { (NdSbp{S(0), B()}).Check(2, 1); })
-                .find("NdSbp [S(0), B] has 2 entries but the placement's hierarchy has 1 axes"),
+  EXPECT_NE(ErrorOf([] {
+              (NdSbp{S(0), B()}).Check(2, 1);
+            }).find("NdSbp [S(0), B] has 2 entries but the placement's hierarchy has 1 axes"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([] { (NdSbp{P(), PMax()}).Check(2, 2); }).find("mixes partial sum and partial max"),
+  EXPECT_NE(ErrorOf([] {
+              (NdSbp{P(), PMax()}).Check(2, 2);
+            }).find("mixes partial sum and partial max"),
             std::string::npos);
   EXPECT_NO_THROW((NdSbp{S(1), P()}).Check(2, 2));
 }

@@ -1,6 +1,7 @@
+#include "sbp/slice.h"
+
 #include <gtest/gtest.h>
 
-#include "sbp/slice.h"
 #include "sbp/slice_transfer.h"
 
 namespace tessel {
