@@ -15,6 +15,7 @@
 #include "graph/boxing_executor.h"
 #include "graph/global_tensor_ops.h"
 #include "sbp/boxing_plan.h"
+#include "tests/testing/test_util.h"
 
 DEFINE_string(suite, "mesh", "mesh or cross");
 DEFINE_string(mesh, "4", "Mesh shape for --suite=mesh, e.g. 2,2 (its product must be the world size)");
@@ -23,28 +24,13 @@ DEFINE_string(shapes, "7,5,3", "Tensor shapes to test, ';'-separated, e.g. '7,5,
 namespace tessel {
 namespace {
 
+using testing::AllNdSbps;
+
 std::vector<int64_t> ParseList(const std::string& text) {
   std::vector<int64_t> out;
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) out.push_back(std::stoll(item));
-  return out;
-}
-
-std::vector<NdSbp> AllNdSbps(int mesh_ndim, int64_t tensor_ndim) {
-  std::vector<Sbp> one = {B(), P()};
-  for (int d = 0; d < tensor_ndim; ++d) one.push_back(S(d));
-  std::vector<NdSbp> out = {NdSbp{}};
-  for (int a = 0; a < mesh_ndim; ++a) {
-    std::vector<NdSbp> next;
-    for (const NdSbp& n : out)
-      for (const Sbp& s : one) {
-        std::vector<Sbp> v = n.sbps();
-        v.push_back(s);
-        next.push_back(NdSbp(v));
-      }
-    out = next;
-  }
   return out;
 }
 

@@ -6,22 +6,16 @@
 #include "core/comm/process_group.h"
 #include "core/init.h"
 #include "graph/global_tensor_ops.h"
+#include "tests/testing/test_util.h"
 
 namespace tessel {
 namespace {
 
+using testing::ErrorOf;
+
 int Me() { return comm::World().rank(); }
 const Placement kLine("cpu", {0, 1, 2, 3});
 const Placement kSquare("cpu", {{0, 1}, {2, 3}});
-
-std::string ErrorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(GlobalTensor, FromLocalInfersUnevenLogicalShape) {
   // 7 rows over 4 ranks: 2, 2, 2, 1 (larger shards first).

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "tests/testing/test_util.h"
 
 namespace tessel {
 namespace {
+
+using testing::AllNdSbps;
 
 const Placement kLine("cpu", {0, 1, 2, 3});
 const Shape kEven{8, 16};  // 128 f32 = 512 bytes, divisible by 4 and 16
@@ -55,23 +58,6 @@ TEST(BoxingPlan, CyclicTwoDimensionalCaseIsFound) {
   for (size_t i = 1; i < plan.steps.size(); ++i) EXPECT_EQ(plan.steps[i].from, plan.steps[i - 1].to);
   // Never more than gathering everything and slicing again.
   EXPECT_LE(plan.bytes_per_rank(), 256.0 * 3 / 4) << plan.Explain();
-}
-
-std::vector<NdSbp> AllNdSbps(int mesh_ndim, int tensor_ndim) {
-  std::vector<Sbp> one = {B(), P()};
-  for (int d = 0; d < tensor_ndim; ++d) one.push_back(S(d));
-  std::vector<NdSbp> out = {NdSbp{}};
-  for (int a = 0; a < mesh_ndim; ++a) {
-    std::vector<NdSbp> next;
-    for (const NdSbp& n : out)
-      for (const Sbp& s : one) {
-        std::vector<Sbp> v = n.sbps();
-        v.push_back(s);
-        next.push_back(NdSbp(v));
-      }
-    out = next;
-  }
-  return out;
 }
 
 // Where one primitive does the whole conversion, the chosen plan moves no

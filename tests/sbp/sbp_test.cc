@@ -4,18 +4,12 @@
 
 #include "core/error.h"
 #include "sbp/sbp_proto.h"
+#include "tests/testing/test_util.h"
 
 namespace tessel {
 namespace {
 
-std::string ErrorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::ErrorOf;
 
 TEST(Sbp, ParseAndPrint) {
   EXPECT_EQ(Sbp::Parse("S(2)"), S(2));
