@@ -8,7 +8,7 @@ packages=(
   libgloo-dev libprotobuf-dev protobuf-compiler
   libgoogle-glog-dev libgflags-dev libgtest-dev libgmock-dev
   libdnnl-dev libopenblas-dev
-  python3 python3-torch  # PyTorch 1.13 (CPU): numerical reference and benchmark peer
+  python3 python3-torch python3-numpy  # PyTorch 1.13 (CPU): numerical reference and benchmark peer
   clang-format
 )
 

@@ -1,0 +1,71 @@
+#include "ops/cpu/softmax.h"
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "ops/cpu/broadcast.h"
+
+namespace tessel::cpu {
+
+Tensor Softmax(const Tensor& x, const SoftmaxOptions& options) {
+  TESSEL_CHECK(x.dtype() == DType::kFloat32 && x.ndim() >= 1)
+      << "softmax needs an f32 tensor of rank >= 1; got " << x.dtype() << " " << x.shape();
+  const int64_t cols = x.shape()[-1], rows = cols == 0 ? 0 : x.numel() / cols;
+  const int64_t q = x.ndim() >= 2 ? x.shape()[-2] : 1;
+  TESSEL_CHECK(!options.causal || x.ndim() >= 2) << "causal softmax needs [..., q, k] scores; got " << x.shape();
+  const bool masked = options.mask.defined();
+  if (masked) {
+    TESSEL_CHECK(options.mask.dtype() == DType::kBool)
+        << "softmax mask must be bool (true = keep); got " << options.mask.dtype();
+    TESSEL_CHECK(BroadcastShapes(options.mask.shape(), x.shape()) == x.shape())
+        << "softmax mask of shape " << options.mask.shape() << " does not broadcast to the scores " << x.shape();
+  }
+  const BroadcastIndex im(masked ? options.mask.shape() : x.shape(), x.shape());
+  const bool* mask = masked ? options.mask.data<bool>() : nullptr;
+  Tensor out = Tensor::Empty(x.shape(), DType::kFloat32);
+  const float* in = x.data<float>();
+  float* y = out.data<float>();
+#pragma omp parallel for schedule(static) if (rows * cols > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = in + r * cols;
+    float* yr = y + r * cols;
+    const int64_t qi = r % q;
+    auto keep = [&](int64_t c) {
+      if (options.causal && c > qi + cols - q) return false;
+      return !masked || mask[im(r * cols + c)];
+    };
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t c = 0; c < cols; ++c)
+      if (keep(c)) mx = std::max(mx, xr[c] * options.scale);
+    double sum = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      yr[c] = keep(c) ? std::exp(xr[c] * options.scale - mx) : 0.0f;
+      sum += yr[c];
+    }
+    const float inv = sum > 0 ? static_cast<float>(1.0 / sum) : 0.0f;
+    for (int64_t c = 0; c < cols; ++c) yr[c] *= inv;
+  }
+  return out;
+}
+
+Tensor SoftmaxGrad(const Tensor& y, const Tensor& dy, float scale) {
+  TESSEL_CHECK(y.shape() == dy.shape()) << "softmax gradient of shape " << dy.shape() << " for output "
+                                        << y.shape();
+  const int64_t cols = y.shape()[-1], rows = cols == 0 ? 0 : y.numel() / cols;
+  Tensor out = Tensor::Empty(y.shape(), DType::kFloat32);
+  const float* py = y.data<float>();
+  const float* pg = dy.data<float>();
+  float* dx = out.data<float>();
+#pragma omp parallel for schedule(static) if (rows * cols > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* yr = py + r * cols;
+    const float* gr = pg + r * cols;
+    double dot = 0;
+    for (int64_t c = 0; c < cols; ++c) dot += static_cast<double>(yr[c]) * gr[c];
+    for (int64_t c = 0; c < cols; ++c) dx[r * cols + c] = scale * yr[c] * (gr[c] - static_cast<float>(dot));
+  }
+  return out;
+}
+
+}  // namespace tessel::cpu

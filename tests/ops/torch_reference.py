@@ -1,0 +1,86 @@
+"""PyTorch reference for the kernel parity test. Reads DIR/cases.json
+(written by kernel_parity_test), computes every case's outputs and the
+gradients of its float inputs for the given upstream gradients, and writes
+them as raw little-endian files next to the inputs.
+
+    python3 torch_reference.py DIR
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+DTYPES = {"f32": (np.float32, torch.float32), "i64": (np.int64, torch.int64), "bool": (np.bool_, torch.bool)}
+
+
+def load(d, spec):
+    np_type, _ = DTYPES[spec["dtype"]]
+    arr = np.fromfile(os.path.join(d, spec["file"]), dtype=np_type).reshape(spec["shape"])
+    t = torch.from_numpy(arr.copy())
+    if spec["dtype"] == "f32" and spec.get("grad", False):
+        t.requires_grad_(True)
+    return t
+
+
+def softmax(x, a):
+    s = x * a["scale"]
+    keep = torch.ones_like(s, dtype=torch.bool)
+    if "mask" in a:
+        keep = keep & a["mask"]
+    if a.get("causal"):
+        q, k = s.shape[-2], s.shape[-1]
+        keep = keep & torch.ones(q, k, dtype=torch.bool).tril(k - q)
+    return F.softmax(s.masked_fill(~keep, float("-inf")), dim=-1)
+
+
+def run(op, ins, a):
+    if op == "matmul":
+        x, y = ins
+        return torch.matmul(x.mT if a["ta"] else x, y.mT if a["tb"] else y)
+    if op in ("add", "sub", "mul", "div"):
+        return getattr(torch, op)(ins[0], ins[1])
+    if op.endswith("_scalar"):
+        return getattr(torch, op[: -len("_scalar")])(ins[0], a["scalar"])
+    if op in ("relu", "tanh", "exp", "neg"):
+        return getattr(torch, op)(ins[0])
+    if op == "gelu":
+        return F.gelu(ins[0])
+    if op == "gelu_tanh":
+        return F.gelu(ins[0], approximate="tanh")
+    if op in ("sum", "mean"):
+        return getattr(torch, op)(ins[0], dim=a["axes"], keepdim=a["keepdim"])
+    if op == "max":
+        return torch.amax(ins[0], dim=a["axes"], keepdim=a["keepdim"])
+    if op == "softmax":
+        if len(ins) > 1:
+            a = dict(a, mask=ins[1])
+        return softmax(ins[0], a)
+    if op == "layer_norm":
+        x, g, b = ins
+        return F.layer_norm(x, (x.shape[-1],), g, b, a["eps"])
+    if op == "cross_entropy":
+        return F.cross_entropy(ins[0], ins[1], ignore_index=a["ignore_index"], reduction="none")
+    raise ValueError(f"unknown op {op}")
+
+
+def main(d):
+    torch.set_num_threads(1)
+    with open(os.path.join(d, "cases.json")) as f:
+        cases = json.load(f)
+    for case in cases:
+        ins = [load(d, s) for s in case["inputs"]]
+        out = run(case["op"], ins, case["attrs"])
+        out.detach().numpy().astype(np.float32).tofile(os.path.join(d, case["name"] + ".out"))
+        wanted = [t for t in ins if t.requires_grad]
+        if wanted:
+            dy = load(d, {"file": case["name"] + ".dy", "shape": list(out.shape), "dtype": "f32"})
+            grads = torch.autograd.grad(out, wanted, grad_outputs=dy)
+            for i, g in enumerate(grads):
+                g.numpy().astype(np.float32).tofile(os.path.join(d, f"{case['name']}.grad{i}"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
