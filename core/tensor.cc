@@ -42,9 +42,16 @@ void Tensor::CheckAccess(DType requested) const {
                              << "; use to_local() for this process's shard";
 }
 
+Tensor Tensor::detach() const {
+  Tensor t = *this;
+  t.autograd_.reset();
+  return t;
+}
+
 Tensor Tensor::to_local() const {
   Tensor t = *this;
   t.global_.reset();
+  t.autograd_.reset();
   t.logical_shape_ = Shape();
   return t;
 }
@@ -57,7 +64,7 @@ Tensor Tensor::WrapGlobal(const Tensor& local, const Shape& logical_shape,
   return t;
 }
 
-Tensor Tensor::Clone() const {
+Tensor Tensor::Clone() const {  // a new tensor: no autograd state
   Tensor t = Empty(shape_, dtype_, device());
   CopyBytes(t.raw_data(), t.device(), raw_data(), device(), nbytes());
   return is_global() ? WrapGlobal(t, logical_shape_, global_) : t;
@@ -72,10 +79,10 @@ Tensor Tensor::To(Device device) const {
 
 Tensor Tensor::Reshape(const Shape& shape) const {
   TESSEL_CHECK(!is_global()) << "Reshape of a global tensor (" << logical_shape_ << ") is not a local "
-                             << "operation; reshape its to_local() shard or use the reshape op";
+                             << "operation; reshape its to_local() shard or use fn::reshape";
   TESSEL_CHECK(shape.numel() == numel()) << "cannot reshape " << shape_ << " (" << numel() << " elements) to "
                                          << shape << " (" << shape.numel() << " elements)";
-  Tensor t = *this;
+  Tensor t = detach();  // a view of the data, not of the autograd node
   t.shape_ = shape;
   return t;
 }

@@ -23,6 +23,8 @@ namespace tessel {
 class GlobalMeta;
 class Placement;
 class NdSbp;
+// Defined in graph/autograd.h: the tensor's place in the autograd graph.
+class AutogradMeta;
 
 class Tensor {
  public:
@@ -52,6 +54,22 @@ class Tensor {
   // returns itself.
   Tensor to_local() const;
   const std::shared_ptr<const GlobalMeta>& global_meta() const { return global_; }
+
+  // Autograd (defined in graph/autograd.cc). Copies of a tensor share its
+  // autograd state only if made after set_requires_grad / the op that made it.
+  bool requires_grad() const;
+  Tensor& set_requires_grad(bool requires_grad);
+  // The accumulated gradient of a leaf (undefined until backward reaches it).
+  Tensor grad() const;
+  void zero_grad();
+  // Backpropagates from this tensor (a scalar unless `gradient` is given);
+  // the graph is released afterwards.
+  void backward() const;
+  void backward(const Tensor& gradient) const;
+  // The same data and layout, cut from the autograd graph.
+  Tensor detach() const;
+  const std::shared_ptr<AutogradMeta>& autograd_meta() const { return autograd_; }
+  void set_autograd_meta(std::shared_ptr<AutogradMeta> meta) { autograd_ = std::move(meta); }
   // Wraps `local` as the shard of a global tensor; callers (sbp/) check
   // that the shard fits the layout.
   static Tensor WrapGlobal(const Tensor& local, const Shape& logical_shape,
@@ -88,6 +106,7 @@ class Tensor {
   DType dtype_ = DType::kFloat32;
   std::shared_ptr<const GlobalMeta> global_;  // null for a local tensor
   Shape logical_shape_;                       // global tensors only
+  std::shared_ptr<AutogradMeta> autograd_;    // null: no autograd state
 };
 
 // Copies bytes between any two devices (host and CUDA).

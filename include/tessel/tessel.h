@@ -1,6 +1,8 @@
 // The umbrella header of tessel's public API: #include <tessel/tessel.h>.
 #pragma once
 
+#include <glog/logging.h>  // LOG(INFO) in user programs, as in the examples
+
 #include "core/comm/communicator.h"
 #include "core/comm/process_group.h"
 #include "core/device.h"
@@ -10,8 +12,10 @@
 #include "core/philox.h"
 #include "core/shape.h"
 #include "core/tensor.h"
+#include "graph/autograd.h"
 #include "graph/boxing_executor.h"
 #include "graph/global_tensor_ops.h"
+#include "ops/functional.h"
 #include "sbp/boxing_plan.h"
 #include "sbp/global_tensor.h"
 #include "sbp/placement.h"

@@ -51,8 +51,8 @@ Tensor SparseCrossEntropyGrad(const Tensor& logits, const Tensor& labels, const 
                               int64_t ignore_index) {
   Check(logits, labels, ignore_index);
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
-  TESSEL_CHECK(dloss.shape() == Shape{n}) << "cross_entropy gradient of shape " << dloss.shape() << "; expected ["
-                                          << n << "]";
+  TESSEL_CHECK(dloss.shape() == Shape{n})
+      << "cross_entropy gradient of shape " << dloss.shape() << "; expected [" << n << "]";
   Tensor dz = Tensor::Empty(logits.shape(), DType::kFloat32);
   const float* z = logits.data<float>();
   const int64_t* y = labels.data<int64_t>();

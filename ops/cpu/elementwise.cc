@@ -11,22 +11,32 @@ namespace tessel::cpu {
 
 const char* BinaryOpName(BinaryOp op) {
   switch (op) {
-    case BinaryOp::kAdd: return "add";
-    case BinaryOp::kSub: return "sub";
-    case BinaryOp::kMul: return "mul";
-    case BinaryOp::kDiv: return "div";
+    case BinaryOp::kAdd:
+      return "add";
+    case BinaryOp::kSub:
+      return "sub";
+    case BinaryOp::kMul:
+      return "mul";
+    case BinaryOp::kDiv:
+      return "div";
   }
   return "?";
 }
 
 const char* UnaryOpName(UnaryOp op) {
   switch (op) {
-    case UnaryOp::kRelu: return "relu";
-    case UnaryOp::kGeluErf: return "gelu";
-    case UnaryOp::kGeluTanh: return "gelu_tanh";
-    case UnaryOp::kTanh: return "tanh";
-    case UnaryOp::kExp: return "exp";
-    case UnaryOp::kNeg: return "neg";
+    case UnaryOp::kRelu:
+      return "relu";
+    case UnaryOp::kGeluErf:
+      return "gelu";
+    case UnaryOp::kGeluTanh:
+      return "gelu_tanh";
+    case UnaryOp::kTanh:
+      return "tanh";
+    case UnaryOp::kExp:
+      return "exp";
+    case UnaryOp::kNeg:
+      return "neg";
   }
   return "?";
 }
@@ -36,10 +46,14 @@ namespace {
 template <typename T>
 T Apply(BinaryOp op, T x, T y) {
   switch (op) {
-    case BinaryOp::kAdd: return x + y;
-    case BinaryOp::kSub: return x - y;
-    case BinaryOp::kMul: return x * y;
-    case BinaryOp::kDiv: return x / y;
+    case BinaryOp::kAdd:
+      return x + y;
+    case BinaryOp::kSub:
+      return x - y;
+    case BinaryOp::kMul:
+      return x * y;
+    case BinaryOp::kDiv:
+      return x / y;
   }
   return x;
 }
@@ -47,8 +61,8 @@ T Apply(BinaryOp op, T x, T y) {
 // Runs the op over rows of the result's last dimension, so the inner loop
 // has constant strides (1 or 0) and vectorises.
 template <typename T>
-void BinaryRows(BinaryOp op, const T* a, const BroadcastIndex& ia, const T* b, const BroadcastIndex& ib, T* out,
-                int64_t rows, int64_t cols) {
+void BinaryRows(BinaryOp op, const T* a, const BroadcastIndex& ia, const T* b, const BroadcastIndex& ib,
+                T* out, int64_t rows, int64_t cols) {
   const int64_t sa = ia.inner_stride(), sb = ib.inner_stride();
 #pragma omp parallel for schedule(static) if (rows * cols > 32768)
   for (int64_t r = 0; r < rows; ++r) {
@@ -73,8 +87,8 @@ void BinaryRows(BinaryOp op, const T* a, const BroadcastIndex& ia, const T* b, c
 }
 
 void CheckFloat(const char* op, const Tensor& t) {
-  TESSEL_CHECK(t.dtype() == DType::kFloat32) << op << " supports f32 on the CPU; got " << t.dtype() << " for "
-                                             << t.shape();
+  TESSEL_CHECK(t.dtype() == DType::kFloat32)
+      << op << " supports f32 on the CPU; got " << t.dtype() << " for " << t.shape();
 }
 
 constexpr float kSqrt2 = std::numbers::sqrt2_v<float>;
@@ -84,8 +98,8 @@ constexpr float kInvSqrt2Pi = 0.3989422804014327f;   // 1/sqrt(2*pi)
 }  // namespace
 
 Tensor Binary(BinaryOp op, const Tensor& a, const Tensor& b) {
-  TESSEL_CHECK(a.dtype() == b.dtype()) << BinaryOpName(op) << " of " << a.dtype() << " " << a.shape() << " and "
-                                       << b.dtype() << " " << b.shape() << ": dtypes differ";
+  TESSEL_CHECK(a.dtype() == b.dtype()) << BinaryOpName(op) << " of " << a.dtype() << " " << a.shape()
+                                       << " and " << b.dtype() << " " << b.shape() << ": dtypes differ";
   TESSEL_CHECK(a.dtype() == DType::kFloat32 || a.dtype() == DType::kInt64)
       << BinaryOpName(op) << " supports f32 and i64 on the CPU; got " << a.dtype();
   Shape shape = BroadcastShapes(a.shape(), b.shape());
@@ -134,14 +148,24 @@ Tensor Unary(UnaryOp op, const Tensor& x) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = in[i];
     switch (op) {
-      case UnaryOp::kRelu: y[i] = v > 0 ? v : 0.0f; break;
-      case UnaryOp::kGeluErf: y[i] = 0.5f * v * (1.0f + std::erf(v / kSqrt2)); break;
+      case UnaryOp::kRelu:
+        y[i] = v > 0 ? v : 0.0f;
+        break;
+      case UnaryOp::kGeluErf:
+        y[i] = 0.5f * v * (1.0f + std::erf(v / kSqrt2));
+        break;
       case UnaryOp::kGeluTanh:
         y[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
         break;
-      case UnaryOp::kTanh: y[i] = std::tanh(v); break;
-      case UnaryOp::kExp: y[i] = std::exp(v); break;
-      case UnaryOp::kNeg: y[i] = -v; break;
+      case UnaryOp::kTanh:
+        y[i] = std::tanh(v);
+        break;
+      case UnaryOp::kExp:
+        y[i] = std::exp(v);
+        break;
+      case UnaryOp::kNeg:
+        y[i] = -v;
+        break;
     }
   }
   return out;
@@ -149,8 +173,8 @@ Tensor Unary(UnaryOp op, const Tensor& x) {
 
 Tensor UnaryGrad(UnaryOp op, const Tensor& x, const Tensor& dy) {
   CheckFloat(UnaryOpName(op), x);
-  TESSEL_CHECK(dy.shape() == x.shape()) << UnaryOpName(op) << " gradient of shape " << dy.shape()
-                                        << " for an input of shape " << x.shape();
+  TESSEL_CHECK(dy.shape() == x.shape())
+      << UnaryOpName(op) << " gradient of shape " << dy.shape() << " for an input of shape " << x.shape();
   Tensor out = Tensor::Empty(x.shape(), DType::kFloat32);
   const float* in = x.data<float>();
   const float* g = dy.data<float>();
@@ -161,7 +185,9 @@ Tensor UnaryGrad(UnaryOp op, const Tensor& x, const Tensor& dy) {
     const float v = in[i];
     float d = 0;
     switch (op) {
-      case UnaryOp::kRelu: d = v > 0 ? 1.0f : 0.0f; break;
+      case UnaryOp::kRelu:
+        d = v > 0 ? 1.0f : 0.0f;
+        break;
       case UnaryOp::kGeluErf:
         d = 0.5f * (1.0f + std::erf(v / kSqrt2)) + v * kInvSqrt2Pi * std::exp(-0.5f * v * v);
         break;
@@ -175,8 +201,12 @@ Tensor UnaryGrad(UnaryOp op, const Tensor& x, const Tensor& dy) {
         d = 1.0f - t * t;
         break;
       }
-      case UnaryOp::kExp: d = std::exp(v); break;
-      case UnaryOp::kNeg: d = -1.0f; break;
+      case UnaryOp::kExp:
+        d = std::exp(v);
+        break;
+      case UnaryOp::kNeg:
+        d = -1.0f;
+        break;
     }
     dx[i] = d * g[i];
   }

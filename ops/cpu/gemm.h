@@ -10,8 +10,8 @@
 namespace tessel::cpu {
 
 // Row-major C[m,n] = alpha * op(A) * op(B) + beta * C with op(X) = X or X^T.
-void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // a [..., m, k] (or [..., k, m] with trans_a) times b [..., k, n] (or
 // [..., n, k] with trans_b). Batch dimensions broadcast; a 2-D operand is

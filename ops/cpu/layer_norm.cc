@@ -17,10 +17,11 @@ LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& be
   const int64_t d = x.shape()[-1], rows = d == 0 ? 0 : x.numel() / d;
   for (const Tensor* p : {&gamma, &beta}) {
     TESSEL_CHECK(!p->defined() || p->shape() == Shape{d})
-        << "layer_norm weight/bias of shape " << p->shape() << " for normalized size " << d << "; expected [" << d
-        << "]";
+        << "layer_norm weight/bias of shape " << p->shape() << " for normalized size " << d << "; expected ["
+        << d << "]";
   }
-  LayerNormResult r{Tensor::Empty(x.shape(), DType::kFloat32), Tensor::Empty(RowShape(x.shape()), DType::kFloat32),
+  LayerNormResult r{Tensor::Empty(x.shape(), DType::kFloat32),
+                    Tensor::Empty(RowShape(x.shape()), DType::kFloat32),
                     Tensor::Empty(RowShape(x.shape()), DType::kFloat32)};
   const float* in = x.data<float>();
   const float* g = gamma.defined() ? gamma.data<float>() : nullptr;
@@ -48,8 +49,8 @@ LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& be
 
 LayerNormGrads LayerNormGrad(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                              const Tensor& gamma) {
-  TESSEL_CHECK(dy.shape() == x.shape()) << "layer_norm gradient of shape " << dy.shape() << " for input "
-                                        << x.shape();
+  TESSEL_CHECK(dy.shape() == x.shape())
+      << "layer_norm gradient of shape " << dy.shape() << " for input " << x.shape();
   const int64_t d = x.shape()[-1], rows = d == 0 ? 0 : x.numel() / d;
   LayerNormGrads out{Tensor::Empty(x.shape(), DType::kFloat32), Tensor::Empty({d}, DType::kFloat32),
                      Tensor::Empty({d}, DType::kFloat32)};
@@ -76,8 +77,9 @@ LayerNormGrads LayerNormGrad(const Tensor& dy, const Tensor& x, const Tensor& me
     for (int64_t c = 0; c < d; ++c) {
       const double xhat = (xr[c] - pm[i]) * static_cast<double>(pr[i]);
       const double dxhat = gr[c] * (gm ? gm[c] : 1.0f);
-      dx[i * d + c] = static_cast<float>(pr[i] / static_cast<double>(d) *
-                                         (static_cast<double>(d) * dxhat - sum_dxhat - xhat * sum_dxhat_xhat));
+      dx[i * d + c] =
+          static_cast<float>(pr[i] / static_cast<double>(d) *
+                             (static_cast<double>(d) * dxhat - sum_dxhat - xhat * sum_dxhat_xhat));
     }
   }
   for (int64_t c = 0; c < d; ++c) {

@@ -10,9 +10,12 @@ namespace tessel::cpu {
 
 const char* ReduceOpName(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kMean: return "mean";
-    case ReduceOp::kMax: return "max";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMean:
+      return "mean";
+    case ReduceOp::kMax:
+      return "max";
   }
   return "?";
 }
@@ -30,7 +33,8 @@ Shape KeepDimShape(const Shape& shape, const std::vector<int64_t>& axes, std::se
 }  // namespace
 
 Tensor Reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes, bool keepdim) {
-  TESSEL_CHECK(x.dtype() == DType::kFloat32) << ReduceOpName(op) << " supports f32 on the CPU; got " << x.dtype();
+  TESSEL_CHECK(x.dtype() == DType::kFloat32)
+      << ReduceOpName(op) << " supports f32 on the CPU; got " << x.dtype();
   std::set<int64_t> reduced;
   Shape keep = KeepDimShape(x.shape(), axes, &reduced);
   const int64_t n_out = keep.numel(), n_in = x.numel();
@@ -49,15 +53,16 @@ Tensor Reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes, bo
     if (keepdim || !reduced.count(d)) out_dims.push_back(keep.dims()[d]);
   Tensor out = Tensor::Empty(Shape(out_dims), DType::kFloat32);
   float* o = out.data<float>();
-  for (int64_t i = 0; i < n_out; ++i) o[i] = static_cast<float>(op == ReduceOp::kMean ? acc[i] / count : acc[i]);
+  for (int64_t i = 0; i < n_out; ++i)
+    o[i] = static_cast<float>(op == ReduceOp::kMean ? acc[i] / count : acc[i]);
   return out;
 }
 
 Tensor ReduceMaxGrad(const Tensor& x, const std::vector<int64_t>& axes, const Tensor& dy_keepdim) {
   std::set<int64_t> reduced;
   Shape keep = KeepDimShape(x.shape(), axes, &reduced);
-  TESSEL_CHECK(dy_keepdim.numel() == keep.numel()) << "max gradient of " << dy_keepdim.shape()
-                                                   << " for a reduction to " << keep;
+  TESSEL_CHECK(dy_keepdim.numel() == keep.numel())
+      << "max gradient of " << dy_keepdim.shape() << " for a reduction to " << keep;
   Tensor m = Reduce(ReduceOp::kMax, x, axes, true);
   Tensor dx = Tensor::Empty(x.shape(), DType::kFloat32);
   std::vector<bool> taken(keep.numel(), false);

@@ -13,13 +13,15 @@ Tensor Softmax(const Tensor& x, const SoftmaxOptions& options) {
       << "softmax needs an f32 tensor of rank >= 1; got " << x.dtype() << " " << x.shape();
   const int64_t cols = x.shape()[-1], rows = cols == 0 ? 0 : x.numel() / cols;
   const int64_t q = x.ndim() >= 2 ? x.shape()[-2] : 1;
-  TESSEL_CHECK(!options.causal || x.ndim() >= 2) << "causal softmax needs [..., q, k] scores; got " << x.shape();
+  TESSEL_CHECK(!options.causal || x.ndim() >= 2)
+      << "causal softmax needs [..., q, k] scores; got " << x.shape();
   const bool masked = options.mask.defined();
   if (masked) {
     TESSEL_CHECK(options.mask.dtype() == DType::kBool)
         << "softmax mask must be bool (true = keep); got " << options.mask.dtype();
     TESSEL_CHECK(BroadcastShapes(options.mask.shape(), x.shape()) == x.shape())
-        << "softmax mask of shape " << options.mask.shape() << " does not broadcast to the scores " << x.shape();
+        << "softmax mask of shape " << options.mask.shape() << " does not broadcast to the scores "
+        << x.shape();
   }
   const BroadcastIndex im(masked ? options.mask.shape() : x.shape(), x.shape());
   const bool* mask = masked ? options.mask.data<bool>() : nullptr;
@@ -50,8 +52,8 @@ Tensor Softmax(const Tensor& x, const SoftmaxOptions& options) {
 }
 
 Tensor SoftmaxGrad(const Tensor& y, const Tensor& dy, float scale) {
-  TESSEL_CHECK(y.shape() == dy.shape()) << "softmax gradient of shape " << dy.shape() << " for output "
-                                        << y.shape();
+  TESSEL_CHECK(y.shape() == dy.shape())
+      << "softmax gradient of shape " << dy.shape() << " for output " << y.shape();
   const int64_t cols = y.shape()[-1], rows = cols == 0 ? 0 : y.numel() / cols;
   Tensor out = Tensor::Empty(y.shape(), DType::kFloat32);
   const float* py = y.data<float>();

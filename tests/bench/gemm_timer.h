@@ -26,7 +26,8 @@ void TimeGemms(const char* impl, double seconds, Gemm gemm) {
     for (int batch = 0; batch < 3; ++batch) {
       t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < iters; ++i) gemm(a.data(), b.data(), c.data(), s);
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
+      best = std::min(best,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
     }
     std::printf("{\"impl\": \"%s\", \"shape\": \"%s\", \"gflops\": %.1f}\n", impl, s.name,
                 2.0 * s.m * s.n * s.k / best / 1e9);

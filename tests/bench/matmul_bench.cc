@@ -8,9 +8,9 @@
 
 int main(int argc, char** argv) {
   double seconds = argc > 1 ? std::atof(argv[1]) : 3.0;
-  tessel::bench::TimeGemms("tessel", seconds, [](const float* a, const float* b, float* c,
-                                                 const tessel::bench::GemmShape& s) {
-    tessel::cpu::Gemm(false, false, s.m, s.n, s.k, 1.0f, a, s.k, b, s.n, 0.0f, c, s.n);
-  });
+  tessel::bench::TimeGemms(
+      "tessel", seconds, [](const float* a, const float* b, float* c, const tessel::bench::GemmShape& s) {
+        tessel::cpu::Gemm(false, false, s.m, s.n, s.k, 1.0f, a, s.k, b, s.n, 0.0f, c, s.n);
+      });
   return 0;
 }

@@ -9,9 +9,10 @@
 
 int main(int argc, char** argv) {
   double seconds = argc > 1 ? std::atof(argv[1]) : 3.0;
-  tessel::bench::TimeGemms("openblas-tuned", seconds, [](const float* a, const float* b, float* c,
-                                                         const tessel::bench::GemmShape& s) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.m, s.n, s.k, 1.0f, a, s.k, b, s.n, 0.0f, c, s.n);
-  });
+  tessel::bench::TimeGemms("openblas-tuned", seconds,
+                           [](const float* a, const float* b, float* c, const tessel::bench::GemmShape& s) {
+                             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.m, s.n, s.k, 1.0f, a,
+                                         s.k, b, s.n, 0.0f, c, s.n);
+                           });
   return 0;
 }

@@ -110,7 +110,10 @@ std::vector<Case> MakeCases() {
                       MM{{2, 5, 7}, {2, 3, 5}, true, true}, MM{{33, 65}, {65, 17}, false, false}}) {
     std::ostringstream attrs;
     attrs << "{\"ta\": " << (m.ta ? "true" : "false") << ", \"tb\": " << (m.tb ? "true" : "false") << "}";
-    add({"", "matmul", attrs.str(), {{Randn(m.a), true}, {Randn(m.b), true}},
+    add({"",
+         "matmul",
+         attrs.str(),
+         {{Randn(m.a), true}, {Randn(m.b), true}},
          [m](const std::vector<Tensor>& in) { return Matmul(in[0], in[1], m.ta, m.tb); },
          [m](const std::vector<Tensor>& in, const Tensor&, const Tensor& dy) {
            const Tensor &a = in[0], &b = in[1];
@@ -125,18 +128,27 @@ std::vector<Case> MakeCases() {
     Shape a, b;
   };
   for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul, BinaryOp::kDiv}) {
-    for (const BinCase& s : {BinCase{{7, 5, 3}, {7, 5, 3}}, BinCase{{7, 5, 3}, {3}}, BinCase{{7, 1, 3}, {5, 1}},
-                             BinCase{{1}, {4, 3}}, BinCase{{6, 1}, {6, 9}}}) {
+    for (const BinCase& s : {BinCase{{7, 5, 3}, {7, 5, 3}}, BinCase{{7, 5, 3}, {3}},
+                             BinCase{{7, 1, 3}, {5, 1}}, BinCase{{1}, {4, 3}}, BinCase{{6, 1}, {6, 9}}}) {
       Tensor b = op == BinaryOp::kDiv ? Rand(s.b, 0.5f, 2.0f) : Randn(s.b);
-      add({"", BinaryOpName(op), "{}", {{Randn(s.a), true}, {b, true}},
+      add({"",
+           BinaryOpName(op),
+           "{}",
+           {{Randn(s.a), true}, {b, true}},
            [op](const std::vector<Tensor>& in) { return Binary(op, in[0], in[1]); },
            [op](const std::vector<Tensor>& in, const Tensor&, const Tensor& dy) {
              const Tensor &a = in[0], &b = in[1];
              Tensor da, db;
              switch (op) {
-               case BinaryOp::kAdd: da = dy, db = dy; break;
-               case BinaryOp::kSub: da = dy, db = Unary(UnaryOp::kNeg, dy); break;
-               case BinaryOp::kMul: da = Binary(BinaryOp::kMul, dy, b), db = Binary(BinaryOp::kMul, dy, a); break;
+               case BinaryOp::kAdd:
+                 da = dy, db = dy;
+                 break;
+               case BinaryOp::kSub:
+                 da = dy, db = Unary(UnaryOp::kNeg, dy);
+                 break;
+               case BinaryOp::kMul:
+                 da = Binary(BinaryOp::kMul, dy, b), db = Binary(BinaryOp::kMul, dy, a);
+                 break;
                case BinaryOp::kDiv:
                  da = Binary(BinaryOp::kDiv, dy, b);
                  db = Unary(UnaryOp::kNeg, Binary(BinaryOp::kDiv, Binary(BinaryOp::kMul, dy, a),
@@ -146,7 +158,10 @@ std::vector<Case> MakeCases() {
              return std::vector<Tensor>{SumToShape(da, a.shape()), SumToShape(db, b.shape())};
            }});
     }
-    add({"", std::string(BinaryOpName(op)) + "_scalar", "{\"scalar\": 1.75}", {{Randn({5, 7}), true}},
+    add({"",
+         std::string(BinaryOpName(op)) + "_scalar",
+         "{\"scalar\": 1.75}",
+         {{Randn({5, 7}), true}},
          [op](const std::vector<Tensor>& in) { return BinaryScalar(op, in[0], 1.75); },
          [op](const std::vector<Tensor>&, const Tensor&, const Tensor& dy) {
            double s = op == BinaryOp::kMul ? 1.75 : op == BinaryOp::kDiv ? 1 / 1.75 : 1.0;
@@ -158,7 +173,10 @@ std::vector<Case> MakeCases() {
   for (UnaryOp op : {UnaryOp::kRelu, UnaryOp::kGeluErf, UnaryOp::kGeluTanh, UnaryOp::kTanh, UnaryOp::kExp,
                      UnaryOp::kNeg}) {
     for (const Shape& s : {Shape{7, 5, 3}, Shape{1001}}) {
-      add({"", UnaryOpName(op), "{}", {{Scale(Randn(s), 2.0), true}},
+      add({"",
+           UnaryOpName(op),
+           "{}",
+           {{Scale(Randn(s), 2.0), true}},
            [op](const std::vector<Tensor>& in) { return Unary(op, in[0]); },
            [op](const std::vector<Tensor>& in, const Tensor&, const Tensor& dy) {
              return std::vector<Tensor>{UnaryGrad(op, in[0], dy)};
@@ -176,7 +194,10 @@ std::vector<Case> MakeCases() {
       std::ostringstream attrs;
       attrs << "{\"axes\": " << ListJson(r.axes) << ", \"keepdim\": " << (r.keepdim ? "true" : "false")
             << "}";
-      add({"", ReduceOpName(op), attrs.str(), {{Randn({7, 5, 3}), true}},
+      add({"",
+           ReduceOpName(op),
+           attrs.str(),
+           {{Randn({7, 5, 3}), true}},
            [op, r](const std::vector<Tensor>& in) { return Reduce(op, in[0], r.axes, r.keepdim); },
            [op, r](const std::vector<Tensor>& in, const Tensor&, const Tensor& dy) {
              const Tensor& x = in[0];
@@ -217,7 +238,9 @@ std::vector<Case> MakeCases() {
   // Layer norm with weight and bias.
   for (const Shape& s : {Shape{7, 5}, Shape{2, 3, 33}}) {
     int64_t d = s[-1];
-    add({"", "layer_norm", "{\"eps\": 1e-05}",
+    add({"",
+         "layer_norm",
+         "{\"eps\": 1e-05}",
          {{Scale(Randn(s), 3.0), true}, {Rand({d}, 0.5f, 1.5f), true}, {Randn({d}), true}},
          [](const std::vector<Tensor>& in) { return LayerNorm(in[0], in[1], in[2], 1e-5f).y; },
          [](const std::vector<Tensor>& in, const Tensor&, const Tensor& dy) {
@@ -232,7 +255,10 @@ std::vector<Case> MakeCases() {
     const int64_t n = 7;
     Tensor labels = Tensor::Empty({n}, DType::kInt64);
     for (int64_t i = 0; i < n; ++i) labels.data<int64_t>()[i] = i == 3 ? -100 : (i * 7919) % classes;
-    add({"", "cross_entropy", "{\"ignore_index\": -100}", {{Scale(Randn({n, classes}), 2.0), true}, {labels, false}},
+    add({"",
+         "cross_entropy",
+         "{\"ignore_index\": -100}",
+         {{Scale(Randn({n, classes}), 2.0), true}, {labels, false}},
          [](const std::vector<Tensor>& in) { return SparseCrossEntropy(in[0], in[1]); },
          [](const std::vector<Tensor>& in, const Tensor&, const Tensor& dy) {
            return std::vector<Tensor>{SparseCrossEntropyGrad(in[0], in[1], dy)};
@@ -251,15 +277,15 @@ TEST(KernelParity, ForwardAndBackwardMatchPyTorch) {
   for (size_t c = 0; c < cases.size(); ++c) {
     Case& k = cases[c];
     std::vector<Tensor> in;
-    manifest << (c ? "," : "") << "{\"name\": \"" << k.name << "\", \"op\": \"" << k.op << "\", \"attrs\": "
-             << k.attrs_json << ", \"inputs\": [";
+    manifest << (c ? "," : "") << "{\"name\": \"" << k.name << "\", \"op\": \"" << k.op
+             << "\", \"attrs\": " << k.attrs_json << ", \"inputs\": [";
     for (size_t i = 0; i < k.inputs.size(); ++i) {
       const Tensor& t = k.inputs[i].value;
       std::string file = k.name + ".in" + std::to_string(i);
       WriteRaw(dir / file, t);
       manifest << (i ? "," : "") << "{\"file\": \"" << file << "\", \"shape\": " << ListJson(t.shape().dims())
-               << ", \"dtype\": \"" << DTypeName(t.dtype()) << "\", \"grad\": " << (k.inputs[i].grad ? "true" : "false")
-               << "}";
+               << ", \"dtype\": \"" << DTypeName(t.dtype())
+               << "\", \"grad\": " << (k.inputs[i].grad ? "true" : "false") << "}";
       in.push_back(t);
     }
     manifest << "]}";
@@ -270,8 +296,8 @@ TEST(KernelParity, ForwardAndBackwardMatchPyTorch) {
   manifest << "]";
   std::ofstream(dir / "cases.json") << manifest.str();
 
-  std::string cmd = std::string(TESSEL_TORCH_PYTHON) + " " + TESSEL_SOURCE_DIR "/tests/ops/torch_reference.py " +
-                    dir.string();
+  std::string cmd = std::string(TESSEL_TORCH_PYTHON) + " " +
+                    TESSEL_SOURCE_DIR "/tests/ops/torch_reference.py " + dir.string();
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "the PyTorch reference failed: " << cmd;
 
   std::map<std::string, int> checked;

@@ -1,0 +1,146 @@
+// The eager interpreter: runs each functional op at once. Global inputs are
+// boxed to the inferred signature and the kernel runs on this rank's shards;
+// differentiable applications record an autograd node.
+#include <sstream>
+
+#include "core/error.h"
+#include "graph/autograd.h"
+#include "graph/sbp_inference.h"
+#include "ops/functional.h"
+#include "sbp/global_tensor.h"
+
+namespace tessel {
+namespace {
+
+std::string Describe(const OpDef& op, const std::vector<Tensor>& inputs) {
+  std::ostringstream os;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    os << (i ? ", " : "") << (i < op.inputs.size() ? op.inputs[i] : "?") << " ";
+    if (!inputs[i].defined()) {
+      os << "(undefined)";
+      continue;
+    }
+    os << inputs[i].dtype() << " " << inputs[i].shape();
+    if (inputs[i].is_global()) os << " " << inputs[i].nd_sbp() << " on " << inputs[i].placement();
+  }
+  return os.str();
+}
+
+const Kernel& KernelFor(const OpDef& op, DeviceType device) {
+  auto it = op.kernels.find(device);
+  TESSEL_CHECK(it != op.kernels.end())
+      << "op '" << op.name << "' has no " << DeviceTypeName(device) << " kernel";
+  return it->second;
+}
+
+std::vector<Tensor> RunGlobal(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs,
+                              const std::vector<TensorSpec>& logical,
+                              const std::vector<TensorSpec>& out_specs) {
+  const Placement& placement = inputs[0].placement();
+  for (size_t i = 1; i < inputs.size(); ++i) {
+    TESSEL_CHECK(inputs[i].placement() == placement)
+        << "op '" << op.name << "': inputs are on different placements (" << Describe(op, inputs)
+        << "); move them to one placement with to_global first";
+  }
+  const NdSignature& sig = InferNdSignature(op, attrs, inputs, placement);
+  std::vector<Tensor> locals;
+  std::vector<TensorSpec> local_specs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    locals.push_back(inputs[i].to_global(placement, sig.inputs[i]).to_local());
+    local_specs.push_back({locals.back().shape(), locals.back().dtype()});
+  }
+  const int rank = CurrentRank();
+  std::vector<Tensor> outs;
+  if (placement.Contains(rank)) {
+    Attrs local_attrs = op.local_attrs ? op.local_attrs(attrs, logical, local_specs) : attrs;
+    outs = KernelFor(op, placement.device_type())(locals, local_attrs);
+  } else {
+    for (int o = 0; o < op.num_outputs; ++o) {
+      outs.push_back(Tensor::Empty(LocalBox(out_specs[o].shape, placement, sig.outputs[o], rank).shape(),
+                                   out_specs[o].dtype));
+    }
+  }
+  for (int o = 0; o < op.num_outputs; ++o)
+    outs[o] = MakeGlobal(outs[o], out_specs[o].shape, placement, sig.outputs[o]);
+  return outs;
+}
+
+class EagerInterpreter final : public Interpreter {
+ public:
+  std::vector<Tensor> Apply(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) override {
+    std::vector<TensorSpec> specs;
+    int globals = 0;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      TESSEL_CHECK(inputs[i].defined())
+          << "op '" << op.name << "': input " << op.inputs[i] << " is undefined";
+      specs.push_back({inputs[i].shape(), inputs[i].dtype()});
+      globals += inputs[i].is_global();
+    }
+    TESSEL_CHECK(globals == 0 || globals == static_cast<int>(inputs.size()))
+        << "op '" << op.name << "' mixes local and global inputs (" << Describe(op, inputs)
+        << "); make the local ones global with to_global";
+    std::vector<TensorSpec> out_specs;
+    try {
+      out_specs = op.infer(specs, attrs);
+    } catch (const Error& e) {
+      TESSEL_THROW(e.code()) << "op '" << op.name << "' on " << Describe(op, inputs) << ": " << e.what();
+    }
+    std::vector<Tensor> outs;
+    if (globals > 0) {
+      outs = RunGlobal(op, inputs, attrs, specs, out_specs);
+    } else {
+      std::vector<Tensor> locals;
+      for (const Tensor& t : inputs) locals.push_back(t.detach());
+      outs = KernelFor(op, inputs.empty() ? DeviceType::kCPU : inputs[0].device().type())(locals, attrs);
+    }
+    Record(op, inputs, outs, attrs);
+    return outs;
+  }
+
+ private:
+  static void Record(const OpDef& op, const std::vector<Tensor>& inputs, std::vector<Tensor>& outs,
+                     const Attrs& attrs) {
+    if (!op.grad || !GradModeEnabled()) return;
+    auto node = std::make_shared<Node>();
+    std::vector<bool> needs;
+    bool any = false;
+    for (const Tensor& t : inputs) {
+      node->next.push_back(EdgeOf(t));
+      needs.push_back(node->next.back().valid());
+      any |= needs.back();
+    }
+    if (!any) return;
+    node->name = op.name;
+    node->num_outputs = static_cast<int>(outs.size());
+    std::vector<Tensor> saved_in, saved_out;  // detached: a node must not own its outputs' metadata
+    for (const Tensor& t : inputs) saved_in.push_back(t.detach());
+    for (const Tensor& t : outs) saved_out.push_back(t.detach());
+    const OpDef* def = &op;
+    node->apply = [def, saved_in, saved_out, attrs, needs](const std::vector<Tensor>& grad_outputs) {
+      GradContext ctx{saved_in, saved_out, grad_outputs, attrs, needs};
+      return def->grad(ctx);
+    };
+    for (size_t o = 0; o < outs.size(); ++o) {
+      if (!IsFloating(outs[o].dtype())) continue;
+      auto meta = std::make_shared<AutogradMeta>();
+      meta->requires_grad = true;
+      meta->grad_fn = node;
+      meta->output_index = static_cast<int>(o);
+      outs[o].set_autograd_meta(meta);
+    }
+  }
+};
+
+// Installed at start-up: functional ops run eagerly unless a graph builder
+// takes over.
+EagerInterpreter* const g_eager = [] {
+  auto* interpreter = new EagerInterpreter();
+  SetInterpreter(interpreter);
+  return interpreter;
+}();
+
+}  // namespace
+
+void EnsureEagerInterpreter() { (void)g_eager; }
+
+}  // namespace tessel

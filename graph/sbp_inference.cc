@@ -1,0 +1,105 @@
+#include "graph/sbp_inference.h"
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "core/error.h"
+#include "graph/boxing_executor.h"
+#include "sbp/slice.h"
+
+namespace tessel {
+
+std::string NdSignature::ToString() const {
+  std::ostringstream os;
+  for (size_t i = 0; i < inputs.size(); ++i) os << (i ? ", " : "") << inputs[i];
+  os << " -> ";
+  for (size_t i = 0; i < outputs.size(); ++i) os << (i ? ", " : "") << outputs[i];
+  return os.str();
+}
+
+namespace {
+
+// Rate at which a kernel is assumed to produce output: moving a byte between
+// ranks (the planner's 1 GB/s) costs ten times writing it.
+constexpr double kComputeBytesPerSecond = 10e9;
+
+std::string Key(const OpDef& op, const Attrs& attrs, const std::vector<Tensor>& inputs, const Placement& p) {
+  std::ostringstream os;
+  os << op.name << attrs.ToString() << p;
+  for (const Tensor& t : inputs)
+    os << "|" << t.placement() << t.nd_sbp() << t.shape() << DTypeName(t.dtype());
+  return os.str();
+}
+
+}  // namespace
+
+const NdSignature& InferNdSignature(const OpDef& op, const Attrs& attrs, const std::vector<Tensor>& inputs,
+                                    const Placement& placement) {
+  static std::mutex mu;
+  static auto* cache = new std::map<std::string, NdSignature>();
+  const std::string key = Key(op, attrs, inputs, placement);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache->find(key);
+    if (it != cache->end()) return it->second;
+  }
+  std::vector<TensorSpec> specs;
+  for (const Tensor& t : inputs) specs.push_back({t.shape(), t.dtype()});
+  std::vector<SbpSignature> one = op.sbp ? op.sbp(specs, attrs) : std::vector<SbpSignature>{};
+  one.push_back({std::vector<Sbp>(inputs.size(), B()), std::vector<Sbp>(op.num_outputs, B())});
+
+  const std::vector<TensorSpec> out_specs = op.infer(specs, attrs);
+  const std::vector<int64_t> corner(placement.ndim(), 0);  // the largest shard (larger parts first)
+  const int axes = placement.ndim();
+  NdSignature best;
+  double best_cost = std::numeric_limits<double>::infinity();
+  int best_conversions = 0;
+  std::vector<size_t> pick(axes, 0);
+  // Every combination of one 1-D signature per mesh axis.
+  while (true) {
+    NdSignature cand;
+    cand.inputs.assign(inputs.size(), NdSbp(std::vector<Sbp>(axes, B())));
+    cand.outputs.assign(op.num_outputs, NdSbp(std::vector<Sbp>(axes, B())));
+    for (int a = 0; a < axes; ++a) {
+      const SbpSignature& s = one[pick[a]];
+      for (size_t i = 0; i < inputs.size(); ++i) cand.inputs[i][a] = s.inputs[i];
+      for (int o = 0; o < op.num_outputs; ++o) cand.outputs[o][a] = s.outputs[o];
+    }
+    // Cost = boxing the inputs + writing the outputs' shards (so split
+    // compute beats replicated compute); ties go to fewer converted inputs,
+    // then to the op's own order: a signature matching the producers wins.
+    double boxing = 0;
+    int conversions = 0;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (inputs[i].placement() == placement && inputs[i].nd_sbp() == cand.inputs[i]) continue;
+      ++conversions;
+      boxing += GetBoxingPlan(inputs[i].placement(), inputs[i].nd_sbp(), placement, cand.inputs[i],
+                              inputs[i].shape(), inputs[i].dtype())
+                    .seconds();
+    }
+    double compute = 0;
+    for (int o = 0; o < op.num_outputs; ++o) {
+      compute += static_cast<double>(
+                     SliceOf(out_specs[o].shape, cand.outputs[o], placement.hierarchy(), corner).numel() *
+                     static_cast<int64_t>(ElementSize(out_specs[o].dtype))) /
+                 kComputeBytesPerSecond;
+    }
+    const double cost = boxing + compute;
+    if (cost < best_cost - 1e-15 || (std::abs(cost - best_cost) <= 1e-15 && conversions < best_conversions)) {
+      best_cost = cost;
+      best_conversions = conversions;
+      best = cand;
+      best.boxing_seconds = boxing;
+    }
+    int a = axes - 1;
+    while (a >= 0 && ++pick[a] == one.size()) pick[a--] = 0;
+    if (a < 0) break;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  return cache->emplace(key, best).first->second;
+}
+
+}  // namespace tessel

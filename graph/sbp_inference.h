@@ -1,0 +1,29 @@
+// SBP signature inference for an op on global inputs: N-D candidates are
+// products of the op's 1-D signatures (plus all-B) over the mesh axes. Each
+// is costed as the boxing planner's estimate for its inputs plus the bytes
+// of output shards it writes (split compute beats replicated); ties go to
+// the candidate converting fewer inputs, so one that matches the producers
+// comes first.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ops/op_def.h"
+#include "sbp/placement.h"
+
+namespace tessel {
+
+struct NdSignature {
+  std::vector<NdSbp> inputs;
+  std::vector<NdSbp> outputs;
+  double boxing_seconds = 0;  // estimated cost of boxing the inputs
+  std::string ToString() const;
+};
+
+// Cached per (op, attrs, input layouts). Throws naming the op, the inputs'
+// layouts and what was tried if nothing fits.
+const NdSignature& InferNdSignature(const OpDef& op, const Attrs& attrs, const std::vector<Tensor>& inputs,
+                                    const Placement& placement);
+
+}  // namespace tessel

@@ -1,0 +1,57 @@
+// relu, gelu (erf and tanh forms), tanh, neg, and activation_grad, the
+// gradient kernel they share.
+#include "ops/cpu/elementwise.h"
+#include "ops/defs/def_util.h"
+#include "ops/functional.h"
+
+namespace tessel {
+namespace {
+
+cpu::UnaryOp Kind(const std::string& name) {
+  if (name == "relu") return cpu::UnaryOp::kRelu;
+  if (name == "gelu") return cpu::UnaryOp::kGeluErf;
+  if (name == "gelu_tanh") return cpu::UnaryOp::kGeluTanh;
+  if (name == "tanh") return cpu::UnaryOp::kTanh;
+  if (name == "neg") return cpu::UnaryOp::kNeg;
+  TESSEL_THROW(StatusCode::kInvalidArgument) << "unknown activation '" << name << "'";
+}
+
+void RegisterActivation(const std::string& name) {
+  OpDef def;
+  def.name = name;
+  def.inputs = {"x"};
+  def.infer = [name](const std::vector<TensorSpec>& in, const Attrs&) {
+    defs::CheckFloat(name, in[0], "x");
+    return std::vector<TensorSpec>{in[0]};
+  };
+  def.sbp = name == "neg" ? defs::SplitAnyDimOrPartial : defs::SplitAnyDim;  // neg is linear
+  def.kernels[DeviceType::kCPU] = [name](const std::vector<Tensor>& in, const Attrs&) {
+    return std::vector<Tensor>{cpu::Unary(Kind(name), in[0])};
+  };
+  def.grad = [name](const GradContext& c) {
+    if (name == "neg") return std::vector<Tensor>{fn::neg(c.grad_outputs[0])};
+    return ApplyOp("activation_grad", {c.inputs[0], c.grad_outputs[0]}, {{"activation", name}});
+  };
+  RegisterOp(std::move(def));
+}
+
+}  // namespace
+
+void RegisterActivationOps() {
+  for (const char* name : {"relu", "gelu", "gelu_tanh", "tanh", "neg"}) RegisterActivation(name);
+  OpDef grad;
+  grad.name = "activation_grad";
+  grad.inputs = {"x", "dy"};
+  grad.infer = defs::SameAsInput;
+  grad.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    std::vector<SbpSignature> s = defs::AllSplitAlike(in[0].shape.ndim(), 2, 1, -1);
+    s.push_back({{B(), P()}, {P()}});  // linear in dy
+    return s;
+  };
+  grad.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    return std::vector<Tensor>{cpu::UnaryGrad(Kind(a.Get<std::string>("activation")), in[0], in[1])};
+  };
+  RegisterOp(std::move(grad));
+}
+
+}  // namespace tessel

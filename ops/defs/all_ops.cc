@@ -1,0 +1,25 @@
+// Every op definition file, registered once on first use of the registry.
+// Adding an op file: declare and call its Register*Ops() here.
+namespace tessel {
+
+void RegisterActivationOps();
+void RegisterCrossEntropyOps();
+void RegisterElementwiseOps();
+void RegisterLayerNormOps();
+void RegisterMatmulOps();
+void RegisterReduceOps();
+void RegisterShapeOps();
+void RegisterSoftmaxOps();
+
+void RegisterAllOps() {
+  RegisterActivationOps();
+  RegisterCrossEntropyOps();
+  RegisterElementwiseOps();
+  RegisterLayerNormOps();
+  RegisterMatmulOps();
+  RegisterReduceOps();
+  RegisterShapeOps();
+  RegisterSoftmaxOps();
+}
+
+}  // namespace tessel

@@ -1,0 +1,46 @@
+// Helpers shared by op definitions: common inference and SBP patterns.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/op_def.h"
+
+namespace tessel::defs {
+
+inline std::vector<TensorSpec> SameAsInput(const std::vector<TensorSpec>& in, const Attrs&) {
+  return {in[0]};
+}
+
+// Elementwise unary: split on any dimension stays split there.
+inline std::vector<SbpSignature> SplitAnyDim(const std::vector<TensorSpec>& in, const Attrs&) {
+  std::vector<SbpSignature> out;
+  for (int d = 0; d < in[0].shape.ndim(); ++d) out.push_back({{S(d)}, {S(d)}});
+  return out;
+}
+
+// As SplitAnyDim, plus P -> P for ops linear in their input.
+inline std::vector<SbpSignature> SplitAnyDimOrPartial(const std::vector<TensorSpec>& in, const Attrs& a) {
+  std::vector<SbpSignature> out = SplitAnyDim(in, a);
+  out.push_back({{P()}, {P()}});
+  return out;
+}
+
+// Several same-shaped inputs, split alike on any dimension but `except`
+// (-1: none), each output split alike.
+inline std::vector<SbpSignature> AllSplitAlike(int64_t ndim, size_t inputs, size_t outputs, int64_t except) {
+  std::vector<SbpSignature> out;
+  for (int d = 0; d < ndim; ++d) {
+    if (d == except) continue;
+    out.push_back({std::vector<Sbp>(inputs, S(d)), std::vector<Sbp>(outputs, S(d))});
+  }
+  return out;
+}
+
+inline void CheckFloat(const std::string& op, const TensorSpec& t, const char* what) {
+  TESSEL_CHECK(t.dtype == DType::kFloat32)
+      << op << ": " << what << " must be f32, got " << t.dtype << " " << t.shape;
+}
+
+}  // namespace tessel::defs

@@ -1,0 +1,102 @@
+// add, sub, mul, div (NumPy broadcasting) and their scalar forms.
+#include "ops/cpu/elementwise.h"
+
+#include "ops/cpu/broadcast.h"
+#include "ops/defs/def_util.h"
+#include "ops/functional.h"
+
+namespace tessel {
+namespace {
+
+std::vector<TensorSpec> InferBinary(const std::string& op, const std::vector<TensorSpec>& in) {
+  TESSEL_CHECK(in[0].dtype == in[1].dtype) << op << ": dtypes differ (" << in[0].dtype << " " << in[0].shape
+                                           << " vs " << in[1].dtype << " " << in[1].shape << ")";
+  return {{cpu::BroadcastShapes(in[0].shape, in[1].shape), in[0].dtype}};
+}
+
+// Splits on an output dimension: an operand that has the dimension (not
+// broadcast) is split there too, one that broadcasts it stays B.
+std::vector<SbpSignature> BroadcastSplits(const std::vector<TensorSpec>& in) {
+  Shape out = cpu::BroadcastShapes(in[0].shape, in[1].shape);
+  std::vector<SbpSignature> sigs;
+  for (int64_t d = 0; d < out.ndim(); ++d) {
+    SbpSignature s{{}, {S(static_cast<int>(d))}};
+    for (const TensorSpec& t : in) {
+      int64_t td = d - (out.ndim() - t.shape.ndim());
+      bool has = td >= 0 && t.shape.dims()[td] == out.dims()[d];
+      s.inputs.push_back(has ? S(static_cast<int>(td)) : B());
+    }
+    sigs.push_back(s);
+  }
+  return sigs;
+}
+
+void RegisterBinary(const std::string& name, cpu::BinaryOp op, std::vector<SbpSignature> partial_rules,
+                    std::function<std::vector<Tensor>(const GradContext&)> grad) {
+  OpDef def;
+  def.name = name;
+  def.inputs = {"a", "b"};
+  def.infer = [name](const std::vector<TensorSpec>& in, const Attrs&) { return InferBinary(name, in); };
+  def.sbp = [partial_rules](const std::vector<TensorSpec>& in, const Attrs&) {
+    std::vector<SbpSignature> s = BroadcastSplits(in);
+    s.insert(s.end(), partial_rules.begin(), partial_rules.end());
+    return s;
+  };
+  def.kernels[DeviceType::kCPU] = [op](const std::vector<Tensor>& in, const Attrs&) {
+    return std::vector<Tensor>{cpu::Binary(op, in[0], in[1])};
+  };
+  def.grad = std::move(grad);
+  RegisterOp(std::move(def));
+}
+
+void RegisterScalar(const std::string& name, cpu::BinaryOp op, bool partial_ok, double grad_scale_sign) {
+  OpDef def;
+  def.name = name;
+  def.inputs = {"a"};
+  def.infer = defs::SameAsInput;
+  def.sbp = partial_ok ? defs::SplitAnyDimOrPartial : defs::SplitAnyDim;
+  def.kernels[DeviceType::kCPU] = [op](const std::vector<Tensor>& in, const Attrs& a) {
+    return std::vector<Tensor>{cpu::BinaryScalar(op, in[0], a.Get<double>("scalar"))};
+  };
+  def.grad = [op, grad_scale_sign](const GradContext& c) {
+    const Tensor& g = c.grad_outputs[0];
+    if (op == cpu::BinaryOp::kMul)
+      return std::vector<Tensor>{fn::mul_scalar(g, c.attrs.Get<double>("scalar"))};
+    return std::vector<Tensor>{grad_scale_sign == 1.0 ? g : fn::mul_scalar(g, grad_scale_sign)};
+  };
+  RegisterOp(std::move(def));
+}
+
+}  // namespace
+
+void RegisterElementwiseOps() {
+  using cpu::BinaryOp;
+  RegisterBinary("add", BinaryOp::kAdd, {{{P(), P()}, {P()}}}, [](const GradContext& c) {
+    const Tensor& g = c.grad_outputs[0];
+    return std::vector<Tensor>{fn::sum_to(g, c.inputs[0].shape()), fn::sum_to(g, c.inputs[1].shape())};
+  });
+  RegisterBinary("sub", BinaryOp::kSub, {{{P(), P()}, {P()}}}, [](const GradContext& c) {
+    const Tensor& g = c.grad_outputs[0];
+    return std::vector<Tensor>{fn::sum_to(g, c.inputs[0].shape()),
+                               fn::sum_to(fn::neg(g), c.inputs[1].shape())};
+  });
+  RegisterBinary("mul", BinaryOp::kMul, {{{P(), B()}, {P()}}, {{B(), P()}, {P()}}}, [](const GradContext& c) {
+    const Tensor &a = c.inputs[0], &b = c.inputs[1], &g = c.grad_outputs[0];
+    Tensor da = c.needs_input_grad[0] ? fn::sum_to(fn::mul(g, b), a.shape()) : Tensor();
+    Tensor db = c.needs_input_grad[1] ? fn::sum_to(fn::mul(g, a), b.shape()) : Tensor();
+    return std::vector<Tensor>{da, db};
+  });
+  RegisterBinary("div", BinaryOp::kDiv, {{{P(), B()}, {P()}}}, [](const GradContext& c) {
+    const Tensor &a = c.inputs[0], &b = c.inputs[1], &g = c.grad_outputs[0];
+    Tensor da = c.needs_input_grad[0] ? fn::sum_to(fn::div(g, b), a.shape()) : Tensor();
+    Tensor db = c.needs_input_grad[1] ? fn::sum_to(fn::neg(fn::div(fn::mul(g, c.outputs[0]), b)),
+                                                   b.shape())  // -g*a/b^2 = -g*y/b
+                                      : Tensor();
+    return std::vector<Tensor>{da, db};
+  });
+  // x + s is not linear (P would add s once per rank); x * s is.
+  RegisterScalar("add_scalar", BinaryOp::kAdd, /*partial_ok=*/false, 1.0);
+  RegisterScalar("mul_scalar", BinaryOp::kMul, /*partial_ok=*/true, 1.0);
+}
+
+}  // namespace tessel

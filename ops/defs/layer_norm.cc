@@ -1,0 +1,59 @@
+// layer_norm over the last dimension with weight and bias, and its gradient.
+#include "ops/cpu/layer_norm.h"
+
+#include "ops/defs/def_util.h"
+#include "ops/functional.h"
+
+namespace tessel {
+
+void RegisterLayerNormOps() {
+  OpDef def;
+  def.name = "layer_norm";
+  def.inputs = {"x", "gamma", "beta"};
+  def.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    for (int i = 0; i < 3; ++i)
+      defs::CheckFloat("layer_norm", in[i], i == 0 ? "x" : i == 1 ? "gamma" : "beta");
+    const int64_t d = in[0].shape.ndim() ? in[0].shape[-1] : 0;
+    TESSEL_CHECK(in[1].shape == Shape{d} && in[2].shape == Shape{d})
+        << "layer_norm: gamma " << in[1].shape << " and beta " << in[2].shape << " must be [" << d
+        << "] for x " << in[0].shape;
+    return std::vector<TensorSpec>{in[0]};
+  };
+  // Rows split, parameters replicated.
+  def.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    std::vector<SbpSignature> out;
+    for (int d = 0; d + 1 < in[0].shape.ndim(); ++d) out.push_back({{S(d), B(), B()}, {S(d)}});
+    return out;
+  };
+  def.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    return std::vector<Tensor>{
+        cpu::LayerNorm(in[0], in[1], in[2], static_cast<float>(a.Get<double>("eps"))).y};
+  };
+  def.grad = [](const GradContext& c) {
+    return ApplyOp("layer_norm_grad", {c.grad_outputs[0], c.inputs[0], c.inputs[1]}, c.attrs);
+  };
+  RegisterOp(std::move(def));
+
+  // Recomputes mean and rstd from x (cheap next to saving them per row).
+  OpDef grad;
+  grad.name = "layer_norm_grad";
+  grad.inputs = {"dy", "x", "gamma"};
+  grad.num_outputs = 3;
+  grad.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    return std::vector<TensorSpec>{in[1], in[2], in[2]};
+  };
+  // Row splits leave partial sums for the parameter gradients.
+  grad.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    std::vector<SbpSignature> out;
+    for (int d = 0; d + 1 < in[1].shape.ndim(); ++d) out.push_back({{S(d), S(d), B()}, {S(d), P(), P()}});
+    return out;
+  };
+  grad.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    cpu::LayerNormResult r = cpu::LayerNorm(in[1], in[2], Tensor(), static_cast<float>(a.Get<double>("eps")));
+    cpu::LayerNormGrads g = cpu::LayerNormGrad(in[0], in[1], r.mean, r.rstd, in[2]);
+    return std::vector<Tensor>{g.dx, g.dgamma, g.dbeta};
+  };
+  RegisterOp(std::move(grad));
+}
+
+}  // namespace tessel

@@ -1,0 +1,86 @@
+// matmul: a [..., m, k] x b [..., k, n], optional transposes, broadcast batch.
+#include "ops/cpu/broadcast.h"
+#include "ops/cpu/gemm.h"
+#include "ops/defs/def_util.h"
+#include "ops/functional.h"
+
+namespace tessel {
+namespace {
+
+std::vector<TensorSpec> Infer(const std::vector<TensorSpec>& in, const Attrs& a) {
+  const Shape &sa = in[0].shape, &sb = in[1].shape;
+  defs::CheckFloat("matmul", in[0], "a");
+  defs::CheckFloat("matmul", in[1], "b");
+  TESSEL_CHECK(sa.ndim() >= 2 && sb.ndim() >= 2)
+      << "matmul needs operands of rank >= 2; got " << sa << " and " << sb;
+  bool ta = a.Get<bool>("transpose_a"), tb = a.Get<bool>("transpose_b");
+  int64_t m = ta ? sa[-1] : sa[-2], ka = ta ? sa[-2] : sa[-1];
+  int64_t kb = tb ? sb[-1] : sb[-2], n = tb ? sb[-2] : sb[-1];
+  TESSEL_CHECK(ka == kb) << "matmul: inner sizes differ: a " << sa << (ta ? "^T" : "") << " x b " << sb
+                         << (tb ? "^T" : "") << " (" << ka << " vs " << kb << ")";
+  Shape batch = cpu::BroadcastShapes(Shape(std::vector<int64_t>(sa.dims().begin(), sa.dims().end() - 2)),
+                                     Shape(std::vector<int64_t>(sb.dims().begin(), sb.dims().end() - 2)));
+  std::vector<int64_t> dims = batch.dims();
+  dims.push_back(m);
+  dims.push_back(n);
+  return {{Shape(dims), DType::kFloat32}};
+}
+
+// Row-parallel and column-parallel forms, the partial-sum form, batch splits.
+std::vector<SbpSignature> Signatures(const std::vector<TensorSpec>& in, const Attrs& a) {
+  const int64_t ra = in[0].shape.ndim(), rb = in[1].shape.ndim();
+  const int64_t ro = std::max(ra, rb);
+  bool ta = a.Get<bool>("transpose_a"), tb = a.Get<bool>("transpose_b");
+  const int am = static_cast<int>(ta ? ra - 1 : ra - 2), ak = static_cast<int>(ta ? ra - 2 : ra - 1);
+  const int bk = static_cast<int>(tb ? rb - 1 : rb - 2), bn = static_cast<int>(tb ? rb - 2 : rb - 1);
+  std::vector<SbpSignature> out = {
+      {{S(am), B()}, {S(static_cast<int>(ro - 2))}},
+      {{B(), S(bn)}, {S(static_cast<int>(ro - 1))}},
+      {{S(ak), S(bk)}, {P()}},
+      {{P(), B()}, {P()}},
+      {{B(), P()}, {P()}},
+  };
+  // Batch dimensions split together when both operands have them.
+  for (int64_t d = 0; d < ro - 2; ++d) {
+    int64_t da = d - (ro - ra), db = d - (ro - rb);
+    if (da >= 0 && db >= 0 && in[0].shape.dims()[da] == in[1].shape.dims()[db]) {
+      out.push_back({{S(static_cast<int>(da)), S(static_cast<int>(db))}, {S(static_cast<int>(d))}});
+    } else if (da >= 0 && db < 0) {
+      out.push_back({{S(static_cast<int>(da)), B()}, {S(static_cast<int>(d))}});
+    }
+  }
+  return out;
+}
+
+std::vector<Tensor> Grad(const GradContext& c) {
+  const Tensor &a = c.inputs[0], &b = c.inputs[1], &g = c.grad_outputs[0];
+  bool ta = c.attrs.Get<bool>("transpose_a"), tb = c.attrs.Get<bool>("transpose_b");
+  Tensor da, db;
+  if (c.needs_input_grad[0]) {
+    da = ta ? fn::matmul(b, g, tb, true) : fn::matmul(g, b, false, !tb);
+    da = fn::sum_to(da, a.shape());
+  }
+  if (c.needs_input_grad[1]) {
+    db = tb ? fn::matmul(g, a, true, ta) : fn::matmul(a, g, !ta, false);
+    db = fn::sum_to(db, b.shape());
+  }
+  return {da, db};
+}
+
+}  // namespace
+
+void RegisterMatmulOps() {
+  OpDef def;
+  def.name = "matmul";
+  def.inputs = {"a", "b"};
+  def.infer = Infer;
+  def.sbp = Signatures;
+  def.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    return std::vector<Tensor>{
+        cpu::Matmul(in[0], in[1], a.Get<bool>("transpose_a"), a.Get<bool>("transpose_b"))};
+  };
+  def.grad = Grad;
+  RegisterOp(std::move(def));
+}
+
+}  // namespace tessel

@@ -1,0 +1,222 @@
+// sum and mean over axes; sum_to (sum a broadcast result back to a shape);
+// expand (the broadcast itself, used by their gradients).
+#include "ops/cpu/reduce.h"
+
+#include <set>
+
+#include "ops/cpu/broadcast.h"
+#include "ops/cpu/elementwise.h"
+#include "ops/defs/def_util.h"
+#include "ops/functional.h"
+
+namespace tessel {
+namespace {
+
+std::set<int64_t> ReducedAxes(const Shape& shape, const std::vector<int64_t>& axes) {
+  std::set<int64_t> out;
+  for (int64_t a : axes) out.insert(shape.NormalizeAxis(a));
+  if (axes.empty())
+    for (int64_t d = 0; d < shape.ndim(); ++d) out.insert(d);
+  return out;
+}
+
+std::vector<TensorSpec> InferReduce(const std::vector<TensorSpec>& in, const Attrs& a) {
+  defs::CheckFloat("sum/mean", in[0], "x");
+  const auto& axes = a.Get<std::vector<int64_t>>("axes");
+  std::set<int64_t> red = ReducedAxes(in[0].shape, axes);
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < in[0].shape.ndim(); ++d) {
+    if (!red.count(d))
+      dims.push_back(in[0].shape.dims()[d]);
+    else if (a.Get<bool>("keepdim"))
+      dims.push_back(1);
+  }
+  return {{Shape(dims), DType::kFloat32}};
+}
+
+// A split on a reduced dimension leaves partial sums; on a kept one it stays.
+std::vector<SbpSignature> SbpReduce(const std::vector<TensorSpec>& in, const Attrs& a) {
+  std::set<int64_t> red = ReducedAxes(in[0].shape, a.Get<std::vector<int64_t>>("axes"));
+  const bool keepdim = a.Get<bool>("keepdim");
+  std::vector<SbpSignature> out = {{{P()}, {P()}}};
+  int64_t before = 0;
+  for (int64_t d = 0; d < in[0].shape.ndim(); ++d) {
+    if (red.count(d)) {
+      out.push_back({{S(static_cast<int>(d))}, {P()}});
+      ++before;
+    } else {
+      out.push_back({{S(static_cast<int>(d))}, {S(static_cast<int>(keepdim ? d : d - before))}});
+    }
+  }
+  return out;
+}
+
+// expand(g, x.shape) undoing the reduction: g lacks the reduced axes unless keepdim.
+Tensor ExpandBack(const Tensor& g, const Tensor& x, const Attrs& a) {
+  std::vector<int64_t> missing;
+  if (!a.Get<bool>("keepdim")) {
+    std::set<int64_t> red = ReducedAxes(x.shape(), a.Get<std::vector<int64_t>>("axes"));
+    missing.assign(red.begin(), red.end());
+  }
+  return ApplyOp("expand", {g}, {{"shape", x.shape().dims()}, {"axes", missing}}).at(0);
+}
+
+int64_t ReducedCount(const Shape& shape, const Attrs& a) {
+  int64_t n = 1;
+  for (int64_t d : ReducedAxes(shape, a.Get<std::vector<int64_t>>("axes"))) n *= shape.dims()[d];
+  return n;
+}
+
+void RegisterSumMean() {
+  OpDef sum;
+  sum.name = "sum";
+  sum.inputs = {"x"};
+  sum.infer = InferReduce;
+  sum.sbp = SbpReduce;
+  sum.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    return std::vector<Tensor>{
+        cpu::Reduce(cpu::ReduceOp::kSum, in[0], a.Get<std::vector<int64_t>>("axes"), a.Get<bool>("keepdim"))};
+  };
+  sum.grad = [](const GradContext& c) {
+    return std::vector<Tensor>{ExpandBack(c.grad_outputs[0], c.inputs[0], c.attrs)};
+  };
+  RegisterOp(std::move(sum));
+
+  OpDef mean;
+  mean.name = "mean";
+  mean.inputs = {"x"};
+  mean.infer = InferReduce;
+  mean.sbp = SbpReduce;
+  // On shards, divide by the logical count, not the shard's.
+  mean.local_attrs = [](const Attrs& a, const std::vector<TensorSpec>& logical,
+                        const std::vector<TensorSpec>&) {
+    Attrs local = a;
+    local.Set("divisor", static_cast<double>(ReducedCount(logical[0].shape, a)));
+    return local;
+  };
+  mean.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    const auto& axes = a.Get<std::vector<int64_t>>("axes");
+    Tensor s = cpu::Reduce(cpu::ReduceOp::kSum, in[0], axes, a.Get<bool>("keepdim"));
+    double divisor =
+        a.Has("divisor") ? a.Get<double>("divisor") : static_cast<double>(ReducedCount(in[0].shape(), a));
+    return std::vector<Tensor>{cpu::BinaryScalar(cpu::BinaryOp::kMul, s, 1.0 / divisor)};
+  };
+  mean.grad = [](const GradContext& c) {
+    double count = static_cast<double>(ReducedCount(c.inputs[0].shape(), c.attrs));
+    return std::vector<Tensor>{
+        fn::mul_scalar(ExpandBack(c.grad_outputs[0], c.inputs[0], c.attrs), 1.0 / count)};
+  };
+  RegisterOp(std::move(mean));
+}
+
+void RegisterSumTo() {
+  OpDef def;
+  def.name = "sum_to";
+  def.inputs = {"x"};
+  def.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+    Shape target(a.Get<std::vector<int64_t>>("shape"));
+    TESSEL_CHECK(cpu::BroadcastShapes(target, in[0].shape) == in[0].shape)
+        << "sum_to: " << in[0].shape << " is not a broadcast of " << target;
+    return std::vector<TensorSpec>{{target, in[0].dtype}};
+  };
+  def.sbp = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+    const auto& target = a.Get<std::vector<int64_t>>("shape");
+    const int64_t lead = in[0].shape.ndim() - static_cast<int64_t>(target.size());
+    std::vector<SbpSignature> out = {{{P()}, {P()}}};
+    for (int64_t d = 0; d < in[0].shape.ndim(); ++d) {
+      bool summed = d < lead || (target[d - lead] == 1 && in[0].shape.dims()[d] != 1);
+      out.push_back({{S(static_cast<int>(d))}, {summed ? P() : S(static_cast<int>(d - lead))}});
+    }
+    return out;
+  };
+  def.local_attrs = [](const Attrs& a, const std::vector<TensorSpec>&, const std::vector<TensorSpec>& local) {
+    std::vector<int64_t> target = a.Get<std::vector<int64_t>>("shape");
+    const int64_t lead = local[0].shape.ndim() - static_cast<int64_t>(target.size());
+    for (size_t o = 0; o < target.size(); ++o)
+      if (target[o] != 1) target[o] = local[0].shape.dims()[o + lead];
+    Attrs out = a;
+    return out.Set("shape", target);
+  };
+  def.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    return std::vector<Tensor>{cpu::SumToShape(in[0], Shape(a.Get<std::vector<int64_t>>("shape")))};
+  };
+  def.grad = [](const GradContext& c) {
+    const int64_t lead = c.inputs[0].ndim() - c.outputs[0].ndim();
+    std::vector<int64_t> missing;
+    for (int64_t d = 0; d < lead; ++d) missing.push_back(d);
+    return ApplyOp("expand", {c.grad_outputs[0]}, {{"shape", c.inputs[0].shape().dims()}, {"axes", missing}});
+  };
+  RegisterOp(std::move(def));
+}
+
+// x with size-1 axes inserted at `axes` (positions in the target), broadcast.
+Shape KeepShape(const Shape& x, const std::vector<int64_t>& target, const std::vector<int64_t>& axes) {
+  std::vector<int64_t> dims;
+  size_t next = 0;
+  std::set<int64_t> missing(axes.begin(), axes.end());
+  for (size_t o = 0; o < target.size(); ++o) dims.push_back(missing.count(o) ? 1 : x.dims().at(next++));
+  return Shape(dims);
+}
+
+void RegisterExpand() {
+  OpDef def;
+  def.name = "expand";
+  def.inputs = {"x"};
+  def.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+    const auto& target = a.Get<std::vector<int64_t>>("shape");
+    const auto& axes = a.Get<std::vector<int64_t>>("axes");
+    TESSEL_CHECK(in[0].shape.ndim() + static_cast<int64_t>(axes.size()) ==
+                 static_cast<int64_t>(target.size()))
+        << "expand: " << in[0].shape << " plus " << axes.size() << " new axes does not have the rank of "
+        << Shape(target);
+    Shape keep = KeepShape(in[0].shape, target, axes);
+    TESSEL_CHECK(cpu::BroadcastShapes(keep, Shape(target)) == Shape(target))
+        << "expand: " << keep << " does not broadcast to " << Shape(target);
+    return std::vector<TensorSpec>{{Shape(target), in[0].dtype}};
+  };
+  def.sbp = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+    const auto& target = a.Get<std::vector<int64_t>>("shape");
+    std::set<int64_t> missing;
+    for (int64_t ax : a.Get<std::vector<int64_t>>("axes")) missing.insert(ax);
+    std::vector<SbpSignature> out = {{{P()}, {P()}}};
+    int64_t d = 0;
+    for (size_t o = 0; o < target.size(); ++o) {
+      if (missing.count(o)) continue;
+      if (in[0].shape.dims()[d] == target[o])
+        out.push_back({{S(static_cast<int>(d))}, {S(static_cast<int>(o))}});
+      ++d;
+    }
+    return out;
+  };
+  def.local_attrs = [](const Attrs& a, const std::vector<TensorSpec>& logical,
+                       const std::vector<TensorSpec>& local) {
+    std::vector<int64_t> target = a.Get<std::vector<int64_t>>("shape");
+    Shape keep_logical = KeepShape(logical[0].shape, target, a.Get<std::vector<int64_t>>("axes"));
+    Shape keep_local = KeepShape(local[0].shape, target, a.Get<std::vector<int64_t>>("axes"));
+    for (size_t o = 0; o < target.size(); ++o)
+      if (keep_logical.dims()[o] != 1) target[o] = keep_local.dims()[o];
+    Attrs out = a;
+    return out.Set("shape", target);
+  };
+  def.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    const auto& target = a.Get<std::vector<int64_t>>("shape");
+    Tensor keep = in[0].Reshape(KeepShape(in[0].shape(), target, a.Get<std::vector<int64_t>>("axes")));
+    Tensor out = Tensor::Empty(Shape(target), in[0].dtype());
+    cpu::BroadcastIndex index(keep.shape(), out.shape());
+    const float* src = keep.data<float>();
+    float* dst = out.data<float>();
+    for (int64_t i = 0; i < out.numel(); ++i) dst[i] = src[index(i)];
+    return std::vector<Tensor>{out};
+  };
+  RegisterOp(std::move(def));
+}
+
+}  // namespace
+
+void RegisterReduceOps() {
+  RegisterSumMean();
+  RegisterSumTo();
+  RegisterExpand();
+}
+
+}  // namespace tessel

@@ -1,0 +1,57 @@
+// Functional ops: what layers and gradient functions call. Each builds an
+// op application and hands it to the active interpreter (graph/: the eager
+// interpreter runs it now and records autograd; a lazy graph builder will
+// record it). ops/ defines the API; graph/ installs the interpreter.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/tensor.h"
+#include "ops/op_def.h"
+
+namespace tessel {
+
+class Interpreter {
+ public:
+  virtual ~Interpreter() = default;
+  virtual std::vector<Tensor> Apply(const OpDef& op, const std::vector<Tensor>& inputs,
+                                    const Attrs& attrs) = 0;
+};
+
+// Installs the interpreter functional ops go through (graph/ does this at
+// start-up); returns the previous one.
+Interpreter* SetInterpreter(Interpreter* interpreter);
+
+// Applies a registered op by name.
+std::vector<Tensor> ApplyOp(const std::string& name, const std::vector<Tensor>& inputs,
+                            const Attrs& attrs = {});
+
+namespace fn {
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add_scalar(const Tensor& a, double s);
+Tensor mul_scalar(const Tensor& a, double s);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);       // erf form
+Tensor gelu_tanh(const Tensor& x);  // tanh approximation
+Tensor tanh(const Tensor& x);
+Tensor neg(const Tensor& x);
+Tensor sum(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim = false);
+Tensor mean(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim = false);
+// Sums a broadcast result back to `shape` (the gradient of broadcasting).
+Tensor sum_to(const Tensor& x, const Shape& shape);
+Tensor softmax(const Tensor& x);  // over the last dimension
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps = 1e-5);
+// Mean over rows whose label is not ignore_index of the per-row loss.
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index = -100);
+// Per-row loss (reduction none).
+Tensor cross_entropy_rows(const Tensor& logits, const Tensor& labels, int64_t ignore_index = -100);
+Tensor reshape(const Tensor& x, const Shape& shape);
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
+}  // namespace fn
+
+}  // namespace tessel

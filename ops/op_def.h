@@ -1,0 +1,91 @@
+// The op registry. An op is one OpDef: its attributes, shape/dtype
+// inference, 1-D SBP signature candidates, kernels per device type and its
+// gradient (written with functional ops, so one definition serves local and
+// global tensors, eager and lazy). Adding an op is one file in ops/defs/
+// with a Register*Ops() function, listed in ops/defs/all_ops.cc (see
+// docs/adding_an_op.md). The list is explicit because a static library
+// drops object files that only hold self-registering statics.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/tensor.h"
+#include "sbp/sbp.h"
+
+namespace tessel {
+
+using AttrValue = std::variant<bool, int64_t, double, std::vector<int64_t>, std::string>;
+
+class Attrs {
+ public:
+  Attrs() = default;
+  Attrs(std::initializer_list<std::pair<const std::string, AttrValue>> init) : values_(init) {}
+  Attrs& Set(const std::string& name, AttrValue value) {
+    values_[name] = std::move(value);
+    return *this;
+  }
+  bool Has(const std::string& name) const { return values_.count(name) > 0; }
+  // Throws naming the attribute if it is missing or of another type.
+  template <typename T>
+  const T& Get(const std::string& name) const;
+  std::string ToString() const;
+
+ private:
+  std::map<std::string, AttrValue> values_;
+};
+
+struct TensorSpec {
+  Shape shape;
+  DType dtype = DType::kFloat32;
+};
+
+// One 1-D SBP signature: an Sbp per input and per output.
+struct SbpSignature {
+  std::vector<Sbp> inputs;
+  std::vector<Sbp> outputs;
+  std::string ToString() const;
+};
+
+// What a gradient function sees. grad_outputs[i] is undefined when output
+// i got no gradient; a gradient function returns one tensor per input
+// (undefined where needs_input_grad is false or the input is not
+// differentiable).
+struct GradContext {
+  const std::vector<Tensor>& inputs;
+  const std::vector<Tensor>& outputs;
+  const std::vector<Tensor>& grad_outputs;
+  const Attrs& attrs;
+  const std::vector<bool>& needs_input_grad;
+};
+
+using Kernel = std::function<std::vector<Tensor>(const std::vector<Tensor>& inputs, const Attrs& attrs)>;
+
+struct OpDef {
+  std::string name;
+  std::vector<std::string> inputs;  // names, for messages
+  int num_outputs = 1;
+  // Output specs from input specs; throws naming the op and shapes.
+  std::function<std::vector<TensorSpec>(const std::vector<TensorSpec>&, const Attrs&)> infer;
+  // 1-D signatures valid for these input specs. The all-B signature
+  // (replicated compute) is always added by the dispatcher.
+  std::function<std::vector<SbpSignature>(const std::vector<TensorSpec>&, const Attrs&)> sbp;
+  // Attributes for running the kernel on local shards (for ops whose
+  // attributes are shapes or counts); identity when unset.
+  std::function<Attrs(const Attrs&, const std::vector<TensorSpec>& logical_inputs,
+                      const std::vector<TensorSpec>& local_inputs)>
+      local_attrs;
+  std::map<DeviceType, Kernel> kernels;
+  std::function<std::vector<Tensor>(const GradContext&)> grad;  // unset: not differentiable
+};
+
+// Registers `def`; throws if the name is taken.
+void RegisterOp(OpDef def);
+// Throws naming the op if it is unknown.
+const OpDef& GetOpDef(const std::string& name);
+std::vector<std::string> RegisteredOps();
+
+}  // namespace tessel
