@@ -63,6 +63,10 @@ def run(op, ins, a):
         return F.layer_norm(x, (x.shape[-1],), g, b, a["eps"])
     if op == "cross_entropy":
         return F.cross_entropy(ins[0], ins[1], ignore_index=a["ignore_index"], reduction="none")
+    if op == "transpose":
+        return ins[0].transpose(a["dim0"], a["dim1"])
+    if op == "reshape":
+        return ins[0].reshape(a["shape"])
     raise ValueError(f"unknown op {op}")
 
 

@@ -1,0 +1,260 @@
+// Every CPU kernel, forward and backward, against PyTorch computed when the
+// test runs: cases are written to a scratch directory, torch_reference.py
+// (run once, with Debian's python3-torch) computes outputs and input
+// gradients for the same upstream gradients, and each is compared within
+// 1e-5 relative (see RelError).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "core/tensor.h"
+#include "graph/autograd.h"
+#include "ops/functional.h"
+
+#ifndef TESSEL_TORCH_PYTHON
+#define TESSEL_TORCH_PYTHON "/usr/bin/python3"
+#endif
+
+namespace tessel {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Input {
+  Tensor value;
+  bool grad = false;  // compare this input's gradient
+};
+
+// One op application: inputs, attributes for the torch side, and the
+// tessel computation (functional ops).
+struct Case {
+  std::string name, op, attrs_json;
+  std::vector<Input> inputs;
+  std::function<Tensor(const std::vector<Tensor>&)> forward;
+};
+
+std::string ListJson(const std::vector<int64_t>& v) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
+  return os.str() + "]";
+}
+
+void WriteRaw(const fs::path& path, const Tensor& t) {
+  std::ofstream(path, std::ios::binary).write(static_cast<const char*>(t.raw_data()), t.nbytes());
+}
+
+Tensor ReadRaw(const fs::path& path, const Shape& shape) {
+  Tensor t = Tensor::Empty(shape, DType::kFloat32);
+  std::ifstream in(path, std::ios::binary);
+  in.read(static_cast<char*>(t.raw_data()), t.nbytes());
+  EXPECT_EQ(in.gcount(), static_cast<std::streamsize>(t.nbytes())) << "short reference file " << path;
+  return t;
+}
+
+// Worst |a - b| / (|b| + mean |b|): relative to each element where it is
+// large, relative to the tensor's typical size where it is tiny. 1e-5 passes.
+double RelError(const Tensor& got, const Tensor& want) {
+  const float* a = got.data<float>();
+  const float* b = want.data<float>();
+  double mean = 0, worst = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) mean += std::abs(b[i]);
+  mean = std::max(mean / static_cast<double>(std::max<int64_t>(want.numel(), 1)), 1e-12);
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
+    double diff = std::abs(static_cast<double>(a[i]) - b[i]);
+    worst = std::max(worst, diff / (std::abs(static_cast<double>(b[i])) + mean));
+  }
+  return worst;
+}
+
+uint64_t g_seed = 1;
+Tensor Randn(const Shape& s) { return randn(s, g_seed++); }
+Tensor Rand(const Shape& s, float lo, float hi) {
+  Tensor t = rand(s, g_seed++);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = lo + (hi - lo) * p[i];
+  return t;
+}
+
+Tensor Scale(const Tensor& t, double s) {
+  Tensor out = t.Clone();
+  for (int64_t i = 0; i < out.numel(); ++i) out.data<float>()[i] *= static_cast<float>(s);
+  return out;
+}
+
+std::vector<Case> MakeCases() {
+  std::vector<Case> cases;
+  auto add = [&](std::string op, std::string attrs, std::vector<Input> inputs,
+                 std::function<Tensor(const std::vector<Tensor>&)> forward) {
+    cases.push_back({op + "_" + std::to_string(cases.size()), op, std::move(attrs), std::move(inputs),
+                     std::move(forward)});
+  };
+  auto bool_json = [](bool b) { return std::string(b ? "true" : "false"); };
+
+  // matmul with transposes, batches and a shared 2-D operand.
+  struct MM {
+    Shape a, b;
+    bool ta, tb;
+  };
+  for (const MM& m : {MM{{7, 5}, {5, 3}, false, false}, MM{{5, 7}, {5, 3}, true, false},
+                      MM{{7, 5}, {3, 5}, false, true}, MM{{5, 7}, {3, 5}, true, true},
+                      MM{{2, 7, 5}, {2, 5, 3}, false, false}, MM{{3, 7, 5}, {5, 4}, false, false},
+                      MM{{2, 5, 7}, {2, 3, 5}, true, true}, MM{{33, 65}, {65, 17}, false, false}}) {
+    add("matmul", "{\"ta\": " + bool_json(m.ta) + ", \"tb\": " + bool_json(m.tb) + "}",
+        {{Randn(m.a), true}, {Randn(m.b), true}},
+        [m](const std::vector<Tensor>& in) { return fn::matmul(in[0], in[1], m.ta, m.tb); });
+  }
+
+  // Broadcasting binary ops (bias add is add with a [n] operand).
+  struct Bin {
+    Shape a, b;
+  };
+  const std::vector<std::pair<std::string, Tensor (*)(const Tensor&, const Tensor&)>> binaries = {
+      {"add", fn::add}, {"sub", fn::sub}, {"mul", fn::mul}, {"div", fn::div}};
+  for (const auto& [name, f] : binaries) {
+    for (const Bin& s : {Bin{{7, 5, 3}, {7, 5, 3}}, Bin{{7, 5, 3}, {3}}, Bin{{7, 1, 3}, {5, 1}}, Bin{{1}, {4, 3}},
+                         Bin{{6, 1}, {6, 9}}}) {
+      Tensor b = name == "div" ? Rand(s.b, 0.5f, 2.0f) : Randn(s.b);
+      auto op = f;
+      add(name, "{}", {{Randn(s.a), true}, {b, true}}, [op](const std::vector<Tensor>& in) { return op(in[0], in[1]); });
+    }
+  }
+  add("add_scalar", "{\"scalar\": 1.75}", {{Randn({5, 7}), true}},
+      [](const std::vector<Tensor>& in) { return fn::add_scalar(in[0], 1.75); });
+  add("mul_scalar", "{\"scalar\": -0.75}", {{Randn({5, 7}), true}},
+      [](const std::vector<Tensor>& in) { return fn::mul_scalar(in[0], -0.75); });
+
+  // Activations.
+  const std::vector<std::pair<std::string, Tensor (*)(const Tensor&)>> unaries = {
+      {"relu", fn::relu}, {"gelu", fn::gelu}, {"gelu_tanh", fn::gelu_tanh}, {"tanh", fn::tanh}, {"neg", fn::neg}};
+  for (const auto& [name, f] : unaries) {
+    for (const Shape& s : {Shape{7, 5, 3}, Shape{1001}}) {
+      auto op = f;
+      add(name, "{}", {{Scale(Randn(s), 2.0), true}}, [op](const std::vector<Tensor>& in) { return op(in[0]); });
+    }
+  }
+
+  // Reductions.
+  struct Red {
+    std::vector<int64_t> axes;
+    bool keepdim;
+  };
+  for (const char* name : {"sum", "mean"}) {
+    for (const Red& r : {Red{{0}, false}, Red{{-1}, true}, Red{{0, 2}, false}, Red{{1}, true}}) {
+      bool is_sum = std::string(name) == "sum";
+      add(name, "{\"axes\": " + ListJson(r.axes) + ", \"keepdim\": " + bool_json(r.keepdim) + "}",
+          {{Randn({7, 5, 3}), true}}, [is_sum, r](const std::vector<Tensor>& in) {
+            return is_sum ? fn::sum(in[0], r.axes, r.keepdim) : fn::mean(in[0], r.axes, r.keepdim);
+          });
+    }
+  }
+
+  // Softmax over the last dimension.
+  for (const Shape& s : {Shape{7, 5}, Shape{2, 3, 5, 9}}) {
+    add("softmax", "{\"scale\": 1.0}", {{Scale(Randn(s), 3.0), true}},
+        [](const std::vector<Tensor>& in) { return fn::softmax(in[0]); });
+  }
+
+  // Layer norm with weight and bias.
+  for (const Shape& s : {Shape{7, 5}, Shape{2, 3, 33}}) {
+    int64_t d = s[-1];
+    add("layer_norm", "{\"eps\": 1e-05}", {{Scale(Randn(s), 3.0), true}, {Rand({d}, 0.5f, 1.5f), true}, {Randn({d}), true}},
+        [](const std::vector<Tensor>& in) { return fn::layer_norm(in[0], in[1], in[2]); });
+  }
+
+  // Sparse cross-entropy (per row) with an ignored row.
+  for (int64_t classes : {5, 1000}) {
+    const int64_t n = 7;
+    Tensor labels = Tensor::Empty({n}, DType::kInt64);
+    for (int64_t i = 0; i < n; ++i) labels.data<int64_t>()[i] = i == 3 ? -100 : (i * 7919) % classes;
+    add("cross_entropy", "{\"ignore_index\": -100}", {{Scale(Randn({n, classes}), 2.0), true}, {labels, false}},
+        [](const std::vector<Tensor>& in) { return fn::cross_entropy_rows(in[0], in[1]); });
+  }
+
+  // Shape ops.
+  add("transpose", "{\"dim0\": 0, \"dim1\": 2}", {{Randn({7, 5, 3}), true}},
+      [](const std::vector<Tensor>& in) { return fn::transpose(in[0], 0, 2); });
+  add("reshape", "{\"shape\": [5, 21]}", {{Randn({7, 5, 3}), true}},
+      [](const std::vector<Tensor>& in) { return fn::reshape(in[0], {5, 21}); });
+  return cases;
+}
+
+TEST(OpParity, ForwardAndBackwardMatchPyTorch) {
+  fs::path dir = fs::temp_directory_path() / ("tessel_parity_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::vector<Case> cases = MakeCases();
+  std::vector<Tensor> outputs, dys;  // forward without recording
+  std::ostringstream manifest;
+  manifest << "[";
+  for (size_t c = 0; c < cases.size(); ++c) {
+    Case& k = cases[c];
+    std::vector<Tensor> in;
+    manifest << (c ? "," : "") << "{\"name\": \"" << k.name << "\", \"op\": \"" << k.op
+             << "\", \"attrs\": " << k.attrs_json << ", \"inputs\": [";
+    for (size_t i = 0; i < k.inputs.size(); ++i) {
+      const Tensor& t = k.inputs[i].value;
+      std::string file = k.name + ".in" + std::to_string(i);
+      WriteRaw(dir / file, t);
+      manifest << (i ? "," : "") << "{\"file\": \"" << file << "\", \"shape\": " << ListJson(t.shape().dims())
+               << ", \"dtype\": \"" << DTypeName(t.dtype())
+               << "\", \"grad\": " << (k.inputs[i].grad ? "true" : "false") << "}";
+      in.push_back(t);
+    }
+    manifest << "]}";
+    NoGradGuard no_grad;
+    outputs.push_back(k.forward(in));
+    dys.push_back(Randn(outputs.back().shape()));
+    WriteRaw(dir / (k.name + ".dy"), dys.back());
+  }
+  manifest << "]";
+  std::ofstream(dir / "cases.json") << manifest.str();
+
+  std::string cmd = std::string(TESSEL_TORCH_PYTHON) + " " +
+                    TESSEL_SOURCE_DIR "/tests/ops/torch_reference.py " + dir.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "the PyTorch reference failed: " << cmd;
+
+  std::map<std::string, int> checked;
+  int total = 0;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    Case& k = cases[c];
+    SCOPED_TRACE(k.name + " " + k.attrs_json);
+    std::vector<Tensor> in;
+    for (const Input& i : k.inputs) in.push_back(i.value);
+    Tensor want = ReadRaw(dir / (k.name + ".out"), outputs[c].shape());
+    EXPECT_LE(RelError(outputs[c], want), 1e-5) << "forward";
+    // Backward through autograd: leaves are fresh copies of the inputs.
+    std::vector<Tensor> leaves;
+    for (const Input& i : k.inputs) {
+      leaves.push_back(i.value.Clone());
+      if (i.grad) leaves.back().set_requires_grad(true);
+    }
+    fn::sum(fn::mul(k.forward(leaves), dys[c]), {}).backward();
+    size_t g = 0;
+    for (size_t i = 0; i < k.inputs.size(); ++i) {
+      if (!k.inputs[i].grad) continue;
+      Tensor ref = ReadRaw(dir / (k.name + ".grad" + std::to_string(g)), k.inputs[i].value.shape());
+      ASSERT_TRUE(leaves[i].grad().defined()) << "no gradient for input " << i;
+      ASSERT_EQ(leaves[i].grad().shape(), ref.shape()) << "gradient of input " << i;
+      EXPECT_LE(RelError(leaves[i].grad(), ref), 1e-5) << "gradient of input " << i;
+      ++g;
+    }
+    ++checked[k.op];
+    ++total;
+  }
+  std::ostringstream summary;
+  for (const auto& [op, n] : checked) summary << " " << op << ":" << n;
+  std::printf("op parity vs PyTorch: %d op/case pairs, forward and backward (%zu ops):%s\n", total,
+              checked.size(), summary.str().c_str());
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessel
