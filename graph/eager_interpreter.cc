@@ -43,16 +43,20 @@ std::vector<Tensor> RunGlobal(const OpDef& op, const std::vector<Tensor>& inputs
         << "); move them to one placement with to_global first";
   }
   const NdSignature& sig = InferNdSignature(op, attrs, inputs, placement);
+  const int rank = CurrentRank();
   std::vector<Tensor> locals;
   std::vector<TensorSpec> local_specs;
+  std::vector<Box> in_boxes, out_boxes;
   for (size_t i = 0; i < inputs.size(); ++i) {
     locals.push_back(inputs[i].to_global(placement, sig.inputs[i]).to_local());
     local_specs.push_back({locals.back().shape(), locals.back().dtype()});
+    in_boxes.push_back(LocalBox(inputs[i].shape(), placement, sig.inputs[i], rank));
   }
-  const int rank = CurrentRank();
+  for (int o = 0; o < op.num_outputs; ++o) out_boxes.push_back(LocalBox(out_specs[o].shape, placement, sig.outputs[o], rank));
   std::vector<Tensor> outs;
   if (placement.Contains(rank)) {
-    Attrs local_attrs = op.local_attrs ? op.local_attrs(attrs, logical, local_specs) : attrs;
+    Attrs local_attrs =
+        op.local_attrs ? op.local_attrs(attrs, LocalContext{logical, local_specs, in_boxes, out_boxes}) : attrs;
     outs = KernelFor(op, placement.device_type())(locals, local_attrs);
   } else {
     for (int o = 0; o < op.num_outputs; ++o) {

@@ -52,6 +52,23 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_
 Tensor cross_entropy_rows(const Tensor& logits, const Tensor& labels, int64_t ignore_index = -100);
 Tensor reshape(const Tensor& x, const Shape& shape);
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
+Tensor permute(const Tensor& x, const std::vector<int64_t>& perm);
+Tensor slice(const Tensor& x, int64_t dim, int64_t begin, int64_t end);
+Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
+// Pieces of the given sizes along `dim` (they must add up to its size).
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor max(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim = false);
+// softmax(scale * x) over the last dim, keys where `mask` is false removed
+// (mask broadcasts to x; undefined: none), and with `causal`, key j hidden
+// from query i when j > i + (keys - queries). Fully masked rows give zeros.
+Tensor scale_mask_softmax(const Tensor& x, const Tensor& mask, double scale, bool causal);
+Tensor cast(const Tensor& x, DType dtype);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor equal(const Tensor& a, const Tensor& b);
+// x with `value` where mask is true.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 }  // namespace fn
 
 }  // namespace tessel

@@ -15,6 +15,7 @@
 
 #include "core/tensor.h"
 #include "sbp/sbp.h"
+#include "sbp/slice.h"
 
 namespace tessel {
 
@@ -62,11 +63,20 @@ struct GradContext {
   const std::vector<bool>& needs_input_grad;
 };
 
+// What an op sees of the shards it runs on (global tensors only).
+struct LocalContext {
+  const std::vector<TensorSpec>& logical_inputs;
+  const std::vector<TensorSpec>& local_inputs;
+  const std::vector<Box>& input_boxes;   // logical box of each local input
+  const std::vector<Box>& output_boxes;  // logical box of each local output
+};
+
 using Kernel = std::function<std::vector<Tensor>(const std::vector<Tensor>& inputs, const Attrs& attrs)>;
 
 struct OpDef {
   std::string name;
   std::vector<std::string> inputs;  // names, for messages
+  bool variadic = false;            // any number (>= 1) of inputs named inputs[0]
   int num_outputs = 1;
   // Output specs from input specs; throws naming the op and shapes.
   std::function<std::vector<TensorSpec>(const std::vector<TensorSpec>&, const Attrs&)> infer;
@@ -74,10 +84,8 @@ struct OpDef {
   // (replicated compute) is always added by the dispatcher.
   std::function<std::vector<SbpSignature>(const std::vector<TensorSpec>&, const Attrs&)> sbp;
   // Attributes for running the kernel on local shards (for ops whose
-  // attributes are shapes or counts); identity when unset.
-  std::function<Attrs(const Attrs&, const std::vector<TensorSpec>& logical_inputs,
-                      const std::vector<TensorSpec>& local_inputs)>
-      local_attrs;
+  // attributes are shapes, counts or logical positions); identity when unset.
+  std::function<Attrs(const Attrs&, const LocalContext&)> local_attrs;
   std::map<DeviceType, Kernel> kernels;
   std::function<std::vector<Tensor>(const GradContext&)> grad;  // unset: not differentiable
 };

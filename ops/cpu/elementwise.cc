@@ -35,6 +35,8 @@ const char* UnaryOpName(UnaryOp op) {
       return "tanh";
     case UnaryOp::kExp:
       return "exp";
+    case UnaryOp::kLog:
+      return "log";
     case UnaryOp::kNeg:
       return "neg";
   }
@@ -163,6 +165,9 @@ Tensor Unary(UnaryOp op, const Tensor& x) {
       case UnaryOp::kExp:
         y[i] = std::exp(v);
         break;
+      case UnaryOp::kLog:
+        y[i] = std::log(v);
+        break;
       case UnaryOp::kNeg:
         y[i] = -v;
         break;
@@ -203,6 +208,9 @@ Tensor UnaryGrad(UnaryOp op, const Tensor& x, const Tensor& dy) {
       }
       case UnaryOp::kExp:
         d = std::exp(v);
+        break;
+      case UnaryOp::kLog:
+        d = 1.0f / v;
         break;
       case UnaryOp::kNeg:
         d = -1.0f;

@@ -1,4 +1,4 @@
-// relu, gelu (erf and tanh forms), tanh, neg, and activation_grad, the
+// relu, gelu (erf and tanh forms), tanh, neg, exp, log, and activation_grad, the
 // gradient kernel they share.
 #include "ops/cpu/elementwise.h"
 #include "ops/defs/def_util.h"
@@ -13,6 +13,8 @@ cpu::UnaryOp Kind(const std::string& name) {
   if (name == "gelu_tanh") return cpu::UnaryOp::kGeluTanh;
   if (name == "tanh") return cpu::UnaryOp::kTanh;
   if (name == "neg") return cpu::UnaryOp::kNeg;
+  if (name == "exp") return cpu::UnaryOp::kExp;
+  if (name == "log") return cpu::UnaryOp::kLog;
   TESSEL_THROW(StatusCode::kInvalidArgument) << "unknown activation '" << name << "'";
 }
 
@@ -38,7 +40,8 @@ void RegisterActivation(const std::string& name) {
 }  // namespace
 
 void RegisterActivationOps() {
-  for (const char* name : {"relu", "gelu", "gelu_tanh", "tanh", "neg"}) RegisterActivation(name);
+  for (const char* name : {"relu", "gelu", "gelu_tanh", "tanh", "neg", "exp", "log"})
+    RegisterActivation(name);
   OpDef grad;
   grad.name = "activation_grad";
   grad.inputs = {"x", "dy"};

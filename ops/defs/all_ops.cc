@@ -10,6 +10,7 @@ void RegisterMatmulOps();
 void RegisterReduceOps();
 void RegisterShapeOps();
 void RegisterSoftmaxOps();
+void RegisterWhereCastOps();
 
 void RegisterAllOps() {
   RegisterActivationOps();
@@ -20,6 +21,7 @@ void RegisterAllOps() {
   RegisterReduceOps();
   RegisterShapeOps();
   RegisterSoftmaxOps();
+  RegisterWhereCastOps();
 }
 
 }  // namespace tessel

@@ -1,4 +1,4 @@
-// sum and mean over axes; sum_to (sum a broadcast result back to a shape);
+// sum, mean and max over axes; sum_to (sum a broadcast result back to a shape);
 // expand (the broadcast itself, used by their gradients).
 #include "ops/cpu/reduce.h"
 
@@ -88,10 +88,9 @@ void RegisterSumMean() {
   mean.infer = InferReduce;
   mean.sbp = SbpReduce;
   // On shards, divide by the logical count, not the shard's.
-  mean.local_attrs = [](const Attrs& a, const std::vector<TensorSpec>& logical,
-                        const std::vector<TensorSpec>&) {
+  mean.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
     Attrs local = a;
-    local.Set("divisor", static_cast<double>(ReducedCount(logical[0].shape, a)));
+    local.Set("divisor", static_cast<double>(ReducedCount(ctx.logical_inputs[0].shape, a)));
     return local;
   };
   mean.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
@@ -107,6 +106,36 @@ void RegisterSumMean() {
         fn::mul_scalar(ExpandBack(c.grad_outputs[0], c.inputs[0], c.attrs), 1.0 / count)};
   };
   RegisterOp(std::move(mean));
+}
+
+// max over axes: a split on a reduced dimension leaves partial maxima.
+void RegisterMax() {
+  OpDef max;
+  max.name = "max";
+  max.inputs = {"x"};
+  max.infer = InferReduce;
+  max.sbp = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+    std::vector<SbpSignature> out;
+    for (SbpSignature s : SbpReduce(in, a)) {
+      if (s.inputs[0].is_partial())
+        s = {{PMax()}, {PMax()}};
+      else if (s.outputs[0].is_partial())
+        s.outputs[0] = PMax();
+      out.push_back(s);
+    }
+    return out;
+  };
+  max.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    return std::vector<Tensor>{
+        cpu::Reduce(cpu::ReduceOp::kMax, in[0], a.Get<std::vector<int64_t>>("axes"), a.Get<bool>("keepdim"))};
+  };
+  // The gradient goes to the positions equal to the maximum.
+  max.grad = [](const GradContext& c) {
+    Tensor y = ExpandBack(c.outputs[0], c.inputs[0], c.attrs);
+    Tensor g = ExpandBack(c.grad_outputs[0], c.inputs[0], c.attrs);
+    return std::vector<Tensor>{fn::where(fn::equal(c.inputs[0], y), g, fn::mul_scalar(g, 0.0))};
+  };
+  RegisterOp(std::move(max));
 }
 
 void RegisterSumTo() {
@@ -129,7 +158,8 @@ void RegisterSumTo() {
     }
     return out;
   };
-  def.local_attrs = [](const Attrs& a, const std::vector<TensorSpec>&, const std::vector<TensorSpec>& local) {
+  def.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
+    const auto& local = ctx.local_inputs;
     std::vector<int64_t> target = a.Get<std::vector<int64_t>>("shape");
     const int64_t lead = local[0].shape.ndim() - static_cast<int64_t>(target.size());
     for (size_t o = 0; o < target.size(); ++o)
@@ -188,8 +218,9 @@ void RegisterExpand() {
     }
     return out;
   };
-  def.local_attrs = [](const Attrs& a, const std::vector<TensorSpec>& logical,
-                       const std::vector<TensorSpec>& local) {
+  def.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
+    const auto& logical = ctx.logical_inputs;
+    const auto& local = ctx.local_inputs;
     std::vector<int64_t> target = a.Get<std::vector<int64_t>>("shape");
     Shape keep_logical = KeepShape(logical[0].shape, target, a.Get<std::vector<int64_t>>("axes"));
     Shape keep_local = KeepShape(local[0].shape, target, a.Get<std::vector<int64_t>>("axes"));
@@ -215,6 +246,7 @@ void RegisterExpand() {
 
 void RegisterReduceOps() {
   RegisterSumMean();
+  RegisterMax();
   RegisterSumTo();
   RegisterExpand();
 }

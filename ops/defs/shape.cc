@@ -1,4 +1,5 @@
-// reshape and transpose.
+// reshape, transpose, permute, slice (and slice_grad), concat.
+#include "ops/cpu/tensor_ops.h"
 #include "ops/cpu/transpose.h"
 #include "ops/defs/def_util.h"
 #include "ops/functional.h"
@@ -24,8 +25,9 @@ void RegisterShapeOps() {
       out.push_back({{S(0)}, {S(0)}});
     return out;
   };
-  reshape.local_attrs = [](const Attrs& a, const std::vector<TensorSpec>& logical,
-                           const std::vector<TensorSpec>& local) {
+  reshape.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
+    const auto& logical = ctx.logical_inputs;
+    const auto& local = ctx.local_inputs;
     std::vector<int64_t> shape = a.Get<std::vector<int64_t>>("shape");
     if (!shape.empty() && local[0].shape.ndim() > 0 && local[0].shape.numel() != logical[0].shape.numel()) {
       shape[0] = local[0].shape[0];  // split on dimension 0
@@ -68,6 +70,132 @@ void RegisterShapeOps() {
         fn::transpose(c.grad_outputs[0], c.attrs.Get<int64_t>("dim0"), c.attrs.Get<int64_t>("dim1"))};
   };
   RegisterOp(std::move(transpose));
+
+  OpDef permute;
+  permute.name = "permute";
+  permute.inputs = {"x"};
+  permute.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+    const auto& perm = a.Get<std::vector<int64_t>>("perm");
+    TESSEL_CHECK(static_cast<int64_t>(perm.size()) == in[0].shape.ndim())
+        << "permute of " << in[0].shape << " needs " << in[0].shape.ndim() << " axes, got " << perm.size();
+    std::vector<int64_t> dims;
+    for (int64_t p : perm) dims.push_back(in[0].shape[p]);
+    return std::vector<TensorSpec>{{Shape(dims), in[0].dtype}};
+  };
+  permute.sbp = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+    const auto& perm = a.Get<std::vector<int64_t>>("perm");
+    std::vector<SbpSignature> out = {{{P()}, {P()}}};
+    for (size_t i = 0; i < perm.size(); ++i) {
+      out.push_back({{S(static_cast<int>(in[0].shape.NormalizeAxis(perm[i])))}, {S(static_cast<int>(i))}});
+    }
+    return out;
+  };
+  permute.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    return std::vector<Tensor>{cpu::Permute(in[0], a.Get<std::vector<int64_t>>("perm"))};
+  };
+  permute.grad = [](const GradContext& c) {
+    const auto& perm = c.attrs.Get<std::vector<int64_t>>("perm");
+    std::vector<int64_t> inverse(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i)
+      inverse[c.inputs[0].shape().NormalizeAxis(perm[i])] = static_cast<int64_t>(i);
+    return std::vector<Tensor>{fn::permute(c.grad_outputs[0], inverse)};
+  };
+  RegisterOp(std::move(permute));
+
+  // Splits survive on every dimension but the sliced one.
+  auto splits_except = [](const Shape& shape, int64_t dim, size_t inputs) {
+    std::vector<SbpSignature> out = {{std::vector<Sbp>(inputs, P()), {P()}}};
+    for (int64_t d = 0; d < shape.ndim(); ++d)
+      if (d != dim)
+        out.push_back({std::vector<Sbp>(inputs, S(static_cast<int>(d))), {S(static_cast<int>(d))}});
+    return out;
+  };
+
+  OpDef slice;
+  slice.name = "slice";
+  slice.inputs = {"x"};
+  slice.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+    int64_t dim = in[0].shape.NormalizeAxis(a.Get<int64_t>("dim"));
+    int64_t begin = a.Get<int64_t>("begin"), end = a.Get<int64_t>("end");
+    TESSEL_CHECK(0 <= begin && begin <= end && end <= in[0].shape[dim])
+        << "slice [" << begin << ":" << end << "] of dimension " << dim << " of " << in[0].shape;
+    std::vector<int64_t> dims = in[0].shape.dims();
+    dims[dim] = end - begin;
+    return std::vector<TensorSpec>{{Shape(dims), in[0].dtype}};
+  };
+  slice.sbp = [splits_except](const std::vector<TensorSpec>& in, const Attrs& a) {
+    return splits_except(in[0].shape, in[0].shape.NormalizeAxis(a.Get<int64_t>("dim")), 1);
+  };
+  slice.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    return std::vector<Tensor>{
+        cpu::Slice(in[0], a.Get<int64_t>("dim"), a.Get<int64_t>("begin"), a.Get<int64_t>("end"))};
+  };
+  slice.grad = [](const GradContext& c) {
+    Attrs a = c.attrs;
+    a.Set("shape", c.inputs[0].shape().dims());
+    return ApplyOp("slice_grad", {c.grad_outputs[0]}, a);
+  };
+  RegisterOp(std::move(slice));
+
+  OpDef slice_grad;  // zeros of the input's shape with the gradient placed at the slice
+  slice_grad.name = "slice_grad";
+  slice_grad.inputs = {"dy"};
+  slice_grad.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+    return std::vector<TensorSpec>{{Shape(a.Get<std::vector<int64_t>>("shape")), in[0].dtype}};
+  };
+  slice_grad.sbp = [splits_except](const std::vector<TensorSpec>& in, const Attrs& a) {
+    return splits_except(in[0].shape, in[0].shape.NormalizeAxis(a.Get<int64_t>("dim")), 1);
+  };
+  slice_grad.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
+    std::vector<int64_t> shape = a.Get<std::vector<int64_t>>("shape");
+    int64_t dim = ctx.local_inputs[0].shape.NormalizeAxis(a.Get<int64_t>("dim"));
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (static_cast<int64_t>(d) != dim) shape[d] = ctx.local_inputs[0].shape.dims()[d];
+    Attrs out = a;
+    return out.Set("shape", shape);
+  };
+  slice_grad.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    return std::vector<Tensor>{cpu::PadSlice(in[0], Shape(a.Get<std::vector<int64_t>>("shape")),
+                                             a.Get<int64_t>("dim"), a.Get<int64_t>("begin"))};
+  };
+  RegisterOp(std::move(slice_grad));
+
+  OpDef concat;
+  concat.name = "concat";
+  concat.inputs = {"xs"};
+  concat.variadic = true;
+  concat.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+    int64_t dim = in[0].shape.NormalizeAxis(a.Get<int64_t>("dim"));
+    std::vector<int64_t> dims = in[0].shape.dims();
+    dims[dim] = 0;
+    for (const TensorSpec& t : in) {
+      TESSEL_CHECK(t.dtype == in[0].dtype && t.shape.ndim() == in[0].shape.ndim())
+          << "concat of " << in[0].dtype << " " << in[0].shape << " and " << t.dtype << " " << t.shape;
+      for (int64_t d = 0; d < t.shape.ndim(); ++d) {
+        TESSEL_CHECK(d == dim || t.shape[d] == in[0].shape[d])
+            << "concat along " << dim << ": shapes " << in[0].shape << " and " << t.shape
+            << " differ in dimension " << d;
+      }
+      dims[dim] += t.shape[dim];
+    }
+    return std::vector<TensorSpec>{{Shape(dims), in[0].dtype}};
+  };
+  concat.sbp = [splits_except](const std::vector<TensorSpec>& in, const Attrs& a) {
+    return splits_except(in[0].shape, in[0].shape.NormalizeAxis(a.Get<int64_t>("dim")), in.size());
+  };
+  concat.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    return std::vector<Tensor>{cpu::Concat(in, a.Get<int64_t>("dim"))};
+  };
+  concat.grad = [](const GradContext& c) {
+    int64_t dim = c.inputs[0].shape().NormalizeAxis(c.attrs.Get<int64_t>("dim")), begin = 0;
+    std::vector<Tensor> grads;
+    for (const Tensor& x : c.inputs) {
+      grads.push_back(fn::slice(c.grad_outputs[0], dim, begin, begin + x.shape()[dim]));
+      begin += x.shape()[dim];
+    }
+    return grads;
+  };
+  RegisterOp(std::move(concat));
 }
 
 }  // namespace tessel

@@ -32,10 +32,49 @@ void RegisterSoftmaxOps() {
   grad.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
     return defs::AllSplitAlike(in[0].shape.ndim(), 2, 1, in[0].shape.ndim() - 1);
   };
-  grad.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs&) {
-    return std::vector<Tensor>{cpu::SoftmaxGrad(in[0], in[1])};
+  grad.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    float scale = a.Has("scale") ? static_cast<float>(a.Get<double>("scale")) : 1.0f;
+    return std::vector<Tensor>{cpu::SoftmaxGrad(in[0], in[1], scale)};
   };
   RegisterOp(std::move(grad));
+
+  // softmax(scale * x) with masked keys (mask false) and an optional causal
+  // mask over the last two dims: attention's fused form.
+  OpDef fused;
+  fused.name = "scale_mask_softmax";
+  fused.inputs = {"x", "mask"};
+  fused.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+    defs::CheckFloat("scale_mask_softmax", in[0], "x");
+    TESSEL_CHECK(in[1].dtype == DType::kBool) << "scale_mask_softmax: mask must be bool, got " << in[1].dtype;
+    TESSEL_CHECK(!a.Get<bool>("causal") || in[0].shape.ndim() >= 2)
+        << "scale_mask_softmax: causal needs [..., q, k] scores, got " << in[0].shape;
+    return std::vector<TensorSpec>{in[0]};
+  };
+  // Batch and head dims split (the mask alike where it has them); query rows
+  // too unless causal (the causal offset needs every query index).
+  fused.sbp = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+    const Shape &x = in[0].shape, &m = in[1].shape;
+    const int64_t last = x.ndim() - (a.Get<bool>("causal") ? 2 : 1);
+    std::vector<SbpSignature> out;
+    for (int64_t d = 0; d < last; ++d) {
+      int64_t md = d - (x.ndim() - m.ndim());
+      bool has = md >= 0 && m.dims()[md] == x.dims()[d];
+      out.push_back(
+          {{S(static_cast<int>(d)), has ? S(static_cast<int>(md)) : B()}, {S(static_cast<int>(d))}});
+    }
+    return out;
+  };
+  fused.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    return std::vector<Tensor>{
+        cpu::Softmax(in[0], {static_cast<float>(a.Get<double>("scale")), in[1], a.Get<bool>("causal")})};
+  };
+  fused.grad = [](const GradContext& c) {
+    Tensor dx =
+        ApplyOp("softmax_grad", {c.outputs[0], c.grad_outputs[0]}, {{"scale", c.attrs.Get<double>("scale")}})
+            .at(0);
+    return std::vector<Tensor>{dx, Tensor()};
+  };
+  RegisterOp(std::move(fused));
 }
 
 }  // namespace tessel

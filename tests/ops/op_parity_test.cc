@@ -120,11 +120,12 @@ std::vector<Case> MakeCases() {
   const std::vector<std::pair<std::string, Tensor (*)(const Tensor&, const Tensor&)>> binaries = {
       {"add", fn::add}, {"sub", fn::sub}, {"mul", fn::mul}, {"div", fn::div}};
   for (const auto& [name, f] : binaries) {
-    for (const Bin& s : {Bin{{7, 5, 3}, {7, 5, 3}}, Bin{{7, 5, 3}, {3}}, Bin{{7, 1, 3}, {5, 1}}, Bin{{1}, {4, 3}},
-                         Bin{{6, 1}, {6, 9}}}) {
+    for (const Bin& s : {Bin{{7, 5, 3}, {7, 5, 3}}, Bin{{7, 5, 3}, {3}}, Bin{{7, 1, 3}, {5, 1}},
+                         Bin{{1}, {4, 3}}, Bin{{6, 1}, {6, 9}}}) {
       Tensor b = name == "div" ? Rand(s.b, 0.5f, 2.0f) : Randn(s.b);
       auto op = f;
-      add(name, "{}", {{Randn(s.a), true}, {b, true}}, [op](const std::vector<Tensor>& in) { return op(in[0], in[1]); });
+      add(name, "{}", {{Randn(s.a), true}, {b, true}},
+          [op](const std::vector<Tensor>& in) { return op(in[0], in[1]); });
     }
   }
   add("add_scalar", "{\"scalar\": 1.75}", {{Randn({5, 7}), true}},
@@ -134,11 +135,16 @@ std::vector<Case> MakeCases() {
 
   // Activations.
   const std::vector<std::pair<std::string, Tensor (*)(const Tensor&)>> unaries = {
-      {"relu", fn::relu}, {"gelu", fn::gelu}, {"gelu_tanh", fn::gelu_tanh}, {"tanh", fn::tanh}, {"neg", fn::neg}};
+      {"relu", fn::relu},
+      {"gelu", fn::gelu},
+      {"gelu_tanh", fn::gelu_tanh},
+      {"tanh", fn::tanh},
+      {"neg", fn::neg}};
   for (const auto& [name, f] : unaries) {
     for (const Shape& s : {Shape{7, 5, 3}, Shape{1001}}) {
       auto op = f;
-      add(name, "{}", {{Scale(Randn(s), 2.0), true}}, [op](const std::vector<Tensor>& in) { return op(in[0]); });
+      add(name, "{}", {{Scale(Randn(s), 2.0), true}},
+          [op](const std::vector<Tensor>& in) { return op(in[0]); });
     }
   }
 
@@ -166,7 +172,8 @@ std::vector<Case> MakeCases() {
   // Layer norm with weight and bias.
   for (const Shape& s : {Shape{7, 5}, Shape{2, 3, 33}}) {
     int64_t d = s[-1];
-    add("layer_norm", "{\"eps\": 1e-05}", {{Scale(Randn(s), 3.0), true}, {Rand({d}, 0.5f, 1.5f), true}, {Randn({d}), true}},
+    add("layer_norm", "{\"eps\": 1e-05}",
+        {{Scale(Randn(s), 3.0), true}, {Rand({d}, 0.5f, 1.5f), true}, {Randn({d}), true}},
         [](const std::vector<Tensor>& in) { return fn::layer_norm(in[0], in[1], in[2]); });
   }
 
@@ -175,15 +182,75 @@ std::vector<Case> MakeCases() {
     const int64_t n = 7;
     Tensor labels = Tensor::Empty({n}, DType::kInt64);
     for (int64_t i = 0; i < n; ++i) labels.data<int64_t>()[i] = i == 3 ? -100 : (i * 7919) % classes;
-    add("cross_entropy", "{\"ignore_index\": -100}", {{Scale(Randn({n, classes}), 2.0), true}, {labels, false}},
+    add("cross_entropy", "{\"ignore_index\": -100}",
+        {{Scale(Randn({n, classes}), 2.0), true}, {labels, false}},
         [](const std::vector<Tensor>& in) { return fn::cross_entropy_rows(in[0], in[1]); });
   }
 
   // Shape ops.
   add("transpose", "{\"dim0\": 0, \"dim1\": 2}", {{Randn({7, 5, 3}), true}},
       [](const std::vector<Tensor>& in) { return fn::transpose(in[0], 0, 2); });
-  add("reshape", "{\"shape\": [5, 21]}", {{Randn({7, 5, 3}), true}},
-      [](const std::vector<Tensor>& in) { return fn::reshape(in[0], {5, 21}); });
+  add("reshape", "{\"shape\": [5, 21]}", {{Randn({7, 5, 3}), true}}, [](const std::vector<Tensor>& in) {
+    return fn::reshape(in[0], {5, 21});
+  });
+  add("permute", "{\"perm\": [2, 0, 1]}", {{Randn({7, 5, 3}), true}}, [](const std::vector<Tensor>& in) {
+    return fn::permute(in[0], {2, 0, 1});
+  });
+  add("slice", "{\"dim\": 1, \"begin\": 1, \"end\": 4}", {{Randn({7, 5, 3}), true}},
+      [](const std::vector<Tensor>& in) { return fn::slice(in[0], 1, 1, 4); });
+  add("concat", "{\"dim\": 1}",
+      {{Randn({7, 2, 3}), true}, {Randn({7, 5, 3}), true}, {Randn({7, 1, 3}), true}},
+      [](const std::vector<Tensor>& in) { return fn::concat(in, 1); });
+  add("split_swap", "{\"dim\": 0, \"sizes\": [3, 4]}", {{Randn({7, 5}), true}},
+      [](const std::vector<Tensor>& in) {
+        std::vector<Tensor> parts = fn::split(in[0], {3, 4}, 0);
+        return fn::concat({parts[1], parts[0]}, 0);
+      });
+
+  // exp, log, max.
+  add("exp", "{}", {{Randn({7, 5}), true}}, [](const std::vector<Tensor>& in) { return fn::exp(in[0]); });
+  add("log", "{}", {{Rand({7, 5}, 0.5f, 3.0f), true}},
+      [](const std::vector<Tensor>& in) { return fn::log(in[0]); });
+  for (const Red& r : {Red{{1}, false}, Red{{0, 2}, true}}) {
+    add("max", "{\"axes\": " + ListJson(r.axes) + ", \"keepdim\": " + bool_json(r.keepdim) + "}",
+        {{Randn({7, 5, 3}), true}},
+        [r](const std::vector<Tensor>& in) { return fn::max(in[0], r.axes, r.keepdim); });
+  }
+
+  // Fused scale-mask-softmax: causal (square and rectangular) and padding.
+  struct Soft {
+    Shape shape;
+    double scale;
+    bool mask, causal;
+  };
+  for (const Soft& s : {Soft{{2, 3, 5, 5}, 0.125, false, true}, Soft{{2, 3, 4, 6}, 0.5, false, true},
+                        Soft{{2, 3, 5, 7}, 0.25, true, false}, Soft{{2, 2, 6, 6}, 0.3, true, true}}) {
+    std::vector<Input> inputs = {{Scale(Randn(s.shape), 3.0), true}};
+    if (s.mask) {  // [batch, 1, 1, k] padding mask: the last two keys of batch 1 padded
+      Tensor mask = Tensor::Empty({s.shape[0], 1, 1, s.shape[-1]}, DType::kBool);
+      for (int64_t i = 0; i < mask.numel(); ++i)
+        mask.data<bool>()[i] = i < s.shape[-1] || i % s.shape[-1] < s.shape[-1] - 2;
+      inputs.push_back({mask, false});
+    }
+    std::ostringstream attrs;
+    attrs << "{\"scale\": " << s.scale << ", \"causal\": " << bool_json(s.causal) << "}";
+    add("softmax", attrs.str(), inputs, [s](const std::vector<Tensor>& in) {
+      return fn::scale_mask_softmax(in[0], in.size() > 1 ? in[1] : Tensor(), s.scale, s.causal);
+    });
+  }
+
+  // where, masked_fill, cast round trips.
+  Tensor cond = Tensor::Empty({7, 5}, DType::kBool);
+  for (int64_t i = 0; i < 35; ++i) cond.data<bool>()[i] = (i * 7) % 3 == 0;
+  add("where", "{}", {{cond, false}, {Randn({7, 5}), true}, {Randn({5}), true}},
+      [](const std::vector<Tensor>& in) { return fn::where(in[0], in[1], in[2]); });
+  add("masked_fill", "{\"value\": -2.5}", {{Randn({7, 5}), true}, {cond, false}},
+      [](const std::vector<Tensor>& in) { return fn::masked_fill(in[0], in[1], -2.5); });
+  for (const char* dt : {"bf16", "f16"}) {
+    DType d = ParseDType(dt);
+    add("cast_roundtrip", std::string("{\"dtype\": \"") + dt + "\"}", {{Randn({7, 5}), true}},
+        [d](const std::vector<Tensor>& in) { return fn::cast(fn::cast(in[0], d), DType::kFloat32); });
+  }
   return cases;
 }
 

@@ -67,6 +67,24 @@ def run(op, ins, a):
         return ins[0].transpose(a["dim0"], a["dim1"])
     if op == "reshape":
         return ins[0].reshape(a["shape"])
+    if op == "permute":
+        return ins[0].permute(a["perm"])
+    if op == "slice":
+        return ins[0].narrow(a["dim"], a["begin"], a["end"] - a["begin"])
+    if op == "concat":
+        return torch.cat(ins, a["dim"])
+    if op == "split_swap":
+        parts = torch.split(ins[0], a["sizes"], a["dim"])
+        return torch.cat([parts[1], parts[0]], a["dim"])
+    if op == "log":
+        return torch.log(ins[0])
+    if op == "where":
+        return torch.where(ins[0], ins[1], ins[2])
+    if op == "masked_fill":
+        return ins[0].masked_fill(ins[1], a["value"])
+    if op == "cast_roundtrip":
+        low = {"bf16": torch.bfloat16, "f16": torch.float16}[a["dtype"]]
+        return ins[0].to(low).to(torch.float32)
     raise ValueError(f"unknown op {op}")
 
 

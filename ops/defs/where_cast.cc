@@ -1,0 +1,91 @@
+// where (select with broadcasting), equal, and cast between dtypes.
+#include "ops/cpu/broadcast.h"
+#include "ops/cpu/tensor_ops.h"
+#include "ops/defs/def_util.h"
+#include "ops/functional.h"
+
+namespace tessel {
+namespace {
+
+// Splits on an output dimension for broadcast operands: an operand that has
+// the dimension is split there, one that broadcasts it stays B.
+std::vector<SbpSignature> BroadcastSplits(const std::vector<TensorSpec>& in, const Shape& out) {
+  std::vector<SbpSignature> sigs;
+  for (int64_t d = 0; d < out.ndim(); ++d) {
+    SbpSignature s{{}, {S(static_cast<int>(d))}};
+    for (const TensorSpec& t : in) {
+      int64_t td = d - (out.ndim() - t.shape.ndim());
+      s.inputs.push_back(td >= 0 && t.shape.dims()[td] == out.dims()[d] ? S(static_cast<int>(td)) : B());
+    }
+    sigs.push_back(s);
+  }
+  return sigs;
+}
+
+Shape Broadcast3(const std::vector<TensorSpec>& in) {
+  return cpu::BroadcastShapes(cpu::BroadcastShapes(in[0].shape, in[1].shape), in[2].shape);
+}
+
+}  // namespace
+
+void RegisterWhereCastOps() {
+  OpDef where;
+  where.name = "where";
+  where.inputs = {"cond", "a", "b"};
+  where.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    TESSEL_CHECK(in[0].dtype == DType::kBool) << "where: condition must be bool, got " << in[0].dtype;
+    defs::CheckFloat("where", in[1], "a");
+    defs::CheckFloat("where", in[2], "b");
+    return std::vector<TensorSpec>{{Broadcast3(in), DType::kFloat32}};
+  };
+  where.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    return BroadcastSplits(in, Broadcast3(in));
+  };
+  where.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs&) {
+    return std::vector<Tensor>{cpu::Where(in[0], in[1], in[2])};
+  };
+  where.grad = [](const GradContext& c) {
+    const Tensor& g = c.grad_outputs[0];
+    Tensor zero = fn::mul_scalar(g, 0.0);
+    return std::vector<Tensor>{Tensor(), fn::sum_to(fn::where(c.inputs[0], g, zero), c.inputs[1].shape()),
+                               fn::sum_to(fn::where(c.inputs[0], zero, g), c.inputs[2].shape())};
+  };
+  RegisterOp(std::move(where));
+
+  OpDef equal;
+  equal.name = "equal";
+  equal.inputs = {"a", "b"};
+  equal.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    return std::vector<TensorSpec>{{cpu::BroadcastShapes(in[0].shape, in[1].shape), DType::kBool}};
+  };
+  equal.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    return BroadcastSplits(in, cpu::BroadcastShapes(in[0].shape, in[1].shape));
+  };
+  equal.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs&) {
+    Shape shape = cpu::BroadcastShapes(in[0].shape(), in[1].shape());
+    Tensor out = Tensor::Empty(shape, DType::kBool);
+    cpu::BroadcastIndex ia(in[0].shape(), shape), ib(in[1].shape(), shape);
+    const float* a = in[0].data<float>();
+    const float* b = in[1].data<float>();
+    for (int64_t i = 0; i < shape.numel(); ++i) out.data<bool>()[i] = a[ia(i)] == b[ib(i)];
+    return std::vector<Tensor>{out};
+  };
+  RegisterOp(std::move(equal));
+
+  OpDef cast;
+  cast.name = "cast";
+  cast.inputs = {"x"};
+  cast.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+    return std::vector<TensorSpec>{{in[0].shape, ParseDType(a.Get<std::string>("dtype"))}};
+  };
+  cast.sbp = defs::SplitAnyDimOrPartial;
+  cast.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    return std::vector<Tensor>{cpu::Cast(in[0], ParseDType(a.Get<std::string>("dtype")))};
+  };
+  cast.grad = [](const GradContext& c) {
+    return std::vector<Tensor>{fn::cast(c.grad_outputs[0], c.inputs[0].dtype())};
+  };
+  RegisterOp(std::move(cast));
+}
+
+}  // namespace tessel
