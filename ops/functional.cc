@@ -59,8 +59,26 @@ Tensor softmax(const Tensor& x) { return One("softmax", {x}); }
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
   return One("layer_norm", {x, gamma, beta}, {{"eps", eps}});
 }
+namespace {
+bool ClassesSplit(const Tensor& logits) {
+  if (!logits.is_global()) return false;
+  for (const Sbp& s : logits.nd_sbp().sbps())
+    if (s.is_split(1)) return true;
+  return false;
+}
+}  // namespace
+
 Tensor cross_entropy_rows(const Tensor& logits, const Tensor& labels, int64_t ignore_index) {
-  return One("cross_entropy", {logits, labels}, {{"ignore_index", ignore_index}});
+  if (!ClassesSplit(logits)) return One("cross_entropy", {logits, labels}, {{"ignore_index", ignore_index}});
+  // Vocab-parallel form, logits never gathered: a max and a sum over the
+  // class axis (reduced across the class-split ranks as partial max / sum of
+  // [N] vectors), and each rank picking only the labels in its columns.
+  Tensor m = max(logits, {1}, true);
+  Tensor lse = add(log(sum(exp(sub(logits, m)), {1})), reshape(m, {logits.shape()[0]}));
+  Tensor rows = sub(lse, pick(logits, labels, ignore_index));
+  Tensor label_f = cast(labels, DType::kFloat32);
+  Tensor ignored = equal(label_f, add_scalar(mul_scalar(label_f, 0.0), static_cast<double>(ignore_index)));
+  return where(ignored, mul_scalar(rows, 0.0), rows);
 }
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index) {
   // Mean over counted rows: sum(rows) / count, the count taken from labels.
@@ -114,6 +132,40 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) { return One(
 Tensor equal(const Tensor& a, const Tensor& b) { return One("equal", {a, b}); }
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   return where(mask, add_scalar(mul_scalar(x, 0.0), value), x);
+}
+Tensor sqrt(const Tensor& x) { return One("sqrt", {x}); }
+Tensor dropout(const Tensor& x, double p, int64_t seed, int64_t offset) {
+  if (p == 0) return x;
+  return One("dropout", {x}, {{"p", p}, {"seed", seed}, {"offset", offset}});
+}
+Tensor embedding(const Tensor& table, const Tensor& ids) { return One("embedding", {table, ids}); }
+Tensor pick(const Tensor& x, const Tensor& labels, int64_t ignore_index) {
+  return One("pick", {x, labels}, {{"ignore_index", ignore_index}});
+}
+Tensor patchify(const Tensor& images, int64_t patch) { return One("patchify", {images}, {{"patch", patch}}); }
+Tensor global_norm(const std::vector<Tensor>& xs) {
+  TESSEL_CHECK(!xs.empty()) << "global_norm of no tensors";
+  Tensor total;
+  for (const Tensor& x : xs) {
+    Tensor sq = sum(mul(x, x), {});
+    total = total.defined() ? add(total, sq) : sq;
+  }
+  return sqrt(total);
+}
+std::vector<Tensor> adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                                 const Tensor& exp_avg_sq, int64_t step, const AdamWOptions& o) {
+  return ApplyOp("adamw_update", {param, grad, exp_avg, exp_avg_sq},
+                 {{"lr", o.lr},
+                  {"beta1", o.beta1},
+                  {"beta2", o.beta2},
+                  {"eps", o.eps},
+                  {"weight_decay", o.weight_decay},
+                  {"step", step}});
+}
+std::vector<Tensor> sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
+                               double lr, double momentum, double weight_decay, bool first_step) {
+  return ApplyOp("sgd_update", {param, grad, momentum_buffer},
+                 {{"lr", lr}, {"momentum", momentum}, {"weight_decay", weight_decay}, {"first", first_step}});
 }
 }  // namespace fn
 

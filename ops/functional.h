@@ -69,6 +69,30 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor equal(const Tensor& a, const Tensor& b);
 // x with `value` where mask is true.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+Tensor sqrt(const Tensor& x);
+// Inverted dropout with keep mask Philox(seed).Uniform(offset + logical
+// index) >= p: the same logical mask under any layout.
+Tensor dropout(const Tensor& x, double p, int64_t seed, int64_t offset = 0);
+// table [V, H] rows at ids; a table split on V (vocab-parallel) gives a
+// partial sum reduced only when needed.
+Tensor embedding(const Tensor& table, const Tensor& ids);
+// x[i, labels[i]] (0 for ignore_index).
+Tensor pick(const Tensor& x, const Tensor& labels, int64_t ignore_index = -100);
+// [B, C, H, W] -> [B, patches, C*p*p] (conv2d with stride = kernel = p is
+// patchify then matmul with the flattened kernel).
+Tensor patchify(const Tensor& images, int64_t patch);
+// sqrt(sum of squares of every tensor): the global gradient norm. For global
+// tensors it reduces over the ranks that hold each part.
+Tensor global_norm(const std::vector<Tensor>& xs);
+struct AdamWOptions {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
+};
+// One AdamW step (PyTorch's); returns {param, exp_avg, exp_avg_sq}.
+std::vector<Tensor> adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                                 const Tensor& exp_avg_sq, int64_t step, const AdamWOptions& options);
+// One SGD step with momentum (PyTorch's); returns {param, momentum_buffer}.
+std::vector<Tensor> sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
+                               double lr, double momentum, double weight_decay, bool first_step);
 }  // namespace fn
 
 }  // namespace tessel

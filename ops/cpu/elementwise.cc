@@ -37,6 +37,8 @@ const char* UnaryOpName(UnaryOp op) {
       return "exp";
     case UnaryOp::kLog:
       return "log";
+    case UnaryOp::kSqrt:
+      return "sqrt";
     case UnaryOp::kNeg:
       return "neg";
   }
@@ -168,6 +170,9 @@ Tensor Unary(UnaryOp op, const Tensor& x) {
       case UnaryOp::kLog:
         y[i] = std::log(v);
         break;
+      case UnaryOp::kSqrt:
+        y[i] = std::sqrt(v);
+        break;
       case UnaryOp::kNeg:
         y[i] = -v;
         break;
@@ -211,6 +216,9 @@ Tensor UnaryGrad(UnaryOp op, const Tensor& x, const Tensor& dy) {
         break;
       case UnaryOp::kLog:
         d = 1.0f / v;
+        break;
+      case UnaryOp::kSqrt:
+        d = 0.5f / std::sqrt(v);
         break;
       case UnaryOp::kNeg:
         d = -1.0f;

@@ -15,7 +15,7 @@ Tensor BinaryScalar(BinaryOp op, const Tensor& a, double scalar);
 // operand that was broadcast.
 Tensor SumToShape(const Tensor& grad, const Shape& shape);
 
-enum class UnaryOp { kRelu, kGeluErf, kGeluTanh, kTanh, kExp, kLog, kNeg };
+enum class UnaryOp { kRelu, kGeluErf, kGeluTanh, kTanh, kExp, kLog, kSqrt, kNeg };
 const char* UnaryOpName(UnaryOp op);
 Tensor Unary(UnaryOp op, const Tensor& x);
 // dL/dx from x and dL/dy.

@@ -1,4 +1,4 @@
-// relu, gelu (erf and tanh forms), tanh, neg, exp, log, and activation_grad, the
+// relu, gelu (erf and tanh forms), tanh, neg, exp, log, sqrt, and activation_grad, the
 // gradient kernel they share.
 #include "ops/cpu/elementwise.h"
 #include "ops/defs/def_util.h"
@@ -15,6 +15,7 @@ cpu::UnaryOp Kind(const std::string& name) {
   if (name == "neg") return cpu::UnaryOp::kNeg;
   if (name == "exp") return cpu::UnaryOp::kExp;
   if (name == "log") return cpu::UnaryOp::kLog;
+  if (name == "sqrt") return cpu::UnaryOp::kSqrt;
   TESSEL_THROW(StatusCode::kInvalidArgument) << "unknown activation '" << name << "'";
 }
 
@@ -40,7 +41,7 @@ void RegisterActivation(const std::string& name) {
 }  // namespace
 
 void RegisterActivationOps() {
-  for (const char* name : {"relu", "gelu", "gelu_tanh", "tanh", "neg", "exp", "log"})
+  for (const char* name : {"relu", "gelu", "gelu_tanh", "tanh", "neg", "exp", "log", "sqrt"})
     RegisterActivation(name);
   OpDef grad;
   grad.name = "activation_grad";

@@ -7,6 +7,7 @@ void RegisterCrossEntropyOps();
 void RegisterElementwiseOps();
 void RegisterLayerNormOps();
 void RegisterMatmulOps();
+void RegisterNnOps();
 void RegisterReduceOps();
 void RegisterShapeOps();
 void RegisterSoftmaxOps();
@@ -18,6 +19,7 @@ void RegisterAllOps() {
   RegisterElementwiseOps();
   RegisterLayerNormOps();
   RegisterMatmulOps();
+  RegisterNnOps();
   RegisterReduceOps();
   RegisterShapeOps();
   RegisterSoftmaxOps();

@@ -82,6 +82,28 @@ def run(op, ins, a):
         return torch.where(ins[0], ins[1], ins[2])
     if op == "masked_fill":
         return ins[0].masked_fill(ins[1], a["value"])
+    if op == "embedding":
+        return F.embedding(ins[1], ins[0])
+    if op == "pick":
+        x, y = ins
+        keep = y != a["ignore_index"]
+        picked = x.gather(1, torch.where(keep, y, torch.zeros_like(y)).unsqueeze(1)).squeeze(1)
+        return torch.where(keep, picked, torch.zeros_like(picked))
+    if op == "patch_embed":
+        x, w, b = ins
+        return F.conv2d(x, w, b, stride=a["patch"]).flatten(2).transpose(1, 2)
+    if op == "global_norm":
+        return torch.sqrt(sum((t * t).sum() for t in ins))
+    if op in ("adamw3", "sgd3"):
+        p = ins[0].clone().requires_grad_(True)
+        if op == "adamw3":
+            opt = torch.optim.AdamW([p], lr=a["lr"], weight_decay=a["weight_decay"])
+        else:
+            opt = torch.optim.SGD([p], lr=a["lr"], momentum=a["momentum"], weight_decay=a["weight_decay"])
+        for _ in range(3):
+            p.grad = ins[1].clone()
+            opt.step()
+        return p.detach()
     if op == "cast_roundtrip":
         low = {"bf16": torch.bfloat16, "f16": torch.float16}[a["dtype"]]
         return ins[0].to(low).to(torch.float32)

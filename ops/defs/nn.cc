@@ -1,0 +1,264 @@
+// Network ops: dropout, embedding (vocab-parallel when the table is split on
+// the vocabulary), pick (one class per row, for vocab-parallel
+// cross-entropy), patchify (ViT patch embedding) and the optimizer updates.
+#include "ops/cpu/nn_kernels.h"
+#include "ops/defs/def_util.h"
+#include "ops/functional.h"
+
+namespace tessel {
+namespace {
+
+std::vector<int64_t> BoxBegin(const Box& b) {
+  std::vector<int64_t> out;
+  for (int64_t d = 0; d < b.ndim(); ++d) out.push_back(b[d].begin);
+  return out;
+}
+
+void RegisterDropout() {
+  OpDef def;
+  def.name = "dropout";
+  def.inputs = {"x"};
+  def.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    defs::CheckFloat("dropout", in[0], "x");
+    return std::vector<TensorSpec>{in[0]};
+  };
+  def.sbp = defs::SplitAnyDimOrPartial;  // for a fixed mask, linear in x
+  // The mask is keyed by logical position: tell the kernel where the shard is.
+  def.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
+    Attrs out = a;
+    out.Set("box_begin", BoxBegin(ctx.input_boxes[0]));
+    return out.Set("logical_shape", ctx.logical_inputs[0].shape.dims());
+  };
+  def.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    const Shape& s = in[0].shape();
+    std::vector<int64_t> begin =
+        a.Has("box_begin") ? a.Get<std::vector<int64_t>>("box_begin") : std::vector<int64_t>(s.ndim(), 0);
+    std::vector<int64_t> logical =
+        a.Has("logical_shape") ? a.Get<std::vector<int64_t>>("logical_shape") : s.dims();
+    return std::vector<Tensor>{cpu::Dropout(in[0], a.Get<double>("p"),
+                                            static_cast<uint64_t>(a.Get<int64_t>("seed")),
+                                            static_cast<uint64_t>(a.Get<int64_t>("offset")), begin, logical)};
+  };
+  // The same mask applied to the gradient.
+  def.grad = [](const GradContext& c) {
+    return std::vector<Tensor>{fn::dropout(c.grad_outputs[0], c.attrs.Get<double>("p"),
+                                           c.attrs.Get<int64_t>("seed"), c.attrs.Get<int64_t>("offset"))};
+  };
+  RegisterOp(std::move(def));
+}
+
+void RegisterEmbedding() {
+  OpDef def;
+  def.name = "embedding";
+  def.inputs = {"table", "ids"};
+  def.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    defs::CheckFloat("embedding", in[0], "table");
+    TESSEL_CHECK(in[0].shape.ndim() == 2 && in[1].dtype == DType::kInt64)
+        << "embedding needs a table [V, H] and i64 ids; got " << in[0].shape << " and " << in[1].dtype << " "
+        << in[1].shape;
+    std::vector<int64_t> dims = in[1].shape.dims();
+    dims.push_back(in[0].shape[1]);
+    return std::vector<TensorSpec>{{Shape(dims), DType::kFloat32}};
+  };
+  // ids split -> rows split; hidden split -> last dim split; vocab split
+  // (B ids) -> partial sums, each rank contributing the rows it owns.
+  def.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    const int ids_rank = static_cast<int>(in[1].shape.ndim());
+    std::vector<SbpSignature> out = {{{S(1), B()}, {S(ids_rank)}}, {{S(0), B()}, {P()}}, {{P(), B()}, {P()}}};
+    for (int d = 0; d < ids_rank; ++d) out.push_back({{B(), S(d)}, {S(d)}});
+    return out;
+  };
+  def.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
+    Attrs out = a;
+    return out.Set("vocab_begin", ctx.input_boxes[0][0].begin);
+  };
+  def.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    int64_t begin = a.Has("vocab_begin") ? a.Get<int64_t>("vocab_begin") : 0;
+    return std::vector<Tensor>{cpu::Embedding(in[0], in[1], begin)};
+  };
+  def.grad = [](const GradContext& c) {
+    Tensor d =
+        ApplyOp("embedding_grad", {c.inputs[1], c.grad_outputs[0]}, {{"shape", c.inputs[0].shape().dims()}})
+            .at(0);
+    return std::vector<Tensor>{d, Tensor()};
+  };
+  RegisterOp(std::move(def));
+
+  OpDef grad;
+  grad.name = "embedding_grad";
+  grad.inputs = {"ids", "dy"};
+  grad.infer = [](const std::vector<TensorSpec>&, const Attrs& a) {
+    return std::vector<TensorSpec>{{Shape(a.Get<std::vector<int64_t>>("shape")), DType::kFloat32}};
+  };
+  grad.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    const int ids_rank = static_cast<int>(in[0].shape.ndim());
+    std::vector<SbpSignature> out = {{{B(), B()}, {S(0)}}, {{B(), S(ids_rank)}, {S(1)}}, {{B(), P()}, {P()}}};
+    for (int d = 0; d < ids_rank; ++d) out.push_back({{S(d), S(d)}, {P()}});
+    return out;
+  };
+  grad.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
+    Attrs out = a;
+    out.Set("vocab_begin", ctx.output_boxes[0][0].begin);
+    return out.Set("rows", ctx.output_boxes[0][0].size());
+  };
+  grad.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    int64_t begin = a.Has("vocab_begin") ? a.Get<int64_t>("vocab_begin") : 0;
+    int64_t rows = a.Has("rows") ? a.Get<int64_t>("rows") : a.Get<std::vector<int64_t>>("shape")[0];
+    return std::vector<Tensor>{cpu::EmbeddingGrad(in[0], in[1], begin, rows)};
+  };
+  RegisterOp(std::move(grad));
+}
+
+void RegisterPick() {
+  OpDef def;
+  def.name = "pick";
+  def.inputs = {"x", "labels"};
+  def.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    defs::CheckFloat("pick", in[0], "x");
+    TESSEL_CHECK(in[0].shape.ndim() == 2 && in[1].dtype == DType::kInt64 &&
+                 in[1].shape == Shape{in[0].shape[0]})
+        << "pick needs x [N, C] and i64 labels [N]; got " << in[0].shape << " and " << in[1].dtype << " "
+        << in[1].shape;
+    return std::vector<TensorSpec>{{Shape{in[0].shape[0]}, DType::kFloat32}};
+  };
+  // Class-split x: each rank picks the labels in its columns -> partial sums.
+  def.sbp = [](const std::vector<TensorSpec>&, const Attrs&) {
+    return std::vector<SbpSignature>{{{S(0), S(0)}, {S(0)}}, {{S(1), B()}, {P()}}, {{P(), B()}, {P()}}};
+  };
+  def.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
+    Attrs out = a;
+    return out.Set("class_begin", ctx.input_boxes[0][1].begin);
+  };
+  def.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    int64_t begin = a.Has("class_begin") ? a.Get<int64_t>("class_begin") : 0;
+    return std::vector<Tensor>{cpu::Pick(in[0], in[1], begin, a.Get<int64_t>("ignore_index"))};
+  };
+  def.grad = [](const GradContext& c) {
+    Attrs a = c.attrs;
+    a.Set("columns", c.inputs[0].shape()[1]);
+    return std::vector<Tensor>{ApplyOp("pick_grad", {c.inputs[1], c.grad_outputs[0]}, a).at(0), Tensor()};
+  };
+  RegisterOp(std::move(def));
+
+  OpDef grad;
+  grad.name = "pick_grad";
+  grad.inputs = {"labels", "dy"};
+  grad.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+    return std::vector<TensorSpec>{{Shape{in[0].shape[0], a.Get<int64_t>("columns")}, DType::kFloat32}};
+  };
+  grad.sbp = [](const std::vector<TensorSpec>&, const Attrs&) {
+    return std::vector<SbpSignature>{{{S(0), S(0)}, {S(0)}}, {{B(), B()}, {S(1)}}, {{B(), P()}, {P()}}};
+  };
+  grad.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
+    Attrs out = a;
+    out.Set("class_begin", ctx.output_boxes[0][1].begin);
+    return out.Set("columns", ctx.output_boxes[0][1].size());
+  };
+  grad.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    int64_t begin = a.Has("class_begin") ? a.Get<int64_t>("class_begin") : 0;
+    return std::vector<Tensor>{
+        cpu::PickGrad(in[0], in[1], begin, a.Get<int64_t>("columns"), a.Get<int64_t>("ignore_index"))};
+  };
+  RegisterOp(std::move(grad));
+}
+
+void RegisterPatchify() {
+  for (bool inverse : {false, true}) {
+    OpDef def;
+    def.name = inverse ? "unpatchify" : "patchify";
+    def.inputs = {inverse ? "patches" : "images"};
+    def.infer = [inverse](const std::vector<TensorSpec>& in, const Attrs& a) {
+      const int64_t p = a.Get<int64_t>("patch");
+      if (inverse)
+        return std::vector<TensorSpec>{{Shape(a.Get<std::vector<int64_t>>("image_shape")), DType::kFloat32}};
+      const Shape& s = in[0].shape;
+      TESSEL_CHECK(s.ndim() == 4 && p > 0 && s[2] % p == 0 && s[3] % p == 0)
+          << "patchify needs images [B, C, H, W] with H, W divisible by the patch size " << p << "; got "
+          << s;
+      return std::vector<TensorSpec>{{Shape{s[0], (s[2] / p) * (s[3] / p), s[1] * p * p}, DType::kFloat32}};
+    };
+    def.sbp = [](const std::vector<TensorSpec>&, const Attrs&) {
+      return std::vector<SbpSignature>{{{S(0)}, {S(0)}}, {{P()}, {P()}}};
+    };
+    def.local_attrs = [inverse](const Attrs& a, const LocalContext& ctx) {
+      Attrs out = a;
+      if (!inverse) return out;
+      std::vector<int64_t> shape = a.Get<std::vector<int64_t>>("image_shape");
+      shape[0] = ctx.local_inputs[0].shape[0];  // batch split
+      return out.Set("image_shape", shape);
+    };
+    def.kernels[DeviceType::kCPU] = [inverse](const std::vector<Tensor>& in, const Attrs& a) {
+      const int64_t p = a.Get<int64_t>("patch");
+      if (inverse)
+        return std::vector<Tensor>{
+            cpu::Unpatchify(in[0], Shape(a.Get<std::vector<int64_t>>("image_shape")), p)};
+      return std::vector<Tensor>{cpu::Patchify(in[0], p)};
+    };
+    if (!inverse) {
+      def.grad = [](const GradContext& c) {
+        return ApplyOp(
+            "unpatchify", {c.grad_outputs[0]},
+            {{"patch", c.attrs.Get<int64_t>("patch")}, {"image_shape", c.inputs[0].shape().dims()}});
+      };
+    }
+    RegisterOp(std::move(def));
+  }
+}
+
+// Parameters, gradients and states laid out alike (any split, or B).
+std::vector<SbpSignature> SameLayout(const std::vector<TensorSpec>& in, size_t outputs) {
+  return defs::AllSplitAlike(in[0].shape.ndim(), in.size(), outputs, -1);
+}
+
+void RegisterOptimizerUpdates() {
+  OpDef adamw;
+  adamw.name = "adamw_update";
+  adamw.inputs = {"param", "grad", "exp_avg", "exp_avg_sq"};
+  adamw.num_outputs = 3;
+  adamw.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    for (const TensorSpec& t : in) {
+      TESSEL_CHECK(t.shape == in[0].shape && t.dtype == DType::kFloat32)
+          << "adamw_update needs f32 param, grad and states of one shape; got " << in[0].shape << " and "
+          << t.dtype << " " << t.shape;
+    }
+    return std::vector<TensorSpec>{in[0], in[0], in[0]};
+  };
+  adamw.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) { return SameLayout(in, 3); };
+  adamw.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    return cpu::AdamWUpdate(in[0], in[1], in[2], in[3],
+                            {a.Get<double>("lr"), a.Get<double>("beta1"), a.Get<double>("beta2"),
+                             a.Get<double>("eps"), a.Get<double>("weight_decay"), a.Get<int64_t>("step")});
+  };
+  RegisterOp(std::move(adamw));
+
+  OpDef sgd;
+  sgd.name = "sgd_update";
+  sgd.inputs = {"param", "grad", "momentum_buffer"};
+  sgd.num_outputs = 2;
+  sgd.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    for (const TensorSpec& t : in) {
+      TESSEL_CHECK(t.shape == in[0].shape && t.dtype == DType::kFloat32)
+          << "sgd_update needs f32 param, grad and buffer of one shape; got " << in[0].shape << " and "
+          << t.dtype << " " << t.shape;
+    }
+    return std::vector<TensorSpec>{in[0], in[0]};
+  };
+  sgd.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) { return SameLayout(in, 2); };
+  sgd.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+    return cpu::SgdUpdate(in[0], in[1], in[2], a.Get<double>("lr"), a.Get<double>("momentum"),
+                          a.Get<double>("weight_decay"), a.Get<bool>("first"));
+  };
+  RegisterOp(std::move(sgd));
+}
+
+}  // namespace
+
+void RegisterNnOps() {
+  RegisterDropout();
+  RegisterEmbedding();
+  RegisterPick();
+  RegisterPatchify();
+  RegisterOptimizerUpdates();
+}
+
+}  // namespace tessel
