@@ -1,6 +1,12 @@
 // The eager interpreter: runs each functional op at once. Global inputs are
 // boxed to the inferred signature and the kernel runs on this rank's shards;
 // differentiable applications record an autograd node.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include "core/error.h"
@@ -69,9 +75,53 @@ std::vector<Tensor> RunGlobal(const OpDef& op, const std::vector<Tensor>& inputs
   return outs;
 }
 
+// TESSEL_PROFILE_OPS=1: time spent per op (kernel and boxing, not
+// recording), printed to stderr at exit, slowest first.
+class OpProfile {
+ public:
+  static OpProfile* Get() {
+    static OpProfile* profile = std::getenv("TESSEL_PROFILE_OPS") ? new OpProfile() : nullptr;
+    return profile;
+  }
+  void Add(const std::string& op, double seconds) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& [total, calls] = totals_[op];
+    total += seconds;
+    ++calls;
+  }
+
+ private:
+  OpProfile() {
+    std::atexit([] { Get()->Print(); });
+  }
+  void Print() {
+    std::vector<std::pair<double, std::string>> rows;
+    double all = 0;
+    for (const auto& [op, tc] : totals_) rows.push_back({tc.first, op}), all += tc.first;
+    std::sort(rows.rbegin(), rows.rend());
+    std::fprintf(stderr, "tessel op profile (%.1f ms in ops):\n", all * 1e3);
+    for (const auto& [t, op] : rows) {
+      std::fprintf(stderr, "  %-22s %9.2f ms %5.1f%%  %6ld calls\n", op.c_str(), t * 1e3, 100 * t / all,
+                   static_cast<long>(totals_[op].second));
+    }
+  }
+  std::mutex mu_;
+  std::map<std::string, std::pair<double, int64_t>> totals_;
+};
+
 class EagerInterpreter final : public Interpreter {
  public:
   std::vector<Tensor> Apply(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) override {
+    OpProfile* profile = OpProfile::Get();
+    if (profile == nullptr) return Run(op, inputs, attrs);
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<Tensor> outs = Run(op, inputs, attrs);
+    profile->Add(op.name, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return outs;
+  }
+
+ private:
+  std::vector<Tensor> Run(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
     std::vector<TensorSpec> specs;
     int globals = 0;
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -101,7 +151,6 @@ class EagerInterpreter final : public Interpreter {
     return outs;
   }
 
- private:
   static void Record(const OpDef& op, const std::vector<Tensor>& inputs, std::vector<Tensor>& outs,
                      const Attrs& attrs) {
     if (!op.grad || !GradModeEnabled()) return;

@@ -41,11 +41,35 @@ Tensor Reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes, bo
   TESSEL_CHECK(op != ReduceOp::kMax || n_in > 0 || n_out == 0)
       << "max over an empty dimension of " << x.shape() << " has no value";
   std::vector<double> acc(n_out, op == ReduceOp::kMax ? -std::numeric_limits<double>::infinity() : 0.0);
-  const BroadcastIndex to_out(keep, x.shape());
   const float* in = x.data<float>();
-  for (int64_t i = 0; i < n_in; ++i) {
-    double& a = acc[to_out(i)];
-    a = op == ReduceOp::kMax ? std::max(a, static_cast<double>(in[i])) : a + in[i];
+  // Reduced axes forming a prefix (bias gradients: sum over rows) or a suffix
+  // (per-row sums) reduce with plain strided loops; anything else maps each
+  // element to its output.
+  int64_t prefix = 0, suffix = 0;
+  while (prefix < x.ndim() && reduced.count(prefix)) ++prefix;
+  while (suffix < x.ndim() && reduced.count(x.ndim() - 1 - suffix)) ++suffix;
+  const bool is_max = op == ReduceOp::kMax;
+  if (n_in > 0 && static_cast<int64_t>(reduced.size()) == prefix) {
+    const int64_t rows = n_in / n_out;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = in + r * n_out;
+      for (int64_t j = 0; j < n_out; ++j) acc[j] = is_max ? std::max(acc[j], static_cast<double>(row[j])) : acc[j] + row[j];
+    }
+  } else if (n_in > 0 && static_cast<int64_t>(reduced.size()) == suffix) {
+    const int64_t inner = n_in / n_out;
+#pragma omp parallel for schedule(static) if (n_in > 65536)
+    for (int64_t j = 0; j < n_out; ++j) {
+      const float* row = in + j * inner;
+      double a = acc[j];
+      for (int64_t i = 0; i < inner; ++i) a = is_max ? std::max(a, static_cast<double>(row[i])) : a + row[i];
+      acc[j] = a;
+    }
+  } else {
+    const BroadcastIndex to_out(keep, x.shape());
+    for (int64_t i = 0; i < n_in; ++i) {
+      double& a = acc[to_out(i)];
+      a = is_max ? std::max(a, static_cast<double>(in[i])) : a + in[i];
+    }
   }
   const double count = n_out == 0 ? 1.0 : static_cast<double>(n_in) / static_cast<double>(n_out);
   std::vector<int64_t> out_dims;

@@ -26,12 +26,18 @@ Tensor Permute(const Tensor& x, const std::vector<int64_t>& perm) {
   const size_t es = ElementSize(x.dtype());
   const char* from = static_cast<const char*>(x.raw_data());
   char* to = static_cast<char*>(out.raw_data());
-  const int64_t n = out.numel(), nd = static_cast<int64_t>(dims.size());
-  std::vector<int64_t> idx(nd, 0);
+  const int64_t nd = static_cast<int64_t>(dims.size());
+  if (out.numel() == 0) return out;
+  // When the last axis stays last, whole rows are contiguous in both: copy
+  // rows; otherwise copy element by element.
+  const bool rows = nd > 0 && src[nd - 1] == 1;
+  const int64_t run = rows ? dims[nd - 1] : 1, outer_nd = rows ? nd - 1 : nd;
+  const int64_t n = out.numel() / run;
+  std::vector<int64_t> idx(outer_nd, 0);
   int64_t offset = 0;
   for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(to + i * es, from + offset * es, es);
-    for (int64_t d = nd - 1; d >= 0; --d) {
+    std::memcpy(to + i * run * es, from + offset * es, run * es);
+    for (int64_t d = outer_nd - 1; d >= 0; --d) {
       offset += src[d];
       if (++idx[d] < dims[d]) break;
       offset -= src[d] * dims[d];

@@ -61,8 +61,16 @@ std::vector<Tensor> Grad(const GradContext& c) {
     da = fn::sum_to(da, a.shape());
   }
   if (c.needs_input_grad[1]) {
-    db = tb ? fn::matmul(g, a, true, ta) : fn::matmul(a, g, !ta, false);
-    db = fn::sum_to(db, b.shape());
+    if (!a.is_global() && b.ndim() == 2 && a.ndim() > 2 && !ta) {
+      // A weight shared by every batch: fold the batch into the rows and
+      // take one GEMM instead of batched GEMMs plus a sum over the batch.
+      const int64_t k = a.shape()[-1], n = g.shape()[-1], rows = a.numel() / k;
+      Tensor a2 = fn::reshape(a, {rows, k}), g2 = fn::reshape(g, {rows, n});
+      db = tb ? fn::matmul(g2, a2, true, false) : fn::matmul(a2, g2, true, false);
+    } else {
+      db = tb ? fn::matmul(g, a, true, ta) : fn::matmul(a, g, !ta, false);
+      db = fn::sum_to(db, b.shape());
+    }
   }
   return {da, db};
 }

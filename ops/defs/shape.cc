@@ -36,7 +36,8 @@ void RegisterShapeOps() {
     return out.Set("shape", shape);
   };
   reshape.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
-    return std::vector<Tensor>{in[0].Clone().Reshape(Shape(a.Get<std::vector<int64_t>>("shape")))};
+    // Kernels never write their inputs, so the result can share the data.
+    return std::vector<Tensor>{in[0].Reshape(Shape(a.Get<std::vector<int64_t>>("shape")))};
   };
   reshape.grad = [](const GradContext& c) {
     return std::vector<Tensor>{fn::reshape(c.grad_outputs[0], c.inputs[0].shape())};
