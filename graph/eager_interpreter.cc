@@ -58,11 +58,13 @@ std::vector<Tensor> RunGlobal(const OpDef& op, const std::vector<Tensor>& inputs
     local_specs.push_back({locals.back().shape(), locals.back().dtype()});
     in_boxes.push_back(LocalBox(inputs[i].shape(), placement, sig.inputs[i], rank));
   }
-  for (int o = 0; o < op.num_outputs; ++o) out_boxes.push_back(LocalBox(out_specs[o].shape, placement, sig.outputs[o], rank));
+  for (int o = 0; o < op.num_outputs; ++o)
+    out_boxes.push_back(LocalBox(out_specs[o].shape, placement, sig.outputs[o], rank));
   std::vector<Tensor> outs;
   if (placement.Contains(rank)) {
-    Attrs local_attrs =
-        op.local_attrs ? op.local_attrs(attrs, LocalContext{logical, local_specs, in_boxes, out_boxes}) : attrs;
+    Attrs local_attrs = op.local_attrs
+                            ? op.local_attrs(attrs, LocalContext{logical, local_specs, in_boxes, out_boxes})
+                            : attrs;
     outs = KernelFor(op, placement.device_type())(locals, local_attrs);
   } else {
     for (int o = 0; o < op.num_outputs; ++o) {

@@ -53,7 +53,8 @@ Tensor Reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes, bo
     const int64_t rows = n_in / n_out;
     for (int64_t r = 0; r < rows; ++r) {
       const float* row = in + r * n_out;
-      for (int64_t j = 0; j < n_out; ++j) acc[j] = is_max ? std::max(acc[j], static_cast<double>(row[j])) : acc[j] + row[j];
+      for (int64_t j = 0; j < n_out; ++j)
+        acc[j] = is_max ? std::max(acc[j], static_cast<double>(row[j])) : acc[j] + row[j];
     }
   } else if (n_in > 0 && static_cast<int64_t>(reduced.size()) == suffix) {
     const int64_t inner = n_in / n_out;

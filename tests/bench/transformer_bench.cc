@@ -40,12 +40,13 @@ Tensor Forward(std::vector<Block>& blocks, Tensor x) {
   const int64_t b = FLAGS_batch, s = FLAGS_seq, h = FLAGS_hidden, nh = FLAGS_heads, hd = h / nh;
   for (Block& k : blocks) {
     Tensor a = fn::layer_norm(x, k.ln1_g, k.ln1_b);
-    Tensor qkv = fn::add(fn::matmul(a, k.w_qkv), k.b_qkv);                           // [b, s, 3h]
-    qkv = fn::permute(fn::reshape(qkv, {b, s, 3, nh, hd}), {2, 0, 3, 1, 4});         // [3, b, nh, s, hd]
+    Tensor qkv = fn::add(fn::matmul(a, k.w_qkv), k.b_qkv);                    // [b, s, 3h]
+    qkv = fn::permute(fn::reshape(qkv, {b, s, 3, nh, hd}), {2, 0, 3, 1, 4});  // [3, b, nh, s, hd]
     Tensor q = fn::reshape(fn::slice(qkv, 0, 0, 1), {b, nh, s, hd});
     Tensor kk = fn::reshape(fn::slice(qkv, 0, 1, 2), {b, nh, s, hd});
     Tensor v = fn::reshape(fn::slice(qkv, 0, 2, 3), {b, nh, s, hd});
-    Tensor probs = fn::scale_mask_softmax(fn::matmul(q, kk, false, true), Tensor(), 1.0 / std::sqrt(double(hd)), true);
+    Tensor probs =
+        fn::scale_mask_softmax(fn::matmul(q, kk, false, true), Tensor(), 1.0 / std::sqrt(double(hd)), true);
     Tensor ctx = fn::reshape(fn::permute(fn::matmul(probs, v), {0, 2, 1, 3}), {b, s, h});
     x = fn::add(x, fn::add(fn::matmul(ctx, k.w_o), k.b_o));
     Tensor m = fn::gelu(fn::add(fn::matmul(fn::layer_norm(x, k.ln2_g, k.ln2_b), k.w_1), k.b_1));

@@ -1,8 +1,9 @@
 // Autograd semantics: accumulation into .grad, no_grad, the graph released
 // after backward, shared inputs, and the errors for misuse.
+#include "graph/autograd.h"
+
 #include <gtest/gtest.h>
 
-#include "graph/autograd.h"
 #include "ops/functional.h"
 #include "tests/testing/test_util.h"
 
@@ -53,13 +54,15 @@ TEST(Autograd, GraphIsReleasedAfterBackward) {
 
 TEST(Autograd, MisuseIsNamed) {
   Tensor x = randn({2, 3}, 3).set_requires_grad(true);
-  EXPECT_NE(ErrorOf([&] { fn::mul(x, x).backward(); }).find("needs a scalar; got shape [2, 3]"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { fn::mul(x, x).backward(); }).find("needs a scalar; got shape [2, 3]"),
+            std::string::npos);
   Tensor y = fn::mul(x, x);
   y.backward(ones({2, 3}));  // an explicit gradient works for any shape
   EXPECT_EQ(Values(x.grad()), Values(fn::mul_scalar(x, 2.0)));
   EXPECT_NE(ErrorOf([] { randn({2}, 1).backward(); }).find("does not require grad"), std::string::npos);
-  EXPECT_NE(ErrorOf([] { Tensor::FromVector<int64_t>({1}, {1}).set_requires_grad(true); })
-                .find("only floating tensors can require gradients"),
+  EXPECT_NE(ErrorOf([] {
+              Tensor::FromVector<int64_t>({1}, {1}).set_requires_grad(true);
+            }).find("only floating tensors can require gradients"),
             std::string::npos);
 }
 

@@ -187,6 +187,14 @@ std::vector<Case> MakeCases() {
         [](const std::vector<Tensor>& in) { return fn::cross_entropy_rows(in[0], in[1]); });
   }
 
+  // The mean form: averaged over the rows whose label is not ignored.
+  {
+    Tensor labels = Tensor::FromVector<int64_t>({1, -100, 4, 0, 2, -100, 3}, {7});
+    add("cross_entropy_mean", "{\"ignore_index\": -100}",
+        {{Scale(Randn({7, 5}), 2.0), true}, {labels, false}},
+        [](const std::vector<Tensor>& in) { return fn::cross_entropy(in[0], in[1]); });
+  }
+
   // Shape ops.
   add("transpose", "{\"dim0\": 0, \"dim1\": 2}", {{Randn({7, 5, 3}), true}},
       [](const std::vector<Tensor>& in) { return fn::transpose(in[0], 0, 2); });

@@ -61,6 +61,8 @@ def run(op, ins, a):
     if op == "layer_norm":
         x, g, b = ins
         return F.layer_norm(x, (x.shape[-1],), g, b, a["eps"])
+    if op == "cross_entropy_mean":
+        return F.cross_entropy(ins[0], ins[1], ignore_index=a["ignore_index"])
     if op == "cross_entropy":
         return F.cross_entropy(ins[0], ins[1], ignore_index=a["ignore_index"], reduction="none")
     if op == "transpose":
