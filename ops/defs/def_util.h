@@ -38,6 +38,23 @@ inline std::vector<SbpSignature> AllSplitAlike(int64_t ndim, size_t inputs, size
   return out;
 }
 
+// Splits on each dimension of the broadcast result `out`: an operand that
+// has the dimension (not broadcast) is split there too, one that broadcasts
+// it stays B.
+inline std::vector<SbpSignature> BroadcastSplits(const std::vector<TensorSpec>& in, const Shape& out) {
+  std::vector<SbpSignature> sigs;
+  for (int64_t d = 0; d < out.ndim(); ++d) {
+    SbpSignature s{{}, {S(static_cast<int>(d))}};
+    for (const TensorSpec& t : in) {
+      int64_t td = d - (out.ndim() - t.shape.ndim());
+      bool has = td >= 0 && t.shape.dims()[td] == out.dims()[d];
+      s.inputs.push_back(has ? S(static_cast<int>(td)) : B());
+    }
+    sigs.push_back(s);
+  }
+  return sigs;
+}
+
 inline void CheckFloat(const std::string& op, const TensorSpec& t, const char* what) {
   TESSEL_CHECK(t.dtype == DType::kFloat32)
       << op << ": " << what << " must be f32, got " << t.dtype << " " << t.shape;

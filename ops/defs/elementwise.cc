@@ -14,23 +14,6 @@ std::vector<TensorSpec> InferBinary(const std::string& op, const std::vector<Ten
   return {{cpu::BroadcastShapes(in[0].shape, in[1].shape), in[0].dtype}};
 }
 
-// Splits on an output dimension: an operand that has the dimension (not
-// broadcast) is split there too, one that broadcasts it stays B.
-std::vector<SbpSignature> BroadcastSplits(const std::vector<TensorSpec>& in) {
-  Shape out = cpu::BroadcastShapes(in[0].shape, in[1].shape);
-  std::vector<SbpSignature> sigs;
-  for (int64_t d = 0; d < out.ndim(); ++d) {
-    SbpSignature s{{}, {S(static_cast<int>(d))}};
-    for (const TensorSpec& t : in) {
-      int64_t td = d - (out.ndim() - t.shape.ndim());
-      bool has = td >= 0 && t.shape.dims()[td] == out.dims()[d];
-      s.inputs.push_back(has ? S(static_cast<int>(td)) : B());
-    }
-    sigs.push_back(s);
-  }
-  return sigs;
-}
-
 void RegisterBinary(const std::string& name, cpu::BinaryOp op, std::vector<SbpSignature> partial_rules,
                     std::function<std::vector<Tensor>(const GradContext&)> grad) {
   OpDef def;
@@ -38,7 +21,7 @@ void RegisterBinary(const std::string& name, cpu::BinaryOp op, std::vector<SbpSi
   def.inputs = {"a", "b"};
   def.infer = [name](const std::vector<TensorSpec>& in, const Attrs&) { return InferBinary(name, in); };
   def.sbp = [partial_rules](const std::vector<TensorSpec>& in, const Attrs&) {
-    std::vector<SbpSignature> s = BroadcastSplits(in);
+    std::vector<SbpSignature> s = defs::BroadcastSplits(in, cpu::BroadcastShapes(in[0].shape, in[1].shape));
     s.insert(s.end(), partial_rules.begin(), partial_rules.end());
     return s;
   };

@@ -7,21 +7,6 @@
 namespace tessel {
 namespace {
 
-// Splits on an output dimension for broadcast operands: an operand that has
-// the dimension is split there, one that broadcasts it stays B.
-std::vector<SbpSignature> BroadcastSplits(const std::vector<TensorSpec>& in, const Shape& out) {
-  std::vector<SbpSignature> sigs;
-  for (int64_t d = 0; d < out.ndim(); ++d) {
-    SbpSignature s{{}, {S(static_cast<int>(d))}};
-    for (const TensorSpec& t : in) {
-      int64_t td = d - (out.ndim() - t.shape.ndim());
-      s.inputs.push_back(td >= 0 && t.shape.dims()[td] == out.dims()[d] ? S(static_cast<int>(td)) : B());
-    }
-    sigs.push_back(s);
-  }
-  return sigs;
-}
-
 Shape Broadcast3(const std::vector<TensorSpec>& in) {
   return cpu::BroadcastShapes(cpu::BroadcastShapes(in[0].shape, in[1].shape), in[2].shape);
 }
@@ -39,7 +24,7 @@ void RegisterWhereCastOps() {
     return std::vector<TensorSpec>{{Broadcast3(in), DType::kFloat32}};
   };
   where.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
-    return BroadcastSplits(in, Broadcast3(in));
+    return defs::BroadcastSplits(in, Broadcast3(in));
   };
   where.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs&) {
     return std::vector<Tensor>{cpu::Where(in[0], in[1], in[2])};
@@ -59,7 +44,7 @@ void RegisterWhereCastOps() {
     return std::vector<TensorSpec>{{cpu::BroadcastShapes(in[0].shape, in[1].shape), DType::kBool}};
   };
   equal.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
-    return BroadcastSplits(in, cpu::BroadcastShapes(in[0].shape, in[1].shape));
+    return defs::BroadcastSplits(in, cpu::BroadcastShapes(in[0].shape, in[1].shape));
   };
   equal.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs&) {
     Shape shape = cpu::BroadcastShapes(in[0].shape(), in[1].shape());

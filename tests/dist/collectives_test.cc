@@ -7,7 +7,6 @@
 #include <numeric>
 
 #include "core/comm/process_group.h"
-#include "core/init.h"
 
 namespace tessel::comm {
 namespace {
@@ -231,9 +230,3 @@ TEST(Collectives, BadArgumentsAreNamed) {
 
 }  // namespace
 }  // namespace tessel::comm
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  tessel::Init(&argc, &argv);
-  return RUN_ALL_TESTS();
-}

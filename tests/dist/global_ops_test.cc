@@ -10,9 +10,9 @@
 #include <functional>
 
 #include "core/comm/process_group.h"
-#include "core/init.h"
 #include "graph/global_tensor_ops.h"
 #include "ops/functional.h"
+#include "tests/testing/test_util.h"
 
 namespace tessel {
 namespace {
@@ -252,27 +252,19 @@ TEST(GlobalOps, BadInputNamesOpShapesAndLayouts) {
   std::vector<int> ranks(comm::World().size());
   for (int i = 0; i < comm::World().size(); ++i) ranks[i] = i;
   Placement line("cpu", ranks);
-  auto error_of = [](const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
-  std::string e = error_of([&] {
+  std::string e = testing::ErrorOf([&] {
     fn::matmul(randn({8, 6}, line, {S(0)}, 1), randn({5, 4}, line, {B()}, 2));
   });
   EXPECT_NE(e.find("op 'matmul' on a f32 [8, 6] [S(0)] on cpu:"), std::string::npos) << e;
   EXPECT_NE(e.find("inner sizes differ"), std::string::npos) << e;
-  e = error_of([&] { fn::add(randn({8, 6}, line, {S(0)}, 1), randn({8, 6}, 2)); });
+  e = testing::ErrorOf([&] { fn::add(randn({8, 6}, line, {S(0)}, 1), randn({8, 6}, 2)); });
   EXPECT_NE(e.find("op 'add' mixes local and global inputs"), std::string::npos) << e;
-  e = error_of([&] { fn::add(randn({4, 3}, 1), randn({5}, 2)); });
+  e = testing::ErrorOf([&] { fn::add(randn({4, 3}, 1), randn({5}, 2)); });
   EXPECT_NE(e.find("shapes [4, 3] and [5] do not broadcast"), std::string::npos) << e;
-  e = error_of([&] { fn::add(randn({4}, 1), Tensor::FromVector<int64_t>({1, 2, 3, 4}, {4})); });
+  e = testing::ErrorOf([&] { fn::add(randn({4}, 1), Tensor::FromVector<int64_t>({1, 2, 3, 4}, {4})); });
   EXPECT_NE(e.find("dtypes differ"), std::string::npos) << e;
   if (comm::World().size() >= 2) {
-    e = error_of([&] {
+    e = testing::ErrorOf([&] {
       fn::add(randn({4}, Placement("cpu", {0}), {B()}, 1), randn({4}, Placement("cpu", {1}), {B()}, 2));
     });
     EXPECT_NE(e.find("inputs are on different placements"), std::string::npos) << e;
@@ -281,9 +273,3 @@ TEST(GlobalOps, BadInputNamesOpShapesAndLayouts) {
 
 }  // namespace
 }  // namespace tessel
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  tessel::Init(&argc, &argv);
-  return RUN_ALL_TESTS();
-}

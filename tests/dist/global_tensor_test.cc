@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include "core/comm/process_group.h"
-#include "core/init.h"
 #include "graph/global_tensor_ops.h"
 #include "tests/testing/test_util.h"
 
@@ -95,9 +94,3 @@ TEST(GlobalTensor, BadLayoutsAreNamed) {
 
 }  // namespace
 }  // namespace tessel
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  tessel::Init(&argc, &argv);
-  return RUN_ALL_TESTS();
-}
