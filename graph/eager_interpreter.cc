@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "graph/autograd.h"
+#include "graph/boxing_executor.h"
 #include "graph/sbp_inference.h"
 #include "ops/functional.h"
 #include "sbp/global_tensor.h"
@@ -173,7 +174,21 @@ class EagerInterpreter final : public Interpreter {
     const OpDef* def = &op;
     node->apply = [def, saved_in, saved_out, attrs, needs](const std::vector<Tensor>& grad_outputs) {
       GradContext ctx{saved_in, saved_out, grad_outputs, attrs, needs};
-      return def->grad(ctx);
+      std::vector<Tensor> grads = def->grad(ctx);
+      // A gradient takes its tensor's layout when that costs nothing (a
+      // local slice): data-parallel backward then stays split. Costly
+      // conversions (a partial gradient's reduction) wait until needed.
+      for (size_t i = 0; i < grads.size() && i < saved_in.size(); ++i) {
+        Tensor& g = grads[i];
+        const Tensor& x = saved_in[i];
+        if (!g.defined() || !g.is_global() || !x.is_global()) continue;
+        if (g.placement() == x.placement() && g.nd_sbp() == x.nd_sbp()) continue;
+        if (GetBoxingPlan(g.placement(), g.nd_sbp(), x.placement(), x.nd_sbp(), g.shape(), g.dtype())
+                .bytes_per_rank() == 0) {
+          g = g.to_global(x.placement(), x.nd_sbp());
+        }
+      }
+      return grads;
     };
     for (size_t o = 0; o < outs.size(); ++o) {
       if (!IsFloating(outs[o].dtype())) continue;

@@ -5,6 +5,7 @@
 
 #include "core/comm/process_group.h"
 #include "core/error.h"
+#include "graph/autograd.h"
 #include "graph/boxing_executor.h"
 
 namespace tessel {

@@ -56,7 +56,7 @@ const NdSignature& InferNdSignature(const OpDef& op, const Attrs& attrs, const s
   const int axes = placement.ndim();
   NdSignature best;
   double best_cost = std::numeric_limits<double>::infinity();
-  int best_conversions = 0;
+  int best_conversions = -1;  // -1: nothing chosen yet
   std::vector<size_t> pick(axes, 0);
   // Every combination of one 1-D signature per mesh axis.
   while (true) {
@@ -88,7 +88,19 @@ const NdSignature& InferNdSignature(const OpDef& op, const Attrs& attrs, const s
                  kComputeBytesPerSecond;
     }
     const double cost = boxing + compute;
-    if (cost < best_cost - 1e-15 || (std::abs(cost - best_cost) <= 1e-15 && conversions < best_conversions)) {
+    // A candidate that converts nothing beats any that converts something
+    // (match the producers: a "free" slice now is a gather later); among
+    // equals, the cheaper, then the one converting fewer inputs.
+    const bool matches = conversions == 0, best_matches = best_conversions == 0 && best_cost < 1e300;
+    bool take;
+    if (matches != best_matches) {
+      take = matches;
+    } else if (std::abs(cost - best_cost) > 1e-15) {
+      take = cost < best_cost;
+    } else {
+      take = conversions < best_conversions;
+    }
+    if (take) {
       best_cost = cost;
       best_conversions = conversions;
       best = cand;

@@ -1,9 +1,9 @@
 // SBP signature inference for an op on global inputs: N-D candidates are
-// products of the op's 1-D signatures (plus all-B) over the mesh axes. Each
-// is costed as the boxing planner's estimate for its inputs plus the bytes
-// of output shards it writes (split compute beats replicated); ties go to
-// the candidate converting fewer inputs, so one that matches the producers
-// comes first.
+// products of the op's 1-D signatures (plus all-B) over the mesh axes. One
+// that needs no input converted (matching the producers) always wins, the
+// cheapest of those by output shard bytes; otherwise each is costed as the
+// boxing planner's estimate for its inputs plus the bytes of output shards
+// it writes (split compute beats replicated), ties to fewer conversions.
 #pragma once
 
 #include <string>

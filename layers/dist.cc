@@ -1,0 +1,100 @@
+#include "layers/dist.h"
+
+#include <mutex>
+
+#include "core/error.h"
+#include "sbp/global_tensor.h"
+#include "sbp/slice.h"
+
+namespace tessel::dist {
+
+namespace {
+Config* g_config = nullptr;
+
+const Config& Current() {
+  TESSEL_CHECK(g_config != nullptr) << "dist::Setup has not been called";
+  return *g_config;
+}
+}  // namespace
+
+void Setup(const Config& in) {
+  Config c = in;
+  const int64_t world = CurrentWorldSize();
+  TESSEL_CHECK(c.tensor_parallel_size >= 1 && c.pipeline_parallel_size >= 1)
+      << "tensor_parallel_size=" << c.tensor_parallel_size << " and pipeline_parallel_size="
+      << c.pipeline_parallel_size << " must be >= 1";
+  const int64_t tp_pp = c.tensor_parallel_size * c.pipeline_parallel_size;
+  TESSEL_CHECK(world % tp_pp == 0) << "tensor_parallel_size=" << c.tensor_parallel_size
+                                   << " x pipeline_parallel_size=" << c.pipeline_parallel_size << " = " << tp_pp
+                                   << " does not divide the world size " << world;
+  const int64_t dp = world / tp_pp;
+  TESSEL_CHECK(c.data_parallel_size == 0 || c.data_parallel_size == dp)
+      << "data_parallel_size=" << c.data_parallel_size << " disagrees with world " << world << " / (tp "
+      << c.tensor_parallel_size << " x pp " << c.pipeline_parallel_size << ") = " << dp
+      << "; leave it 0 to derive it";
+  c.data_parallel_size = dp;
+  if (!c.custom_pipeline_stage_ids.empty()) {
+    TESSEL_CHECK(c.pipeline_num_layers == 0 ||
+                 c.pipeline_num_layers == static_cast<int64_t>(c.custom_pipeline_stage_ids.size()))
+        << "custom_pipeline_stage_ids has " << c.custom_pipeline_stage_ids.size()
+        << " entries but pipeline_num_layers=" << c.pipeline_num_layers;
+    c.pipeline_num_layers = static_cast<int64_t>(c.custom_pipeline_stage_ids.size());
+    for (size_t i = 0; i < c.custom_pipeline_stage_ids.size(); ++i) {
+      int64_t s = c.custom_pipeline_stage_ids[i];
+      TESSEL_CHECK(s >= 0 && s < c.pipeline_parallel_size)
+          << "custom_pipeline_stage_ids[" << i << "]=" << s << " is not a stage (0.." << c.pipeline_parallel_size - 1
+          << ")";
+    }
+  }
+  TESSEL_CHECK(c.pipeline_parallel_size == 1 || c.pipeline_num_layers >= c.pipeline_parallel_size)
+      << "pipeline_parallel_size=" << c.pipeline_parallel_size << " needs pipeline_num_layers >= the stage count; got "
+      << c.pipeline_num_layers;
+  delete g_config;
+  g_config = new Config(c);
+}
+
+const Config& GetConfig() { return Current(); }
+int Rank() { return CurrentRank(); }
+int WorldSize() { return CurrentWorldSize(); }
+
+int64_t GetLayerStageId(int64_t layer_idx) {
+  const Config& c = Current();
+  const int64_t layers = std::max<int64_t>(c.pipeline_num_layers, 1);
+  if (layer_idx == -1) layer_idx = layers - 1;
+  TESSEL_CHECK(layer_idx >= 0 && layer_idx < layers)
+      << "layer_idx " << layer_idx << " is out of range; expected -1 or 0.." << layers - 1
+      << " (pipeline_num_layers=" << c.pipeline_num_layers << ")";
+  if (!c.custom_pipeline_stage_ids.empty()) return c.custom_pipeline_stage_ids[layer_idx];
+  // Balanced: stage s takes a contiguous run of layers, larger runs first.
+  for (int64_t s = 0; s < c.pipeline_parallel_size; ++s) {
+    if (layer_idx < BalancedPart({0, layers}, c.pipeline_parallel_size, s).end) return s;
+  }
+  return c.pipeline_parallel_size - 1;
+}
+
+Placement GetLayerPlacement(int64_t layer_idx) {
+  const Config& c = Current();
+  const int64_t stage = GetLayerStageId(layer_idx);
+  const int64_t per_stage = c.data_parallel_size * c.tensor_parallel_size;
+  std::vector<int> ranks;
+  for (int64_t r = 0; r < per_stage; ++r) ranks.push_back(static_cast<int>(stage * per_stage + r));
+  std::vector<int64_t> hierarchy;
+  if (c.data_parallel_size > 1) hierarchy.push_back(c.data_parallel_size);
+  if (c.tensor_parallel_size > 1) hierarchy.push_back(c.tensor_parallel_size);
+  if (hierarchy.empty()) hierarchy.push_back(1);
+  return Placement(DeviceType::kCPU, ranks, hierarchy);
+}
+
+NdSbp GetNdSbp(const std::vector<Sbp>& dp_tp) {
+  const Config& c = Current();
+  TESSEL_CHECK(dp_tp.size() == 2) << "GetNdSbp takes the [dp, tp] pair, got " << dp_tp.size() << " entries";
+  std::vector<Sbp> out;
+  if (c.data_parallel_size > 1) out.push_back(dp_tp[0]);
+  if (c.tensor_parallel_size > 1) out.push_back(dp_tp[1]);
+  if (out.empty()) out.push_back(dp_tp[0].is_partial() ? dp_tp[0] : dp_tp[1].is_partial() ? dp_tp[1] : B());
+  return NdSbp(out);
+}
+
+NdSbp GetHiddenSbp() { return GetNdSbp({S(0), B()}); }
+
+}  // namespace tessel::dist

@@ -1,0 +1,47 @@
+// The dist util: data/tensor/pipeline sizes and the placements and SBPs
+// layers use, LiBai-style.
+//
+//   dist::Setup({.data_parallel_size = 2, .tensor_parallel_size = 2});
+//   Placement p = dist::GetLayerPlacement(0);      // the stage of layer 0
+//   NdSbp x_sbp = dist::GetNdSbp({S(0), B()});     // [dp, tp] -> active mesh
+//
+// Rank layout (DESIGN.md): world = pp x dp x tp; stage s owns the contiguous
+// block of world/pp ranks; inside a stage the ranks form a [dp, tp] grid
+// with tp innermost.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sbp/placement.h"
+#include "sbp/sbp.h"
+
+namespace tessel::dist {
+
+struct Config {
+  int64_t data_parallel_size = 0;  // 0: derived as world / (tp * pp)
+  int64_t tensor_parallel_size = 1;
+  int64_t pipeline_parallel_size = 1;
+  int64_t pipeline_num_layers = 0;  // layers to spread over the stages (0: no layer index is valid but -1/0)
+  std::vector<int64_t> custom_pipeline_stage_ids;  // stage per layer, overriding the balanced split
+};
+
+// Validates `config` against the world (comm::World() or a single process)
+// and makes it current. Throws naming the sizes that disagree.
+void Setup(const Config& config);
+const Config& GetConfig();  // Setup's, with data_parallel_size filled in
+
+int Rank();
+int WorldSize();
+
+// The stage of a layer (-1: the last layer), balanced or custom.
+int64_t GetLayerStageId(int64_t layer_idx);
+// The placement of a layer's stage: its ranks as [dp, tp], [dp], [tp] or [1]
+// (mesh axes of size 1 are dropped).
+Placement GetLayerPlacement(int64_t layer_idx);
+// A [dp, tp] pair of Sbps reduced to the active mesh axes.
+NdSbp GetNdSbp(const std::vector<Sbp>& dp_tp);
+// Activations between layers: split on the batch over dp, B over tp.
+NdSbp GetHiddenSbp();
+
+}  // namespace tessel::dist

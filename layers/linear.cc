@@ -1,0 +1,63 @@
+#include "layers/linear.h"
+
+#include "core/error.h"
+#include "graph/autograd.h"
+#include "graph/global_tensor_ops.h"
+#include "layers/dist.h"
+#include "ops/functional.h"
+#include "sbp/global_tensor.h"
+
+namespace tessel::layers {
+
+namespace {
+// The input's dp-axis Sbp (kept), with `tp` on the tp axis.
+NdSbp InputSbp(const Tensor& x, const Sbp& tp) {
+  Sbp dp = S(0);
+  if (x.is_global() && dist::GetConfig().data_parallel_size > 1) dp = x.nd_sbp()[0];
+  return dist::GetNdSbp({dp, tp});
+}
+}  // namespace
+
+Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
+    : in_(in_features), out_(out_features), options_(options) {
+  const int64_t tp = dist::GetConfig().tensor_parallel_size;
+  TESSEL_CHECK(options.parallel != Parallel::kCol || out_features % tp == 0)
+      << "column-parallel Linear: out_features=" << out_features << " is not divisible by tensor_parallel_size=" << tp;
+  TESSEL_CHECK(options.parallel != Parallel::kRow || in_features % tp == 0)
+      << "row-parallel Linear: in_features=" << in_features << " is not divisible by tensor_parallel_size=" << tp;
+  const Placement placement = dist::GetLayerPlacement(options.layer_idx);
+  const Sbp w_tp = options.parallel == Parallel::kCol ? S(1) : options.parallel == Parallel::kRow ? S(0) : B();
+  const Sbp b_tp = options.parallel == Parallel::kCol ? S(0) : B();
+  {
+    NoGradGuard no_grad;
+    weight = fn::mul_scalar(randn({in_, out_}, placement, dist::GetNdSbp({B(), w_tp}), options.seed), options.init_std);
+    if (options.bias) bias = zeros({out_}, placement, dist::GetNdSbp({B(), b_tp}));
+  }
+  RegisterParameter("weight", weight);
+  if (options.bias) RegisterParameter("bias", bias);
+}
+
+Tensor Linear::operator()(const Tensor& x_in) const {
+  const Placement placement = weight.placement();
+  Tensor x = x_in.is_global() ? x_in : FromLocal(x_in, placement, dist::GetNdSbp({B(), B()}));
+  TESSEL_CHECK(x.shape().ndim() >= 1 && x.shape()[-1] == in_)
+      << "Linear(" << in_ << " -> " << out_ << "): input of shape " << x.shape() << " has " << x.shape()[-1]
+      << " features; expected " << in_;
+  Tensor y;
+  switch (options_.parallel) {
+    case Parallel::kCol:
+      y = fn::matmul(x.to_global(placement, InputSbp(x, B())), weight);  // [S(0), S(last)]
+      break;
+    case Parallel::kRow:
+      y = fn::matmul(x.to_global(placement, InputSbp(x, S(static_cast<int>(x.ndim() - 1)))), weight);
+      y = y.to_global(placement, InputSbp(y, B()));  // reduce the partial sums over tp
+      break;
+    case Parallel::kData:
+      y = fn::matmul(x.to_global(placement, InputSbp(x, B())), weight);
+      break;
+  }
+  if (bias.defined() && !options_.skip_bias_add) y = fn::add(y, bias);
+  return y;
+}
+
+}  // namespace tessel::layers

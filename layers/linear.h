@@ -1,0 +1,45 @@
+// Linear layers: data-, column- and row-parallel (Megatron/LiBai style).
+//
+//   col: weight split on the output features over tp; the input is made B
+//        on the tp axis (its gradient, a partial sum, is reduced in backward);
+//        the output stays split on its last dimension.
+//   row: weight split on the input features; the input is expected split on
+//        its last dimension (a col layer's output); the output, a partial
+//        sum over tp, is reduced to B.
+//   data: weight replicated.
+// y = x W + b with W [in, out]. Parameters are drawn from Philox by logical
+// index, so every layout starts from the same logical weights.
+#pragma once
+
+#include <cstdint>
+
+#include "layers/module.h"
+
+namespace tessel::layers {
+
+enum class Parallel { kData, kCol, kRow };
+
+struct LinearOptions {
+  Parallel parallel = Parallel::kData;
+  bool bias = true;
+  int64_t layer_idx = 0;       // its pipeline stage's placement
+  bool skip_bias_add = false;  // return x W and leave the bias to the caller (fusions)
+  uint64_t seed = 1234;
+  double init_std = 0.02;
+};
+
+class Linear : public nn::Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, LinearOptions options = {});
+  Tensor operator()(const Tensor& x) const;
+
+  Tensor weight;  // [in, out]
+  Tensor bias;    // [out] (undefined without bias)
+  const LinearOptions& options() const { return options_; }
+
+ private:
+  int64_t in_, out_;
+  LinearOptions options_;
+};
+
+}  // namespace tessel::layers
