@@ -10,11 +10,41 @@
 
 namespace tessel {
 
+namespace {
+// Records `out = to_global(in)` for autograd: the logical value is unchanged,
+// so the gradient is the output's gradient laid out back like the input (for
+// a local input: this rank's shard of it under the layout it was given).
+void RecordLayoutChange(const Tensor& in, Tensor* out, const Placement& to, const NdSbp& to_sbp) {
+  if (!GradModeEnabled() || !in.requires_grad()) return;
+  auto node = std::make_shared<Node>();
+  node->name = "to_global";
+  node->next = {EdgeOf(in)};
+  const bool was_global = in.is_global();
+  const Placement from = was_global ? in.placement() : Placement();
+  const NdSbp from_sbp = was_global ? in.nd_sbp() : NdSbp();
+  node->apply = [was_global, from, from_sbp, to, to_sbp](const std::vector<Tensor>& grads) {
+    const Tensor& g = grads.at(0);
+    if (!was_global) return std::vector<Tensor>{g.to_global(to, to_sbp).to_local()};
+    return std::vector<Tensor>{g.to_global(from, from_sbp)};
+  };
+  auto meta = std::make_shared<AutogradMeta>();
+  meta->requires_grad = true;
+  meta->grad_fn = node;
+  out->set_autograd_meta(meta);
+}
+}  // namespace
+
 Tensor Tensor::to_global(const Placement& placement, const NdSbp& nd_sbp) const {
-  if (!is_global()) return FromLocal(*this, placement, nd_sbp);
-  CheckGlobalLayout(shape(), placement, nd_sbp);
-  return ExecuteBoxing(*this,
-                       GetBoxingPlan(this->placement(), this->nd_sbp(), placement, nd_sbp, shape(), dtype()));
+  Tensor out;
+  if (!is_global()) {
+    out = FromLocal(*this, placement, nd_sbp);
+  } else {
+    CheckGlobalLayout(shape(), placement, nd_sbp);
+    if (this->placement() == placement && this->nd_sbp() == nd_sbp) return *this;
+    out = ExecuteBoxing(*this, GetBoxingPlan(this->placement(), this->nd_sbp(), placement, nd_sbp, shape(), dtype()));
+  }
+  RecordLayoutChange(*this, &out, placement, nd_sbp);
+  return out;
 }
 
 namespace {
