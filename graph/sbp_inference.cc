@@ -68,6 +68,12 @@ const NdSignature& InferNdSignature(const OpDef& op, const Attrs& attrs, const s
       for (size_t i = 0; i < inputs.size(); ++i) cand.inputs[i][a] = s.inputs[i];
       for (int o = 0; o < op.num_outputs; ++o) cand.outputs[o][a] = s.outputs[o];
     }
+    if (op.check_layout && !op.check_layout(attrs, specs, cand.inputs, cand.outputs, placement)) {
+      int a = axes - 1;
+      while (a >= 0 && ++pick[a] == one.size()) pick[a--] = 0;
+      if (a < 0) break;
+      continue;
+    }
     // Cost = boxing the inputs + writing the outputs' shards (so split
     // compute beats replicated compute); ties go to fewer converted inputs,
     // then to the op's own order: a signature matching the producers wins.

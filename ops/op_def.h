@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "sbp/placement.h"
 #include "sbp/sbp.h"
 #include "sbp/slice.h"
 
@@ -86,6 +87,12 @@ struct OpDef {
   // Attributes for running the kernel on local shards (for ops whose
   // attributes are shapes, counts or logical positions); identity when unset.
   std::function<Attrs(const Attrs&, const LocalContext&)> local_attrs;
+  // Optional: whether an N-D signature is valid on this placement for these
+  // logical inputs (for ops whose rules depend on how sizes divide); the
+  // dispatcher skips candidates it rejects.
+  std::function<bool(const Attrs&, const std::vector<TensorSpec>& inputs, const std::vector<NdSbp>& in_sbp,
+                     const std::vector<NdSbp>& out_sbp, const Placement& placement)>
+      check_layout;
   std::map<DeviceType, Kernel> kernels;
   std::function<std::vector<Tensor>(const GradContext&)> grad;  // unset: not differentiable
 };

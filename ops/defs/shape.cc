@@ -5,6 +5,25 @@
 #include "ops/functional.h"
 
 namespace tessel {
+namespace {
+// (input dim, output dim) at the start of each run of dims whose products
+// match, skipping size-1 dims that only pad a run.
+std::vector<std::pair<int64_t, int64_t>> ReshapeGroupStarts(const std::vector<int64_t>& in,
+                                                            const std::vector<int64_t>& out) {
+  std::vector<std::pair<int64_t, int64_t>> starts;
+  size_t i = 0, o = 0;
+  while (i < in.size() && o < out.size()) {
+    starts.push_back({static_cast<int64_t>(i), static_cast<int64_t>(o)});
+    int64_t pi = in[i++], po = out[o++];
+    while (pi != po) {
+      if (pi < po && i < in.size()) pi *= in[i++];
+      else if (po < pi && o < out.size()) po *= out[o++];
+      else break;
+    }
+  }
+  return starts;
+}
+}  // namespace
 
 void RegisterShapeOps() {
   OpDef reshape;
@@ -17,21 +36,45 @@ void RegisterShapeOps() {
         << shape.numel() << " elements)";
     return std::vector<TensorSpec>{{shape, in[0].dtype}};
   };
-  // A split of dimension 0 survives when dimension 0 is unchanged.
+  // Dimensions group into runs with equal products (a dim kept, split into
+  // several, or several merged). A split on a group's first input dim maps
+  // to the group's first output dim; local_attrs checks that the shards line
+  // up (they do when the split sizes divide evenly).
   reshape.sbp = [](const std::vector<TensorSpec>& in, const Attrs& a) {
-    const auto& shape = a.Get<std::vector<int64_t>>("shape");
     std::vector<SbpSignature> out = {{{P()}, {P()}}};
-    if (!shape.empty() && in[0].shape.ndim() > 0 && shape[0] == in[0].shape[0])
-      out.push_back({{S(0)}, {S(0)}});
+    for (const auto& [d, o] : ReshapeGroupStarts(in[0].shape.dims(), a.Get<std::vector<int64_t>>("shape"))) {
+      out.push_back({{S(static_cast<int>(d))}, {S(static_cast<int>(o))}});
+    }
     return out;
   };
-  reshape.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
-    const auto& logical = ctx.logical_inputs;
-    const auto& local = ctx.local_inputs;
-    std::vector<int64_t> shape = a.Get<std::vector<int64_t>>("shape");
-    if (!shape.empty() && local[0].shape.ndim() > 0 && local[0].shape.numel() != logical[0].shape.numel()) {
-      shape[0] = local[0].shape[0];  // split on dimension 0
+  // Valid when every shard's elements are one output shard's: per mesh
+  // coordinate, the split dim's range times the rest of its group must match.
+  reshape.check_layout = [](const Attrs& a, const std::vector<TensorSpec>& in, const std::vector<NdSbp>& in_sbp,
+                            const std::vector<NdSbp>& out_sbp, const Placement& placement) {
+    const Shape out_shape(a.Get<std::vector<int64_t>>("shape"));
+    for (int i = 0; i < placement.size(); ++i) {
+      std::vector<int64_t> coord = placement.Coord(i);
+      if (SliceOf(in[0].shape, in_sbp[0], placement.hierarchy(), coord).numel() !=
+          SliceOf(out_shape, out_sbp[0], placement.hierarchy(), coord).numel()) {
+        return false;
+      }
+      Box ib = SliceOf(in[0].shape, in_sbp[0], placement.hierarchy(), coord);
+      Box ob = SliceOf(out_shape, out_sbp[0], placement.hierarchy(), coord);
+      // Flat offset of each shard's first element must agree too.
+      int64_t fi = 0, fo = 0;
+      std::vector<int64_t> si = in[0].shape.ContiguousStrides(), so = out_shape.ContiguousStrides();
+      for (int64_t d = 0; d < ib.ndim(); ++d) fi += ib[d].begin * si[d];
+      for (int64_t d = 0; d < ob.ndim(); ++d) fo += ob[d].begin * so[d];
+      if (ib.numel() > 0 && fi != fo) return false;
     }
+    return true;
+  };
+  reshape.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
+    std::vector<int64_t> shape = ctx.output_boxes[0].shape().dims();
+    TESSEL_CHECK(Shape(shape).numel() == ctx.local_inputs[0].shape.numel())
+        << "reshape of " << ctx.logical_inputs[0].shape << " to " << Shape(a.Get<std::vector<int64_t>>("shape"))
+        << ": this rank's shard " << ctx.local_inputs[0].shape << " does not line up with its output shard "
+        << Shape(shape) << "; make the split dimension divisible by the mesh axis";
     Attrs out = a;
     return out.Set("shape", shape);
   };
