@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
   layers::Linear fc2(16384, 1024, {.parallel = layers::Parallel::kRow, .seed = 99});
   Tensor x = rand({32, 1024}, dist::GetLayerPlacement(0), dist::GetNdSbp({S(0), B()}));
   Tensor y = fc2(fn::gelu(fc1(x)));
-  LOG(INFO) << "rank " << dist::Rank() << " local shape " << y.to_local().shape() << " (" << y.nd_sbp() << " on "
-            << y.placement() << ")";
+  LOG(INFO) << "rank " << dist::Rank() << " local shape " << y.to_local().shape() << " (" << y.nd_sbp()
+            << " on " << y.placement() << ")";
   return y.to_local().shape() == Shape{16, 1024} ? 0 : 1;
 }

@@ -21,12 +21,12 @@ void Setup(const Config& in) {
   Config c = in;
   const int64_t world = CurrentWorldSize();
   TESSEL_CHECK(c.tensor_parallel_size >= 1 && c.pipeline_parallel_size >= 1)
-      << "tensor_parallel_size=" << c.tensor_parallel_size << " and pipeline_parallel_size="
-      << c.pipeline_parallel_size << " must be >= 1";
+      << "tensor_parallel_size=" << c.tensor_parallel_size
+      << " and pipeline_parallel_size=" << c.pipeline_parallel_size << " must be >= 1";
   const int64_t tp_pp = c.tensor_parallel_size * c.pipeline_parallel_size;
   TESSEL_CHECK(world % tp_pp == 0) << "tensor_parallel_size=" << c.tensor_parallel_size
-                                   << " x pipeline_parallel_size=" << c.pipeline_parallel_size << " = " << tp_pp
-                                   << " does not divide the world size " << world;
+                                   << " x pipeline_parallel_size=" << c.pipeline_parallel_size << " = "
+                                   << tp_pp << " does not divide the world size " << world;
   const int64_t dp = world / tp_pp;
   TESSEL_CHECK(c.data_parallel_size == 0 || c.data_parallel_size == dp)
       << "data_parallel_size=" << c.data_parallel_size << " disagrees with world " << world << " / (tp "
@@ -42,13 +42,13 @@ void Setup(const Config& in) {
     for (size_t i = 0; i < c.custom_pipeline_stage_ids.size(); ++i) {
       int64_t s = c.custom_pipeline_stage_ids[i];
       TESSEL_CHECK(s >= 0 && s < c.pipeline_parallel_size)
-          << "custom_pipeline_stage_ids[" << i << "]=" << s << " is not a stage (0.." << c.pipeline_parallel_size - 1
-          << ")";
+          << "custom_pipeline_stage_ids[" << i << "]=" << s << " is not a stage (0.."
+          << c.pipeline_parallel_size - 1 << ")";
     }
   }
   TESSEL_CHECK(c.pipeline_parallel_size == 1 || c.pipeline_num_layers >= c.pipeline_parallel_size)
-      << "pipeline_parallel_size=" << c.pipeline_parallel_size << " needs pipeline_num_layers >= the stage count; got "
-      << c.pipeline_num_layers;
+      << "pipeline_parallel_size=" << c.pipeline_parallel_size
+      << " needs pipeline_num_layers >= the stage count; got " << c.pipeline_num_layers;
   delete g_config;
   g_config = new Config(c);
 }

@@ -22,15 +22,20 @@ Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
     : in_(in_features), out_(out_features), options_(options) {
   const int64_t tp = dist::GetConfig().tensor_parallel_size;
   TESSEL_CHECK(options.parallel != Parallel::kCol || out_features % tp == 0)
-      << "column-parallel Linear: out_features=" << out_features << " is not divisible by tensor_parallel_size=" << tp;
+      << "column-parallel Linear: out_features=" << out_features
+      << " is not divisible by tensor_parallel_size=" << tp;
   TESSEL_CHECK(options.parallel != Parallel::kRow || in_features % tp == 0)
-      << "row-parallel Linear: in_features=" << in_features << " is not divisible by tensor_parallel_size=" << tp;
+      << "row-parallel Linear: in_features=" << in_features
+      << " is not divisible by tensor_parallel_size=" << tp;
   const Placement placement = dist::GetLayerPlacement(options.layer_idx);
-  const Sbp w_tp = options.parallel == Parallel::kCol ? S(1) : options.parallel == Parallel::kRow ? S(0) : B();
+  const Sbp w_tp = options.parallel == Parallel::kCol   ? S(1)
+                   : options.parallel == Parallel::kRow ? S(0)
+                                                        : B();
   const Sbp b_tp = options.parallel == Parallel::kCol ? S(0) : B();
   {
     NoGradGuard no_grad;
-    weight = fn::mul_scalar(randn({in_, out_}, placement, dist::GetNdSbp({B(), w_tp}), options.seed), options.init_std);
+    weight = fn::mul_scalar(randn({in_, out_}, placement, dist::GetNdSbp({B(), w_tp}), options.seed),
+                            options.init_std);
     if (options.bias) bias = zeros({out_}, placement, dist::GetNdSbp({B(), b_tp}));
   }
   RegisterParameter("weight", weight);

@@ -18,7 +18,8 @@ Tensor& Module::RegisterBuffer(const std::string& name, Tensor& t) {
 
 void Module::RegisterModule(const std::string& name, Module& m) { children_.push_back({name, &m}); }
 
-void Module::Collect(const std::string& prefix, bool buffers, std::vector<std::pair<std::string, Tensor*>>* out) {
+void Module::Collect(const std::string& prefix, bool buffers,
+                     std::vector<std::pair<std::string, Tensor*>>* out) {
   for (auto& [name, t] : params_) out->push_back({prefix + name, t});
   if (buffers)
     for (auto& [name, t] : buffers_) out->push_back({prefix + name, t});

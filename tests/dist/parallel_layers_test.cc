@@ -26,7 +26,8 @@ double RelError(const Tensor& got, const Tensor& want) {
   double mean = 0, worst = 0;
   for (float v : b) mean += std::abs(v);
   mean = std::max(mean / std::max<size_t>(b.size(), 1), 1e-12);
-  for (size_t i = 0; i < b.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - b[i]) / (std::abs(b[i]) + mean));
+  for (size_t i = 0; i < b.size(); ++i)
+    worst = std::max(worst, std::abs(double(a[i]) - b[i]) / (std::abs(b[i]) + mean));
   return worst;
 }
 
@@ -72,8 +73,8 @@ TEST(ParallelLayers, MlpAndDataParallelLinearMatchOneRank) {
   }
   if (comm::World().rank() == 0) {
     std::printf("parallel layers match one rank under dp=%ld tp=%ld (fc1.weight %s, its gradient %s)\n",
-                static_cast<long>(FLAGS_dp), static_cast<long>(FLAGS_tp), fc1.weight.nd_sbp().ToString().c_str(),
-                fc1.weight.grad().nd_sbp().ToString().c_str());
+                static_cast<long>(FLAGS_dp), static_cast<long>(FLAGS_tp),
+                fc1.weight.nd_sbp().ToString().c_str(), fc1.weight.grad().nd_sbp().ToString().c_str());
   }
 }
 
@@ -89,7 +90,8 @@ TEST(ParallelLayers, BadSizesAreNamed) {
   };
   std::string e = error_of([] { layers::Linear(8, 7, {.parallel = layers::Parallel::kCol}); });
   EXPECT_NE(e.find("out_features=7 is not divisible by tensor_parallel_size=" + std::to_string(FLAGS_tp)),
-            std::string::npos) << e;
+            std::string::npos)
+      << e;
   e = error_of([] { dist::Setup({.data_parallel_size = 3, .tensor_parallel_size = FLAGS_tp}); });
   EXPECT_NE(e.find("data_parallel_size=3 disagrees with world"), std::string::npos) << e;
   e = error_of([] { dist::Setup({.tensor_parallel_size = 3}); });

@@ -1,0 +1,48 @@
+#include "layers/embedding.h"
+
+#include "core/error.h"
+#include "graph/autograd.h"
+#include "layers/common.h"
+#include "layers/dist.h"
+#include "ops/functional.h"
+#include "sbp/global_tensor.h"
+
+namespace tessel::layers {
+
+VocabEmbedding::VocabEmbedding(int64_t vocab_size, int64_t hidden, EmbeddingOptions options) {
+  const int64_t tp = dist::GetConfig().tensor_parallel_size;
+  TESSEL_CHECK(vocab_size % tp == 0) << "VocabEmbedding: vocab_size=" << vocab_size
+                                     << " is not divisible by tensor_parallel_size=" << tp
+                                     << "; pad the vocabulary to a multiple of " << tp;
+  NoGradGuard no_grad;
+  weight = fn::mul_scalar(randn({vocab_size, hidden}, dist::GetLayerPlacement(options.layer_idx),
+                                dist::GetNdSbp({B(), S(0)}), options.seed),
+                          options.init_std);
+  RegisterParameter("weight", weight);
+}
+
+Tensor VocabEmbedding::operator()(const Tensor& ids) const {
+  const Placement& p = weight.placement();
+  // ids: batch split over dp, replicated over tp; the lookup gives partial
+  // sums over tp, reduced into the hidden layout.
+  Tensor g = ToHidden(ids, p);
+  return fn::embedding(weight, g).to_global(p, dist::GetHiddenSbp());
+}
+
+Embedding::Embedding(int64_t num_embeddings, int64_t hidden, EmbeddingOptions options) {
+  NoGradGuard no_grad;
+  weight = fn::mul_scalar(randn({num_embeddings, hidden}, dist::GetLayerPlacement(options.layer_idx),
+                                dist::GetNdSbp({B(), B()}), options.seed),
+                          options.init_std);
+  RegisterParameter("weight", weight);
+}
+
+Tensor Embedding::operator()(const Tensor& ids) const {
+  // Replicated table and ids (positions are shared by the whole batch).
+  const Placement& p = weight.placement();
+  const NdSbp all_b = dist::GetNdSbp({B(), B()});
+  Tensor g = ids.is_global() ? ids.to_global(p, all_b) : ids.to_global(p, all_b);
+  return fn::embedding(weight, g);
+}
+
+}  // namespace tessel::layers

@@ -1,0 +1,34 @@
+// Embeddings. VocabEmbedding splits the table on the vocabulary over tp
+// (each rank looks up the ids it owns; the partial sums are reduced to the
+// hidden layout); Embedding (positions, token types) is replicated.
+#pragma once
+
+#include "layers/module.h"
+
+namespace tessel::layers {
+
+struct EmbeddingOptions {
+  int64_t layer_idx = 0;
+  uint64_t seed = 4321;
+  double init_std = 0.02;
+};
+
+class VocabEmbedding : public nn::Module {
+ public:
+  // Throws naming the sizes if vocab_size is not divisible by tp (pad the
+  // vocabulary to a multiple of tp, as Megatron does).
+  VocabEmbedding(int64_t vocab_size, int64_t hidden, EmbeddingOptions options = {});
+  // ids [batch, seq] (i64, local or global) -> [batch, seq, hidden] in the
+  // hidden layout ([S(0) over dp, B over tp]).
+  Tensor operator()(const Tensor& ids) const;
+  Tensor weight;  // [vocab, hidden], [B, S(0)]
+};
+
+class Embedding : public nn::Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t hidden, EmbeddingOptions options = {});
+  Tensor operator()(const Tensor& ids) const;
+  Tensor weight;  // [num, hidden], replicated
+};
+
+}  // namespace tessel::layers

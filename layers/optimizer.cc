@@ -1,0 +1,112 @@
+#include "layers/optimizer.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "core/error.h"
+#include "graph/autograd.h"
+#include "ops/functional.h"
+#include "sbp/sbp.h"
+
+namespace tessel::optim {
+
+namespace {
+bool Decays(const std::string& name) {
+  auto ends_with = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return !ends_with("bias") && name.find("ln") == std::string::npos && name.find("norm") == std::string::npos;
+}
+
+Tensor ZerosLike(const Tensor& t) {
+  NoGradGuard no_grad;
+  return fn::mul_scalar(t.detach(), 0.0);
+}
+
+// Replaces a parameter's value, keeping it a leaf that requires grad.
+void Assign(Tensor* param, const Tensor& value) {
+  *param = value.detach();
+  param->set_requires_grad(true);
+}
+}  // namespace
+
+double ScalarValue(const Tensor& t) {
+  TESSEL_CHECK(t.numel() == 1) << "ScalarValue of a tensor of shape " << t.shape();
+  Tensor v = t.detach();
+  if (v.is_global())
+    v = v.to_global(v.placement(), NdSbp(std::vector<Sbp>(v.placement().ndim(), B()))).to_local();
+  return v.numel() ? static_cast<double>(v.ToVector<float>()[0]) : 0.0;
+}
+
+AdamW::AdamW(NamedParams params, AdamWConfig config) : params_(std::move(params)), config_(config) {
+  for (auto& [name, p] : params_) {
+    exp_avg_.push_back(ZerosLike(*p));
+    exp_avg_sq_.push_back(ZerosLike(*p));
+  }
+}
+
+void AdamW::Step() {
+  NoGradGuard no_grad;
+  ++step_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor* p = params_[i].second;
+    Tensor g = p->grad();
+    if (!g.defined()) continue;
+    fn::AdamWOptions o{config_.lr, config_.beta1, config_.beta2, config_.eps,
+                       Decays(params_[i].first) ? config_.weight_decay : 0.0};
+    std::vector<Tensor> r = fn::adamw_update(p->detach(), g, exp_avg_[i], exp_avg_sq_[i], step_, o);
+    Assign(p, r[0]);
+    exp_avg_[i] = r[1];
+    exp_avg_sq_[i] = r[2];
+  }
+}
+
+SGD::SGD(NamedParams params, double lr, double momentum, double weight_decay)
+    : params_(std::move(params)), lr_(lr), momentum_(momentum), weight_decay_(weight_decay) {
+  for (auto& [name, p] : params_) buffers_.push_back(ZerosLike(*p));
+}
+
+void SGD::Step() {
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor* p = params_[i].second;
+    Tensor g = p->grad();
+    if (!g.defined()) continue;
+    std::vector<Tensor> r = fn::sgd_update(p->detach(), g, buffers_[i], lr_, momentum_,
+                                           Decays(params_[i].first) ? weight_decay_ : 0.0, first_);
+    Assign(p, r[0]);
+    buffers_[i] = r[1];
+  }
+  first_ = false;
+}
+
+double ClipGradNorm(const NamedParams& params, double max_norm) {
+  NoGradGuard no_grad;
+  std::vector<Tensor> grads;
+  for (auto& [name, p] : params)
+    if (p->grad().defined()) grads.push_back(p->grad());
+  if (grads.empty()) return 0.0;
+  const double norm = ScalarValue(fn::global_norm(grads));
+  const double scale = max_norm / (norm + 1e-6);
+  if (scale < 1.0) {
+    for (auto& [name, p] : params) {
+      if (p->grad().defined()) p->autograd_meta()->grad = fn::mul_scalar(p->grad(), scale);
+    }
+  }
+  return norm;
+}
+
+double WarmupCosineLr(int64_t step, double base_lr, int64_t warmup, int64_t total, double min_lr) {
+  if (step < warmup) return base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  const double t = std::min(1.0, static_cast<double>(step - warmup) / std::max<double>(1.0, total - warmup));
+  return min_lr + (base_lr - min_lr) * 0.5 * (1 + std::cos(std::numbers::pi * t));
+}
+
+double WarmupLinearLr(int64_t step, double base_lr, int64_t warmup, int64_t total, double min_lr) {
+  if (step < warmup) return base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  const double t = std::min(1.0, static_cast<double>(step - warmup) / std::max<double>(1.0, total - warmup));
+  return base_lr + (min_lr - base_lr) * t;
+}
+
+}  // namespace tessel::optim

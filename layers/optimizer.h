@@ -1,0 +1,62 @@
+// Optimizers over a module's named parameters, and learning-rate schedules.
+// Weight decay skips biases and norm parameters (names ending in "bias" or
+// containing "ln"/"norm"), as LiBai and Megatron do. Gradients that are
+// partial sums (data parallel) are reduced by the update op's boxing.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tessel::optim {
+
+using NamedParams = std::vector<std::pair<std::string, Tensor*>>;
+
+struct AdamWConfig {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+};
+
+class AdamW {
+ public:
+  AdamW(NamedParams params, AdamWConfig config);
+  // Updates every parameter that has a gradient, then clears the gradients.
+  void Step();
+  void set_lr(double lr) { config_.lr = lr; }
+  double lr() const { return config_.lr; }
+
+ private:
+  NamedParams params_;
+  AdamWConfig config_;
+  std::vector<Tensor> exp_avg_, exp_avg_sq_;
+  int64_t step_ = 0;
+};
+
+class SGD {
+ public:
+  SGD(NamedParams params, double lr, double momentum = 0.0, double weight_decay = 0.0);
+  void Step();
+  void set_lr(double lr) { lr_ = lr; }
+
+ private:
+  NamedParams params_;
+  double lr_, momentum_, weight_decay_;
+  std::vector<Tensor> buffers_;
+  bool first_ = true;
+};
+
+// Scales every gradient by min(1, max_norm / total_norm); returns the norm.
+double ClipGradNorm(const NamedParams& params, double max_norm);
+
+// Linear warmup to base_lr over warmup_steps, then cosine (or linear) decay
+// to min_lr at total_steps.
+double WarmupCosineLr(int64_t step, double base_lr, int64_t warmup_steps, int64_t total_steps,
+                      double min_lr = 0);
+double WarmupLinearLr(int64_t step, double base_lr, int64_t warmup_steps, int64_t total_steps,
+                      double min_lr = 0);
+
+// The value of a one-element tensor (local or global, any SBP) on every rank.
+double ScalarValue(const Tensor& t);
+
+}  // namespace tessel::optim

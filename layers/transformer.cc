@@ -1,0 +1,94 @@
+#include "layers/transformer.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "layers/common.h"
+#include "layers/dist.h"
+#include "ops/functional.h"
+
+namespace tessel::layers {
+
+namespace {
+int64_t CheckHeads(int64_t hidden, int64_t heads) {
+  const int64_t tp = dist::GetConfig().tensor_parallel_size;
+  TESSEL_CHECK(heads > 0 && hidden % heads == 0)
+      << "MultiheadAttention: hidden=" << hidden << " is not divisible by heads=" << heads;
+  TESSEL_CHECK(heads % tp == 0) << "MultiheadAttention: heads=" << heads
+                                << " is not divisible by tensor_parallel_size=" << tp;
+  return hidden;
+}
+}  // namespace
+
+MultiheadAttention::MultiheadAttention(int64_t hidden, int64_t heads, AttentionOptions options)
+    : qkv(CheckHeads(hidden, heads), 3 * hidden,
+          {.parallel = Parallel::kCol, .layer_idx = options.layer_idx, .seed = options.seed}),
+      out(hidden, hidden,
+          {.parallel = Parallel::kRow, .layer_idx = options.layer_idx, .seed = options.seed + 1}),
+      hidden_(hidden),
+      heads_(heads),
+      options_(options) {
+  RegisterModule("qkv", qkv);
+  RegisterModule("out", out);
+}
+
+Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask) const {
+  const int64_t b = x.shape()[0], s = x.shape()[1], hd = hidden_ / heads_;
+  // Head-major features: a split over tp keeps whole heads together.
+  Tensor t = fn::reshape(qkv(x), {b, s, heads_, 3 * hd});
+  t = fn::permute(t, {0, 2, 1, 3});  // [b, heads, s, 3 hd]
+  Tensor q = fn::slice(t, 3, 0, hd), k = fn::slice(t, 3, hd, 2 * hd), v = fn::slice(t, 3, 2 * hd, 3 * hd);
+  Tensor m = mask;
+  if (m.defined() && !m.is_global()) {
+    const Placement& p = qkv.weight.placement();
+    m = m.to_global(p, dist::GetNdSbp({B(), B()}));
+  }
+  Tensor probs =
+      fn::scale_mask_softmax(fn::matmul(q, k, false, true), m, 1.0 / std::sqrt(double(hd)), options_.causal);
+  Tensor ctx = fn::permute(fn::matmul(probs, v), {0, 2, 1, 3});  // [b, s, heads, hd]
+  return out(fn::reshape(ctx, {b, s, hidden_}));
+}
+
+MLP::MLP(int64_t hidden, int64_t ffn_hidden, int64_t layer_idx, uint64_t seed)
+    : fc1(hidden, ffn_hidden, {.parallel = Parallel::kCol, .layer_idx = layer_idx, .seed = seed}),
+      fc2(ffn_hidden, hidden, {.parallel = Parallel::kRow, .layer_idx = layer_idx, .seed = seed + 1}) {
+  RegisterModule("fc1", fc1);
+  RegisterModule("fc2", fc2);
+}
+
+Tensor MLP::operator()(const Tensor& x) const { return fc2(fn::gelu(fc1(x))); }
+
+TransformerLayer::TransformerLayer(int64_t hidden, int64_t heads, int64_t ffn_hidden,
+                                   TransformerLayerOptions o)
+    : ln1(hidden, 1e-5, o.layer_idx),
+      ln2(hidden, 1e-5, o.layer_idx),
+      attention(hidden, heads, {.layer_idx = o.layer_idx, .causal = o.causal, .seed = o.seed}),
+      mlp(hidden, ffn_hidden, o.layer_idx, o.seed + 10),
+      options_(o) {
+  RegisterModule("ln1", ln1);
+  RegisterModule("attention", attention);
+  RegisterModule("ln2", ln2);
+  RegisterModule("mlp", mlp);
+}
+
+Tensor TransformerLayer::operator()(const Tensor& x_in, const Tensor& mask) const {
+  Tensor x = ToHidden(x_in, ln1.weight.placement());  // move to this layer's stage
+  if (options_.pre_ln) {
+    x = fn::add(x, attention(ln1(x), mask));
+    return fn::add(x, mlp(ln2(x)));
+  }
+  x = ln1(fn::add(x, attention(x, mask)));
+  return ln2(fn::add(x, mlp(x)));
+}
+
+Tensor LMLogits(const Tensor& h, const Tensor& embedding_table) {
+  return fn::matmul(ToHidden(h, embedding_table.placement()), embedding_table, false, true);
+}
+
+Tensor ParallelCrossEntropyLoss(const Tensor& logits, const Tensor& labels, int64_t ignore_index) {
+  const int64_t b = logits.shape()[0], s = logits.shape()[1], v = logits.shape()[2];
+  Tensor l = labels.is_global() ? labels : ToHidden(labels, logits.placement());
+  return fn::cross_entropy(fn::reshape(logits, {b * s, v}), fn::reshape(l, {b * s}), ignore_index);
+}
+
+}  // namespace tessel::layers

@@ -1,0 +1,77 @@
+// Transformer building blocks (Megatron/LiBai tensor parallelism):
+//   MultiheadAttention: fused QKV, column-parallel, laid out head-major
+//     ([head][q|k|v][head_dim]) so a column split hands each rank whole
+//     heads; causal or padding masks; row-parallel output projection.
+//   MLP: column-parallel up-projection, GELU, row-parallel down-projection.
+//   TransformerLayer: pre-LN (or post-LN) attention and MLP with residuals;
+//     its layer_idx moves the input to the layer's pipeline stage.
+//   LMLogits: logits against a (tied) vocab-parallel embedding table.
+//   ParallelCrossEntropyLoss: mean cross-entropy on vocab-split logits
+//     without gathering them; labels equal to ignore_index do not count.
+#pragma once
+
+#include <memory>
+
+#include "layers/layer_norm.h"
+#include "layers/linear.h"
+#include "layers/module.h"
+
+namespace tessel::layers {
+
+struct AttentionOptions {
+  int64_t layer_idx = 0;
+  bool causal = true;
+  uint64_t seed = 77;
+};
+
+class MultiheadAttention : public nn::Module {
+ public:
+  // Throws naming the sizes if hidden % heads or heads % tp is not 0.
+  MultiheadAttention(int64_t hidden, int64_t heads, AttentionOptions options = {});
+  // x [batch, seq, hidden]; mask (optional) bool, broadcast to
+  // [batch, heads, seq, seq], false = masked.
+  Tensor operator()(const Tensor& x, const Tensor& mask = Tensor()) const;
+
+  Linear qkv, out;
+
+ private:
+  int64_t hidden_, heads_;
+  AttentionOptions options_;
+};
+
+class MLP : public nn::Module {
+ public:
+  MLP(int64_t hidden, int64_t ffn_hidden, int64_t layer_idx = 0, uint64_t seed = 88);
+  Tensor operator()(const Tensor& x) const;
+  Linear fc1, fc2;
+};
+
+struct TransformerLayerOptions {
+  int64_t layer_idx = 0;
+  bool pre_ln = true;
+  bool causal = true;
+  uint64_t seed = 1000;
+};
+
+class TransformerLayer : public nn::Module {
+ public:
+  TransformerLayer(int64_t hidden, int64_t heads, int64_t ffn_hidden, TransformerLayerOptions options = {});
+  Tensor operator()(const Tensor& x, const Tensor& mask = Tensor()) const;
+
+  LayerNorm ln1, ln2;
+  MultiheadAttention attention;
+  MLP mlp;
+
+ private:
+  TransformerLayerOptions options_;
+};
+
+// h [batch, seq, hidden] x table [vocab, hidden]^T -> [batch, seq, vocab],
+// split on the vocabulary over tp.
+Tensor LMLogits(const Tensor& h, const Tensor& embedding_table);
+
+// Mean over counted positions of the cross-entropy of logits [batch, seq,
+// vocab] (split on vocab or not) against labels [batch, seq].
+Tensor ParallelCrossEntropyLoss(const Tensor& logits, const Tensor& labels, int64_t ignore_index = -100);
+
+}  // namespace tessel::layers
