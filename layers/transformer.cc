@@ -87,7 +87,7 @@ Tensor LMLogits(const Tensor& h, const Tensor& embedding_table) {
 
 Tensor ParallelCrossEntropyLoss(const Tensor& logits, const Tensor& labels, int64_t ignore_index) {
   const int64_t b = logits.shape()[0], s = logits.shape()[1], v = logits.shape()[2];
-  Tensor l = labels.is_global() ? labels : ToHidden(labels, logits.placement());
+  Tensor l = logits.is_global() && !labels.is_global() ? ToHidden(labels, logits.placement()) : labels;
   return fn::cross_entropy(fn::reshape(logits, {b * s, v}), fn::reshape(l, {b * s}), ignore_index);
 }
 
