@@ -19,6 +19,7 @@
 #include "layers/linear.h"
 #include "layers/module.h"
 #include "layers/optimizer.h"
+#include "layers/regularization.h"
 #include "layers/transformer.h"
 #include "models/gpt.h"
 #include "ops/functional.h"

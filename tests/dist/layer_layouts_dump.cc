@@ -6,8 +6,8 @@
 #include <gflags/gflags.h>
 
 #include <cstdio>
-#include <functional>
 #include <fstream>
+#include <functional>
 
 #include "core/comm/process_group.h"
 #include "core/init.h"
@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
     {
       NoGradGuard no_grad;
       for (auto& [n, t] : m.NamedParameters()) {
-        *t = fn::mul_scalar(randn(t->shape(), t->placement(), t->nd_sbp(), seed++), 0.5).set_requires_grad(true);
+        *t = fn::mul_scalar(randn(t->shape(), t->placement(), t->nd_sbp(), seed++), 0.5)
+                 .set_requires_grad(true);
       }
     }
     Tensor y = forward(input);

@@ -12,7 +12,9 @@
 #include "graph/autograd.h"
 #include "graph/global_tensor_ops.h"
 #include "layers/dist.h"
+#include "layers/embedding.h"
 #include "layers/linear.h"
+#include "layers/transformer.h"
 #include "ops/functional.h"
 
 DEFINE_int64(dp, 1, "data parallel size");
@@ -90,6 +92,14 @@ TEST(ParallelLayers, BadSizesAreNamed) {
   };
   std::string e = error_of([] { layers::Linear(8, 7, {.parallel = layers::Parallel::kCol}); });
   EXPECT_NE(e.find("out_features=7 is not divisible by tensor_parallel_size=" + std::to_string(FLAGS_tp)),
+            std::string::npos)
+      << e;
+  e = error_of([] { layers::MultiheadAttention(10, 3); });
+  EXPECT_NE(e.find("hidden=10 is not divisible by heads=3"), std::string::npos) << e;
+  e = error_of([] { layers::MultiheadAttention(4 * (FLAGS_tp + 1), FLAGS_tp + 1); });
+  if (FLAGS_tp > 1) EXPECT_NE(e.find("is not divisible by tensor_parallel_size"), std::string::npos) << e;
+  e = error_of([] { layers::VocabEmbedding(1001, 8); });
+  EXPECT_NE(e.find("vocab_size=1001 is not divisible by tensor_parallel_size=" + std::to_string(FLAGS_tp)),
             std::string::npos)
       << e;
   e = error_of([] { dist::Setup({.data_parallel_size = 3, .tensor_parallel_size = FLAGS_tp}); });

@@ -15,6 +15,7 @@
 #include "layers/embedding.h"
 #include "layers/layer_norm.h"
 #include "layers/linear.h"
+#include "layers/regularization.h"
 #include "layers/transformer.h"
 #include "ops/functional.h"
 
@@ -80,8 +81,9 @@ TEST(ModuleParity, LayersMatchTorchModules) {
   layers::MultiheadAttention attn(8, 2, {.causal = false, .seed = 3});
   layers::MultiheadAttention causal(8, 2, {.causal = true, .seed = 4});
   layers::TransformerLayer block(8, 2, 16, {.causal = false, .seed = 5});
+  layers::PatchEmbedding patches(3, 5, 2, 0, 6);
   uint64_t seed = 100;
-  for (nn::Module* m : std::vector<nn::Module*>{&linear, &embedding, &norm, &attn, &causal, &block})
+  for (nn::Module* m : std::vector<nn::Module*>{&linear, &embedding, &norm, &attn, &causal, &block, &patches})
     Randomize(*m, seed += 50);
   Tensor ids = Tensor::FromVector<int64_t>({3, 0, 10, 3, 9, 1, 5, 0}, {2, 4});
   Tensor labels = Tensor::FromVector<int64_t>({1, -100, 4, 0, 2, 6, 3, -100, 5, 1}, {2, 5});
@@ -95,6 +97,8 @@ TEST(ModuleParity, LayersMatchTorchModules) {
        [&](const Tensor& x) { return causal(x); }},
       {"transformer", "transformer", ", \"heads\": 2", &block, randn({2, 5, 8}, 11),
        [&](const Tensor& x) { return block(x); }},
+      {"patch_embedding", "patch_embedding", ", \"patch\": 2", &patches, randn({2, 3, 4, 6}, 13),
+       [&](const Tensor& x) { return patches(x); }},
       {"cross_entropy", "cross_entropy", ", \"labels_shape\": [2, 5]", nullptr, randn({2, 5, 7}, 12),
        [&](const Tensor& x) { return layers::ParallelCrossEntropyLoss(x, labels); }, labels},
   };

@@ -89,6 +89,13 @@ for c in cases:
         m.linear1.weight.data.copy_(p["mlp.fc1.weight"].t()); m.linear1.bias.data.copy_(p["mlp.fc1.bias"])
         m.linear2.weight.data.copy_(p["mlp.fc2.weight"].t()); m.linear2.bias.data.copy_(p["mlp.fc2.bias"])
         y = m(x)
+    elif kind == "patch_embedding":
+        k = c["patch"]
+        w, b = p["proj.weight"], p["proj.bias"]
+        hidden, cin = w.shape[1], x.shape[1]
+        m = torch.nn.Conv2d(cin, hidden, k, stride=k)
+        m.weight.data.copy_(w.t().reshape(hidden, cin, k, k)); m.bias.data.copy_(b)
+        y = m(x).flatten(2).transpose(1, 2)
     elif kind == "cross_entropy":
         labels = load(c["name"] + ".labels", c["labels_shape"], np.int64)
         y = F.cross_entropy(x.reshape(-1, x.shape[-1]), labels.reshape(-1), ignore_index=-100)
@@ -108,6 +115,8 @@ for c in cases:
         grads = {"weight": m.weight.grad, "bias": m.bias.grad}
     elif kind == "attention":
         grads = mha_grads(m, "", c["heads"])
+    elif kind == "patch_embedding":
+        grads = {"proj.weight": m.weight.grad.reshape(m.weight.shape[0], -1).t(), "proj.bias": m.bias.grad}
     elif kind == "transformer":
         grads = {"ln1.weight": m.norm1.weight.grad, "ln1.bias": m.norm1.bias.grad,
                  "ln2.weight": m.norm2.weight.grad, "ln2.bias": m.norm2.bias.grad,

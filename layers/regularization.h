@@ -1,0 +1,50 @@
+// Dropout, DropPath (stochastic depth) and the ViT patch embedding.
+// Random masks come from Philox keyed by logical position (element for
+// Dropout, sample for DropPath) and a per-layer call counter that advances
+// identically on every rank: the same masks under every layout.
+#pragma once
+
+#include "layers/linear.h"
+#include "layers/module.h"
+
+namespace tessel::layers {
+
+class Dropout : public nn::Module {
+ public:
+  explicit Dropout(double p, uint64_t seed = 555) : p_(p), seed_(seed) {}
+  // Identity in eval mode or with p = 0.
+  Tensor operator()(const Tensor& x);
+
+ private:
+  double p_;
+  uint64_t seed_;
+  int64_t offset_ = 0;
+};
+
+class DropPath : public nn::Module {
+ public:
+  explicit DropPath(double p, uint64_t seed = 556) : p_(p), seed_(seed) {}
+  // Drops whole samples (dim 0) with probability p, scaling the kept ones.
+  Tensor operator()(const Tensor& x);
+
+ private:
+  double p_;
+  uint64_t seed_;
+  int64_t calls_ = 0;
+};
+
+class PatchEmbedding : public nn::Module {
+ public:
+  // conv2d(in_channels -> hidden, kernel = stride = patch) as patchify then a
+  // replicated Linear; weight [in_channels * patch^2, hidden].
+  PatchEmbedding(int64_t in_channels, int64_t hidden, int64_t patch, int64_t layer_idx = 0,
+                 uint64_t seed = 600);
+  // images [batch, channels, height, width] -> [batch, patches, hidden].
+  Tensor operator()(const Tensor& images) const;
+  Linear proj;
+
+ private:
+  int64_t patch_;
+};
+
+}  // namespace tessel::layers
