@@ -1,6 +1,6 @@
 // A small GPT (2 layers, hidden 64, 4 heads, vocab 1000, sequence 32)
 // trained eagerly for --steps steps on synthetic next-token data, under the
-// layout the launch gives: world = dp x tp (e.g. 4 ranks with --tp 2 is
+// layout the launch gives: world = pp x dp x tp (e.g. 4 ranks with --tp 2 is
 // dp 2 x tp 2). The losses do not depend on the layout.
 //
 //   tessel-launch --nproc_per_node 4 -- train_gpt --tp 2
@@ -13,6 +13,7 @@
 #include "models/gpt.h"
 
 DEFINE_int64(tp, 1, "tensor parallel size (dp is derived)");
+DEFINE_int64(pp, 1, "pipeline parallel size: layers spread over stages, run one after another");
 DEFINE_int64(steps, 20, "training steps");
 DEFINE_int64(batch, 8, "sequences per step");
 DEFINE_double(lr, 3e-3, "peak learning rate (warmup 3 steps, then cosine)");
@@ -40,7 +41,9 @@ void MakeBatch(int64_t step, int64_t batch, int64_t seq, int64_t vocab, Tensor* 
 int main(int argc, char** argv) {
   tessel::Init(&argc, &argv);
   models::GPTConfig config;
-  dist::Setup({.tensor_parallel_size = FLAGS_tp, .pipeline_num_layers = config.layers});
+  dist::Setup({.tensor_parallel_size = FLAGS_tp,
+               .pipeline_parallel_size = FLAGS_pp,
+               .pipeline_num_layers = config.layers});
   models::GPT gpt(config);
   auto params = gpt.NamedParameters();
   optim::AdamW adamw(params, {.lr = FLAGS_lr, .weight_decay = 0.01});

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "graph/autograd.h"
 #include "ops/functional.h"
+#include "sbp/global_tensor.h"
 #include "sbp/sbp.h"
 
 namespace tessel::optim {
@@ -34,9 +35,14 @@ void Assign(Tensor* param, const Tensor& value) {
 double ScalarValue(const Tensor& t) {
   TESSEL_CHECK(t.numel() == 1) << "ScalarValue of a tensor of shape " << t.shape();
   Tensor v = t.detach();
-  if (v.is_global())
-    v = v.to_global(v.placement(), NdSbp(std::vector<Sbp>(v.placement().ndim(), B()))).to_local();
-  return v.numel() ? static_cast<double>(v.ToVector<float>()[0]) : 0.0;
+  if (v.is_global()) {
+    // Replicate it on every rank of the world: ranks outside the tensor's
+    // placement (other pipeline stages) need the value too.
+    std::vector<int> all(CurrentWorldSize());
+    for (int r = 0; r < CurrentWorldSize(); ++r) all[r] = r;
+    v = v.to_global(Placement(v.placement().device_type(), all), NdSbp{B()}).to_local();
+  }
+  return static_cast<double>(v.ToVector<float>().at(0));
 }
 
 AdamW::AdamW(NamedParams params, AdamWConfig config) : params_(std::move(params)), config_(config) {

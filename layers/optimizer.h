@@ -56,7 +56,8 @@ double WarmupCosineLr(int64_t step, double base_lr, int64_t warmup_steps, int64_
 double WarmupLinearLr(int64_t step, double base_lr, int64_t warmup_steps, int64_t total_steps,
                       double min_lr = 0);
 
-// The value of a one-element tensor (local or global, any SBP) on every rank.
+// The value of a one-element tensor (local or global, any SBP) on every rank,
+// including ranks outside its placement. Collective over the world.
 double ScalarValue(const Tensor& t);
 
 }  // namespace tessel::optim

@@ -148,6 +148,11 @@ Tensor global_norm(const std::vector<Tensor>& xs) {
   Tensor total;
   for (const Tensor& x : xs) {
     Tensor sq = sum(mul(x, x), {});
+    // Tensors may live on different placements (pipeline stages): bring each
+    // sum of squares to the first one's placement, replicated.
+    if (total.defined() && sq.is_global() && sq.placement() != total.placement()) {
+      sq = sq.to_global(total.placement(), NdSbp(std::vector<Sbp>(total.placement().ndim(), B())));
+    }
     total = total.defined() ? add(total, sq) : sq;
   }
   return sqrt(total);
