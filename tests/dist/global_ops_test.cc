@@ -17,6 +17,8 @@
 namespace tessel {
 namespace {
 
+using testing::RelError;
+
 using OpFn = std::function<Tensor(const std::vector<Tensor>&)>;
 
 struct Case {
@@ -25,16 +27,6 @@ struct Case {
   std::vector<std::vector<Sbp>> layouts_1d;  // one Sbp per input, per layout
   OpFn op;
 };
-
-double RelError(const Tensor& got, const Tensor& want) {
-  std::vector<float> a = got.ToVector<float>(), b = want.ToVector<float>();
-  double mean = 0, worst = 0;
-  for (float v : b) mean += std::abs(v);
-  mean = std::max(mean / std::max<size_t>(b.size(), 1), 1e-12);
-  for (size_t i = 0; i < b.size(); ++i)
-    worst = std::max(worst, std::abs(double(a[i]) - b[i]) / (std::abs(b[i]) + mean));
-  return worst;
-}
 
 uint64_t g_seed = 100;
 Tensor Randn(const Shape& s) { return randn(s, g_seed++); }

@@ -16,6 +16,7 @@
 #include "layers/linear.h"
 #include "layers/transformer.h"
 #include "ops/functional.h"
+#include "tests/testing/test_util.h"
 
 DEFINE_int64(dp, 1, "data parallel size");
 DEFINE_int64(tp, 2, "tensor parallel size");
@@ -23,15 +24,7 @@ DEFINE_int64(tp, 2, "tensor parallel size");
 namespace tessel {
 namespace {
 
-double RelError(const Tensor& got, const Tensor& want) {
-  std::vector<float> a = got.ToVector<float>(), b = want.ToVector<float>();
-  double mean = 0, worst = 0;
-  for (float v : b) mean += std::abs(v);
-  mean = std::max(mean / std::max<size_t>(b.size(), 1), 1e-12);
-  for (size_t i = 0; i < b.size(); ++i)
-    worst = std::max(worst, std::abs(double(a[i]) - b[i]) / (std::abs(b[i]) + mean));
-  return worst;
-}
+using testing::RelError;
 
 Tensor Local(const Tensor& global) { return GatherLogical(global).detach(); }
 

@@ -18,21 +18,14 @@
 #include "layers/regularization.h"
 #include "layers/transformer.h"
 #include "ops/functional.h"
+#include "tests/testing/test_util.h"
 
 namespace tessel {
 namespace {
 
-namespace fs = std::filesystem;
+using testing::RelError;
 
-double RelError(const Tensor& got, const Tensor& want) {
-  std::vector<float> a = got.ToVector<float>(), b = want.ToVector<float>();
-  double mean = 0, worst = 0;
-  for (float v : b) mean += std::abs(v);
-  mean = std::max(mean / std::max<size_t>(b.size(), 1), 1e-12);
-  for (size_t i = 0; i < b.size(); ++i)
-    worst = std::max(worst, std::abs(double(a[i]) - b[i]) / (std::abs(b[i]) + mean));
-  return worst;
-}
+namespace fs = std::filesystem;
 
 void Write(const fs::path& path, const Tensor& t) {
   Tensor l = t.detach().to_local();

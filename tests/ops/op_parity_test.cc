@@ -17,6 +17,7 @@
 #include "core/tensor.h"
 #include "graph/autograd.h"
 #include "ops/functional.h"
+#include "tests/testing/test_util.h"
 
 #ifndef TESSEL_TORCH_PYTHON
 #define TESSEL_TORCH_PYTHON "/usr/bin/python3"
@@ -24,6 +25,8 @@
 
 namespace tessel {
 namespace {
+
+using testing::RelError;
 
 namespace fs = std::filesystem;
 
@@ -57,22 +60,6 @@ Tensor ReadRaw(const fs::path& path, const Shape& shape) {
   in.read(static_cast<char*>(t.raw_data()), t.nbytes());
   EXPECT_EQ(in.gcount(), static_cast<std::streamsize>(t.nbytes())) << "short reference file " << path;
   return t;
-}
-
-// Worst |a - b| / (|b| + mean |b|): relative to each element where it is
-// large, relative to the tensor's typical size where it is tiny. 1e-5 passes.
-double RelError(const Tensor& got, const Tensor& want) {
-  const float* a = got.data<float>();
-  const float* b = want.data<float>();
-  double mean = 0, worst = 0;
-  for (int64_t i = 0; i < want.numel(); ++i) mean += std::abs(b[i]);
-  mean = std::max(mean / static_cast<double>(std::max<int64_t>(want.numel(), 1)), 1e-12);
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
-    double diff = std::abs(static_cast<double>(a[i]) - b[i]);
-    worst = std::max(worst, diff / (std::abs(static_cast<double>(b[i])) + mean));
-  }
-  return worst;
 }
 
 uint64_t g_seed = 1;

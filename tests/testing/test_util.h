@@ -1,11 +1,14 @@
 // Helpers shared by tessel's tests.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/tensor.h"
 #include "sbp/sbp.h"
 
 namespace tessel::testing {
@@ -37,6 +40,23 @@ inline std::vector<NdSbp> AllNdSbps(int mesh_ndim, int64_t tensor_ndim) {
     out = std::move(next);
   }
   return out;
+}
+
+// Worst |got - want| / (|want| + mean |want|) over f32 tensors: relative to
+// each element where it is large, to the tensor's typical size where it is
+// tiny. The parity tests require <= 1e-5.
+inline double RelError(const Tensor& got, const Tensor& want) {
+  std::vector<float> a = got.ToVector<float>(), b = want.ToVector<float>();
+  if (a.size() != b.size()) return INFINITY;
+  double mean = 0, worst = 0;
+  for (float v : b) mean += std::abs(v);
+  mean = std::max(mean / static_cast<double>(std::max<size_t>(b.size(), 1)), 1e-12);
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
+    worst = std::max(
+        worst, std::abs(static_cast<double>(a[i]) - b[i]) / (std::abs(static_cast<double>(b[i])) + mean));
+  }
+  return worst;
 }
 
 }  // namespace tessel::testing
