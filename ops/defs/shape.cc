@@ -1,6 +1,5 @@
 // reshape, transpose, permute, slice (and slice_grad), concat.
 #include "ops/cpu/tensor_ops.h"
-#include "ops/cpu/transpose.h"
 #include "ops/defs/def_util.h"
 #include "ops/functional.h"
 
@@ -107,7 +106,12 @@ void RegisterShapeOps() {
     return out;
   };
   transpose.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
-    return std::vector<Tensor>{cpu::Transpose(in[0], a.Get<int64_t>("dim0"), a.Get<int64_t>("dim1"))};
+    // A transpose is the permutation that swaps two axes.
+    std::vector<int64_t> perm(in[0].ndim());
+    for (int64_t d = 0; d < in[0].ndim(); ++d) perm[d] = d;
+    std::swap(perm[in[0].shape().NormalizeAxis(a.Get<int64_t>("dim0"))],
+              perm[in[0].shape().NormalizeAxis(a.Get<int64_t>("dim1"))]);
+    return std::vector<Tensor>{cpu::Permute(in[0], perm)};
   };
   transpose.grad = [](const GradContext& c) {
     return std::vector<Tensor>{

@@ -7,6 +7,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch_peer import slowest
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--min_bytes", type=int, default=1 << 10)
@@ -18,11 +19,6 @@ args = parser.parse_args()
 dist.init_process_group("gloo")
 p, rank = dist.get_world_size(), dist.get_rank()
 torch.set_num_threads(1)
-
-def slowest(seconds):
-    t = torch.tensor([seconds], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.item()
 
 nbytes = args.min_bytes
 while nbytes <= args.max_bytes:
