@@ -4,6 +4,7 @@ find_package(gflags REQUIRED)
 find_package(glog REQUIRED)
 find_package(Gloo REQUIRED)
 find_package(Protobuf REQUIRED)
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)  # HMAC-SHA256 for the store's challenge-response
 if(TESSEL_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

@@ -7,7 +7,9 @@
 #include <exception>
 #include <iostream>
 
+#include "core/comm/job_secret.h"
 #include "core/comm/process_group.h"
+#include "core/flags_env.h"
 #include "core/error.h"
 
 DEFINE_int32(rendezvous_timeout_s, 300,
@@ -15,6 +17,9 @@ DEFINE_int32(rendezvous_timeout_s, 300,
 DEFINE_int32(comm_timeout_s, 300, "Seconds a collective may wait for its peers before failing");
 DEFINE_string(comm_hostname, "",
               "Address peers use to reach this process (default: 127.0.0.1 on one node, else the host name)");
+DEFINE_string(store_bind_addr, "",
+              "Address rank 0's rendezvous store listens on (default: MASTER_ADDR, which is loopback when all "
+              "ranks are on one host); 0.0.0.0 listens on every interface");
 
 namespace tessel {
 
@@ -45,6 +50,11 @@ void CheckPositive(const char* flag, int value) {
 
 void Init(int* argc, char*** argv) {
   std::set_terminate(OnTerminate);
+  // Every timeout and address flag may come from TESSEL_<FLAG> too (the
+  // command line wins), so a launcher or batch script can set them for all
+  // ranks without editing each program's arguments.
+  FlagDefaultsFromEnvironment("TESSEL_",
+                              {"rendezvous_timeout_s", "comm_timeout_s", "comm_hostname", "store_bind_addr"});
   gflags::ParseCommandLineFlags(argc, argv, /*remove_flags=*/true);
   if (gflags::GetCommandLineFlagInfoOrDie("logtostderr").is_default &&
       gflags::GetCommandLineFlagInfoOrDie("log_dir").is_default) {
@@ -60,6 +70,8 @@ void Init(int* argc, char*** argv) {
   options.rendezvous_timeout = std::chrono::seconds(FLAGS_rendezvous_timeout_s);
   options.comm_timeout = std::chrono::seconds(FLAGS_comm_timeout_s);
   options.hostname = FLAGS_comm_hostname;
+  options.store_bind_addr = FLAGS_store_bind_addr;
+  options.secret = comm::ReadJobSecret();
   comm::InitWorld(env, options);
   std::atexit(Shutdown);
 }

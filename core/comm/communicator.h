@@ -77,6 +77,9 @@ class Communicator {
     IRecv(buf, count, dtype, src, tag)->Wait();
   }
   virtual void Barrier() = 0;
+  // Closes the group's connections: peers still waiting on this rank in a
+  // collective fail at once instead of at their timeout. Later calls throw.
+  virtual void Close() = 0;
 
   // Tensor conveniences (contiguous host tensors for the Gloo backend).
   void AllReduce(Tensor& t, ReduceOp op = ReduceOp::kSum) {

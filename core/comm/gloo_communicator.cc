@@ -15,6 +15,7 @@
 #include <functional>
 #include <thread>
 
+#include "core/comm/flight_recorder.h"
 #include "core/error.h"
 
 namespace tessel::comm {
@@ -129,20 +130,39 @@ GlooCommunicator::GlooCommunicator(gloo::rendezvous::Store& store, const std::st
   auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size());
   context->setTimeout(timeout_);
   GroupStore group_store(store_prefix, store, timeout_);
-  Guard("connect", [&] { context->connectFullMesh(group_store, device); });
   context_ = context;
+  Guard("connect", 0, [&] { context->connectFullMesh(group_store, device); });
 }
 
+void GlooCommunicator::Close() { context_.reset(); }
+
 template <typename Fn>
-void GlooCommunicator::Guard(const std::string& op, Fn&& fn) {
+void GlooCommunicator::Guard(const std::string& op, int64_t bytes, Fn&& fn, int p2p_peer) {
+  const std::string what_op = p2p_peer < 0 ? op : op + " with group rank " + std::to_string(p2p_peer);
+  TESSEL_CHECK_CODE(context_ != nullptr, StatusCode::kUnavailable)
+      << what_op << " on " << Describe() << ": the group was closed (the world has shut down)";
+  FlightRecorder& recorder = FlightRecorder::Get();
+  uint64_t token = 0;
+  if (p2p_peer < 0) {
+    token = recorder.Begin(op, world_ranks_, ++seq_, bytes);
+  } else {
+    token = recorder.Begin(op, {world_ranks_[rank_], world_ranks_[p2p_peer]}, ++p2p_seq_[p2p_peer], bytes);
+  }
   try {
     fn();
+    recorder.End(token, true);
   } catch (const Error& e) {
-    TESSEL_THROW(e.code()) << op << " on " << Describe() << " failed at group rank " << rank_
+    recorder.End(token, false);
+    TESSEL_THROW(e.code()) << what_op << " on " << Describe() << " failed at group rank " << rank_
                            << " (world rank " << world_ranks_[rank_] << "): " << e.what();
   } catch (const std::exception& e) {
+    recorder.End(token, false);
     std::string what = e.what();
     bool timed_out = what.find("imed out") != std::string::npos;
+    // The flight recorder: what this rank ran last, so the diverging rank
+    // (a different op or sequence number on the same group) can be found.
+    LOG(ERROR) << what_op << (timed_out ? " timed out" : " failed") << " on " << Describe() << "; "
+               << recorder.Dump();
     if (!timed_out) {
       // A closed connection is usually the echo of another rank's failure
       // (it timed out or crashed and closed its pairs). Let that rank exit
@@ -150,7 +170,7 @@ void GlooCommunicator::Guard(const std::string& op, Fn&& fn) {
       std::this_thread::sleep_for(kSecondaryFailureDelay);
     }
     TESSEL_THROW(timed_out ? StatusCode::kTimeout : StatusCode::kUnavailable)
-        << op << (timed_out ? " timed out after " : " failed (timeout ") << timeout_.count() / 1000.0
+        << what_op << (timed_out ? " timed out after " : " failed (timeout ") << timeout_.count() / 1000.0
         << (timed_out ? " s" : " s)") << " on " << Describe() << " at group rank " << rank_ << " (world rank "
         << world_ranks_[rank_] << "): "
         << (timed_out ? "a peer died or never reached this collective"
@@ -161,7 +181,7 @@ void GlooCommunicator::Guard(const std::string& op, Fn&& fn) {
 
 void GlooCommunicator::AllReduce(void* buf, int64_t count, DType dtype, ReduceOp op) {
   if (count == 0) return;
-  Guard("all_reduce", [&] {
+  Guard("all_reduce", count * static_cast<int64_t>(ElementSize(dtype)), [&] {
     gloo::AllreduceOptions opts(context_);
     opts.setTimeout(timeout_);
     VisitWidth(dtype, [&](auto zero) {
@@ -181,7 +201,7 @@ void GlooCommunicator::AllGatherV(const void* in, void* out, const std::vector<i
                                   DType dtype) {
   CheckCounts("all_gather", counts);
   if (Sum(counts) == 0) return;
-  Guard("all_gather", [&] {
+  Guard("all_gather", Sum(counts) * static_cast<int64_t>(ElementSize(dtype)), [&] {
     gloo::AllgathervOptions opts(context_);
     opts.setTimeout(timeout_);
     std::vector<size_t> elements(counts.begin(), counts.end());
@@ -198,7 +218,7 @@ void GlooCommunicator::AllToAllV(const void* in, const std::vector<int64_t>& sen
                                  const std::vector<int64_t>& recv_counts, DType dtype) {
   CheckCounts("all_to_all (send counts)", send_counts);
   CheckCounts("all_to_all (receive counts)", recv_counts);
-  Guard("all_to_all", [&] {
+  Guard("all_to_all", Sum(send_counts) * static_cast<int64_t>(ElementSize(dtype)), [&] {
     gloo::AlltoallvOptions opts(context_);
     opts.setTimeout(timeout_);
     VisitWidth(dtype, [&](auto zero) {
@@ -231,7 +251,7 @@ void GlooCommunicator::ReduceScatterV(const void* in, void* out, const std::vect
 void GlooCommunicator::Broadcast(void* buf, int64_t count, DType dtype, int root) {
   CheckPeer("broadcast", root);
   if (count == 0) return;
-  Guard("broadcast", [&] {
+  Guard("broadcast", count * static_cast<int64_t>(ElementSize(dtype)), [&] {
     gloo::BroadcastOptions opts(context_);
     opts.setTimeout(timeout_);
     opts.setRoot(root);
@@ -247,8 +267,8 @@ void GlooCommunicator::Broadcast(void* buf, int64_t count, DType dtype, int root
 class GlooWork final : public Work {
  public:
   GlooWork(GlooCommunicator* comm, std::unique_ptr<gloo::transport::UnboundBuffer> buf, bool is_send,
-           int peer)
-      : comm_(comm), buf_(std::move(buf)), is_send_(is_send), peer_(peer) {}
+           int peer, int64_t bytes)
+      : comm_(comm), buf_(std::move(buf)), is_send_(is_send), peer_(peer), bytes_(bytes) {}
   ~GlooWork() override {
     if (buf_ && !done_) {
       try {
@@ -261,12 +281,13 @@ class GlooWork final : public Work {
   void Wait() override {
     if (!buf_ || done_) return;
     done_ = true;
-    std::string op =
-        std::string(is_send_ ? "send to" : "receive from") + " group rank " + std::to_string(peer_);
-    comm_->Guard(op, [&] {
-      bool ok = is_send_ ? buf_->waitSend(comm_->timeout_) : buf_->waitRecv(comm_->timeout_);
-      TESSEL_CHECK_CODE(ok, StatusCode::kUnavailable) << "the transfer was aborted";
-    });
+    comm_->Guard(
+        is_send_ ? "send" : "recv", bytes_,
+        [&] {
+          bool ok = is_send_ ? buf_->waitSend(comm_->timeout_) : buf_->waitRecv(comm_->timeout_);
+          TESSEL_CHECK_CODE(ok, StatusCode::kUnavailable) << "the transfer was aborted";
+        },
+        peer_);
   }
 
  private:
@@ -274,6 +295,7 @@ class GlooWork final : public Work {
   std::unique_ptr<gloo::transport::UnboundBuffer> buf_;  // null for empty transfers
   bool is_send_;
   int peer_;
+  int64_t bytes_;
   bool done_ = false;
 };
 
@@ -282,28 +304,34 @@ std::unique_ptr<Work> GlooCommunicator::ISend(const void* buf, int64_t count, DT
   CheckPeer("send", dst);
   std::unique_ptr<gloo::transport::UnboundBuffer> ubuf;
   if (count > 0) {
-    Guard("send to group rank " + std::to_string(dst), [&] {
-      ubuf = context_->createUnboundBuffer(const_cast<void*>(buf), count * ElementSize(dtype));
-      ubuf->send(dst, kP2PSlotBase | tag);
-    });
+    Guard(
+        "post_send", 0,
+        [&] {
+          ubuf = context_->createUnboundBuffer(const_cast<void*>(buf), count * ElementSize(dtype));
+          ubuf->send(dst, kP2PSlotBase | tag);
+        },
+        dst);
   }
-  return std::make_unique<GlooWork>(this, std::move(ubuf), true, dst);
+  return std::make_unique<GlooWork>(this, std::move(ubuf), true, dst, count * static_cast<int64_t>(ElementSize(dtype)));
 }
 
 std::unique_ptr<Work> GlooCommunicator::IRecv(void* buf, int64_t count, DType dtype, int src, uint32_t tag) {
   CheckPeer("recv", src);
   std::unique_ptr<gloo::transport::UnboundBuffer> ubuf;
   if (count > 0) {
-    Guard("receive from group rank " + std::to_string(src), [&] {
-      ubuf = context_->createUnboundBuffer(buf, count * ElementSize(dtype));
-      ubuf->recv(src, kP2PSlotBase | tag);
-    });
+    Guard(
+        "post_recv", 0,
+        [&] {
+          ubuf = context_->createUnboundBuffer(buf, count * ElementSize(dtype));
+          ubuf->recv(src, kP2PSlotBase | tag);
+        },
+        src);
   }
-  return std::make_unique<GlooWork>(this, std::move(ubuf), false, src);
+  return std::make_unique<GlooWork>(this, std::move(ubuf), false, src, count * static_cast<int64_t>(ElementSize(dtype)));
 }
 
 void GlooCommunicator::Barrier() {
-  Guard("barrier", [&] {
+  Guard("barrier", 0, [&] {
     gloo::BarrierOptions opts(context_);
     opts.setTimeout(timeout_);
     gloo::barrier(opts);

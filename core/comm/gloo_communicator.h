@@ -5,6 +5,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/device.h>
 
+#include <map>
 #include <memory>
 
 #include "core/comm/communicator.h"
@@ -37,17 +38,23 @@ class GlooCommunicator final : public Communicator {
   std::unique_ptr<Work> ISend(const void* buf, int64_t count, DType dtype, int dst, uint32_t tag) override;
   std::unique_ptr<Work> IRecv(void* buf, int64_t count, DType dtype, int src, uint32_t tag) override;
   void Barrier() override;
+  void Close() override;
 
  private:
   friend class GlooWork;
-  // Runs fn, turning Gloo's exceptions into an Error naming op, group, rank.
+  // Runs fn, recording it in the flight recorder and turning Gloo's
+  // exceptions into an Error naming op, group, rank. Collectives count in
+  // the group's sequence; point-to-point transfers (`p2p_peer` >= 0) are
+  // recorded on the pair instead.
   template <typename Fn>
-  void Guard(const std::string& op, Fn&& fn);
+  void Guard(const std::string& op, int64_t bytes, Fn&& fn, int p2p_peer = -1);
 
   std::shared_ptr<gloo::Context> context_;
   std::vector<int> world_ranks_;
   int rank_;
   std::chrono::milliseconds timeout_;
+  uint64_t seq_ = 0;  // collectives issued on this group
+  std::map<int, uint64_t> p2p_seq_;
 };
 
 // One TCP device per process, bound to `hostname` (the address peers use).

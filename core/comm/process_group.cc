@@ -11,6 +11,9 @@
 #include <thread>
 
 #include "core/comm/gloo_communicator.h"
+#include "core/comm/heartbeat.h"
+#include "core/comm/job_secret.h"
+#include "core/comm/socket.h"
 #include "core/error.h"
 
 namespace tessel::comm {
@@ -56,27 +59,59 @@ void InitWorld(const DistEnv& env, const WorldOptions& options) {
   auto state = std::make_unique<WorldState>();
   state->env = env;
   state->options = options;
+  StartHeartbeat(env.rank);
 
+  std::string secret = options.secret;
+  if (secret.empty()) {
+    TESSEL_CHECK(env.world_size == 1)
+        << "WORLD_SIZE=" << env.world_size << " but no job secret is set: give every rank the same "
+        << "TESSEL_JOB_SECRET (at least " << kMinSecretChars << " characters) or TESSEL_JOB_SECRET_FILE; "
+        << "tessel-launch does this for you";
+    secret = NewJobSecret();  // a single process talks only to itself
+  }
+
+  // The store listens where MASTER_ADDR points (loopback for one host),
+  // never on every interface by default.
+  std::string host = env.world_size == 1 && !env.from_launcher ? std::string("127.0.0.1") : env.master_addr;
   int port = env.master_port;
   if (env.rank == 0) {
-    state->server = std::make_unique<TcpStoreServer>(env.master_port);
+    TcpStoreServer::Options server;
+    server.host = options.store_bind_addr.empty() ? host : options.store_bind_addr;
+    server.port = env.master_port;
+    server.secret = secret;
+    if (env.local_world_size < env.world_size && IsLoopbackHost(server.host)) {
+      LOG(WARNING) << "the rendezvous store listens on " << server.host
+                   << ", a loopback address, but the job spans several nodes: ranks on other nodes cannot "
+                   << "reach it unless they run on this host too. Set MASTER_ADDR to an address of this host "
+                   << "that the other nodes reach.";
+    }
+    state->server = std::make_unique<TcpStoreServer>(server);
     port = state->server->port();
+    host = server.host == "0.0.0.0" || server.host == "::" ? std::string("127.0.0.1") : server.host;
   }
-  std::string host = env.rank == 0 ? std::string("127.0.0.1") : env.master_addr;
-  state->store = std::make_unique<TcpStore>(host, port, options.rendezvous_timeout);
+  state->store = std::make_unique<TcpStore>(host, port, secret, env.rank, options.rendezvous_timeout);
 
-  // Announce and wait for everyone, so a missing rank is named, not guessed.
-  state->store->set("tessel/join/" + std::to_string(env.rank), {});
-  std::vector<std::string> keys;
-  for (int r = 0; r < env.world_size; ++r) keys.push_back("tessel/join/" + std::to_string(r));
-  std::vector<std::string> missing = state->store->WaitFor(keys, options.rendezvous_timeout);
-  if (!missing.empty()) {
+  // Announce, count, and wait on one key: O(world) store traffic in all.
+  // The per-rank keys are only read on a timeout, to name who is missing.
+  TcpStore& store = *state->store;
+  store.set("tessel/join/" + std::to_string(env.rank), {});
+  if (store.Add("tessel/joined", 1) == env.world_size) store.set("tessel/all_joined", {});
+  if (!store.WaitFor({"tessel/all_joined"}, options.rendezvous_timeout).empty()) {
+    std::vector<std::string> keys;
+    for (int r = 0; r < env.world_size; ++r) keys.push_back("tessel/join/" + std::to_string(r));
+    std::vector<bool> present = store.Check(keys);
     std::ostringstream ranks;
-    for (size_t i = 0; i < missing.size(); ++i) ranks << (i ? ", " : "") << missing[i].substr(12);
+    int shown = 0, missing = 0;
+    for (int r = 0; r < env.world_size; ++r) {
+      if (present[r]) continue;
+      ++missing;
+      if (shown++ < 32) ranks << (shown > 1 ? ", " : "") << r;
+    }
+    if (missing > shown) ranks << ", ... (" << missing << " in all)";
     TESSEL_THROW(StatusCode::kTimeout)
         << "rendezvous timed out after " << options.rendezvous_timeout.count() / 1000.0 << " s at rank "
         << env.rank << ": rank(s) " << ranks.str() << " of WORLD_SIZE=" << env.world_size
-        << " never joined (store at " << env.master_addr << ":" << port << ")";
+        << " never joined (store at " << store.address() << ")";
   }
 
   state->device = CreateGlooTcpDevice(options.hostname.empty() ? DefaultHostname(env) : options.hostname);
@@ -86,6 +121,7 @@ void InitWorld(const DistEnv& env, const WorldOptions& options) {
                                                     state->device, all, env.rank, options.comm_timeout);
   state->groups[all] = state->world;
   g_state = state.release();
+  SendHeartbeatNow("run");
   VLOG(1) << "rank " << env.rank << " joined a world of " << env.world_size;
 }
 
@@ -94,17 +130,27 @@ bool IsWorldInitialized() { return g_state != nullptr; }
 void ShutdownWorld() {
   if (g_state == nullptr) return;
   WorldState& s = *g_state;
+  SendHeartbeatNow("done");
+  {
+    // A peer still waiting on this rank in a collective fails now, naming
+    // the lost connection, instead of at its timeout.
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (auto& [ranks, group] : s.groups) group->Close();
+  }
   int64_t arrived = s.store->Add("tessel/exit", 1);
-  if (s.env.rank == 0 && arrived < s.env.world_size) {
-    // Keep serving the store until every rank is done with it.
-    auto deadline = std::chrono::steady_clock::now() + s.options.rendezvous_timeout;
-    while (s.store->Add("tessel/exit", 0) < s.env.world_size) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        LOG(WARNING) << "rank 0 exits before all ranks reached shutdown; the rendezvous store goes with it";
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (s.server == nullptr || arrived >= s.env.world_size) return;
+  // Rank 0 keeps serving the store while others may still need it (groups
+  // without rank 0 connect through it), until each has arrived or gone.
+  auto deadline = std::chrono::steady_clock::now() + s.options.rendezvous_timeout;
+  while (true) {
+    if (s.store->Add("tessel/exit", 0) >= s.env.world_size) return;
+    std::multiset<int> connected = s.server->ConnectedRanks();
+    if (connected.size() <= 1) return;  // only this rank's own client is left
+    if (std::chrono::steady_clock::now() > deadline) {
+      LOG(WARNING) << "rank 0 exits before all ranks reached shutdown; the rendezvous store goes with it";
+      return;
     }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
 

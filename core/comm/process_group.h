@@ -1,7 +1,8 @@
 // The world and its process groups.
 //
 // InitWorld() performs rendezvous: rank 0 serves the TCP store, every rank
-// announces itself, and the world's Gloo communicator connects. Groups over
+// proves the job secret and announces itself, and the world's Gloo
+// communicator connects. Groups over
 // any ordered subset of world ranks are created on first use and cached by
 // rank list; creating one is collective over its members only.
 #pragma once
@@ -23,14 +24,22 @@ struct WorldOptions {
   // Address peers use to reach this process; empty picks 127.0.0.1 when all
   // ranks are on this node and the host name otherwise.
   std::string hostname;
+  // Where rank 0's store listens; empty: MASTER_ADDR (127.0.0.1 when all
+  // ranks are on this host). Never all interfaces unless asked ("0.0.0.0").
+  std::string store_bind_addr;
+  // The job secret ranks prove to the store; empty: a fresh one for a
+  // single process, an error for several.
+  std::string secret;
 };
 
 // Throws (naming ranks that never arrived, an unreachable master, a port in
 // use, ...) if the world cannot be formed.
 void InitWorld(const DistEnv& env, const WorldOptions& options);
 bool IsWorldInitialized();
-// Rank 0 waits (bounded by the rendezvous timeout) until every rank has
-// reached ShutdownWorld, so the store it serves outlives everyone's use.
+// Closes this rank's groups (peers still waiting on it in a collective
+// fail at once). Rank 0 then keeps serving the store until every other rank
+// has reached shutdown or gone (bounded by the rendezvous timeout), so the
+// store outlives everyone's use but a rank that left early costs no wait.
 void ShutdownWorld();
 
 const DistEnv& GetDistEnv();

@@ -22,7 +22,8 @@ def fails(name, cmd, pattern, env=None, timeout=60):
     expect(f"{name}: message", out, pattern)
 
 
-dist = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+SECRET = "bad-input-test-secret-0123"
+dist = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "TESSEL_JOB_SECRET": SECRET}
 fails("WORLD_SIZE not a number", [P], r"WORLD_SIZE='four' is not an integer; expected a positive integer",
       env={**dist, "WORLD_SIZE": "four", "RANK": "0"})
 fails("RANK >= WORLD_SIZE", [P], r"RANK=4 is out of range; expected 0 <= RANK < WORLD_SIZE=4",
@@ -45,8 +46,29 @@ with socket.socket(socket.AF_INET6) as holder:
     holder.bind(("::", 0))
     holder.listen()
     busy = holder.getsockname()[1]
-    fails("port in use", [P], rf"MASTER_PORT {busy} is already in use on this host",
-          env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(busy), "WORLD_SIZE": "2", "RANK": "0"})
+    fails("port in use", [P], rf"MASTER_PORT {busy} is already in use on 127.0.0.1",
+          env={**dist, "MASTER_PORT": str(busy), "WORLD_SIZE": "2", "RANK": "0"})
+
+# The job secret: required for several ranks, checked for length, and a
+# secret file must be private.
+no_secret = {k: v for k, v in dist.items() if k != "TESSEL_JOB_SECRET"}
+fails("no job secret", [P], r"WORLD_SIZE=2 but no job secret is set: give every rank the same TESSEL_JOB_SECRET",
+      env={**no_secret, "WORLD_SIZE": "2", "RANK": "1"})
+fails("short job secret", [P], r"the job secret from TESSEL_JOB_SECRET has 5 characters; expected 16\.\.4096",
+      env={**dist, "TESSEL_JOB_SECRET": "short", "WORLD_SIZE": "2", "RANK": "1"})
+import tempfile  # noqa: E402
+with tempfile.NamedTemporaryFile("w", suffix=".secret") as f:
+    f.write("a-long-enough-secret-value\n")
+    f.flush()
+    os.chmod(f.name, 0o644)
+    fails("world-readable secret file", [P], rf"the job secret file '{f.name}' is readable by other users \(mode 0644\)",
+          env={**no_secret, "TESSEL_JOB_SECRET_FILE": f.name, "WORLD_SIZE": "2", "RANK": "1"})
+    fails("launcher: world-readable secret file", [args.launcher, "--secret_file", f.name, "--", P],
+          rf"the job secret file '{f.name}' is readable by other users")
+fails("launcher: several nodes need a shared secret", [args.launcher, "--nnodes=2", "--", P],
+      r"--nnodes=2 needs a job secret shared by every node")
+fails("bad TESSEL_ timeout variable", [P], r"environment variable TESSEL_COMM_TIMEOUT_S='soon' is not a valid value for --comm_timeout_s",
+      env={"TESSEL_COMM_TIMEOUT_S": "soon"})
 
 # Unknown flags, for programs and for the launcher.
 fails("unknown program flag", [P, "--no_such_flag=1"], r"unknown command line flag 'no_such_flag'")

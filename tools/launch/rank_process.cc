@@ -2,9 +2,12 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <poll.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -15,22 +18,45 @@
 namespace tessel::launch {
 
 namespace {
+// Writes to the launcher's stdout/stderr. When the reader has gone (EPIPE:
+// `tessel-launch ... | head`), the rest of that stream is dropped and the
+// job goes on; SIGPIPE is ignored by the launcher.
 void WriteAll(int fd, const std::string& s) {
+  if (fd == STDOUT_FILENO && RankProcess::stdout_closed()) return;
   size_t done = 0;
   while (done < s.size()) {
     ssize_t n = ::write(fd, s.data() + done, s.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
+    if (n < 0 && errno == EAGAIN) {
+      pollfd pfd{fd, POLLOUT, 0};
+      ::poll(&pfd, 1, 100);
+      continue;
+    }
+    if (n <= 0) {
+      if (fd == STDOUT_FILENO && errno == EPIPE) {
+        RankProcess::stdout_closed() = true;
+        static const char msg[] =
+            "tessel-launch: standard output was closed by its reader; the ranks' output is dropped from now on\n";
+        [[maybe_unused]] ssize_t m = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
+      }
+      return;
+    }
     done += static_cast<size_t>(n);
   }
 }
 }  // namespace
 
+bool& RankProcess::stdout_closed() {
+  static bool closed = false;
+  return closed;
+}
+
 RankProcess::RankProcess(int rank, const std::vector<std::string>& argv,
                          const std::map<std::string, std::string>& env)
     : rank_(rank) {
-  int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+  int out[2], err[2], hb[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
+      ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, hb) != 0) {
     throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   }
   pid_t parent = ::getpid();
@@ -43,7 +69,10 @@ RankProcess::RankProcess(int rank, const std::vector<std::string>& argv,
     if (::getppid() != parent) ::_exit(1);
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err[1], STDERR_FILENO);
+    ::fcntl(hb[1], F_SETFD, 0);  // the heartbeat end survives exec
     for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    ::setenv("TESSEL_LAUNCHER_FD", std::to_string(hb[1]).c_str(), 1);
+    ::signal(SIGPIPE, SIG_DFL);  // the launcher ignores it; programs expect the default
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -54,10 +83,44 @@ RankProcess::RankProcess(int rank, const std::vector<std::string>& argv,
   ::setpgid(pid_, pid_);  // also from the parent, so Signal() works at once
   ::close(out[1]);
   ::close(err[1]);
+  ::close(hb[1]);
   out_fd_ = out[0];
   err_fd_ = err[0];
+  hb_fd_ = hb[0];
   ::fcntl(out_fd_, F_SETFL, O_NONBLOCK);
   ::fcntl(err_fd_, F_SETFL, O_NONBLOCK);
+  ::fcntl(hb_fd_, F_SETFL, O_NONBLOCK);
+}
+
+void RankProcess::ReadHeartbeats() {
+  char buf[16384];
+  while (hb_fd_ >= 0) {
+    ssize_t n = ::read(hb_fd_, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
+    if (n <= 0) {
+      ::close(hb_fd_);
+      hb_fd_ = -1;
+      break;
+    }
+    hb_pending_.append(buf, static_cast<size_t>(n));
+    size_t start = 0, nl;
+    while ((nl = hb_pending_.find('\n', start)) != std::string::npos) {
+      auto parsed = comm::ParseHeartbeat(std::string_view(hb_pending_).substr(start, nl - start));
+      if (parsed && parsed->rank == rank_) {
+        heartbeat_ = std::move(parsed);
+        last_heartbeat_ = Clock::now();
+      } else {
+        ++malformed_heartbeats_;
+      }
+      start = nl + 1;
+    }
+    hb_pending_.erase(0, start);
+    if (hb_pending_.size() > comm::kMaxHeartbeatLine) {  // no newline in sight: not a heartbeat
+      ++malformed_heartbeats_;
+      hb_pending_.clear();
+    }
+  }
 }
 
 void RankProcess::Emit(std::string& pending, bool to_stderr, bool flush_tail) {
@@ -116,6 +179,12 @@ void RankProcess::Signal(int sig) const {
 
 void RankProcess::SetExited(int wait_status) {
   running_ = false;
+  exited_at_ = Clock::now();
+  if (hb_fd_ >= 0) {
+    ReadHeartbeats();  // the last words (e.g. phase=done)
+    if (hb_fd_ >= 0) ::close(hb_fd_);
+    hb_fd_ = -1;
+  }
   wait_status_ = wait_status;
 }
 

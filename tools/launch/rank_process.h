@@ -4,16 +4,22 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "core/comm/heartbeat.h"
 
 namespace tessel::launch {
 
 class RankProcess {
  public:
+  using Clock = std::chrono::steady_clock;
   // Forks and execs argv with `env` added to the inherited environment, in a
-  // process group of its own (so stopping it stops whatever it spawned).
+  // process group of its own (so stopping it stops whatever it spawned). The
+  // child gets one end of a socket pair for heartbeats (TESSEL_LAUNCHER_FD).
   RankProcess(int rank, const std::vector<std::string>& argv, const std::map<std::string, std::string>& env);
 
   int rank() const { return rank_; }
@@ -22,6 +28,23 @@ class RankProcess {
   int stderr_fd() const { return err_fd_; }
   bool running() const { return running_; }
   bool pipes_open() const { return out_fd_ >= 0 || err_fd_ >= 0; }
+  int heartbeat_fd() const { return hb_fd_; }
+
+  // Reads heartbeat lines; malformed ones are counted and ignored.
+  void ReadHeartbeats();
+  // The latest heartbeat and when it came (nullopt before the first).
+  const std::optional<comm::Heartbeat>& heartbeat() const { return heartbeat_; }
+  Clock::time_point last_heartbeat() const { return last_heartbeat_; }
+  int64_t malformed_heartbeats() const { return malformed_heartbeats_; }
+  // Set while the child is stopped by a signal (waitpid WUNTRACED).
+  void SetStopped(int sig, Clock::time_point at) { stopped_sig_ = sig, stopped_at_ = at; }
+  void SetContinued() { stopped_sig_ = 0; }
+  int stopped_signal() const { return stopped_sig_; }
+  Clock::time_point stopped_at() const { return stopped_at_; }
+  Clock::time_point exited_at() const { return exited_at_; }
+  // When output to the launcher's stdout fails (its reader went away, e.g.
+  // `| head`), every rank's output is read and dropped from then on.
+  static bool& stdout_closed();
 
   // Reads what is available on `fd` and writes whole lines, prefixed with
   // "[rank N] ", to the launcher's stdout or stderr.
@@ -48,6 +71,14 @@ class RankProcess {
   int wait_status_ = 0;
   std::string out_pending_;
   std::string err_pending_;
+  int hb_fd_ = -1;
+  std::string hb_pending_;
+  std::optional<comm::Heartbeat> heartbeat_;
+  Clock::time_point last_heartbeat_{};
+  int64_t malformed_heartbeats_ = 0;
+  int stopped_sig_ = 0;
+  Clock::time_point stopped_at_{};
+  Clock::time_point exited_at_{};
 };
 
 }  // namespace tessel::launch

@@ -1,37 +1,61 @@
 // tessel-launch: starts one process per rank with torchrun-style variables,
-// prefixes their output with the rank, and stops the whole job as soon as
-// one rank fails, naming it.
+// prefixes their output with the rank, watches their heartbeats, and stops
+// the whole job as soon as one rank fails, falls silent or leaves early,
+// naming it.
 //
 //   tessel-launch --nproc_per_node 4 -- ./my_program --flag value
 #include <gflags/gflags.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "core/comm/flight_recorder.h"
+#include "core/comm/heartbeat.h"
+#include "core/comm/job_secret.h"
+#include "core/error.h"
+#include "core/flags_env.h"
 #include "tools/launch/rank_process.h"
 
 DEFINE_int32(nproc_per_node, 1, "Processes (ranks) to start on this node");
 DEFINE_int32(nnodes, 1, "Number of nodes in the job");
 DEFINE_int32(node_rank, 0, "This node's index, 0 <= node_rank < nnodes");
-DEFINE_string(master_addr, "127.0.0.1", "Host of global rank 0, which serves the rendezvous store");
+DEFINE_string(master_addr, "127.0.0.1",
+              "Host of global rank 0, which serves the rendezvous store there (loopback by default: a one-node "
+              "job is reachable from this host only)");
 DEFINE_int32(master_port, 29500, "Port of the rendezvous store; 0 picks a free port (single node only)");
-DEFINE_int32(kill_grace_s, 5, "After a rank fails, seconds the others get after SIGTERM before SIGKILL");
-DEFINE_int32(max_run_s, 0, "Stop the whole job after this many seconds (0: no limit)");
+DEFINE_int32(kill_grace_s, 5, "After a rank fails, seconds the others get after SIGTERM before SIGKILL [TESSEL_KILL_GRACE_S]");
+DEFINE_int32(max_run_s, 0, "Stop the whole job after this many seconds (0: no limit) [TESSEL_MAX_RUN_S]");
+DEFINE_int32(heartbeat_timeout_s, 60,
+             "Stop the job when a rank sends no heartbeat (or stays stopped by a signal) this long; 0: never "
+             "[TESSEL_HEARTBEAT_TIMEOUT_S]");
+DEFINE_string(secret_file, "",
+              "File holding the job secret ranks prove to the rendezvous store (mode 600). Required with "
+              "--nnodes > 1 unless TESSEL_JOB_SECRET is set; one node makes a fresh secret per job "
+              "[TESSEL_SECRET_FILE]");
+DEFINE_int32(threads_per_rank, 0,
+             "OMP_NUM_THREADS for each rank; 0: cores available here / local ranks (at least 1). An "
+             "OMP_NUM_THREADS already set is kept [TESSEL_THREADS_PER_RANK]");
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using tessel::comm::Heartbeat;
 using tessel::launch::RankProcess;
 
 volatile sig_atomic_t g_signal = 0;
@@ -60,7 +84,27 @@ void CheckFlags(int argc) {
   if (FLAGS_master_addr.empty()) Fail("--master_addr is empty; expected the host of global rank 0");
   if (FLAGS_kill_grace_s < 0) Fail("--kill_grace_s must be >= 0");
   if (FLAGS_max_run_s < 0) Fail("--max_run_s must be >= 0");
+  if (FLAGS_heartbeat_timeout_s < 0) Fail("--heartbeat_timeout_s must be >= 0");
+  if (FLAGS_threads_per_rank < 0) Fail("--threads_per_rank must be >= 0");
   if (argc < 2) Fail("no program given; usage: tessel-launch [flags] -- PROGRAM [ARGS...]");
+}
+
+// The launcher's own arguments end at "--" or at the first word that is not
+// a flag or a flag's value: everything after belongs to the program, even
+// words that look like the launcher's flags.
+int LauncherArgCount(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") return i + 1;
+    if (arg.size() < 2 || arg[0] != '-') return i;
+    std::string name = arg.substr(arg[1] == '-' ? 2 : 1);
+    if (name.find('=') != std::string::npos) continue;
+    gflags::CommandLineFlagInfo info;
+    bool known = gflags::GetCommandLineFlagInfo(name.c_str(), &info);
+    if (!known && name.rfind("no", 0) == 0) continue;  // --nofoo for a bool
+    if (known && info.type != "bool") ++i;             // "--flag value"
+  }
+  return argc;
 }
 
 // Fails early, with the name, if the program cannot be found or run.
@@ -98,19 +142,116 @@ int PickFreePort() {
   return port;
 }
 
-// Reaps every child that has exited; returns the first newly failed rank or -1.
-int ReapChildren(std::vector<std::unique_ptr<RankProcess>>& ranks) {
-  int first_failed = -1;
-  int status = 0;
-  pid_t pid;
-  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
-    for (auto& r : ranks) {
-      if (r->pid() != pid) continue;
-      r->SetExited(status);
-      if (r->failed() && first_failed < 0) first_failed = r->rank();
+// Each rank costs this launcher 3 descriptors (stdout, stderr, heartbeat)
+// while it runs and 6 while it starts; rank 0 serves the store with one per
+// rank. Raise the soft limit if the hard one allows, else fail before any
+// rank starts.
+void CheckDescriptors(int local_ranks, int world) {
+  rlimit lim{};
+  ::getrlimit(RLIMIT_NOFILE, &lim);
+  rlim_t need = static_cast<rlim_t>(local_ranks) * 3 + 64;
+  if (FLAGS_node_rank == 0) need = std::max(need, static_cast<rlim_t>(world) + 64);
+  if (lim.rlim_cur >= need) return;
+  if (lim.rlim_max == RLIM_INFINITY || lim.rlim_max >= need) {
+    lim.rlim_cur = need;
+    if (::setrlimit(RLIMIT_NOFILE, &lim) == 0) {
+      std::fprintf(stderr, "tessel-launch: raised the open-file limit to %llu for %d ranks\n",
+                   static_cast<unsigned long long>(need), local_ranks);
+      return;
     }
   }
-  return first_failed;
+  Fail("--nproc_per_node=" + std::to_string(local_ranks) + " needs about " + std::to_string(need) +
+       " open files, but the limit is " + std::to_string(lim.rlim_cur) + " (hard " +
+       std::to_string(lim.rlim_max) + "); raise it (`ulimit -n " + std::to_string(need) + "`) or start fewer ranks");
+}
+
+int CoresAvailable() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+// Compute threads per rank: torchrun's rule, so ranks sharing a host do not
+// oversubscribe its cores. oneDNN and OpenMP loops both follow OMP_NUM_THREADS.
+void SetThreadsPerRank(std::map<std::string, std::string>& env) {
+  if (const char* set = std::getenv("OMP_NUM_THREADS")) {
+    std::fprintf(stderr, "tessel-launch: OMP_NUM_THREADS=%s is set; each rank keeps it\n", set);
+    return;
+  }
+  int cores = CoresAvailable();
+  int threads = FLAGS_threads_per_rank > 0 ? FLAGS_threads_per_rank : std::max(1, cores / FLAGS_nproc_per_node);
+  env["OMP_NUM_THREADS"] = std::to_string(threads);
+  std::fprintf(stderr, "tessel-launch: OMP_NUM_THREADS=%d for each of %d rank(s) (%d cores here%s)\n", threads,
+               FLAGS_nproc_per_node, cores, FLAGS_threads_per_rank > 0 ? ", --threads_per_rank" : "");
+}
+
+std::string JobSecret() {
+  try {
+    if (!FLAGS_secret_file.empty()) return tessel::comm::ReadSecretFile(FLAGS_secret_file);
+    std::string secret = tessel::comm::ReadJobSecret();
+    if (!secret.empty()) return secret;
+  } catch (const tessel::Error& e) {
+    Fail(e.what());
+  }
+  if (FLAGS_nnodes > 1) {
+    Fail("--nnodes=" + std::to_string(FLAGS_nnodes) +
+         " needs a job secret shared by every node: give each launcher the same --secret_file (mode 600, "
+         "e.g. from `openssl rand -hex 32`) or set TESSEL_JOB_SECRET");
+  }
+  return tessel::comm::NewJobSecret();
+}
+
+std::string Seconds(Clock::duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f s", std::chrono::duration<double>(d).count());
+  return buf;
+}
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+// After a failure: what each rank was doing, and which one diverged. A rank
+// that timed out in a collective names the members of that group that were
+// not in the same call (same op and sequence number).
+void Diagnose(const std::vector<std::unique_ptr<RankProcess>>& ranks, int failed_rank, int first_local) {
+  std::map<int, const RankProcess*> by_rank;
+  for (const auto& r : ranks) by_rank[r->rank()] = r.get();
+  std::fprintf(stderr, "tessel-launch: what each rank last reported:\n");
+  for (const auto& r : ranks) {
+    const auto& hb = r->heartbeat();
+    std::fprintf(stderr, "tessel-launch:   rank %d: %s\n", r->rank(),
+                 hb ? tessel::comm::DescribeHeartbeat(*hb).c_str() : "no heartbeat (not a tessel program, or "
+                                                                       "it never reached tessel::Init)");
+  }
+  // Collectives some ranks are stuck in, and the members not in them.
+  std::set<std::string> said;
+  for (const auto& r : ranks) {
+    const auto& hb = r->heartbeat();
+    if (!hb || !hb->in_op || hb->op.rfind("post_", 0) == 0 || hb->op == "send" || hb->op == "recv") continue;
+    std::vector<int> waiting, absent;
+    for (int member : hb->group) {
+      auto it = by_rank.find(member);
+      if (it == by_rank.end()) continue;  // on another node: its launcher reports it
+      const auto& other = it->second->heartbeat();
+      if (other && other->in_op && tessel::comm::SameCollective(*hb, *other)) {
+        waiting.push_back(member);
+      } else {
+        absent.push_back(member);
+      }
+    }
+    for (int member : absent) {
+      std::string line = "rank " + std::to_string(member) + " never reached " + hb->op + " #" +
+                         std::to_string(hb->seq) + " on group [" + tessel::comm::FormatRanks(hb->group) +
+                         "], which rank(s) " + RankList(waiting) + " waited in";
+      if (said.insert(line).second) std::fprintf(stderr, "tessel-launch: %s\n", line.c_str());
+    }
+  }
+  (void)failed_rank;
+  (void)first_local;
 }
 
 }  // namespace
@@ -120,17 +261,45 @@ int main(int argc, char** argv) {
       "start one process per rank for a tessel job\n"
       "usage: tessel-launch [flags] -- PROGRAM [ARGS...]\n\n"
       "Each process gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,\n"
-      "MASTER_ADDR and MASTER_PORT; its output lines are prefixed with [rank N]. When a\n"
-      "rank exits non-zero or is killed, the others are stopped (SIGTERM, then SIGKILL\n"
-      "after --kill_grace_s) and tessel-launch exits 1 naming the rank.");
+      "MASTER_ADDR, MASTER_PORT, TESSEL_JOB_SECRET (a fresh secret per job, proven to the\n"
+      "rendezvous store) and OMP_NUM_THREADS (cores / local ranks unless set); its output\n"
+      "lines are prefixed with [rank N]. Words after the program name are the program's.\n\n"
+      "The job stops, and tessel-launch exits 1 naming the rank, when a rank exits\n"
+      "non-zero or is killed, sends no heartbeat for --heartbeat_timeout_s (stopped or\n"
+      "hung), or stays stopped by a signal that long. A rank that exits 0 while others\n"
+      "still run is reported at once. On a collective timeout the launcher prints what\n"
+      "each rank last ran and names the rank that never reached the collective.\n\n"
+      "Every timeout can also be set in the environment as TESSEL_<FLAG> (upper case),\n"
+      "for the launcher (TESSEL_KILL_GRACE_S, TESSEL_MAX_RUN_S, TESSEL_HEARTBEAT_TIMEOUT_S)\n"
+      "and for the ranks, which inherit it (TESSEL_RENDEZVOUS_TIMEOUT_S,\n"
+      "TESSEL_COMM_TIMEOUT_S); a flag on the command line wins.");
   gflags::SetVersionString("0.1.0");
-  gflags::ParseCommandLineFlags(&argc, &argv, /*remove_flags=*/true);
-  CheckFlags(argc);
-  std::vector<std::string> program(argv + 1, argv + argc);
+  ::signal(SIGPIPE, SIG_IGN);  // a closed stdout (`| head`) must not end the job
+  try {
+    tessel::FlagDefaultsFromEnvironment(
+        "TESSEL_", {"kill_grace_s", "max_run_s", "heartbeat_timeout_s", "secret_file", "threads_per_rank"});
+  } catch (const tessel::Error& e) {
+    Fail(e.what());
+  }
+  int own_argc = LauncherArgCount(argc, argv);
+  std::vector<std::string> program(argv + own_argc, argv + argc);
+  gflags::ParseCommandLineFlags(&own_argc, &argv, /*remove_flags=*/true);
+  CheckFlags(program.empty() ? 1 : 2);
   CheckProgram(program[0]);
 
   const int world = FLAGS_nproc_per_node * FLAGS_nnodes;
+  CheckDescriptors(FLAGS_nproc_per_node, world);
   const int port = FLAGS_master_port == 0 ? PickFreePort() : FLAGS_master_port;
+  const std::string secret = JobSecret();
+  std::map<std::string, std::string> common = {
+      {"WORLD_SIZE", std::to_string(world)},
+      {"LOCAL_WORLD_SIZE", std::to_string(FLAGS_nproc_per_node)},
+      {"GROUP_RANK", std::to_string(FLAGS_node_rank)},
+      {"MASTER_ADDR", FLAGS_master_addr},
+      {"MASTER_PORT", std::to_string(port)},
+      {"TESSEL_JOB_SECRET", secret},
+  };
+  SetThreadsPerRank(common);
 
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
@@ -138,43 +307,68 @@ int main(int argc, char** argv) {
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGHUP, &sa, nullptr);
 
+  const int first_local = FLAGS_node_rank * FLAGS_nproc_per_node;
   std::vector<std::unique_ptr<RankProcess>> ranks;
   for (int local = 0; local < FLAGS_nproc_per_node; ++local) {
-    int rank = FLAGS_node_rank * FLAGS_nproc_per_node + local;
-    std::map<std::string, std::string> env = {
-        {"RANK", std::to_string(rank)},
-        {"LOCAL_RANK", std::to_string(local)},
-        {"WORLD_SIZE", std::to_string(world)},
-        {"LOCAL_WORLD_SIZE", std::to_string(FLAGS_nproc_per_node)},
-        {"GROUP_RANK", std::to_string(FLAGS_node_rank)},
-        {"MASTER_ADDR", FLAGS_master_addr},
-        {"MASTER_PORT", std::to_string(port)},
-    };
-    ranks.push_back(std::make_unique<RankProcess>(rank, program, env));
+    std::map<std::string, std::string> env = common;
+    env["RANK"] = std::to_string(first_local + local);
+    env["LOCAL_RANK"] = std::to_string(local);
+    try {
+      ranks.push_back(std::make_unique<RankProcess>(first_local + local, program, env));
+    } catch (const std::exception& e) {
+      for (auto& r : ranks) r->Signal(SIGKILL);
+      Fail(std::string("cannot start rank ") + std::to_string(first_local + local) + ": " + e.what());
+    }
   }
 
   const auto start = Clock::now();
+  const auto heartbeat_limit = std::chrono::seconds(FLAGS_heartbeat_timeout_s);
   int failed_rank = -1;     // the rank whose failure stopped the job
   std::string stop_reason;  // why the launcher stopped the job, if it did
+  bool diagnose = false;    // a collective may have diverged: print what each rank ran
   Clock::time_point kill_at{};
   bool stopping = false;
+  std::set<int> early_reported;  // ranks reported as finishing while others ran
 
   auto stop_all = [&](const std::string& reason) {
     stopping = true;
     stop_reason = reason;
     std::fprintf(stderr, "tessel-launch: %s; stopping the other ranks\n", reason.c_str());
     for (auto& r : ranks) {
-      if (r->running()) r->Signal(SIGTERM);
+      if (!r->running()) continue;
+      r->Signal(SIGTERM);
+      r->Signal(SIGCONT);  // a stopped rank only sees SIGTERM once continued
     }
     kill_at = Clock::now() + std::chrono::seconds(FLAGS_kill_grace_s);
   };
+  auto by_rank = [&](int rank) -> RankProcess& { return *ranks[rank - first_local]; };
+  // A rank that finished (exited 0, or reported reaching shutdown) while
+  // others still ran: the likely root cause of failures that follow.
+  auto early_leaver = [&](int except) -> const RankProcess* {
+    const RankProcess* first = nullptr;
+    Clock::time_point first_at{};
+    for (auto& r : ranks) {
+      if (r->rank() == except) continue;
+      Clock::time_point at;
+      if (!r->running() && !r->failed()) {
+        at = r->exited_at();
+      } else if (r->running() && r->heartbeat() && r->heartbeat()->phase == "done") {
+        at = r->last_heartbeat();
+      } else {
+        continue;
+      }
+      if (!first || at < first_at) first = r.get(), first_at = at;
+    }
+    return first;
+  };
+  auto finished_at = [&](const RankProcess& r) { return r.running() ? r.last_heartbeat() : r.exited_at(); };
 
   Clock::time_point all_exited_at{};
   while (true) {
     std::vector<pollfd> fds;
     std::vector<RankProcess*> owners;
     for (auto& r : ranks) {
-      for (int fd : {r->stdout_fd(), r->stderr_fd()}) {
+      for (int fd : {r->stdout_fd(), r->stderr_fd(), r->heartbeat_fd()}) {
         if (fd >= 0) {
           fds.push_back({fd, POLLIN, 0});
           owners.push_back(r.get());
@@ -183,23 +377,96 @@ int main(int argc, char** argv) {
     }
     ::poll(fds.data(), fds.size(), 100);
     for (size_t i = 0; i < fds.size(); ++i) {
-      if (fds[i].revents != 0) owners[i]->Pump(fds[i].fd);
+      if (fds[i].revents == 0) continue;
+      if (fds[i].fd == owners[i]->heartbeat_fd()) {
+        owners[i]->ReadHeartbeats();
+      } else {
+        owners[i]->Pump(fds[i].fd);
+      }
     }
 
-    int newly_failed = ReapChildren(ranks);
+    // Reap exits, and note stops and continues.
+    int status = 0;
+    pid_t pid;
+    int newly_failed = -1;
+    while ((pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED)) > 0) {
+      for (auto& r : ranks) {
+        if (r->pid() != pid) continue;
+        if (WIFSTOPPED(status)) {
+          r->SetStopped(WSTOPSIG(status), Clock::now());
+          std::fprintf(stderr,
+                       "tessel-launch: rank %d (pid %d) was stopped by signal %d (%s); the job stops unless it "
+                       "continues within %d s\n",
+                       r->rank(), pid, WSTOPSIG(status), ::strsignal(WSTOPSIG(status)), FLAGS_heartbeat_timeout_s);
+        } else if (WIFCONTINUED(status)) {
+          r->SetContinued();
+          std::fprintf(stderr, "tessel-launch: rank %d (pid %d) continued\n", r->rank(), pid);
+        } else {
+          r->SetExited(status);
+          if (r->failed() && newly_failed < 0) newly_failed = r->rank();
+        }
+      }
+    }
+    auto now = Clock::now();
     if (newly_failed >= 0 && !stopping) {
       failed_rank = newly_failed;
-      const auto& r = *ranks[newly_failed - FLAGS_node_rank * FLAGS_nproc_per_node];
-      stop_all("rank " + std::to_string(failed_rank) + " (pid " + std::to_string(r.pid()) + ") " +
-               r.DescribeExit());
+      const auto& r = by_rank(failed_rank);
+      std::string reason = "rank " + std::to_string(failed_rank) + " (pid " + std::to_string(r.pid()) + ") " +
+                           r.DescribeExit();
+      if (const RankProcess* leaver = early_leaver(failed_rank)) {
+        reason += ", " + Seconds(r.exited_at() - finished_at(*leaver)) + " after rank " +
+                  std::to_string(leaver->rank()) + " had left the job early (" +
+                  (leaver->running() ? "reached shutdown" : leaver->DescribeExit()) +
+                  ") while the others still ran: ranks are out of lockstep — rank " +
+                  std::to_string(leaver->rank()) + " ran fewer collectives than its peers, the likely root cause";
+      }
+      diagnose = true;
+      stop_all(reason);
+    }
+    // Ranks that finished while others run: said at once, once.
+    if (!stopping) {
+      std::vector<int> still;
+      for (auto& r : ranks) {
+        if (r->running() && !(r->heartbeat() && r->heartbeat()->phase == "done")) still.push_back(r->rank());
+      }
+      for (auto& r : ranks) {
+        bool finished = !r->running() || (r->heartbeat() && r->heartbeat()->phase == "done");
+        if (!finished || still.empty() || early_reported.count(r->rank())) continue;
+        // Ranks of a healthy job finish within moments of each other.
+        auto since = !r->running() ? r->exited_at() : r->last_heartbeat();
+        if (now - since < std::chrono::milliseconds(500)) continue;
+        early_reported.insert(r->rank());
+        std::fprintf(stderr, "tessel-launch: rank %d %s while rank(s) %s still run\n", r->rank(),
+                     r->running() ? "finished (reached shutdown)" : r->DescribeExit().c_str(),
+                     RankList(still).c_str());
+      }
+    }
+    // Silence: no heartbeat, or stopped by a signal, past the limit.
+    if (!stopping && FLAGS_heartbeat_timeout_s > 0) {
+      for (auto& r : ranks) {
+        if (!r->running()) continue;
+        std::string why;
+        if (r->stopped_signal() != 0 && now - r->stopped_at() > heartbeat_limit) {
+          why = "has been stopped by signal " + std::to_string(r->stopped_signal()) + " (" +
+                ::strsignal(r->stopped_signal()) + ") for " + Seconds(now - r->stopped_at());
+        } else if (r->heartbeat() && now - r->last_heartbeat() > heartbeat_limit) {
+          why = "sent no heartbeat for " + Seconds(now - r->last_heartbeat()) +
+                " (stopped, hung in the kernel, or starved of CPU)";
+        }
+        if (why.empty()) continue;
+        failed_rank = r->rank();
+        std::string last = r->heartbeat() ? "; it was " + tessel::comm::DescribeHeartbeat(*r->heartbeat()) : "";
+        stop_all("rank " + std::to_string(r->rank()) + " (pid " + std::to_string(r->pid()) + ") " + why + last);
+        break;
+      }
     }
     if (g_signal != 0 && !stopping) {
       stop_all(std::string("received ") + ::strsignal(g_signal));
     }
-    if (FLAGS_max_run_s > 0 && !stopping && Clock::now() - start > std::chrono::seconds(FLAGS_max_run_s)) {
+    if (FLAGS_max_run_s > 0 && !stopping && now - start > std::chrono::seconds(FLAGS_max_run_s)) {
       stop_all("the job ran past --max_run_s=" + std::to_string(FLAGS_max_run_s));
     }
-    if (stopping && Clock::now() >= kill_at) {
+    if (stopping && now >= kill_at) {
       for (auto& r : ranks) {
         if (r->running()) r->Signal(SIGKILL);
       }
@@ -219,6 +486,7 @@ int main(int argc, char** argv) {
   for (auto& r : ranks) r->ClosePipes();
 
   if (stopping) {
+    if (diagnose) Diagnose(ranks, failed_rank, first_local);
     std::fprintf(stderr, "tessel-launch: job failed: %s\n", stop_reason.c_str());
     for (auto& r : ranks) {
       if (r->rank() != failed_rank) {
