@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -14,8 +15,11 @@
 
 DEFINE_string(mode, "allreduce",
               "allreduce: join, all-reduce once, exit 0 | sleep: join, print ready, sleep | "
-              "skip_init: --odd_rank never joins | hang_collective: --odd_rank skips the all-reduce");
+              "skip_init: --odd_rank never joins | hang_collective: --odd_rank skips the second all-reduce | "
+              "exit_early: --odd_rank returns 0 before the second all-reduce | "
+              "loop: all-reduce every 50 ms, printing each result | env: print OMP_NUM_THREADS");
 DEFINE_int32(odd_rank, -1, "The rank that misbehaves in skip_init and hang_collective");
+DEFINE_int32(iterations, -1, "loop: stop after this many all-reduces (-1: never)");
 DEFINE_bool(ignore_sigterm, false, "Ignore SIGTERM, so only SIGKILL stops this process");
 
 int main(int argc, char** argv) {
@@ -31,6 +35,12 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::seconds(600));
     return 0;
   }
+  if (FLAGS_mode == "env") {
+    const char* omp = std::getenv("OMP_NUM_THREADS");
+    std::printf("OMP_NUM_THREADS=%s argc=%d%s%s\n", omp ? omp : "(unset)", argc, argc > 1 ? " arg1=" : "",
+                argc > 1 ? argv[1] : "");
+    return 0;
+  }
   tessel::Init(&argc, &argv);
   auto& world = tessel::comm::World();
   if (FLAGS_mode == "sleep") {
@@ -39,9 +49,25 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::seconds(600));
     return 0;
   }
-  if (FLAGS_mode == "hang_collective" && rank == FLAGS_odd_rank) {
-    std::this_thread::sleep_for(std::chrono::seconds(600));
+  if (FLAGS_mode == "loop") {
+    std::printf("ready pid=%d\n", static_cast<int>(::getpid()));
+    for (int64_t i = 0; FLAGS_iterations < 0 || i < FLAGS_iterations; ++i) {
+      int64_t v = rank + 1;
+      world.AllReduce(&v, 1, tessel::DType::kInt64, tessel::comm::ReduceOp::kSum);
+      std::printf("iteration %lld sum %lld\n", static_cast<long long>(i), static_cast<long long>(v));
+      std::fflush(stdout);
+      if (FLAGS_iterations < 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
     return 0;
+  }
+  if (FLAGS_mode == "hang_collective" || FLAGS_mode == "exit_early") {
+    int64_t first = 1;  // one collective in step, so the divergence is the second
+    world.AllReduce(&first, 1, tessel::DType::kInt64, tessel::comm::ReduceOp::kSum);
+    if (rank == FLAGS_odd_rank) {
+      if (FLAGS_mode == "exit_early") return 0;
+      std::this_thread::sleep_for(std::chrono::seconds(600));
+      return 0;
+    }
   }
   int64_t v = rank + 1;
   world.AllReduce(&v, 1, tessel::DType::kInt64, tessel::comm::ReduceOp::kSum);

@@ -446,9 +446,13 @@ int main(int argc, char** argv) {
       for (auto& r : ranks) {
         if (!r->running()) continue;
         std::string why;
-        if (r->stopped_signal() != 0 && now - r->stopped_at() > heartbeat_limit) {
-          why = "has been stopped by signal " + std::to_string(r->stopped_signal()) + " (" +
-                ::strsignal(r->stopped_signal()) + ") for " + Seconds(now - r->stopped_at());
+        if (r->stopped_signal() != 0) {
+          // Stopped: counted from the stop, which also covers programs that
+          // send no heartbeats.
+          if (now - r->stopped_at() > heartbeat_limit) {
+            why = "has been stopped by signal " + std::to_string(r->stopped_signal()) + " (" +
+                  ::strsignal(r->stopped_signal()) + ") for " + Seconds(now - r->stopped_at());
+          }
         } else if (r->heartbeat() && now - r->last_heartbeat() > heartbeat_limit) {
           why = "sent no heartbeat for " + Seconds(now - r->last_heartbeat()) +
                 " (stopped, hung in the kernel, or starved of CPU)";

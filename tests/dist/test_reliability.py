@@ -1,0 +1,343 @@
+"""Regression tests for the reliability findings (all traffic on loopback):
+- stray bytes, HTTP, huge counts and thousands of short connections to the
+  rendezvous store leave the job, its descriptors and threads unchanged;
+- a connection without the job's secret cannot read or write a key; no
+  listener of a single-host job is on a non-loopback address;
+- a silent listener on MASTER_PORT and a stopped rank 0 are timeouts naming
+  them, not hangs; a rank that leaves early is named at once;
+- the launcher names the rank that skipped a collective, survives `| head`,
+  sets OMP_NUM_THREADS, leaves program arguments to the program, and
+  reports descriptor exhaustion before starting anything;
+- while the small GPT trains, a bounded loop of malformed and
+  unauthenticated connections to its store changes none of its losses.
+"""
+import argparse
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import check, expect, finish, free_port, run  # noqa: E402
+from store_client import StoreClient  # noqa: E402
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--launcher", required=True)
+parser.add_argument("--probe", required=True)
+parser.add_argument("--gpt", required=True)
+parser.add_argument("--only", default="", help="comma-separated test names to run (default: all)")
+args = parser.parse_args()
+SECRET = "reliability-test-secret-0123456789"
+ONLY = set(filter(None, args.only.split(",")))
+
+
+def selected(name):
+    return not ONLY or name in ONLY
+
+
+class Job:
+    """A launcher run whose output is collected in the background."""
+
+    def __init__(self, launcher_args, program, env=None):
+        full_env = dict(os.environ)
+        for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+            full_env.pop(k, None)
+        full_env.update(env or {})
+        self.start = time.monotonic()
+        self.proc = subprocess.Popen([args.launcher, *launcher_args, "--", *program], env=full_env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def output(self):
+        return "".join(self.lines)
+
+    def wait_for(self, pattern, count=1, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [m for m in (re.search(pattern, l) for l in list(self.lines)) if m]
+            if len(found) >= count:
+                return found
+            if self.proc.poll() is not None and not self.reader.is_alive():
+                break
+            time.sleep(0.05)
+        return None
+
+    def pids(self, n, timeout=60):
+        found = self.wait_for(r"\[rank (\d+)\] ready pid=(\d+)", n, timeout)
+        return {int(m.group(1)): int(m.group(2)) for m in found} if found else {}
+
+    def wait(self, timeout=120):
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = None
+        self.reader.join(timeout=5)
+        return code, self.output(), time.monotonic() - self.start
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.wait(30)
+
+
+def count(path):
+    try:
+        return len(os.listdir(path))
+    except FileNotFoundError:
+        return -1
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return -1
+
+
+def poke(port, data, linger=0.0):
+    """Connects, sends `data`, closes; True if the connection was made."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+            if data:
+                s.sendall(data)
+            if linger:
+                time.sleep(linger)
+        return True
+    except OSError:
+        return False
+
+
+def settle(pid, fds, threads, timeout=5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if count(f"/proc/{pid}/fd") <= fds and count(f"/proc/{pid}/task") <= threads:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+# ---------------------------------------------------------------- the store of a live job
+if selected("store"):
+    port = free_port()
+    job = Job(["--nproc_per_node", "2", "--master_port", str(port)], [args.probe, "--mode=sleep"],
+              env={"TESSEL_JOB_SECRET": SECRET})
+    pids = job.pids(2)
+    check("store: job started", len(pids) == 2, job.output())
+    if len(pids) == 2:
+        rank0 = pids[0]
+        time.sleep(0.5)
+        fds0, threads0, rss0 = count(f"/proc/{rank0}/fd"), count(f"/proc/{rank0}/task"), rss_kib(rank0)
+        rng = random.Random(1)
+        for _ in range(50):
+            poke(port, bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 400))))
+        poke(port, b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        poke(port, b"\x04\x00\x00\x00\x01")  # the old protocol: check, 16 Mi keys
+        # 20 connections held open at once, each claiming a 64 MiB key.
+        held = []
+        for _ in range(20):
+            s = socket.create_connection(("127.0.0.1", port), timeout=2)
+            s.sendall(b"\x01\x01\x00\x00\x00\x00\x00\x00\x04")
+            held.append(s)
+        time.sleep(0.5)
+        grew = rss_kib(rank0) - rss0
+        check(f"store: 20 huge claims held open cost rank 0 {grew} KiB (< 16 MiB)", grew < 16 * 1024)
+        for s in held:
+            s.close()
+        # 2,000 short connections.
+        t0 = time.monotonic()
+        for i in range(2000):
+            poke(port, b"x" if i % 2 else b"")
+        secs = time.monotonic() - t0
+        back = settle(rank0, fds0, threads0)
+        check(f"store: 2,000 short connections in {secs:.1f} s, descriptors and threads back to baseline "
+              f"({count(f'/proc/{rank0}/fd')}/{fds0} fds, {count(f'/proc/{rank0}/task')}/{threads0} threads)", back)
+        # Without the secret: no key can be read or written.
+        c = StoreClient(port)
+        denied = not c.authenticate("not-the-job-secret-at-all")
+        c.close()
+        check("store: a wrong secret is denied", denied)
+        c = StoreClient(port)
+        try:
+            c.get("tessel/join/0")  # no handshake at all
+            leaked = True
+        except (ConnectionError, OSError):
+            leaked = False
+        c.close()
+        check("store: a client that skips the handshake gets no key", not leaked)
+        c = StoreClient(port)
+        try:
+            c.set("tessel/join/7", b"forged")
+        except (ConnectionError, OSError):
+            pass
+        c.close()
+        good = StoreClient(port)
+        check("store: the job's secret is accepted (the test client speaks the protocol)",
+              good.authenticate(SECRET))
+        status, _ = good.get("tessel/join/0")
+        check("store: an authenticated client reads a key", status == 0)
+        status, _ = good.get("tessel/join/7")
+        check("store: the unauthenticated write did not land", status == 1)
+        good.close()
+        # Listeners of the job: loopback only.
+        ss = subprocess.run(["ss", "-ltnpH"], stdout=subprocess.PIPE, text=True).stdout
+        mine = [l for l in ss.splitlines() if any(f"pid={p}," in l for p in pids.values())]
+        local = [l.split()[3] for l in mine]
+        check(f"store: the job listens on loopback only ({', '.join(local)})",
+              mine and all(a.startswith("127.") or a.startswith("[::1]") for a in local), ss)
+        alive = all(os.path.exists(f"/proc/{p}") for p in pids.values())
+        check("store: every rank is still running", alive and job.proc.poll() is None, job.output())
+        expect("store: rank 0 logged the dropped connections", job.output(),
+               r"rendezvous store: dropped a connection from 127\.0\.0\.1:\d+: not a tessel store client")
+    job.stop()
+
+# ---------------------------------------------------------------- silent listener, stopped rank 0
+if selected("silent"):
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        code, out, secs = run([args.probe, "--rendezvous_timeout_s=2"], timeout=60,
+                              env={"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "127.0.0.1",
+                                   "MASTER_PORT": str(port), "TESSEL_JOB_SECRET": SECRET})
+    check(f"silent listener: fails in {secs:.1f} s (< 10 s)", code != 0 and secs < 10, out)
+    expect("silent listener: names the address", out,
+           rf"the rendezvous store at MASTER_ADDR:MASTER_PORT=127\.0\.0\.1:{port} accepted the connection but "
+           r"did not answer within 2 s")
+
+if selected("stopped"):
+    job = Job(["--nproc_per_node", "4", "--master_port", "0", "--heartbeat_timeout_s", "4"],
+              [args.probe, "--mode=loop"])
+    pids = job.pids(4)
+    job.wait_for(r"\[rank 3\] iteration 3 ", 1, 30)
+    if pids:
+        os.kill(pids[0], signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    code, out, _ = job.wait(60)
+    secs = time.monotonic() - stopped_at
+    check(f"stopped rank 0: the job ends in {secs:.1f} s (limit 4 s, < 15 s)", code == 1 and secs < 15, out)
+    expect("stopped rank 0: reported at once", out, r"rank 0 \(pid \d+\) was stopped by signal 19")
+    expect("stopped rank 0: the launcher names it", out,
+           r"job failed: rank 0 \(pid \d+\) has been stopped by signal 19 \(Stopped \(signal\)\) for \d")
+
+# ---------------------------------------------------------------- early exits
+for victim in (0, 3):
+    if not selected("early"):
+        break
+    code, out, secs = run([args.launcher, "--nproc_per_node", "4", "--master_port", "0", "--", args.probe,
+                           "--mode=exit_early", f"--odd_rank={victim}"], timeout=120)
+    check(f"rank {victim} exits early: the job fails in {secs:.1f} s (< 15 s)", code == 1 and secs < 15, out)
+    expect(f"rank {victim} exits early: reported as the likely root cause", out,
+           rf"after rank {victim} had left the job early \((exited with status 0|reached shutdown)\).*rank "
+           rf"{victim} ran fewer collectives than its peers, the likely root cause")
+
+# ---------------------------------------------------------------- skipped collective
+if selected("skip"):
+    code, out, secs = run([args.launcher, "--nproc_per_node", "4", "--master_port", "0", "--", args.probe,
+                           "--mode=hang_collective", "--odd_rank=2"], env={"TESSEL_COMM_TIMEOUT_S": "3"},
+                          timeout=120)
+    check(f"skipped collective: fails after the 3 s timeout from TESSEL_COMM_TIMEOUT_S (took {secs:.1f} s)",
+          code == 1 and 2.5 < secs < 30, out)
+    expect("skipped collective: the launcher names the rank", out,
+           r"tessel-launch: rank 2 never reached all_reduce #3 on group \[0-3\], which rank\(s\) 0, 1, 3 waited in")
+    expect("skipped collective: what rank 2 last ran", out,
+           r"rank 2: between collectives; the last was all_reduce #2 on group \[0-3\]")
+    expect("skipped collective: the failing rank prints its recent collectives", out,
+           r"recent collectives of this rank.*\n.*connect #1 on group \[0-3\].*\n.*all_reduce #2 on group \[0-3\], "
+           r"8 bytes, done.*\n.*all_reduce #3 on group \[0-3\], 8 bytes, FAILED")
+
+# ---------------------------------------------------------------- the launcher itself
+if selected("launcher"):
+    # Piping into head: the job runs on to a clean exit.
+    cmd = (f"'{args.launcher}' --nproc_per_node 2 --master_port 0 -- '{args.probe}' --mode=loop --iterations=300 "
+           "| head -n 2; echo launcher_exit=${PIPESTATUS[0]}")
+    code, out, _ = run(["bash", "-c", cmd], timeout=120)
+    expect("| head: the launcher exits 0", out, r"launcher_exit=0")
+    expect("| head: says the output is dropped", out, r"standard output was closed by its reader")
+
+    cores = len(os.sched_getaffinity(0))
+    code, out, _ = run([args.launcher, "--nproc_per_node", "2", "--master_port", "0", "--", args.probe, "--mode=env"])
+    expect(f"threads: OMP_NUM_THREADS = {cores} cores / 2 ranks", out,
+           rf"\[rank 1\] OMP_NUM_THREADS={max(1, cores // 2)} ")
+    expect("threads: said once in the log", out, rf"OMP_NUM_THREADS={max(1, cores // 2)} for each of 2 rank\(s\)")
+    code, out, _ = run([args.launcher, "--master_port", "0", "--", args.probe, "--mode=env"],
+                       env={"OMP_NUM_THREADS": "3"})
+    expect("threads: a user's OMP_NUM_THREADS is kept", out, r"\[rank 0\] OMP_NUM_THREADS=3 ")
+
+    # Without "--", words after the program are the program's.
+    code, out, _ = run([args.launcher, "--nproc_per_node", "2", "--master_port", "0", args.probe, "--mode=allreduce"])
+    check("arguments: flags after the program go to it", code == 0, out)
+    expect("arguments: the program ran its mode", out, r"\[rank 1\] all_reduce result 3")
+
+    code, out, _ = run(["bash", "-c", f"ulimit -n 64; '{args.launcher}' --nproc_per_node 100 -- '{args.probe}'"])
+    check("descriptors: fails before starting", code == 2 and "[rank" not in out, out)
+    expect("descriptors: says how many are needed", out,
+           r"--nproc_per_node=100 needs about 364 open files, but the limit is 64")
+
+# ---------------------------------------------------------------- GPT under a store flood
+if selected("gpt"):
+    def losses(output):
+        return re.findall(r"\[rank 0\] step (\d+) loss (\S+)", output)
+
+    gpt = [args.gpt, "--tp", "2", "--steps", "10"]
+    code, clean, _ = run([args.launcher, "--nproc_per_node", "2", "--master_port", "0", "--", *gpt], timeout=300)
+    check("gpt: clean run", code == 0 and len(losses(clean)) == 10, clean)
+    port = free_port()
+    stop = threading.Event()
+    sent = [0]
+
+    def hammer():
+        rng = random.Random(2)
+        kinds = [lambda: bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 200))),
+                 lambda: b"GET / HTTP/1.1\r\n\r\n", lambda: b"\x04\x00\x00\x00\x01",
+                 lambda: b"TSLCLNT2" + bytes(68), lambda: b""]
+        deadline = time.monotonic() + 120
+        while not stop.is_set() and sent[0] < 5000 and time.monotonic() < deadline:
+            sent[0] += poke(port, rng.choice(kinds)())
+
+    t = threading.Thread(target=hammer)
+    t.start()
+    code, noisy, _ = run([args.launcher, "--nproc_per_node", "2", "--master_port", str(port), "--", *gpt],
+                         timeout=300)
+    stop.set()
+    t.join()
+    check(f"gpt: trained while {sent[0]} malformed or unauthenticated connections hit its store",
+          code == 0 and sent[0] > 0, noisy)
+    check("gpt: the losses are unchanged", losses(noisy) == losses(clean) and len(losses(clean)) == 10,
+          f"clean {losses(clean)}\nnoisy {losses(noisy)}")
+
+# ---------------------------------------------------------------- a stopped rank mid-training (default limit)
+if selected("sigstop_gpt"):
+    job = Job(["--nproc_per_node", "2", "--master_port", "0"], [args.gpt, "--tp", "2", "--steps", "100000"])
+    job.wait_for(r"\[rank 0\] step 3 ", 1, 120)
+    ps = subprocess.run(["pgrep", "-P", str(job.proc.pid)], stdout=subprocess.PIPE, text=True).stdout.split()
+    victim = None
+    for p in ps:
+        with open(f"/proc/{p}/environ", "rb") as f:
+            if b"RANK=1\0" in f.read().split(b"LOCAL_")[0] or b"\0RANK=1\0" in open(f"/proc/{p}/environ", "rb").read():
+                victim = int(p)
+    check("sigstop: found rank 1", victim is not None, str(ps))
+    if victim:
+        os.kill(victim, signal.SIGSTOP)
+        t0 = time.monotonic()
+        code, out, _ = job.wait(150)
+        secs = time.monotonic() - t0
+        check(f"sigstop: the job ends {secs:.0f} s after rank 1 was stopped mid-training (< 90 s)",
+              code == 1 and secs < 90, out[-3000:])
+        expect("sigstop: the launcher names rank 1", out, r"job failed: rank 1 \(pid \d+\) has been stopped by signal 19")
+    else:
+        job.stop()
+
+finish()
