@@ -9,17 +9,18 @@
 
 #include "core/comm/job_secret.h"
 #include "core/comm/process_group.h"
-#include "core/flags_env.h"
 #include "core/error.h"
+#include "core/flags_env.h"
 
 DEFINE_int32(rendezvous_timeout_s, 300,
              "Seconds to wait for all ranks to join (and for the master to be reachable) before failing");
 DEFINE_int32(comm_timeout_s, 300, "Seconds a collective may wait for its peers before failing");
 DEFINE_string(comm_hostname, "",
               "Address peers use to reach this process (default: 127.0.0.1 on one node, else the host name)");
-DEFINE_string(store_bind_addr, "",
-              "Address rank 0's rendezvous store listens on (default: MASTER_ADDR, which is loopback when all "
-              "ranks are on one host); 0.0.0.0 listens on every interface");
+DEFINE_string(
+    store_bind_addr, "",
+    "Address rank 0's rendezvous store listens on (default: MASTER_ADDR, which is loopback when all "
+    "ranks are on one host); 0.0.0.0 listens on every interface");
 
 namespace tessel {
 

@@ -30,12 +30,18 @@ Placement::Placement(DeviceType type, std::vector<int> ranks, std::vector<int64_
   std::ostringstream dims;
   for (size_t i = 0; i < hierarchy_.size(); ++i) {
     TESSEL_CHECK(hierarchy_[i] > 0) << "placement hierarchy has a non-positive size " << hierarchy_[i];
-    product *= hierarchy_[i];
+    // Stop before the product can overflow: it must end equal to the rank count.
+    product = hierarchy_[i] > static_cast<int64_t>(ranks_.size())
+                  ? static_cast<int64_t>(ranks_.size()) + 1
+                  : std::min<int64_t>(product * hierarchy_[i], static_cast<int64_t>(ranks_.size()) + 1);
     dims << (i ? ", " : "") << hierarchy_[i];
   }
   TESSEL_CHECK(product == static_cast<int64_t>(ranks_.size()))
-      << "placement hierarchy [" << dims.str() << "] has " << product << " slots but " << ranks_.size()
-      << " ranks were given ([" << JoinRanks(ranks_) << "]); expected the product to equal the rank count";
+      << "placement hierarchy [" << dims.str() << "] has "
+      << (product > static_cast<int64_t>(ranks_.size()) ? "more than " + std::to_string(ranks_.size())
+                                                        : std::to_string(product))
+      << " slots but " << ranks_.size() << " ranks were given ([" << JoinRanks(ranks_)
+      << "]); expected the product to equal the rank count";
 }
 
 Placement::Placement(std::string_view device, std::vector<int> ranks)
@@ -57,6 +63,7 @@ Placement::Placement(std::string_view device, std::initializer_list<std::initial
                  grid.size() == 0 ? 0 : static_cast<int64_t>(grid.begin()->size())}) {}
 
 Placement Placement::Parse(std::string_view text) {
+  constexpr int64_t kMaxRank = 1 << 24;
   size_t colon = text.find(':');
   TESSEL_CHECK(colon != std::string_view::npos)
       << "cannot parse placement '" << text << "'; expected DEVICE:GRID such as cpu:[[0,1],[2,3]]";
@@ -87,11 +94,13 @@ Placement Placement::Parse(std::string_view text) {
       --depth;
     } else if (std::isdigit(static_cast<unsigned char>(c))) {
       ok = depth == max_depth && depth > 0;
-      int value = 0;
-      while (i < grid.size() && std::isdigit(static_cast<unsigned char>(grid[i])))
+      if (!ok) break;
+      int64_t value = 0;
+      while (i < grid.size() && std::isdigit(static_cast<unsigned char>(grid[i])) && value <= kMaxRank)
         value = value * 10 + (grid[i++] - '0');
       --i;
-      ranks.push_back(value);
+      TESSEL_CHECK(value <= kMaxRank) << "placement '" << text << "' names a rank above " << kMaxRank;
+      ranks.push_back(static_cast<int>(value));
       ++counts[depth - 1];
     } else if (c != ',' && !std::isspace(static_cast<unsigned char>(c))) {
       ok = false;

@@ -8,6 +8,9 @@ packages=(
   libgloo-dev libprotobuf-dev protobuf-compiler
   libgoogle-glog-dev libgflags-dev libgtest-dev libgmock-dev
   libdnnl-dev libopenblas-dev
+  libssl-dev                           # HMAC-SHA256 for the rendezvous store's authentication
+  clang libclang-rt-14-dev             # libFuzzer and sanitizers (tools/fuzz.sh)
+  iproute2 procps                      # ss and pgrep, used by the reliability tests
   python3 python3-torch python3-numpy  # PyTorch 1.13 (CPU): numerical reference and benchmark peer
   clang-format
 )

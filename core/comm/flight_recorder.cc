@@ -9,7 +9,8 @@ FlightRecorder& FlightRecorder::Get() {
   return *recorder;
 }
 
-uint64_t FlightRecorder::Begin(const std::string& op, const std::vector<int>& group, uint64_t seq, int64_t bytes) {
+uint64_t FlightRecorder::Begin(const std::string& op, const std::vector<int>& group, uint64_t seq,
+                               int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   CollectiveRecord r;
   r.seq = seq;
@@ -58,7 +59,8 @@ std::string FlightRecorder::Dump() const {
   for (uint64_t i = first; i < next_; ++i) {
     const CollectiveRecord& r = ring_[i % kCapacity];
     auto ms = [](auto d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
-    os << "\n  " << r.op << " #" << r.seq << " on group [" << FormatRanks(r.group) << "], " << r.bytes << " bytes, ";
+    os << "\n  " << r.op << " #" << r.seq << " on group [" << FormatRanks(r.group) << "], " << r.bytes
+       << " bytes, ";
     switch (r.state) {
       case CollectiveRecord::State::kRunning:
         os << "RUNNING for " << ms(now - r.start) << " ms";

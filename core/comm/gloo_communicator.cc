@@ -312,7 +312,8 @@ std::unique_ptr<Work> GlooCommunicator::ISend(const void* buf, int64_t count, DT
         },
         dst);
   }
-  return std::make_unique<GlooWork>(this, std::move(ubuf), true, dst, count * static_cast<int64_t>(ElementSize(dtype)));
+  return std::make_unique<GlooWork>(this, std::move(ubuf), true, dst,
+                                    count * static_cast<int64_t>(ElementSize(dtype)));
 }
 
 std::unique_ptr<Work> GlooCommunicator::IRecv(void* buf, int64_t count, DType dtype, int src, uint32_t tag) {
@@ -327,7 +328,8 @@ std::unique_ptr<Work> GlooCommunicator::IRecv(void* buf, int64_t count, DType dt
         },
         src);
   }
-  return std::make_unique<GlooWork>(this, std::move(ubuf), false, src, count * static_cast<int64_t>(ElementSize(dtype)));
+  return std::make_unique<GlooWork>(this, std::move(ubuf), false, src,
+                                    count * static_cast<int64_t>(ElementSize(dtype)));
 }
 
 void GlooCommunicator::Barrier() {

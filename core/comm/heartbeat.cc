@@ -30,7 +30,8 @@ bool ParseRanks(std::string_view text, std::vector<int>* out) {
   size_t start = 0;
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
-    std::string_view part = text.substr(start, comma == std::string_view::npos ? text.size() - start : comma - start);
+    std::string_view part =
+        text.substr(start, comma == std::string_view::npos ? text.size() - start : comma - start);
     size_t dash = part.find('-');
     int lo = 0, hi = 0;
     if (dash == std::string_view::npos) {
@@ -76,7 +77,8 @@ std::optional<Heartbeat> ParseHeartbeat(std::string_view line) {
   size_t start = 12;
   while (start < line.size()) {
     size_t space = line.find(' ', start);
-    std::string_view field = line.substr(start, space == std::string_view::npos ? line.size() - start : space - start);
+    std::string_view field =
+        line.substr(start, space == std::string_view::npos ? line.size() - start : space - start);
     start = space == std::string_view::npos ? line.size() : space + 1;
     size_t eq = field.find('=');
     if (eq == std::string_view::npos) return std::nullopt;
@@ -106,7 +108,11 @@ std::optional<Heartbeat> ParseHeartbeat(std::string_view line) {
       return std::nullopt;
     }
   }
-  if (!has_rank || !has_state || (hb.in_op && hb.op.empty())) return std::nullopt;
+  // Group, sequence and bytes describe an op: without one they are not
+  // a heartbeat tessel writes.
+  bool op_fields =
+      !hb.group.empty() || hb.seq != 0 || hb.bytes != 0 || line.find(" seq=") != std::string_view::npos;
+  if (!has_rank || !has_state || (hb.op.empty() && (hb.in_op || op_fields))) return std::nullopt;
   return hb;
 }
 
@@ -114,7 +120,9 @@ std::string DescribeHeartbeat(const Heartbeat& hb) {
   std::ostringstream os;
   if (hb.phase == "done") {
     os << "finished (reached shutdown)";
-    if (!hb.op.empty()) os << "; its last collective was " << hb.op << " #" << hb.seq << " on group [" << FormatRanks(hb.group) << "]";
+    if (!hb.op.empty())
+      os << "; its last collective was " << hb.op << " #" << hb.seq << " on group [" << FormatRanks(hb.group)
+         << "]";
     return os.str();
   }
   if (hb.op.empty()) return hb.phase == "init" ? "in rendezvous" : "running, no collective yet";
@@ -149,7 +157,8 @@ Heartbeat Snapshot(const std::string& phase) {
     hb.group = r.group;
     hb.seq = r.seq;
     hb.bytes = r.bytes;
-    hb.age_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - (hb.in_op ? r.start : r.end)).count();
+    hb.age_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - (hb.in_op ? r.start : r.end)).count();
   }
   return hb;
 }

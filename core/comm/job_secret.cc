@@ -15,7 +15,8 @@ namespace tessel::comm {
 
 namespace {
 std::string Trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t'))
+    s.pop_back();
   size_t start = s.find_first_not_of(" \t");
   return start == std::string::npos ? std::string() : s.substr(start);
 }
@@ -50,7 +51,8 @@ std::string ReadSecretFile(const std::string& path) {
   TESSEL_CHECK(fd >= 0) << "cannot open the job secret file '" << path << "': " << std::strerror(errno);
   struct stat st {};
   ::fstat(fd, &st);
-  if (!S_ISREG(st.st_mode) || (st.st_mode & 077) != 0 || st.st_size > static_cast<off_t>(kMaxSecretChars + 2)) {
+  if (!S_ISREG(st.st_mode) || (st.st_mode & 077) != 0 ||
+      st.st_size > static_cast<off_t>(kMaxSecretChars + 2)) {
     ::close(fd);
     TESSEL_CHECK(S_ISREG(st.st_mode)) << "the job secret file '" << path << "' is not a regular file";
     TESSEL_CHECK((st.st_mode & 077) == 0)

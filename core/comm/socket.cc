@@ -60,7 +60,8 @@ bool IsLoopback(const sockaddr* sa) {
 // Waits until fd is ready for `events` or the deadline passes.
 IoResult WaitReady(int fd, short events, SteadyTime deadline) {
   while (true) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return IoResult::kTimeout;
     pollfd pfd{fd, events, 0};
     int rc = ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count() + 1, 1 << 30)));

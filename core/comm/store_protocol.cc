@@ -20,16 +20,17 @@ constexpr size_t kMaxPendingOutput = 1u << 20;
 // Input kept while a connection may not be served (waiting, or output full).
 constexpr size_t kMaxBufferedInput = kMaxFrameBytes + 4 + (64u << 10);
 
-Mac ComputeMac(const char* label, const std::string& secret, const Nonce& server_nonce, const Nonce& client_nonce,
-               int32_t rank) {
+Mac ComputeMac(const char* label, const std::string& secret, const Nonce& server_nonce,
+               const Nonce& client_nonce, int32_t rank) {
   std::string msg(label);
   msg.append(reinterpret_cast<const char*>(server_nonce.data()), server_nonce.size());
   msg.append(reinterpret_cast<const char*>(client_nonce.data()), client_nonce.size());
   msg.append(reinterpret_cast<const char*>(&rank), sizeof(rank));
   Mac mac{};
   unsigned int len = static_cast<unsigned int>(mac.size());
-  const unsigned char* ok = ::HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-                                   reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), mac.data(), &len);
+  const unsigned char* ok =
+      ::HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+             reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), mac.data(), &len);
   TESSEL_CHECK_CODE(ok != nullptr && len == mac.size(), StatusCode::kInternal) << "HMAC-SHA256 failed";
   return mac;
 }
@@ -123,8 +124,8 @@ struct StoreServerCore::Conn {
   Nonce server_nonce{};
   bool authenticated = false;
   int32_t rank = -1;
-  std::string in;     // received, not yet parsed
-  std::string out;    // replies not yet taken
+  std::string in;      // received, not yet parsed
+  std::string out;     // replies not yet taken
   std::string reason;  // why it must close
   // A parked kGet/kWait.
   bool waiting = false;
@@ -181,8 +182,8 @@ bool StoreServerCore::Handshake(Conn& c) {
   c.in.erase(0, kClientHelloBytes);
   if (!MacEqual(mac, ClientMac(options_.secret, c.server_nonce, client_nonce, rank))) {
     c.out.append(kDenyMagic, 8);
-    c.reason = "failed authentication (it does not know this job's secret; claimed rank " + std::to_string(rank) +
-               ")";
+    c.reason = "failed authentication (it does not know this job's secret; claimed rank " +
+               std::to_string(rank) + ")";
     return false;
   }
   c.authenticated = true;
@@ -200,7 +201,8 @@ bool StoreServerCore::ServeFrames(Conn& c, Clock::time_point now) {
     uint32_t len = 0;
     std::memcpy(&len, c.in.data() + pos, 4);
     if (len == 0 || len > kMaxFrameBytes) {
-      c.reason = "sent a frame of " + std::to_string(len) + " bytes; expected 1.." + std::to_string(kMaxFrameBytes);
+      c.reason =
+          "sent a frame of " + std::to_string(len) + " bytes; expected 1.." + std::to_string(kMaxFrameBytes);
       ok = false;
       break;
     }
@@ -228,8 +230,8 @@ bool StoreServerCore::Set(Conn& c, const std::string& key, std::string value) {
   size_t added = key.size() + value.size();
   if (data_bytes_ - old + added > options_.max_store_bytes) {
     Reply(c, kError,
-          "the store is full (" + std::to_string(data_bytes_) + " of " + std::to_string(options_.max_store_bytes) +
-              " bytes); key '" + key + "' was not set");
+          "the store is full (" + std::to_string(data_bytes_) + " of " +
+              std::to_string(options_.max_store_bytes) + " bytes); key '" + key + "' was not set");
     return false;
   }
   data_bytes_ = data_bytes_ - old + added;
@@ -300,13 +302,15 @@ bool StoreServerCore::Dispatch(Conn& c, const std::string& body, Clock::time_poi
   uint8_t op = 0;
   r.U8(&op);
   auto malformed = [&](const char* what) {
-    c.reason = std::string("sent a malformed ") + what + " request (" + std::to_string(body.size()) + " bytes)";
+    c.reason =
+        std::string("sent a malformed ") + what + " request (" + std::to_string(body.size()) + " bytes)";
     return false;
   };
   switch (op) {
     case kSet: {
       std::string key, value;
-      if (!r.Blob(&key, kMaxKeyBytes) || !r.Blob(&value, kMaxValueBytes) || !r.AtEnd()) return malformed("set");
+      if (!r.Blob(&key, kMaxKeyBytes) || !r.Blob(&value, kMaxValueBytes) || !r.AtEnd())
+        return malformed("set");
       if (Set(c, key, std::move(value))) Reply(c, kOk, "");
       return true;
     }
@@ -334,8 +338,9 @@ bool StoreServerCore::Dispatch(Conn& c, const std::string& body, Clock::time_poi
       auto it = data_.find(key);
       if (it != data_.end()) {
         if (it->second.size() != 8) {
-          Reply(c, kError, "key '" + key + "' holds a " + std::to_string(it->second.size()) +
-                               "-byte value, not a counter");
+          Reply(c, kError,
+                "key '" + key + "' holds a " + std::to_string(it->second.size()) +
+                    "-byte value, not a counter");
           return true;
         }
         std::memcpy(&current, it->second.data(), 8);
@@ -399,7 +404,8 @@ std::vector<int> StoreServerCore::Expire(Clock::time_point now) {
   std::vector<int> late;
   for (auto& [id, c] : conns_) {
     if (!c->authenticated && now - c->opened >= options_.handshake_timeout) {
-      c->reason = "sent no valid hello within " + std::to_string(options_.handshake_timeout.count() / 1000.0) + " s";
+      c->reason =
+          "sent no valid hello within " + std::to_string(options_.handshake_timeout.count() / 1000.0) + " s";
       late.push_back(id);
     } else if (c->waiting && now >= c->wait_deadline) {
       FinishWait(*c);

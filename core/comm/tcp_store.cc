@@ -90,8 +90,8 @@ void TcpStoreServer::LogDrop(const std::string& peer, const std::string& why) {
   if (logged_drops_ <= kDropLogFirst) {
     LOG(WARNING) << "rendezvous store: dropped a connection from " << peer << ": " << why;
   } else if (logged_drops_ % kDropLogEvery == 0) {
-    LOG(WARNING) << "rendezvous store: " << logged_drops_ << " connections dropped so far (latest from " << peer
-                 << ": " << why << ")";
+    LOG(WARNING) << "rendezvous store: " << logged_drops_ << " connections dropped so far (latest from "
+                 << peer << ": " << why << ")";
   }
 }
 
@@ -268,7 +268,8 @@ void TcpStoreServer::Drop(int id, const std::string& why) {
   if (!why.empty()) {
     // Best effort: a rejected client learns why (e.g. a wrong secret).
     std::string last = s.wbuf + core_->TakeOutput(id);
-    if (!last.empty()) [[maybe_unused]] ssize_t n = ::send(s.fd, last.data(), last.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (!last.empty()) [[maybe_unused]]
+      ssize_t n = ::send(s.fd, last.data(), last.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     ++stats_.dropped;
     LogDrop(s.peer, why);
   }
@@ -305,7 +306,8 @@ void TcpStore::Connect(const std::string& host, int port, const std::string& sec
         CloseSocket(fd);
         TESSEL_THROW(StatusCode::kUnavailable)
             << "the process listening at MASTER_ADDR:MASTER_PORT=" << address_
-            << " is not a tessel rendezvous store (its greeting is not tessel's); another program holds the port";
+            << " is not a tessel rendezvous store (its greeting is not tessel's); another program holds the "
+               "port";
       }
       store::Nonce server_nonce{}, client_nonce = store::RandomNonce();
       std::memcpy(server_nonce.data(), hello + 8, 32);
@@ -321,8 +323,10 @@ void TcpStore::Connect(const std::string& host, int port, const std::string& sec
       if (r == IoResult::kOk && std::memcmp(proof, store::kDenyMagic, 8) == 0) {
         CloseSocket(fd);
         TESSEL_THROW(StatusCode::kInvalidArgument)
-            << "the rendezvous store at " << address_ << " rejected this rank's job secret: every rank must have "
-            << "the same TESSEL_JOB_SECRET (tessel-launch sets it; on several nodes give each launcher the same "
+            << "the rendezvous store at " << address_
+            << " rejected this rank's job secret: every rank must have "
+            << "the same TESSEL_JOB_SECRET (tessel-launch sets it; on several nodes give each launcher the "
+               "same "
             << "--secret_file)";
       }
       if (r == IoResult::kOk) r = ReadFull(fd, proof + 8, 32, deadline);
@@ -333,7 +337,8 @@ void TcpStore::Connect(const std::string& host, int port, const std::string& sec
             !store::MacEqual(got, store::ServerMac(secret, server_nonce, client_nonce, r32))) {
           CloseSocket(fd);
           TESSEL_THROW(StatusCode::kInvalidArgument)
-              << "the process at " << address_ << " could not prove it knows this job's secret: it is another "
+              << "the process at " << address_
+              << " could not prove it knows this job's secret: it is another "
               << "job's store, or TESSEL_JOB_SECRET differs between ranks";
         }
         fd_ = fd;
@@ -343,7 +348,8 @@ void TcpStore::Connect(const std::string& host, int port, const std::string& sec
     CloseSocket(fd);
     if (r == IoResult::kTimeout) {
       TESSEL_THROW(StatusCode::kTimeout)
-          << "the rendezvous store at MASTER_ADDR:MASTER_PORT=" << address_ << " accepted the connection but did "
+          << "the rendezvous store at MASTER_ADDR:MASTER_PORT=" << address_
+          << " accepted the connection but did "
           << "not answer within " << seconds << " s: rank 0 (which serves it) may be stopped or hung, or a "
           << "program that is not tessel's store holds the port";
     }
@@ -353,16 +359,17 @@ void TcpStore::Connect(const std::string& host, int port, const std::string& sec
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
   }
-  TESSEL_THROW(StatusCode::kUnavailable) << "cannot join the rendezvous store at " << address_ << " within "
-                                         << seconds << " s: " << last;
+  TESSEL_THROW(StatusCode::kUnavailable)
+      << "cannot join the rendezvous store at " << address_ << " within " << seconds << " s: " << last;
 }
 
-std::pair<uint8_t, std::string> TcpStore::Request(const std::string& body, std::chrono::milliseconds extra_wait,
+std::pair<uint8_t, std::string> TcpStore::Request(const std::string& body,
+                                                  std::chrono::milliseconds extra_wait,
                                                   const std::vector<std::string>& keys) {
   std::lock_guard<std::mutex> lock(mu_);
   TESSEL_CHECK_CODE(fd_ >= 0, StatusCode::kUnavailable)
-      << "the connection to the rendezvous store at " << address_ << " was lost earlier; cannot access key(s) "
-      << JoinKeys(keys);
+      << "the connection to the rendezvous store at " << address_
+      << " was lost earlier; cannot access key(s) " << JoinKeys(keys);
   auto deadline = Clock::now() + timeout_ + extra_wait;
   std::string frame;
   store::PutU32(frame, static_cast<uint32_t>(body.size()));
@@ -400,8 +407,8 @@ std::pair<uint8_t, std::string> TcpStore::Request(const std::string& body, std::
 namespace {
 void CheckKey(const std::string& key) {
   TESSEL_CHECK(key.size() <= store::kMaxKeyBytes)
-      << "store key of " << key.size() << " bytes ('" << key.substr(0, 64) << "...'); the store takes keys of at most "
-      << store::kMaxKeyBytes << " bytes";
+      << "store key of " << key.size() << " bytes ('" << key.substr(0, 64)
+      << "...'); the store takes keys of at most " << store::kMaxKeyBytes << " bytes";
 }
 uint32_t WaitMs(std::chrono::milliseconds timeout) {
   return static_cast<uint32_t>(std::clamp<int64_t>(timeout.count(), 0, store::kMaxWaitMs));
@@ -427,7 +434,8 @@ std::vector<char> TcpStore::get(const std::string& key) {
   auto [status, value] = Request(body, timeout_, {key});
   TESSEL_CHECK_CODE(status == store::kOk, StatusCode::kTimeout)
       << "rendezvous timed out after " << timeout_.count() / 1000.0 << " s waiting for key(s) " << key
-      << " in the store at " << address_ << "; a rank has not reached this point (crashed, hung, or never started)";
+      << " in the store at " << address_
+      << "; a rank has not reached this point (crashed, hung, or never started)";
   return std::vector<char>(value.begin(), value.end());
 }
 
@@ -461,7 +469,8 @@ std::vector<bool> TcpStore::Check(const std::vector<std::string>& keys) {
   return present;
 }
 
-std::vector<std::string> TcpStore::WaitFor(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+std::vector<std::string> TcpStore::WaitFor(const std::vector<std::string>& keys,
+                                           std::chrono::milliseconds timeout) {
   auto deadline = Clock::now() + timeout;
   std::vector<std::string> missing;
   for (size_t begin = 0; begin < keys.size(); begin += store::kMaxKeysPerRequest) {
@@ -490,8 +499,9 @@ void TcpStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_)
 void TcpStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
   std::vector<std::string> missing = WaitFor(keys, timeout);
   TESSEL_CHECK_CODE(missing.empty(), StatusCode::kTimeout)
-      << "rendezvous timed out after " << timeout.count() / 1000.0 << " s waiting for key(s) " << JoinKeys(missing)
-      << " in the store at " << address_ << "; a rank has not reached this point (crashed, hung, or never started)";
+      << "rendezvous timed out after " << timeout.count() / 1000.0 << " s waiting for key(s) "
+      << JoinKeys(missing) << " in the store at " << address_
+      << "; a rank has not reached this point (crashed, hung, or never started)";
 }
 
 }  // namespace tessel::comm

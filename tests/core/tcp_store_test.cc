@@ -103,7 +103,8 @@ TEST(TcpStore, PortInUseAndUnreachableMaster) {
   auto again = Local();
   again.port = server.port();
   std::string err = ErrorOf([&] { TcpStoreServer twice(again); });
-  EXPECT_NE(err.find("MASTER_PORT " + std::to_string(server.port()) + " is already in use"), std::string::npos)
+  EXPECT_NE(err.find("MASTER_PORT " + std::to_string(server.port()) + " is already in use"),
+            std::string::npos)
       << err;
   int port = 0;
   {
@@ -111,7 +112,8 @@ TEST(TcpStore, PortInUseAndUnreachableMaster) {
     port = probe.port();
   }  // a port nobody listens on now
   err = ErrorOf([&] { TcpStore c("127.0.0.1", port, kSecret, 0, milliseconds(300)); });
-  EXPECT_NE(err.find("cannot reach the rendezvous master at MASTER_ADDR=127.0.0.1"), std::string::npos) << err;
+  EXPECT_NE(err.find("cannot reach the rendezvous master at MASTER_ADDR=127.0.0.1"), std::string::npos)
+      << err;
 }
 
 TEST(TcpStore, ListensOnLoopbackOnly) {
@@ -139,7 +141,8 @@ TEST(TcpStoreSecurity, WrongSecretIsRejectedAndCannotTouchKeys) {
   TcpStoreServer server(Local());
   TcpStore good("127.0.0.1", server.port(), kSecret, 0, milliseconds(2000));
   good.set("tessel/group/0,1/0", {'a', 'd', 'd', 'r'});
-  std::string err = ErrorOf([&] { TcpStore bad("127.0.0.1", server.port(), "another-jobs-secret!!", 1, milliseconds(2000)); });
+  std::string err = ErrorOf(
+      [&] { TcpStore bad("127.0.0.1", server.port(), "another-jobs-secret!!", 1, milliseconds(2000)); });
   EXPECT_NE(err.find("rejected this rank's job secret"), std::string::npos) << err;
   // A client that skips the handshake and sends a get frame is dropped
   // without an answer, and cannot write either.
@@ -162,7 +165,8 @@ TEST(TcpStoreSecurity, WrongSecretIsRejectedAndCannotTouchKeys) {
 
 TEST(TcpStoreSecurity, ClientRejectsAStoreThatDoesNotKnowTheSecret) {
   TcpStoreServer impostor(Local("impostor-secret-xyz"));
-  std::string err = ErrorOf([&] { TcpStore c("127.0.0.1", impostor.port(), kSecret, 0, milliseconds(2000)); });
+  std::string err =
+      ErrorOf([&] { TcpStore c("127.0.0.1", impostor.port(), kSecret, 0, milliseconds(2000)); });
   // The impostor denies our MAC first; either way the client refuses.
   EXPECT_NE(err.find("secret"), std::string::npos) << err;
 }
@@ -212,7 +216,8 @@ TEST(TcpStoreRobustness, ThousandsOfShortConnectionsLeaveNoDescriptorsOrThreads)
   size_t fds = CountEntries("/proc/self/fd"), threads = CountEntries("/proc/self/task");
   for (int i = 0; i < 2000; ++i) {
     int fd = ConnectTcp("127.0.0.1", server.port(), milliseconds(1000));
-    if (i % 2) [[maybe_unused]] ssize_t n = ::send(fd, "hello", 5, MSG_NOSIGNAL);
+    if (i % 2) [[maybe_unused]]
+      ssize_t n = ::send(fd, "hello", 5, MSG_NOSIGNAL);
     CloseSocket(fd);
   }
   a.set("after", {'1'});  // a round trip: the loop has caught up with every close
@@ -285,7 +290,8 @@ TEST(StoreProtocol, HugeClaimsAllocateNothing) {
   int id = core.Open(now, "test");
   core.TakeOutput(id);
   EXPECT_FALSE(core.Feed(id, "GET / HTTP/1.1\r\n", 16, now));
-  EXPECT_NE(core.reason(id).find("not a tessel store client (first bytes \"GET / HTTP/1.1"), std::string::npos)
+  EXPECT_NE(core.reason(id).find("not a tessel store client (first bytes \"GET / HTTP/1.1"),
+            std::string::npos)
       << core.reason(id);
 }
 

@@ -1,13 +1,12 @@
 #include "tools/launch/rank_process.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <poll.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -36,7 +35,8 @@ void WriteAll(int fd, const std::string& s) {
       if (fd == STDOUT_FILENO && errno == EPIPE) {
         RankProcess::stdout_closed() = true;
         static const char msg[] =
-            "tessel-launch: standard output was closed by its reader; the ranks' output is dropped from now on\n";
+            "tessel-launch: standard output was closed by its reader; the ranks' output is dropped from now "
+            "on\n";
         [[maybe_unused]] ssize_t m = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
       }
       return;

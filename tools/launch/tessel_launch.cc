@@ -35,11 +35,13 @@
 DEFINE_int32(nproc_per_node, 1, "Processes (ranks) to start on this node");
 DEFINE_int32(nnodes, 1, "Number of nodes in the job");
 DEFINE_int32(node_rank, 0, "This node's index, 0 <= node_rank < nnodes");
-DEFINE_string(master_addr, "127.0.0.1",
-              "Host of global rank 0, which serves the rendezvous store there (loopback by default: a one-node "
-              "job is reachable from this host only)");
+DEFINE_string(
+    master_addr, "127.0.0.1",
+    "Host of global rank 0, which serves the rendezvous store there (loopback by default: a one-node "
+    "job is reachable from this host only)");
 DEFINE_int32(master_port, 29500, "Port of the rendezvous store; 0 picks a free port (single node only)");
-DEFINE_int32(kill_grace_s, 5, "After a rank fails, seconds the others get after SIGTERM before SIGKILL [TESSEL_KILL_GRACE_S]");
+DEFINE_int32(kill_grace_s, 5,
+             "After a rank fails, seconds the others get after SIGTERM before SIGKILL [TESSEL_KILL_GRACE_S]");
 DEFINE_int32(max_run_s, 0, "Stop the whole job after this many seconds (0: no limit) [TESSEL_MAX_RUN_S]");
 DEFINE_int32(heartbeat_timeout_s, 60,
              "Stop the job when a rank sends no heartbeat (or stays stopped by a signal) this long; 0: never "
@@ -162,7 +164,8 @@ void CheckDescriptors(int local_ranks, int world) {
   }
   Fail("--nproc_per_node=" + std::to_string(local_ranks) + " needs about " + std::to_string(need) +
        " open files, but the limit is " + std::to_string(lim.rlim_cur) + " (hard " +
-       std::to_string(lim.rlim_max) + "); raise it (`ulimit -n " + std::to_string(need) + "`) or start fewer ranks");
+       std::to_string(lim.rlim_max) + "); raise it (`ulimit -n " + std::to_string(need) +
+       "`) or start fewer ranks");
 }
 
 int CoresAvailable() {
@@ -180,10 +183,12 @@ void SetThreadsPerRank(std::map<std::string, std::string>& env) {
     return;
   }
   int cores = CoresAvailable();
-  int threads = FLAGS_threads_per_rank > 0 ? FLAGS_threads_per_rank : std::max(1, cores / FLAGS_nproc_per_node);
+  int threads =
+      FLAGS_threads_per_rank > 0 ? FLAGS_threads_per_rank : std::max(1, cores / FLAGS_nproc_per_node);
   env["OMP_NUM_THREADS"] = std::to_string(threads);
-  std::fprintf(stderr, "tessel-launch: OMP_NUM_THREADS=%d for each of %d rank(s) (%d cores here%s)\n", threads,
-               FLAGS_nproc_per_node, cores, FLAGS_threads_per_rank > 0 ? ", --threads_per_rank" : "");
+  std::fprintf(stderr, "tessel-launch: OMP_NUM_THREADS=%d for each of %d rank(s) (%d cores here%s)\n",
+               threads, FLAGS_nproc_per_node, cores,
+               FLAGS_threads_per_rank > 0 ? ", --threads_per_rank" : "");
 }
 
 std::string JobSecret() {
@@ -224,8 +229,9 @@ void Diagnose(const std::vector<std::unique_ptr<RankProcess>>& ranks, int failed
   for (const auto& r : ranks) {
     const auto& hb = r->heartbeat();
     std::fprintf(stderr, "tessel-launch:   rank %d: %s\n", r->rank(),
-                 hb ? tessel::comm::DescribeHeartbeat(*hb).c_str() : "no heartbeat (not a tessel program, or "
-                                                                       "it never reached tessel::Init)");
+                 hb ? tessel::comm::DescribeHeartbeat(*hb).c_str()
+                    : "no heartbeat (not a tessel program, or "
+                      "it never reached tessel::Init)");
   }
   // Collectives some ranks are stuck in, and the members not in them.
   std::set<std::string> said;
@@ -394,10 +400,11 @@ int main(int argc, char** argv) {
         if (r->pid() != pid) continue;
         if (WIFSTOPPED(status)) {
           r->SetStopped(WSTOPSIG(status), Clock::now());
-          std::fprintf(stderr,
-                       "tessel-launch: rank %d (pid %d) was stopped by signal %d (%s); the job stops unless it "
-                       "continues within %d s\n",
-                       r->rank(), pid, WSTOPSIG(status), ::strsignal(WSTOPSIG(status)), FLAGS_heartbeat_timeout_s);
+          std::fprintf(
+              stderr,
+              "tessel-launch: rank %d (pid %d) was stopped by signal %d (%s); the job stops unless it "
+              "continues within %d s\n",
+              r->rank(), pid, WSTOPSIG(status), ::strsignal(WSTOPSIG(status)), FLAGS_heartbeat_timeout_s);
         } else if (WIFCONTINUED(status)) {
           r->SetContinued();
           std::fprintf(stderr, "tessel-launch: rank %d (pid %d) continued\n", r->rank(), pid);
@@ -418,7 +425,8 @@ int main(int argc, char** argv) {
                   std::to_string(leaver->rank()) + " had left the job early (" +
                   (leaver->running() ? "reached shutdown" : leaver->DescribeExit()) +
                   ") while the others still ran: ranks are out of lockstep — rank " +
-                  std::to_string(leaver->rank()) + " ran fewer collectives than its peers, the likely root cause";
+                  std::to_string(leaver->rank()) +
+                  " ran fewer collectives than its peers, the likely root cause";
       }
       diagnose = true;
       stop_all(reason);
@@ -459,8 +467,10 @@ int main(int argc, char** argv) {
         }
         if (why.empty()) continue;
         failed_rank = r->rank();
-        std::string last = r->heartbeat() ? "; it was " + tessel::comm::DescribeHeartbeat(*r->heartbeat()) : "";
-        stop_all("rank " + std::to_string(r->rank()) + " (pid " + std::to_string(r->pid()) + ") " + why + last);
+        std::string last =
+            r->heartbeat() ? "; it was " + tessel::comm::DescribeHeartbeat(*r->heartbeat()) : "";
+        stop_all("rank " + std::to_string(r->rank()) + " (pid " + std::to_string(r->pid()) + ") " + why +
+                 last);
         break;
       }
     }
