@@ -27,20 +27,17 @@ Placement::Placement(DeviceType type, std::vector<int> ranks, std::vector<int64_
         << "placement ranks [" << JoinRanks(ranks_) << "] list rank " << r << " twice";
   }
   int64_t product = 1;
+  bool overflow = false;  // sizes from a file or the wire can multiply past int64
   std::ostringstream dims;
   for (size_t i = 0; i < hierarchy_.size(); ++i) {
     TESSEL_CHECK(hierarchy_[i] > 0) << "placement hierarchy has a non-positive size " << hierarchy_[i];
-    // Stop before the product can overflow: it must end equal to the rank count.
-    product = hierarchy_[i] > static_cast<int64_t>(ranks_.size())
-                  ? static_cast<int64_t>(ranks_.size()) + 1
-                  : std::min<int64_t>(product * hierarchy_[i], static_cast<int64_t>(ranks_.size()) + 1);
+    overflow = overflow || __builtin_mul_overflow(product, hierarchy_[i], &product);
     dims << (i ? ", " : "") << hierarchy_[i];
   }
-  TESSEL_CHECK(product == static_cast<int64_t>(ranks_.size()))
+  TESSEL_CHECK(!overflow && product == static_cast<int64_t>(ranks_.size()))
       << "placement hierarchy [" << dims.str() << "] has "
-      << (product > static_cast<int64_t>(ranks_.size()) ? "more than " + std::to_string(ranks_.size())
-                                                        : std::to_string(product))
-      << " slots but " << ranks_.size() << " ranks were given ([" << JoinRanks(ranks_)
+      << (overflow ? std::string("more than 2^63") : std::to_string(product)) << " slots but "
+      << ranks_.size() << " ranks were given ([" << JoinRanks(ranks_)
       << "]); expected the product to equal the rank count";
 }
 

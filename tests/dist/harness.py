@@ -12,14 +12,19 @@ failed = 0
 
 
 def run(cmd, env=None, timeout=60, **kwargs):
-    """Runs cmd; returns (exit code, combined output, seconds taken)."""
+    """Runs cmd; returns (exit code, combined output, seconds taken). A run
+    past `timeout` is killed and returns exit code None."""
     full_env = dict(os.environ)
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         full_env.pop(k, None)
     full_env.update(env or {})
     start = time.monotonic()
-    proc = subprocess.run(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          timeout=timeout, text=True, **kwargs)
+    try:
+        proc = subprocess.run(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=timeout, text=True, start_new_session=True, **kwargs)
+    except subprocess.TimeoutExpired as e:
+        out = e.output.decode(errors="replace") if isinstance(e.output, bytes) else (e.output or "")
+        return None, out + f"\n[killed: still running after {timeout} s]", time.monotonic() - start
     return proc.returncode, proc.stdout, time.monotonic() - start
 
 
