@@ -1,7 +1,6 @@
 #include "core/comm/job_secret.h"
 
 #include <fcntl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/comm/store_protocol.h"
 #include "core/error.h"
 
 namespace tessel::comm {
@@ -29,17 +29,9 @@ void CheckLength(const std::string& secret, const std::string& source) {
 }  // namespace
 
 std::string NewJobSecret() {
-  unsigned char bytes[32];
-  size_t done = 0;
-  while (done < sizeof(bytes)) {
-    ssize_t n = ::getrandom(bytes + done, sizeof(bytes) - done, 0);
-    if (n < 0 && errno == EINTR) continue;
-    TESSEL_CHECK_CODE(n > 0, StatusCode::kInternal) << "getrandom: " << std::strerror(errno);
-    done += static_cast<size_t>(n);
-  }
   static const char* hex = "0123456789abcdef";
   std::string out;
-  for (unsigned char b : bytes) {
+  for (uint8_t b : store::RandomNonce()) {  // 32 bytes from the kernel's random source
     out += hex[b >> 4];
     out += hex[b & 15];
   }

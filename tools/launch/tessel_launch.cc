@@ -222,7 +222,7 @@ std::string RankList(const std::vector<int>& ranks) {
 // After a failure: what each rank was doing, and which one diverged. A rank
 // that timed out in a collective names the members of that group that were
 // not in the same call (same op and sequence number).
-void Diagnose(const std::vector<std::unique_ptr<RankProcess>>& ranks, int failed_rank, int first_local) {
+void Diagnose(const std::vector<std::unique_ptr<RankProcess>>& ranks) {
   std::map<int, const RankProcess*> by_rank;
   for (const auto& r : ranks) by_rank[r->rank()] = r.get();
   std::fprintf(stderr, "tessel-launch: what each rank last reported:\n");
@@ -256,8 +256,6 @@ void Diagnose(const std::vector<std::unique_ptr<RankProcess>>& ranks, int failed
       if (said.insert(line).second) std::fprintf(stderr, "tessel-launch: %s\n", line.c_str());
     }
   }
-  (void)failed_rank;
-  (void)first_local;
 }
 
 }  // namespace
@@ -500,7 +498,7 @@ int main(int argc, char** argv) {
   for (auto& r : ranks) r->ClosePipes();
 
   if (stopping) {
-    if (diagnose) Diagnose(ranks, failed_rank, first_local);
+    if (diagnose) Diagnose(ranks);
     std::fprintf(stderr, "tessel-launch: job failed: %s\n", stop_reason.c_str());
     for (auto& r : ranks) {
       if (r->rank() != failed_rank) {
