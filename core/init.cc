@@ -3,6 +3,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
@@ -22,10 +23,15 @@ DEFINE_string(
     "Address rank 0's rendezvous store listens on (default: MASTER_ADDR, which is loopback when all "
     "ranks are on one host); 0.0.0.0 listens on every interface");
 
+DEFINE_bool(check_lockstep, false,
+            "Debug: ranks compare every layout change they request, so one asking for something else fails "
+            "at once, named, on every rank (adds a world-wide collective per layout change)");
+
 namespace tessel {
 
 namespace {
 int g_rank = -1;
+std::atomic<bool> g_lockstep_checks{false};
 
 [[noreturn]] void OnTerminate() {
   std::string prefix = g_rank >= 0 ? "tessel: fatal error on rank " + std::to_string(g_rank) + ": "
@@ -54,8 +60,8 @@ void Init(int* argc, char*** argv) {
   // Every timeout and address flag may come from TESSEL_<FLAG> too (the
   // command line wins), so a launcher or batch script can set them for all
   // ranks without editing each program's arguments.
-  FlagDefaultsFromEnvironment("TESSEL_",
-                              {"rendezvous_timeout_s", "comm_timeout_s", "comm_hostname", "store_bind_addr"});
+  FlagDefaultsFromEnvironment("TESSEL_", {"rendezvous_timeout_s", "comm_timeout_s", "comm_hostname",
+                                          "store_bind_addr", "check_lockstep"});
   gflags::ParseCommandLineFlags(argc, argv, /*remove_flags=*/true);
   if (gflags::GetCommandLineFlagInfoOrDie("logtostderr").is_default &&
       gflags::GetCommandLineFlagInfoOrDie("log_dir").is_default) {
@@ -63,6 +69,7 @@ void Init(int* argc, char*** argv) {
   }
   google::InitGoogleLogging((*argv)[0]);
 
+  SetLockstepChecks(FLAGS_check_lockstep);
   CheckPositive("rendezvous_timeout_s", FLAGS_rendezvous_timeout_s);
   CheckPositive("comm_timeout_s", FLAGS_comm_timeout_s);
   comm::DistEnv env = comm::ReadDistEnv();
@@ -78,5 +85,8 @@ void Init(int* argc, char*** argv) {
 }
 
 void Shutdown() { comm::ShutdownWorld(); }
+
+bool LockstepChecksEnabled() { return g_lockstep_checks.load(std::memory_order_relaxed); }
+void SetLockstepChecks(bool enabled) { g_lockstep_checks.store(enabled, std::memory_order_relaxed); }
 
 }  // namespace tessel

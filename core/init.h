@@ -10,6 +10,15 @@ namespace tessel {
 // process exits 1 instead of aborting.
 void Init(int* argc, char*** argv);
 
+// Lockstep checks, a debug mode (--check_lockstep, or TESSEL_CHECK_LOCKSTEP=1;
+// the multi-process tests turn it on): before a layout change, ranks
+// exchange what they ask for, so a rank that asks for a different layout,
+// placement, dtype or shape fails at once on every rank, named, instead of
+// hanging in mismatched collectives. Off by default: it adds a world-wide
+// collective per layout change.
+bool LockstepChecksEnabled();
+void SetLockstepChecks(bool enabled);
+
 // Leaves the world in order (rank 0 keeps serving the store until every rank
 // is done). Called automatically at exit; calling it earlier is harmless.
 void Shutdown();

@@ -50,6 +50,11 @@ class Tensor {
   const Placement& placement() const;
   const NdSbp& nd_sbp() const;
   Tensor to_global(const Placement& placement, const NdSbp& nd_sbp) const;
+  // The same, and the gradient flowing back is brought to `grad_sbp` (on
+  // this tensor's placement) instead of this tensor's own layout, even when
+  // the layout does not change (like OneFlow's grad_sbp): a column-parallel
+  // layer passes B there, which all-reduces its input gradient over tp.
+  Tensor to_global(const Placement& placement, const NdSbp& nd_sbp, const NdSbp& grad_sbp) const;
   // This process's shard as a local tensor (shares memory); a local tensor
   // returns itself.
   Tensor to_local() const;

@@ -7,8 +7,10 @@
 #include <gflags/gflags.h>
 #include <tessel/tessel.h>
 
+#include <chrono>
 #include <cstdio>
 
+#include "core/comm/comm_trace.h"
 #include "layers/optimizer.h"
 #include "models/gpt.h"
 
@@ -17,6 +19,9 @@ DEFINE_int64(pp, 1, "pipeline parallel size: layers spread over stages, run one 
 DEFINE_int64(steps, 20, "training steps");
 DEFINE_int64(batch, 8, "sequences per step");
 DEFINE_double(lr, 3e-3, "peak learning rate (warmup 3 steps, then cosine)");
+DEFINE_bool(
+    comm_trace, false,
+    "print, per step and rank, the collectives and transfers the step issued (op, group, calls, bytes)");
 
 using namespace tessel;
 
@@ -47,6 +52,8 @@ int main(int argc, char** argv) {
   models::GPT gpt(config);
   auto params = gpt.NamedParameters();
   optim::AdamW adamw(params, {.lr = FLAGS_lr, .weight_decay = 0.01});
+  if (FLAGS_comm_trace) comm::CommTrace::Get().Start();
+  auto start = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < FLAGS_steps; ++step) {
     Tensor ids, labels;
     MakeBatch(step, FLAGS_batch, config.max_seq, config.vocab_size, &ids, &labels);
@@ -61,6 +68,15 @@ int main(int argc, char** argv) {
                   adamw.lr());
       std::fflush(stdout);
     }
+    if (FLAGS_comm_trace) {
+      std::printf("step %ld comm of rank %d:\n%s", static_cast<long>(step), dist::Rank(),
+                  comm::CommTrace::Summarize(comm::CommTrace::Get().Take()).c_str());
+      std::fflush(stdout);
+    }
+  }
+  if (dist::Rank() == 0 && FLAGS_steps > 1) {
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("%.1f ms per step\n", 1e3 * seconds / static_cast<double>(FLAGS_steps));
   }
   return 0;
 }

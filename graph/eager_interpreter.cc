@@ -1,6 +1,8 @@
 // The eager interpreter: runs each functional op at once. Global inputs are
 // boxed to the inferred signature and the kernel runs on this rank's shards;
 // differentiable applications record an autograd node.
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -55,6 +57,11 @@ std::vector<Tensor> RunGlobal(const OpDef& op, const std::vector<Tensor>& inputs
   std::vector<TensorSpec> local_specs;
   std::vector<Box> in_boxes, out_boxes;
   for (size_t i = 0; i < inputs.size(); ++i) {
+    if (VLOG_IS_ON(1) && inputs[i].nd_sbp() != sig.inputs[i]) {
+      VLOG(1) << "op '" << op.name << "' boxes " << (i < op.inputs.size() ? op.inputs[i] : "input") << " "
+              << inputs[i].shape() << " " << inputs[i].nd_sbp() << " -> " << sig.inputs[i] << " on "
+              << placement;
+    }
     locals.push_back(inputs[i].to_global(placement, sig.inputs[i]).to_local());
     local_specs.push_back({locals.back().shape(), locals.back().dtype()});
     in_boxes.push_back(LocalBox(inputs[i].shape(), placement, sig.inputs[i], rank));
@@ -182,10 +189,12 @@ class EagerInterpreter final : public Interpreter {
         Tensor& g = grads[i];
         const Tensor& x = saved_in[i];
         if (!g.defined() || !g.is_global() || !x.is_global()) continue;
-        if (g.placement() == x.placement() && g.nd_sbp() == x.nd_sbp()) continue;
-        if (GetBoxingPlan(g.placement(), g.nd_sbp(), x.placement(), x.nd_sbp(), g.shape(), g.dtype())
+        if (g.placement() != x.placement()) continue;
+        const NdSbp want = GradientSbp(x.nd_sbp(), g.nd_sbp());
+        if (g.nd_sbp() == want) continue;
+        if (GetBoxingPlan(g.placement(), g.nd_sbp(), x.placement(), want, g.shape(), g.dtype())
                 .bytes_per_rank() == 0) {
-          g = g.to_global(x.placement(), x.nd_sbp());
+          g = g.to_global(x.placement(), want);
         }
       }
       return grads;

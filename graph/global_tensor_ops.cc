@@ -1,10 +1,15 @@
 #include "graph/global_tensor_ops.h"
 
+#include <glog/logging.h>
+
 #include <algorithm>
+#include <map>
 #include <sstream>
 
+#include "core/comm/flight_recorder.h"
 #include "core/comm/process_group.h"
 #include "core/error.h"
+#include "core/init.h"
 #include "graph/autograd.h"
 #include "graph/boxing_executor.h"
 
@@ -14,7 +19,11 @@ namespace {
 // Records `out = to_global(in)` for autograd: the logical value is unchanged,
 // so the gradient is the output's gradient laid out back like the input (for
 // a local input: this rank's shard of it under the layout it was given).
-void RecordLayoutChange(const Tensor& in, Tensor* out, const Placement& to, const NdSbp& to_sbp) {
+// `grad_sbp`, when given, is the layout the gradient is brought to instead
+// (on the input's placement): a column-parallel input asks for B there,
+// which is Megatron's all-reduce of the input gradient.
+void RecordLayoutChange(const Tensor& in, Tensor* out, const Placement& to, const NdSbp& to_sbp,
+                        const NdSbp* grad_sbp) {
   if (!GradModeEnabled() || !in.requires_grad()) return;
   auto node = std::make_shared<Node>();
   node->name = "to_global";
@@ -22,125 +31,293 @@ void RecordLayoutChange(const Tensor& in, Tensor* out, const Placement& to, cons
   const bool was_global = in.is_global();
   const Placement from = was_global ? in.placement() : Placement();
   const NdSbp from_sbp = was_global ? in.nd_sbp() : NdSbp();
-  node->apply = [was_global, from, from_sbp, to, to_sbp](const std::vector<Tensor>& grads) {
+  const bool forced = grad_sbp != nullptr;
+  const NdSbp forced_sbp = forced ? *grad_sbp : NdSbp();
+  node->apply = [was_global, from, from_sbp, to, to_sbp, forced,
+                 forced_sbp](const std::vector<Tensor>& grads) {
     const Tensor& g = grads.at(0);
-    if (!was_global) return std::vector<Tensor>{g.to_global(to, to_sbp).to_local()};
-    return std::vector<Tensor>{g.to_global(from, from_sbp)};
+    if (!g.defined()) return std::vector<Tensor>{Tensor()};
+    if (!was_global) return std::vector<Tensor>{g.to_global(to, forced ? forced_sbp : to_sbp).to_local()};
+    if (forced) return std::vector<Tensor>{g.to_global(from, forced_sbp)};
+    const NdSbp want = g.placement() == from ? GradientSbp(from_sbp, g.nd_sbp()) : from_sbp.WithoutPartial();
+    return std::vector<Tensor>{g.to_global(from, want)};
   };
   auto meta = std::make_shared<AutogradMeta>();
   meta->requires_grad = true;
   meta->grad_fn = node;
   out->set_autograd_meta(meta);
 }
+
+Tensor ToGlobal(const Tensor& in, const Placement& placement, const NdSbp& nd_sbp, const NdSbp* grad_sbp) {
+  Tensor out;
+  if (!in.is_global()) {
+    out = FromLocal(in, placement, nd_sbp);
+  } else {
+    if (LockstepChecksEnabled()) {
+      std::ostringstream os;
+      os << "to_global of " << DTypeName(in.dtype()) << " " << in.shape() << " " << in.nd_sbp() << " on "
+         << in.placement() << " -> " << nd_sbp << " on " << placement;
+      CheckLockstep("to_global", os.str());
+    }
+    CheckGlobalLayout(in.shape(), placement, nd_sbp);
+    if (grad_sbp != nullptr) CheckGlobalLayout(in.shape(), in.placement(), *grad_sbp);
+    if (in.placement() == placement && in.nd_sbp() == nd_sbp) {
+      if (grad_sbp == nullptr || !GradModeEnabled() || !in.requires_grad()) return in;
+      out = in.detach();  // same data; a node of its own carries the gradient layout
+    } else {
+      VLOG(1) << "to_global boxes " << in.shape() << " " << in.nd_sbp() << " on " << in.placement() << " -> "
+              << nd_sbp << " on " << placement;
+      out = ExecuteBoxing(
+          in, GetBoxingPlan(in.placement(), in.nd_sbp(), placement, nd_sbp, in.shape(), in.dtype()));
+    }
+  }
+  RecordLayoutChange(in, &out, placement, nd_sbp, grad_sbp);
+  return out;
+}
 }  // namespace
 
 Tensor Tensor::to_global(const Placement& placement, const NdSbp& nd_sbp) const {
-  Tensor out;
-  if (!is_global()) {
-    out = FromLocal(*this, placement, nd_sbp);
-  } else {
-    CheckGlobalLayout(shape(), placement, nd_sbp);
-    if (this->placement() == placement && this->nd_sbp() == nd_sbp) return *this;
-    out = ExecuteBoxing(*this, GetBoxingPlan(this->placement(), this->nd_sbp(), placement, nd_sbp, shape(), dtype()));
-  }
-  RecordLayoutChange(*this, &out, placement, nd_sbp);
-  return out;
+  return ToGlobal(*this, placement, nd_sbp, nullptr);
+}
+
+Tensor Tensor::to_global(const Placement& placement, const NdSbp& nd_sbp, const NdSbp& grad_sbp) const {
+  return ToGlobal(*this, placement, nd_sbp, &grad_sbp);
 }
 
 namespace {
-struct RankMeta {
-  std::string layout;  // placement, NdSbp and dtype
-  std::vector<int64_t> local_shape;
-};
-
-std::vector<RankMeta> ExchangeMeta(const RankMeta& mine) {
+// Every rank's `text`, in world-rank order (a collective over the world).
+std::vector<std::string> AllGatherText(const std::string& text) {
   comm::Communicator& world = comm::World();
-  std::ostringstream os;
-  os << mine.layout << "|";
-  for (int64_t d : mine.local_shape) os << d << ",";
-  std::string text = os.str();
   int64_t len = static_cast<int64_t>(text.size());
   std::vector<int64_t> lens(world.size());
   world.AllGather(&len, 1, lens.data(), DType::kInt64);
-  std::vector<int64_t> counts(lens.begin(), lens.end());
   int64_t total = 0;
   for (int64_t l : lens) total += l;
   std::string all(static_cast<size_t>(total), '\0');
-  world.AllGatherV(text.data(), all.data(), counts, DType::kBool);  // bytes
-  std::vector<RankMeta> out;
+  world.AllGatherV(text.data(), all.data(), lens, DType::kBool);  // bytes
+  std::vector<std::string> out;
   size_t pos = 0;
   for (int64_t l : lens) {
-    std::string one = all.substr(pos, static_cast<size_t>(l));
+    out.push_back(all.substr(pos, static_cast<size_t>(l)));
     pos += static_cast<size_t>(l);
-    size_t bar = one.rfind('|');
-    RankMeta m{one.substr(0, bar), {}};
-    std::istringstream dims(one.substr(bar + 1));
+  }
+  return out;
+}
+
+uint64_t Fingerprint(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a: the same on every rank and build
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// What one rank tells the others in FromLocal's metadata exchange.
+struct RankMeta {
+  std::string layout;                // placement, NdSbp and dtype
+  std::vector<int64_t> local_shape;  // empty for ranks outside the placement
+  std::string problem;               // why this rank's input is unusable, if it is
+};
+
+std::vector<RankMeta> ExchangeMeta(const RankMeta& mine) {
+  std::ostringstream os;
+  os << mine.problem << '\n' << mine.layout << '\n';
+  for (int64_t d : mine.local_shape) os << d << ",";
+  std::vector<RankMeta> out;
+  for (const std::string& one : AllGatherText(os.str())) {
+    size_t a = one.find('\n'), b = one.find('\n', a + 1);
+    RankMeta m{one.substr(a + 1, b - a - 1), {}, one.substr(0, a)};
+    std::istringstream dims(one.substr(b + 1));
     std::string d;
     while (std::getline(dims, d, ',')) m.local_shape.push_back(std::stoll(d));
     out.push_back(std::move(m));
   }
   return out;
 }
-}  // namespace
 
-Tensor FromLocal(const Tensor& local_in, const Placement& placement, const NdSbp& nd_sbp) {
-  Tensor local = local_in.to_local();
-  const int rank = CurrentRank();
-  const Shape& ls = local.shape();
-  placement.CheckInWorld(CurrentWorldSize());
-  nd_sbp.Check(ls.ndim(), placement.ndim());
-  std::string layout =
-      placement.ToString() + " " + nd_sbp.ToString() + " " + std::string(DTypeName(local.dtype()));
-  // Ranks outside the placement report no shard.
-  std::vector<RankMeta> metas =
-      ExchangeMeta({layout, placement.Contains(rank) ? ls.dims() : std::vector<int64_t>{}});
-  // Everyone compares against rank 0, so every rank names the same culprits.
-  std::string odd;
-  for (size_t r = 1; r < metas.size(); ++r)
-    if (metas[r].layout != metas[0].layout)
-      odd += (odd.empty() ? "" : "; ") + ("rank " + std::to_string(r) + " passed " + metas[r].layout);
-  TESSEL_CHECK(odd.empty()) << "inconsistent global tensor metadata: " << odd << " but rank 0 passed "
-                            << metas[0].layout
-                            << "; every rank must give the same placement, NdSbp and dtype";
-  // Logical size of dim d: sum of the shards along the mesh axes splitting
-  // d (other axes at index 0); unsplit dims are the first member's.
-  const int64_t nd = ls.ndim();
-  auto shard_dims = [&](int index) -> const std::vector<int64_t>& {
-    return metas[placement.ranks()[index]].local_shape;
-  };
-  for (int i = 0; i < placement.size(); ++i) {
-    TESSEL_CHECK(static_cast<int64_t>(shard_dims(i).size()) == nd)
-        << "inconsistent global tensor metadata: rank " << placement.ranks()[i] << " passed a shard of rank "
-        << shard_dims(i).size() << " but rank " << rank << " one of rank " << nd;
-  }
-  std::vector<int64_t> logical(shard_dims(0));
-  for (int64_t d = 0; d < nd; ++d) {
-    std::vector<int> axes;
-    for (int a = 0; a < nd_sbp.size(); ++a)
-      if (nd_sbp[a].is_split(static_cast<int>(d))) axes.push_back(a);
-    if (axes.empty()) continue;
-    logical[d] = 0;
-    for (int i = 0; i < placement.size(); ++i) {
-      std::vector<int64_t> coord = placement.Coord(i);
-      bool on_line = true;
-      for (int a = 0; a < placement.ndim(); ++a) {
-        bool splitting = std::find(axes.begin(), axes.end(), a) != axes.end();
-        if (!splitting && coord[a] != 0) on_line = false;
-      }
-      if (on_line) logical[d] += shard_dims(i)[d];
+// The logical size of dimension `d` that the most members' shards agree
+// with, and those members: the sum of the shards along the splitting mesh
+// axes is tried first, then, for every member's shard, the sizes a balanced
+// split could have cut it from. So one rank with a wrong shard is the one
+// named, not a rank whose shard only looks wrong against a bad sum.
+int64_t InferSplitDim(int64_t d, const std::vector<std::vector<int64_t>>& shards, const Placement& placement,
+                      const NdSbp& nd_sbp, const std::vector<int64_t>& others) {
+  std::vector<int> axes;
+  int64_t parts = 1;
+  for (int a = 0; a < nd_sbp.size(); ++a) {
+    if (nd_sbp[a].is_split(static_cast<int>(d))) {
+      axes.push_back(a);
+      parts *= placement.hierarchy()[a];
     }
   }
-  Shape logical_shape(logical);
+  int64_t sum = 0;
+  for (int i = 0; i < placement.size(); ++i) {
+    std::vector<int64_t> coord = placement.Coord(i);
+    bool on_line = true;
+    for (int a = 0; a < placement.ndim(); ++a)
+      if (std::find(axes.begin(), axes.end(), a) == axes.end() && coord[a] != 0) on_line = false;
+    if (on_line) sum += shards[i][d];
+  }
+  auto matches = [&](int64_t size) {
+    std::vector<int64_t> dims = others;
+    dims[d] = size;
+    int count = 0;
+    for (int i = 0; i < placement.size(); ++i)
+      count +=
+          SliceOf(Shape(dims), nd_sbp, placement.hierarchy(), placement.Coord(i)).shape()[d] == shards[i][d];
+    return count;
+  };
+  int64_t best = sum;
+  int best_count = matches(sum);
+  for (int i = 0; i < placement.size() && best_count < placement.size(); ++i) {
+    for (int64_t j = 0; j < parts; ++j) {
+      const int64_t candidate = shards[i][d] * parts + j;
+      const int count = matches(candidate);
+      if (count > best_count) best = candidate, best_count = count;
+    }
+  }
+  return best;
+}
+
+Tensor FromLocalImpl(const Tensor& local_in, const Placement& placement, const NdSbp& nd_sbp,
+                     const Shape* given_shape) {
+  const int rank = CurrentRank();
+  placement.CheckInWorld(CurrentWorldSize());
+  const bool member = placement.Contains(rank);
+  bool has_split = false;
+  for (const Sbp& s : nd_sbp.sbps()) has_split |= s.is_split();
+  // Without a split every member's shard is the whole logical tensor, and a
+  // given logical shape says what the shards are: nothing to exchange unless
+  // lockstep checks are on.
+  const bool exchange = LockstepChecksEnabled() || (has_split && given_shape == nullptr);
+  std::string problem;
+  Tensor local = local_in.defined() ? local_in.to_local() : Tensor();
+  if (!local.defined() && (member || (given_shape == nullptr && !exchange))) {
+    problem =
+        member
+            ? "passed an undefined tensor as its shard"
+            : "is outside the placement and passed no tensor, so the logical shape is unknown (pass one, or "
+              "the logical shape)";
+  }
+  if (problem.empty() && local.defined()) {
+    try {
+      nd_sbp.Check(local.ndim(), placement.ndim());
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+  }
+  const Shape* logical_hint = given_shape;
+  Shape own_shape = local.defined() ? local.shape() : Shape();
+  if (problem.empty() && given_shape != nullptr && member) {
+    Shape want =
+        SliceOf(*given_shape, nd_sbp, placement.hierarchy(), placement.Coord(placement.IndexOf(rank)))
+            .shape();
+    if (own_shape != want) {
+      std::ostringstream os;
+      os << "holds a shard of shape " << own_shape << " but " << nd_sbp << " on " << placement
+         << " of the logical shape " << *given_shape << " gives it " << want;
+      problem = os.str();
+    }
+  }
+  const DType dtype = local.defined() ? local.dtype() : DType::kFloat32;
+  std::string layout = placement.ToString() + " " + nd_sbp.ToString() + " " +
+                       (local.defined() ? std::string(DTypeName(dtype)) : std::string("(no tensor)"));
+  if (given_shape != nullptr) layout += " of logical shape " + given_shape->ToString();
+  if (!exchange) {
+    TESSEL_CHECK(problem.empty()) << "FromLocal on rank " << rank << ": rank " << rank << " " << problem;
+    const Shape logical = given_shape != nullptr ? *given_shape : own_shape;
+    if (!member) local = Tensor::Empty(LocalBox(logical, placement, nd_sbp, rank).shape(), dtype);
+    return MakeGlobal(local, logical, placement, nd_sbp);
+  }
+  std::vector<RankMeta> metas =
+      ExchangeMeta({layout, member && local.defined() ? own_shape.dims() : std::vector<int64_t>{}, problem});
+  std::string bad;
+  for (size_t r = 0; r < metas.size(); ++r)
+    if (!metas[r].problem.empty())
+      bad += (bad.empty() ? "" : "; ") + ("rank " + std::to_string(r) + " " + metas[r].problem);
+  TESSEL_CHECK(bad.empty()) << "FromLocal: " << bad;
+  // Everyone compares against the first member with a tensor, so every rank
+  // names the same culprits; ranks outside the placement may pass none.
+  const RankMeta& ref = metas[placement.ranks()[0]];
+  std::string odd;
+  for (size_t r = 0; r < metas.size(); ++r) {
+    const bool outsider_without_tensor =
+        !placement.Contains(static_cast<int>(r)) && metas[r].layout.find("(no tensor)") != std::string::npos;
+    if (metas[r].layout != ref.layout && !outsider_without_tensor)
+      odd += (odd.empty() ? "" : "; ") + ("rank " + std::to_string(r) + " passed " + metas[r].layout);
+  }
+  TESSEL_CHECK(odd.empty()) << "inconsistent global tensor metadata: " << odd << " but rank "
+                            << placement.ranks()[0] << " passed " << ref.layout
+                            << "; every rank must give the same placement, NdSbp and dtype";
+  const int64_t nd = static_cast<int64_t>(ref.local_shape.size());
+  std::vector<std::vector<int64_t>> shards;
+  for (int i = 0; i < placement.size(); ++i) {
+    shards.push_back(metas[placement.ranks()[i]].local_shape);
+    TESSEL_CHECK(static_cast<int64_t>(shards.back().size()) == nd)
+        << "inconsistent global tensor metadata: rank " << placement.ranks()[i] << " passed a shard of rank "
+        << shards.back().size() << " but rank " << placement.ranks()[0] << " one of rank " << nd;
+  }
+  Shape logical_shape;
+  if (logical_hint != nullptr) {
+    logical_shape = *logical_hint;
+  } else {
+    // Unsplit dimensions: the size most members agree on.
+    std::vector<int64_t> logical(nd);
+    for (int64_t d = 0; d < nd; ++d) {
+      std::map<int64_t, int> votes;
+      for (const auto& sh : shards) ++votes[sh[d]];
+      logical[d] = std::max_element(votes.begin(), votes.end(), [](auto& a, auto& b) {
+                     return a.second < b.second;
+                   })->first;
+    }
+    for (int64_t d = 0; d < nd; ++d)
+      if (nd_sbp.has_split(static_cast<int>(d)))
+        logical[d] = InferSplitDim(d, shards, placement, nd_sbp, logical);
+    logical_shape = Shape(logical);
+  }
+  std::string wrong;
   for (int i = 0; i < placement.size(); ++i) {
     Shape want = SliceOf(logical_shape, nd_sbp, placement.hierarchy(), placement.Coord(i)).shape();
-    TESSEL_CHECK(Shape(shard_dims(i)) == want)
-        << "inconsistent global tensor metadata: rank " << placement.ranks()[i] << " holds a shard of shape "
-        << Shape(shard_dims(i)) << " but " << nd_sbp << " on " << placement << " of the logical shape "
-        << logical_shape << " (inferred from all shards) gives it " << want;
+    if (Shape(shards[i]) != want) {
+      std::ostringstream os;
+      os << (wrong.empty() ? "" : "; ") << "rank " << placement.ranks()[i] << " holds a shard of shape "
+         << Shape(shards[i]) << " where " << want << " was expected";
+      wrong += os.str();
+    }
   }
-  if (!placement.Contains(rank))
-    local = Tensor::Empty(LocalBox(logical_shape, placement, nd_sbp, rank).shape(), local.dtype());
+  TESSEL_CHECK(wrong.empty()) << "inconsistent global tensor metadata: " << wrong << " (" << nd_sbp << " on "
+                              << placement << " of the logical shape " << logical_shape
+                              << ", which the other shards agree on)";
+  if (!member) local = Tensor::Empty(LocalBox(logical_shape, placement, nd_sbp, rank).shape(), dtype);
   return MakeGlobal(local, logical_shape, placement, nd_sbp);
+}
+}  // namespace
+
+Tensor FromLocal(const Tensor& local, const Placement& placement, const NdSbp& nd_sbp) {
+  return FromLocalImpl(local, placement, nd_sbp, nullptr);
+}
+
+Tensor FromLocal(const Tensor& local, const Placement& placement, const NdSbp& nd_sbp,
+                 const Shape& logical_shape) {
+  return FromLocalImpl(local, placement, nd_sbp, &logical_shape);
+}
+
+void CheckLockstep(const std::string& what, const std::string& request) {
+  if (!LockstepChecksEnabled()) return;
+  comm::Communicator& world = comm::World();
+  const uint64_t mine = Fingerprint(request);
+  std::vector<uint64_t> all(world.size());
+  world.AllGather(&mine, 1, all.data(), DType::kInt64);
+  if (std::all_of(all.begin(), all.end(), [&](uint64_t h) { return h == all[0]; })) return;
+  // Someone differs: every rank learns the same from the same exchange.
+  std::vector<std::string> requests = AllGatherText(request);
+  std::map<std::string, std::vector<int>> by_request;
+  for (size_t r = 0; r < requests.size(); ++r) by_request[requests[r]].push_back(static_cast<int>(r));
+  std::ostringstream os;
+  os << what
+     << ": ranks disagree on what they ask for (a lockstep mistake: every rank must make the same call)";
+  for (const auto& [text, ranks] : by_request)
+    os << "; " << (ranks.size() > 1 ? "ranks " : "rank ") << comm::FormatRanks(ranks) << " asked for "
+       << text;
+  TESSEL_THROW(StatusCode::kInvalidArgument) << os.str();
 }
 
 Tensor GatherLogical(const Tensor& global) {

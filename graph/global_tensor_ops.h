@@ -2,17 +2,32 @@
 // shards (with a metadata check across ranks) and gathering its value.
 #pragma once
 
+#include <string>
+
 #include "core/tensor.h"
 #include "sbp/global_tensor.h"
 
 namespace tessel {
 
 // Treats `local` as this rank's shard of a global tensor under `nd_sbp` on
-// `placement`. Ranks exchange metadata (collective over the world): the
-// logical shape is inferred from the shards (uneven splits included), and a
-// rank whose placement, NdSbp, dtype or shard shape disagrees is named in
-// the error.
+// `placement`. When the layout splits a dimension, ranks exchange metadata
+// (collective over the world): the logical shape is inferred from the shards
+// (uneven splits included), and a rank whose placement, NdSbp, dtype or
+// shard shape disagrees is named in the error, on every rank. Without a
+// split every member's shard is the whole tensor and nothing is exchanged
+// (ranks outside the placement pass a tensor of the logical shape); with
+// lockstep checks on (core/init.h) the metadata is always exchanged.
 Tensor FromLocal(const Tensor& local, const Placement& placement, const NdSbp& nd_sbp);
+// The same with the logical shape given: nothing is exchanged (each member
+// checks its own shard against it) unless lockstep checks are on. Ranks
+// outside the placement may pass an undefined tensor. For per-step inputs.
+Tensor FromLocal(const Tensor& local, const Placement& placement, const NdSbp& nd_sbp,
+                 const Shape& logical_shape);
+
+// With lockstep checks on: every rank of the world passes a description of
+// the call it is making; unless all are equal, every rank throws naming
+// which ranks asked for what. A no-op when the checks are off.
+void CheckLockstep(const std::string& what, const std::string& request);
 
 // The full logical value on every rank of the tensor's placement (partials
 // summed); an undefined tensor on other ranks. For tests and checkpoints.

@@ -34,6 +34,17 @@ std::string Key(const OpDef& op, const Attrs& attrs, const std::vector<Tensor>& 
   return os.str();
 }
 
+// The next combination (odometer order), holding replicated axes at the
+// all-B signature; false after the last combination.
+bool Advance(std::vector<size_t>* pick, const std::vector<bool>& fixed, size_t count) {
+  for (int a = static_cast<int>(pick->size()) - 1; a >= 0; --a) {
+    if (fixed[a]) continue;
+    if (++(*pick)[a] < count) return true;
+    (*pick)[a] = 0;
+  }
+  return false;
+}
+
 }  // namespace
 
 const NdSignature& InferNdSignature(const OpDef& op, const Attrs& attrs, const std::vector<Tensor>& inputs,
@@ -58,6 +69,17 @@ const NdSignature& InferNdSignature(const OpDef& op, const Attrs& attrs, const s
   double best_cost = std::numeric_limits<double>::infinity();
   int best_conversions = -1;  // -1: nothing chosen yet
   std::vector<size_t> pick(axes, 0);
+  // A mesh axis on which every input is replicated (and already in place)
+  // stays replicated: replicated inputs give a replicated output, as users
+  // of eager global tensors expect, rather than a "free" split that a later
+  // consumer (or a parameter's gradient) must gather again.
+  std::vector<bool> replicated_axis(axes, !inputs.empty());
+  for (const Tensor& t : inputs) {
+    for (int a = 0; a < axes; ++a)
+      if (t.placement() != placement || !t.nd_sbp()[a].is_broadcast()) replicated_axis[a] = false;
+  }
+  for (int a = 0; a < axes; ++a)
+    if (replicated_axis[a]) pick[a] = one.size() - 1;  // the all-B signature
   // Every combination of one 1-D signature per mesh axis.
   while (true) {
     NdSignature cand;
@@ -69,9 +91,7 @@ const NdSignature& InferNdSignature(const OpDef& op, const Attrs& attrs, const s
       for (int o = 0; o < op.num_outputs; ++o) cand.outputs[o][a] = s.outputs[o];
     }
     if (op.check_layout && !op.check_layout(attrs, specs, cand.inputs, cand.outputs, placement)) {
-      int a = axes - 1;
-      while (a >= 0 && ++pick[a] == one.size()) pick[a--] = 0;
-      if (a < 0) break;
+      if (!Advance(&pick, replicated_axis, one.size())) break;
       continue;
     }
     // Cost = boxing the inputs + writing the outputs' shards (so split
@@ -112,9 +132,7 @@ const NdSignature& InferNdSignature(const OpDef& op, const Attrs& attrs, const s
       best = cand;
       best.boxing_seconds = boxing;
     }
-    int a = axes - 1;
-    while (a >= 0 && ++pick[a] == one.size()) pick[a--] = 0;
-    if (a < 0) break;
+    if (!Advance(&pick, replicated_axis, one.size())) break;
   }
   std::lock_guard<std::mutex> lock(mu);
   return cache->emplace(key, best).first->second;

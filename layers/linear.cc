@@ -50,9 +50,12 @@ Tensor Linear::operator()(const Tensor& x_in) const {
       << " features; expected " << in_;
   Tensor y;
   switch (options_.parallel) {
-    case Parallel::kCol:
-      y = fn::matmul(x.to_global(placement, InputSbp(x, B())), weight);  // [S(0), S(last)]
-      break;
+    case Parallel::kCol: {
+      // Copied to every tp rank forwards; the input gradient (partial over
+      // tp) is all-reduced backwards: Megatron's "f".
+      const NdSbp in_sbp = InputSbp(x, B());
+      y = fn::matmul(x.to_global(placement, in_sbp, in_sbp), weight);  // [S(0), S(last)]
+    } break;
     case Parallel::kRow:
       y = fn::matmul(x.to_global(placement, InputSbp(x, S(static_cast<int>(x.ndim() - 1)))), weight);
       y = y.to_global(placement, InputSbp(y, B()));  // reduce the partial sums over tp

@@ -12,12 +12,27 @@
 namespace tessel::optim {
 
 namespace {
-bool Decays(const std::string& name) {
-  auto ends_with = [&](const std::string& suffix) {
-    return name.size() >= suffix.size() &&
-           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  return !ends_with("bias") && name.find("ln") == std::string::npos && name.find("norm") == std::string::npos;
+// Megatron's rule: biases and 1-D parameters (norm gains and shifts) are not
+// decayed; names are not searched for substrings, so a weight whose name
+// happens to contain "ln" is still decayed.
+bool Decays(const std::string& name, const Tensor& param) {
+  const std::string suffix = "bias";
+  const bool is_bias =
+      name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return !is_bias && param.ndim() >= 2;
+}
+
+// The parameter's gradient in the parameter's own layout: a partial
+// gradient (data parallel, or a replicated weight used by split compute) is
+// reduced here, once per step, and kept reduced, so that clipping and the
+// update see the same tensor and the parameter keeps its layout.
+Tensor ReducedGrad(Tensor* param) {
+  Tensor g = param->grad();
+  if (!g.defined() || !g.is_global() || !param->is_global()) return g;
+  if (g.placement() == param->placement() && g.nd_sbp() == param->nd_sbp()) return g;
+  g = g.to_global(param->placement(), param->nd_sbp());
+  param->autograd_meta()->grad = g;
+  return g;
 }
 
 Tensor ZerosLike(const Tensor& t) {
@@ -36,11 +51,17 @@ double ScalarValue(const Tensor& t) {
   TESSEL_CHECK(t.numel() == 1) << "ScalarValue of a tensor of shape " << t.shape();
   Tensor v = t.detach();
   if (v.is_global()) {
-    // Replicate it on every rank of the world: ranks outside the tensor's
-    // placement (other pipeline stages) need the value too.
-    std::vector<int> all(CurrentWorldSize());
-    for (int r = 0; r < CurrentWorldSize(); ++r) all[r] = r;
-    v = v.to_global(Placement(v.placement().device_type(), all), NdSbp{B()}).to_local();
+    const Placement& p = v.placement();
+    if (p.size() == CurrentWorldSize()) {
+      // Every rank holds a part: reducing on its own placement is enough.
+      v = v.to_global(p, NdSbp(std::vector<Sbp>(p.ndim(), B()))).to_local();
+    } else {
+      // Replicate it on every rank of the world: ranks outside the tensor's
+      // placement (other pipeline stages) need the value too.
+      std::vector<int> all(CurrentWorldSize());
+      for (int r = 0; r < CurrentWorldSize(); ++r) all[r] = r;
+      v = v.to_global(Placement(p.device_type(), all), NdSbp{B()}).to_local();
+    }
   }
   return static_cast<double>(v.ToVector<float>().at(0));
 }
@@ -57,10 +78,10 @@ void AdamW::Step() {
   ++step_;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor* p = params_[i].second;
-    Tensor g = p->grad();
+    Tensor g = ReducedGrad(p);
     if (!g.defined()) continue;
     fn::AdamWOptions o{config_.lr, config_.beta1, config_.beta2, config_.eps,
-                       Decays(params_[i].first) ? config_.weight_decay : 0.0};
+                       Decays(params_[i].first, *p) ? config_.weight_decay : 0.0};
     std::vector<Tensor> r = fn::adamw_update(p->detach(), g, exp_avg_[i], exp_avg_sq_[i], step_, o);
     Assign(p, r[0]);
     exp_avg_[i] = r[1];
@@ -77,10 +98,10 @@ void SGD::Step() {
   NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor* p = params_[i].second;
-    Tensor g = p->grad();
+    Tensor g = ReducedGrad(p);
     if (!g.defined()) continue;
     std::vector<Tensor> r = fn::sgd_update(p->detach(), g, buffers_[i], lr_, momentum_,
-                                           Decays(params_[i].first) ? weight_decay_ : 0.0, first_);
+                                           Decays(params_[i].first, *p) ? weight_decay_ : 0.0, first_);
     Assign(p, r[0]);
     buffers_[i] = r[1];
   }
@@ -90,8 +111,10 @@ void SGD::Step() {
 double ClipGradNorm(const NamedParams& params, double max_norm) {
   NoGradGuard no_grad;
   std::vector<Tensor> grads;
-  for (auto& [name, p] : params)
-    if (p->grad().defined()) grads.push_back(p->grad());
+  for (auto& [name, p] : params) {
+    Tensor g = ReducedGrad(p);
+    if (g.defined()) grads.push_back(g);
+  }
   if (grads.empty()) return 0.0;
   const double norm = ScalarValue(fn::global_norm(grads));
   const double scale = max_norm / (norm + 1e-6);

@@ -1,7 +1,8 @@
 // Optimizers over a module's named parameters, and learning-rate schedules.
-// Weight decay skips biases and norm parameters (names ending in "bias" or
-// containing "ln"/"norm"), as LiBai and Megatron do. Gradients that are
-// partial sums (data parallel) are reduced by the update op's boxing.
+// Weight decay skips biases and 1-D parameters (norm gains and shifts), as
+// Megatron does. A gradient that is not in its parameter's layout (partial
+// sums under data parallelism) is reduced into it once, by clipping or the
+// update, and parameters and optimizer state keep their layouts.
 #pragma once
 
 #include <string>

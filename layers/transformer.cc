@@ -82,7 +82,10 @@ Tensor TransformerLayer::operator()(const Tensor& x_in, const Tensor& mask) cons
 }
 
 Tensor LMLogits(const Tensor& h, const Tensor& embedding_table) {
-  return fn::matmul(ToHidden(h, embedding_table.placement()), embedding_table, false, true);
+  // The logits are split over the vocabulary (tp); the hidden input's
+  // gradient comes back partial over tp and is all-reduced here.
+  Tensor x = ToHidden(h, embedding_table.placement());
+  return fn::matmul(x.to_global(x.placement(), x.nd_sbp(), x.nd_sbp()), embedding_table, false, true);
 }
 
 Tensor ParallelCrossEntropyLoss(const Tensor& logits, const Tensor& labels, int64_t ignore_index) {

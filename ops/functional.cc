@@ -68,14 +68,20 @@ bool ClassesSplit(const Tensor& logits) {
 }
 }  // namespace
 
+// `x` (global) with its partial entries reduced: an all-reduce over the mesh
+// axes where it is partial.
+Tensor Reduced(const Tensor& x) { return x.to_global(x.placement(), x.nd_sbp().WithoutPartial()); }
+
 Tensor cross_entropy_rows(const Tensor& logits, const Tensor& labels, int64_t ignore_index) {
   if (!ClassesSplit(logits)) return One("cross_entropy", {logits, labels}, {{"ignore_index", ignore_index}});
-  // Vocab-parallel form, logits never gathered: a max and a sum over the
-  // class axis (reduced across the class-split ranks as partial max / sum of
-  // [N] vectors), and each rank picking only the labels in its columns.
-  Tensor m = max(logits, {1}, true);
-  Tensor lse = add(log(sum(exp(sub(logits, m)), {1})), reshape(m, {logits.shape()[0]}));
-  Tensor rows = sub(lse, pick(logits, labels, ignore_index));
+  // Vocab-parallel form (Megatron's), logits never gathered: three
+  // all-reduces of [N] vectors over the class-split ranks (the row max, the
+  // sum of exponentials, the label's logit), each rank picking only the
+  // labels in its columns. The max only steadies exp; the loss does not
+  // depend on it, so it takes no gradient.
+  Tensor m = Reduced(max(logits.detach(), {1}, true));
+  Tensor lse = add(log(Reduced(sum(exp(sub(logits, m)), {1}))), reshape(m, {logits.shape()[0]}));
+  Tensor rows = sub(lse, Reduced(pick(logits, labels, ignore_index)));
   Tensor label_f = cast(labels, DType::kFloat32);
   Tensor ignored = equal(label_f, add_scalar(mul_scalar(label_f, 0.0), static_cast<double>(ignore_index)));
   return where(ignored, mul_scalar(rows, 0.0), rows);
@@ -83,7 +89,17 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& labels, int64_t ig
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index) {
   // Mean over counted rows: sum(rows) / count, the count taken from labels.
   Tensor rows = cross_entropy_rows(logits, labels, ignore_index);
-  return One("masked_mean", {rows, labels}, {{"ignore_index", ignore_index}});
+  if (!rows.is_global()) return One("masked_mean", {rows, labels}, {{"ignore_index", ignore_index}});
+  // Global rows (split over data-parallel ranks): the sum and the count are
+  // reduced as two scalars instead of gathering the rows. Ignored rows are
+  // already 0, so when every row is ignored the loss is 0 / 1.
+  Tensor label_f = cast(labels, DType::kFloat32);
+  Tensor zeros = mul_scalar(label_f, 0.0);
+  Tensor kept = where(equal(label_f, add_scalar(zeros, static_cast<double>(ignore_index))), zeros,
+                      add_scalar(zeros, 1.0));
+  Tensor count = Reduced(sum(kept, {}));
+  Tensor none = cast(equal(count, mul_scalar(count, 0.0)), DType::kFloat32);
+  return div(Reduced(sum(rows, {})), add(count, none));
 }
 Tensor reshape(const Tensor& x, const Shape& shape) { return One("reshape", {x}, {{"shape", shape.dims()}}); }
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
@@ -145,15 +161,26 @@ Tensor pick(const Tensor& x, const Tensor& labels, int64_t ignore_index) {
 Tensor patchify(const Tensor& images, int64_t patch) { return One("patchify", {images}, {{"patch", patch}}); }
 Tensor global_norm(const std::vector<Tensor>& xs) {
   TESSEL_CHECK(!xs.empty()) << "global_norm of no tensors";
-  Tensor total;
+  // Sums of squares are added per placement first (a split tensor's sum is a
+  // partial, added to the others without communicating), so only one scalar
+  // per placement (pipeline stage) moves to the first placement.
+  std::vector<Tensor> per_placement;
   for (const Tensor& x : xs) {
     Tensor sq = sum(mul(x, x), {});
-    // Tensors may live on different placements (pipeline stages): bring each
-    // sum of squares to the first one's placement, replicated.
-    if (total.defined() && sq.is_global() && sq.placement() != total.placement()) {
-      sq = sq.to_global(total.placement(), NdSbp(std::vector<Sbp>(total.placement().ndim(), B())));
+    bool added = false;
+    for (Tensor& t : per_placement) {
+      if (!sq.is_global() || !t.is_global() || t.placement() == sq.placement()) {
+        t = add(t, sq);
+        added = true;
+        break;
+      }
     }
-    total = total.defined() ? add(total, sq) : sq;
+    if (!added) per_placement.push_back(sq);
+  }
+  Tensor total = per_placement[0];
+  for (size_t i = 1; i < per_placement.size(); ++i) {
+    total = add(total, per_placement[i].to_global(total.placement(),
+                                                  NdSbp(std::vector<Sbp>(total.placement().ndim(), B()))));
   }
   return sqrt(total);
 }

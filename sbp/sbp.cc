@@ -113,4 +113,11 @@ void NdSbp::Check(int64_t tensor_ndim, int64_t mesh_ndim) const {
 std::ostream& operator<<(std::ostream& os, const Sbp& sbp) { return os << sbp.ToString(); }
 std::ostream& operator<<(std::ostream& os, const NdSbp& nd_sbp) { return os << nd_sbp.ToString(); }
 
+NdSbp GradientSbp(const NdSbp& value, const NdSbp& grad) {
+  NdSbp out = value;
+  for (int a = 0; a < value.size() && a < grad.size(); ++a)
+    if (value[a].is_partial()) out[a] = grad[a];
+  return out;
+}
+
 }  // namespace tessel

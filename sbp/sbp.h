@@ -85,6 +85,13 @@ class NdSbp {
   std::vector<Sbp> sbps_;
 };
 
+// The layout a gradient is given for a value laid out as `value`, when it
+// arrives laid out as `grad`: the value's own on every axis except where the
+// value is partial. Every summand of a partial value gets the whole gradient,
+// so there the gradient keeps its own entry (typically B) instead of being
+// made partial, which would only defer a reduction to whoever consumes it.
+NdSbp GradientSbp(const NdSbp& value, const NdSbp& grad);
+
 std::ostream& operator<<(std::ostream& os, const Sbp& sbp);
 std::ostream& operator<<(std::ostream& os, const NdSbp& nd_sbp);
 

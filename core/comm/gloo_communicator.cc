@@ -15,6 +15,7 @@
 #include <functional>
 #include <thread>
 
+#include "core/comm/comm_trace.h"
 #include "core/comm/flight_recorder.h"
 #include "core/error.h"
 
@@ -143,10 +144,15 @@ void GlooCommunicator::Guard(const std::string& op, int64_t bytes, Fn&& fn, int 
       << what_op << " on " << Describe() << ": the group was closed (the world has shut down)";
   FlightRecorder& recorder = FlightRecorder::Get();
   uint64_t token = 0;
+  CommTrace& trace = CommTrace::Get();
   if (p2p_peer < 0) {
     token = recorder.Begin(op, world_ranks_, ++seq_, bytes);
+    if (trace.enabled() && op != "connect") trace.Record(op.c_str(), world_ranks_, bytes);
   } else {
     token = recorder.Begin(op, {world_ranks_[rank_], world_ranks_[p2p_peer]}, ++p2p_seq_[p2p_peer], bytes);
+    // Posting is bookkeeping; the transfer is traced when it is waited for.
+    if (trace.enabled() && op.rfind("post_", 0) != 0)
+      trace.Record(op.c_str(), {world_ranks_[rank_], world_ranks_[p2p_peer]}, bytes);
   }
   try {
     fn();

@@ -1,13 +1,15 @@
 // Exhaustive boxing check. For every source and destination NdSbp (S over
 // every tensor dimension, B, P) it builds a tensor under the source layout
 // (P sources are split into summands that add up to the original), converts
-// it with to_global, gathers the logical value and compares it with the
-// original on every rank. Launched with tessel-launch; --suite picks
+// it with to_global and checks every rank's shard against SliceOf and the
+// sums across ranks against the original (see CheckPair): the check itself
+// uses no boxing. Launched with tessel-launch; --suite picks
 //   mesh:  one mesh (--mesh 2,2) and its placement over all ranks
 //   cross: conversions between different placements (needs 6 ranks)
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include <cmath>
 #include <sstream>
 
 #include "core/comm/process_group.h"
@@ -65,9 +67,37 @@ Tensor MakeSource(const Shape& shape, const Placement& placement, const NdSbp& n
   return t;
 }
 
+// The flat (row-major) indices of the elements of `box` in `shape`, in the
+// box's own row-major order.
+std::vector<int64_t> FlatIndices(const Shape& shape, const Box& box) {
+  std::vector<int64_t> out;
+  out.reserve(box.numel());
+  std::vector<int64_t> strides = shape.ContiguousStrides(), idx(shape.ndim(), 0);
+  for (int64_t i = 0; i < box.numel(); ++i) {
+    int64_t flat = 0;
+    for (int64_t d = 0; d < shape.ndim(); ++d) flat += (box[d].begin + idx[d]) * strides[d];
+    out.push_back(flat);
+    for (int64_t d = shape.ndim() - 1; d >= 0; --d) {
+      if (++idx[d] < box[d].size()) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+// Results are checked without boxing (which is what is under test):
+//  - locally: every rank's shard of a non-partial result equals the slice of
+//    the original that SliceOf gives its mesh coordinate, element by element;
+//  - across ranks: every rank adds its shard at its box into a buffer of the
+//    logical size, one segment per pair, and a single all-reduce at the end
+//    sums the segments; each element must come to the original times the
+//    number of copies the layout keeps (partial summands add up to one).
 struct Tally {
   int64_t pairs = 0;
   int64_t failures = 0;
+  std::vector<float> placed, expected;
+  std::vector<std::string> names;  // per pair, for messages
+  std::vector<int64_t> offsets;    // per pair: where its segment starts
 };
 
 void CheckPair(const Shape& shape, const Placement& src_p, const NdSbp& src, const Placement& dst_p,
@@ -75,17 +105,64 @@ void CheckPair(const Shape& shape, const Placement& src_p, const NdSbp& src, con
   ++tally->pairs;
   Tensor x = MakeSource(shape, src_p, src);
   Tensor y = x.to_global(dst_p, dst);
+  const int rank = CurrentRank();
   bool ok = y.placement() == dst_p && y.nd_sbp() == dst && y.shape() == shape;
-  Tensor value = GatherLogical(y);
-  if (dst_p.Contains(CurrentRank())) {
-    const float* v = value.data<float>();
-    for (int64_t i = 0; i < shape.numel() && ok; ++i) ok = v[i] == static_cast<float>(i);
+  const int64_t offset = static_cast<int64_t>(tally->placed.size());
+  tally->offsets.push_back(offset);
+  std::ostringstream name;
+  name << shape << " " << src << " on " << src_p << " -> " << dst << " on " << dst_p;
+  tally->names.push_back(name.str());
+  tally->placed.resize(offset + shape.numel(), 0.f);
+  tally->expected.resize(offset + shape.numel(), 0.f);
+  int64_t partial_group = 1;
+  for (int a = 0; a < dst.size(); ++a)
+    if (dst[a].is_partial()) partial_group *= dst_p.hierarchy()[a];
+  // Expected sums: each element times the ranks holding it, over the ranks
+  // that share one partial sum.
+  for (int i = 0; i < dst_p.size(); ++i) {
+    Box box = SliceOf(shape, dst, dst_p.hierarchy(), dst_p.Coord(i));
+    for (int64_t flat : FlatIndices(shape, box))
+      tally->expected[offset + flat] += static_cast<float>(flat) / static_cast<float>(partial_group);
+  }
+  if (dst_p.Contains(rank)) {
+    Box box = SliceOf(shape, dst, dst_p.hierarchy(), dst_p.Coord(dst_p.IndexOf(rank)));
+    Tensor local = y.to_local();
+    ok = ok && local.shape() == box.shape();
+    if (ok) {
+      const float* v = local.data<float>();
+      std::vector<int64_t> flats = FlatIndices(shape, box);
+      for (size_t j = 0; j < flats.size(); ++j) {
+        tally->placed[offset + flats[j]] += v[j];
+        if (!dst.has_partial()) ok = ok && v[j] == static_cast<float>(flats[j]);
+      }
+    }
   }
   if (!ok) {
     ++tally->failures;
     if (tally->failures <= 5) {
-      LOG(ERROR) << "rank " << CurrentRank() << ": wrong value after "
+      LOG(ERROR) << "rank " << rank << ": wrong shard after "
                  << GetBoxingPlan(src_p, src, dst_p, dst, shape, DType::kFloat32).Explain();
+    }
+  }
+}
+
+// The cross-rank half of the check: one all-reduce for every pair.
+void CheckSums(Tally* tally) {
+  auto& world = comm::World();
+  world.AllReduce(tally->placed.data(), static_cast<int64_t>(tally->placed.size()), DType::kFloat32,
+                  comm::ReduceOp::kSum);
+  for (size_t p = 0; p < tally->offsets.size(); ++p) {
+    const int64_t begin = tally->offsets[p];
+    const int64_t end = p + 1 < tally->offsets.size() ? tally->offsets[p + 1] : tally->placed.size();
+    for (int64_t i = begin; i < end; ++i) {
+      if (std::abs(tally->placed[i] - tally->expected[i]) > 1e-3f * (1 + std::abs(tally->expected[i]))) {
+        ++tally->failures;
+        if (tally->failures <= 5 && world.rank() == 0) {
+          LOG(ERROR) << "element " << i - begin << " sums to " << tally->placed[i] << " over the ranks, "
+                     << tally->expected[i] << " expected, after " << tally->names[p];
+        }
+        break;
+      }
     }
   }
 }
@@ -133,6 +210,7 @@ int Run() {
       if (world.rank() == 0) LOG(INFO) << c.name << ": " << tally.pairs - before << " pairs";
     }
   }
+  CheckSums(&tally);
   int64_t failures = tally.failures;
   world.AllReduce(&failures, 1, DType::kInt64, comm::ReduceOp::kSum);
   if (world.rank() == 0) {
