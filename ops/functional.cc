@@ -147,7 +147,11 @@ Tensor cast(const Tensor& x, DType dtype) {
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) { return One("where", {cond, a, b}); }
 Tensor equal(const Tensor& a, const Tensor& b) { return One("equal", {a, b}); }
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
-  return where(mask, add_scalar(mul_scalar(x, 0.0), value), x);
+  // A broadcast scalar, not x * 0 + value (which is NaN where x is inf).
+  Tensor v = x.is_global() ? full(Shape{1}, value, x.placement(),
+                                  NdSbp(std::vector<Sbp>(x.placement().ndim(), B())), x.dtype())
+                           : full(Shape{1}, value, x.dtype());
+  return where(mask, v, x);
 }
 Tensor sqrt(const Tensor& x) { return One("sqrt", {x}); }
 Tensor dropout(const Tensor& x, double p, int64_t seed, int64_t offset) {

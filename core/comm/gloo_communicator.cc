@@ -11,6 +11,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -50,6 +51,41 @@ class GroupStore : public gloo::rendezvous::Store {
 
 using ReduceFn = std::function<void(void*, const void*, const void*, size_t)>;
 
+// max that propagates NaN whichever operand holds it (PyTorch's max does;
+// std::max's answer depends on the operand order, so on the rank order).
+template <typename T>
+T MaxOf(T x, T y) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(x)) return x;
+    if (std::isnan(y)) return y;
+  }
+  return x < y ? y : x;
+}
+
+bool IsHalf(DType dtype) { return dtype == DType::kFloat16 || dtype == DType::kBFloat16; }
+
+// Half-precision sums are reduced in f32 and rounded once at the end, as
+// NCCL does: rounding after every pairwise step loses small summands (bf16
+// 1 + 3 * 2^-9 would stay 1).
+std::vector<float> Widen(const void* p, int64_t n, DType dtype) {
+  std::vector<float> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = dtype == DType::kFloat16 ? static_cast<float>(static_cast<const Float16*>(p)[i])
+                                      : static_cast<float>(static_cast<const BFloat16*>(p)[i]);
+  }
+  return out;
+}
+
+void Narrow(const float* in, int64_t n, void* p, DType dtype) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (dtype == DType::kFloat16) {
+      static_cast<Float16*>(p)[i] = Float16(in[i]);
+    } else {
+      static_cast<BFloat16*>(p)[i] = BFloat16(in[i]);
+    }
+  }
+}
+
 template <typename T>
 ReduceFn MakeReduce(ReduceOp op) {
   return [op](void* out, const void* a, const void* b, size_t n) {
@@ -57,10 +93,10 @@ ReduceFn MakeReduce(ReduceOp op) {
     const auto* x = static_cast<const T*>(a);
     const auto* y = static_cast<const T*>(b);
     if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
-      // Reduce in f32 and round once, as NCCL does for half types.
+      // Only reached for max (sums of half types run in f32, see IsHalf).
       for (size_t i = 0; i < n; ++i) {
         float fx = static_cast<float>(x[i]), fy = static_cast<float>(y[i]);
-        o[i] = T(op == ReduceOp::kSum ? fx + fy : std::max(fx, fy));
+        o[i] = T(op == ReduceOp::kSum ? fx + fy : MaxOf(fx, fy));
       }
     } else if constexpr (std::is_same_v<T, bool>) {
       for (size_t i = 0; i < n; ++i) o[i] = x[i] || y[i];  // sum and max of bools are both "any"
@@ -68,7 +104,7 @@ ReduceFn MakeReduce(ReduceOp op) {
       if (op == ReduceOp::kSum) {
         for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
       } else {
-        for (size_t i = 0; i < n; ++i) o[i] = std::max(x[i], y[i]);
+        for (size_t i = 0; i < n; ++i) o[i] = MaxOf(x[i], y[i]);
       }
     }
   };
@@ -187,6 +223,12 @@ void GlooCommunicator::Guard(const std::string& op, int64_t bytes, Fn&& fn, int 
 
 void GlooCommunicator::AllReduce(void* buf, int64_t count, DType dtype, ReduceOp op) {
   if (count == 0) return;
+  if (IsHalf(dtype) && op == ReduceOp::kSum) {
+    std::vector<float> wide = Widen(buf, count, dtype);
+    AllReduce(wide.data(), count, DType::kFloat32, op);
+    Narrow(wide.data(), count, buf, dtype);
+    return;
+  }
   Guard("all_reduce", count * static_cast<int64_t>(ElementSize(dtype)), [&] {
     gloo::AllreduceOptions opts(context_);
     opts.setTimeout(timeout_);
@@ -248,6 +290,15 @@ void GlooCommunicator::ReduceScatterV(const void* in, void* out, const std::vect
   AllToAllV(in, counts, blocks.data(), recv_counts, dtype);
   if (mine == 0) return;
   const size_t block_bytes = static_cast<size_t>(mine) * esize;
+  if (IsHalf(dtype) && op == ReduceOp::kSum) {
+    std::vector<float> sum(static_cast<size_t>(mine), 0.f);
+    for (int r = 0; r < size(); ++r) {
+      std::vector<float> block = Widen(blocks.data() + r * block_bytes, mine, dtype);
+      for (int64_t i = 0; i < mine; ++i) sum[i] += block[i];
+    }
+    Narrow(sum.data(), mine, out, dtype);
+    return;
+  }
   std::memcpy(out, blocks.data(), block_bytes);
   ReduceFn reduce = GetReduce(dtype, op);
   for (int r = 1; r < size(); ++r)

@@ -129,11 +129,15 @@ void RegisterMax() {
     return std::vector<Tensor>{
         cpu::Reduce(cpu::ReduceOp::kMax, in[0], a.Get<std::vector<int64_t>>("axes"), a.Get<bool>("keepdim"))};
   };
-  // The gradient goes to the positions equal to the maximum.
+  // The gradient goes to the positions equal to the maximum, split evenly
+  // between ties (as PyTorch's amax does), so the input gradient sums to
+  // the output gradient.
   max.grad = [](const GradContext& c) {
-    Tensor y = ExpandBack(c.outputs[0], c.inputs[0], c.attrs);
-    Tensor g = ExpandBack(c.grad_outputs[0], c.inputs[0], c.attrs);
-    return std::vector<Tensor>{fn::where(fn::equal(c.inputs[0], y), g, fn::mul_scalar(g, 0.0))};
+    const Tensor& x = c.inputs[0];
+    Tensor tie = fn::cast(fn::equal(x, ExpandBack(c.outputs[0], x, c.attrs)), x.dtype());
+    Tensor ties = fn::sum(tie, c.attrs.Get<std::vector<int64_t>>("axes"), c.attrs.Get<bool>("keepdim"));
+    Tensor share = fn::div(c.grad_outputs[0], ties);
+    return std::vector<Tensor>{fn::mul(ExpandBack(share, x, c.attrs), tie)};
   };
   RegisterOp(std::move(max));
 }

@@ -72,5 +72,12 @@ int main(int argc, char** argv) {
   int64_t v = rank + 1;
   world.AllReduce(&v, 1, tessel::DType::kInt64, tessel::comm::ReduceOp::kSum);
   std::printf("all_reduce result %lld\n", static_cast<long long>(v));
+  // 1 + 2 + ... + world: a wrong sum fails the run (and the ctest using it).
+  const int64_t n = world.size(), want = n * (n + 1) / 2;
+  if (v != want) {
+    std::fprintf(stderr, "all_reduce gave %lld, expected %lld\n", static_cast<long long>(v),
+                 static_cast<long long>(want));
+    return 1;
+  }
   return 0;
 }

@@ -112,6 +112,14 @@ def run(op, ins, a):
     raise ValueError(f"unknown op {op}")
 
 
+def save(path, t):
+    """Raw f32 data, and PyTorch's own shape beside it (path.shape), so the
+    test compares shapes instead of reading the data with its own."""
+    t.numpy().astype(np.float32).tofile(path)
+    with open(path + ".shape", "w") as f:
+        f.write(" ".join(str(d) for d in t.shape))
+
+
 def main(d):
     torch.set_num_threads(1)
     with open(os.path.join(d, "cases.json")) as f:
@@ -119,13 +127,13 @@ def main(d):
     for case in cases:
         ins = [load(d, s) for s in case["inputs"]]
         out = run(case["op"], ins, case["attrs"])
-        out.detach().numpy().astype(np.float32).tofile(os.path.join(d, case["name"] + ".out"))
+        save(os.path.join(d, case["name"] + ".out"), out.detach())
         wanted = [t for t in ins if t.requires_grad]
         if wanted:
             dy = load(d, {"file": case["name"] + ".dy", "shape": list(out.shape), "dtype": "f32"})
             grads = torch.autograd.grad(out, wanted, grad_outputs=dy)
             for i, g in enumerate(grads):
-                g.numpy().astype(np.float32).tofile(os.path.join(d, f"{case['name']}.grad{i}"))
+                save(os.path.join(d, f"{case['name']}.grad{i}"), g)
 
 
 if __name__ == "__main__":

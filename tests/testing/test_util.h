@@ -46,13 +46,26 @@ inline std::vector<NdSbp> AllNdSbps(int mesh_ndim, int64_t tensor_ndim) {
 // each element where it is large, to the tensor's typical size where it is
 // tiny. The parity tests require <= 1e-5.
 inline double RelError(const Tensor& got, const Tensor& want) {
+  // Different shapes (not just element counts) never match.
+  if (got.shape() != want.shape()) return INFINITY;
   std::vector<float> a = got.ToVector<float>(), b = want.ToVector<float>();
-  if (a.size() != b.size()) return INFINITY;
   double mean = 0, worst = 0;
-  for (float v : b) mean += std::abs(v);
-  mean = std::max(mean / static_cast<double>(std::max<size_t>(b.size(), 1)), 1e-12);
+  size_t finite = 0;
+  for (float v : b) {
+    if (std::isfinite(v)) mean += std::abs(v), ++finite;
+  }
+  mean = std::max(mean / static_cast<double>(std::max<size_t>(finite, 1)), 1e-12);
   for (size_t i = 0; i < b.size(); ++i) {
-    if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
+    // NaN must meet NaN and an infinity the same infinity; neither may
+    // scale the tolerance of the finite elements.
+    if (std::isnan(a[i]) || std::isnan(b[i])) {
+      if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
+      continue;
+    }
+    if (std::isinf(a[i]) || std::isinf(b[i])) {
+      if (a[i] != b[i]) return INFINITY;
+      continue;
+    }
     worst = std::max(
         worst, std::abs(static_cast<double>(a[i]) - b[i]) / (std::abs(static_cast<double>(b[i])) + mean));
   }
