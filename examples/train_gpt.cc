@@ -11,6 +11,8 @@
 #include <cstdio>
 
 #include "core/comm/comm_trace.h"
+#include "graph/boxing_executor.h"
+#include "graph/sbp_inference.h"
 #include "layers/optimizer.h"
 #include "models/gpt.h"
 
@@ -19,6 +21,9 @@ DEFINE_int64(pp, 1, "pipeline parallel size: layers spread over stages, run one 
 DEFINE_int64(steps, 20, "training steps");
 DEFINE_int64(batch, 8, "sequences per step");
 DEFINE_double(lr, 3e-3, "peak learning rate (warmup 3 steps, then cosine)");
+DEFINE_int64(
+    report_memory_every, 0,
+    "every this many steps, print rank 0's resident memory and the dispatch caches' sizes (0: never)");
 DEFINE_bool(
     comm_trace, false,
     "print, per step and rank, the collectives and transfers the step issued (op, group, calls, bytes)");
@@ -26,6 +31,15 @@ DEFINE_bool(
 using namespace tessel;
 
 namespace {
+int64_t ResidentKiB() {
+  long pages = 0, resident = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return resident * 4;  // 4 KiB pages
+}
+
 // Learnable synthetic data: each sequence walks the vocabulary with a fixed
 // stride from a random start; the label is the next token.
 void MakeBatch(int64_t step, int64_t batch, int64_t seq, int64_t vocab, Tensor* ids, Tensor* labels) {
@@ -66,6 +80,12 @@ int main(int argc, char** argv) {
     if (dist::Rank() == 0) {
       std::printf("step %ld loss %.7f grad_norm %.5f lr %.6f\n", static_cast<long>(step), value, grad_norm,
                   adamw.lr());
+      std::fflush(stdout);
+    }
+    if (FLAGS_report_memory_every > 0 && (step + 1) % FLAGS_report_memory_every == 0 && dist::Rank() == 0) {
+      std::printf("step %ld memory rss_kib %ld signatures %zu/%zu boxing_plans %zu/%zu\n",
+                  static_cast<long>(step), static_cast<long>(ResidentKiB()), SignatureCacheSize(),
+                  kSignatureCacheCapacity, BoxingPlanCacheSize(), kBoxingPlanCacheCapacity);
       std::fflush(stdout);
     }
     if (FLAGS_comm_trace) {

@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 
+#include "core/bounded_cache.h"
 #include "core/box_copy.h"
 #include "core/comm/process_group.h"
 #include "core/error.h"
@@ -193,19 +194,26 @@ Tensor ExecuteBoxing(const Tensor& input, const BoxingPlan& plan) {
   return MakeGlobal(cur.data, plan.shape, plan.dst_placement, plan.dst);
 }
 
-const BoxingPlan& GetBoxingPlan(const Placement& src_placement, const NdSbp& src,
-                                const Placement& dst_placement, const NdSbp& dst, const Shape& shape,
-                                DType dtype) {
-  static std::mutex mu;
-  static std::map<std::string, BoxingPlan>* cache = new std::map<std::string, BoxingPlan>();
+namespace {
+BoundedCache<std::string, std::shared_ptr<const BoxingPlan>>& PlanCache() {
+  static auto* cache =
+      new BoundedCache<std::string, std::shared_ptr<const BoxingPlan>>(kBoxingPlanCacheCapacity);
+  return *cache;
+}
+}  // namespace
+
+std::shared_ptr<const BoxingPlan> GetBoxingPlan(const Placement& src_placement, const NdSbp& src,
+                                                const Placement& dst_placement, const NdSbp& dst,
+                                                const Shape& shape, DType dtype) {
   std::string key = src_placement.ToString() + src.ToString() + ">" + dst_placement.ToString() +
                     dst.ToString() + shape.ToString() + std::string(DTypeName(dtype));
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache->find(key);
-  if (it == cache->end()) {
-    it = cache->emplace(key, PlanBoxing(src_placement, src, dst_placement, dst, shape, dtype)).first;
-  }
-  return it->second;
+  if (auto hit = PlanCache().Get(key)) return *hit;
+  auto plan =
+      std::make_shared<const BoxingPlan>(PlanBoxing(src_placement, src, dst_placement, dst, shape, dtype));
+  PlanCache().Put(key, plan);
+  return plan;
 }
+
+size_t BoxingPlanCacheSize() { return PlanCache().size(); }
 
 }  // namespace tessel

@@ -1,6 +1,8 @@
 // Carries out a boxing plan (sbp/boxing_plan.h) with the communicator.
 #pragma once
 
+#include <memory>
+
 #include "core/tensor.h"
 #include "sbp/boxing_plan.h"
 
@@ -11,9 +13,13 @@ namespace tessel {
 // lockstep; ranks outside a step's placement skip that step.
 Tensor ExecuteBoxing(const Tensor& input, const BoxingPlan& plan);
 
-// The plan for a conversion, cached by (layouts, shape, dtype).
-const BoxingPlan& GetBoxingPlan(const Placement& src_placement, const NdSbp& src,
-                                const Placement& dst_placement, const NdSbp& dst, const Shape& shape,
-                                DType dtype);
+// The plan for a conversion, cached by (layouts, shape, dtype) in a cache of
+// at most kBoxingPlanCacheCapacity plans (least recently used evicted).
+constexpr size_t kBoxingPlanCacheCapacity = 4096;
+std::shared_ptr<const BoxingPlan> GetBoxingPlan(const Placement& src_placement, const NdSbp& src,
+                                                const Placement& dst_placement, const NdSbp& dst,
+                                                const Shape& shape, DType dtype);
+// Plans cached now (for tests and reports).
+size_t BoxingPlanCacheSize();
 
 }  // namespace tessel

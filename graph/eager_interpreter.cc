@@ -51,7 +51,8 @@ std::vector<Tensor> RunGlobal(const OpDef& op, const std::vector<Tensor>& inputs
         << "op '" << op.name << "': inputs are on different placements (" << Describe(op, inputs)
         << "); move them to one placement with to_global first";
   }
-  const NdSignature& sig = InferNdSignature(op, attrs, inputs, placement);
+  const std::shared_ptr<const NdSignature> sig_ref = InferNdSignature(op, attrs, inputs, placement);
+  const NdSignature& sig = *sig_ref;
   const int rank = CurrentRank();
   std::vector<Tensor> locals;
   std::vector<TensorSpec> local_specs;
@@ -193,7 +194,7 @@ class EagerInterpreter final : public Interpreter {
         const NdSbp want = GradientSbp(x.nd_sbp(), g.nd_sbp());
         if (g.nd_sbp() == want) continue;
         if (GetBoxingPlan(g.placement(), g.nd_sbp(), x.placement(), want, g.shape(), g.dtype())
-                .bytes_per_rank() == 0) {
+                ->bytes_per_rank() == 0) {
           g = g.to_global(x.placement(), want);
         }
       }

@@ -68,7 +68,7 @@ Tensor ToGlobal(const Tensor& in, const Placement& placement, const NdSbp& nd_sb
       VLOG(1) << "to_global boxes " << in.shape() << " " << in.nd_sbp() << " on " << in.placement() << " -> "
               << nd_sbp << " on " << placement;
       out = ExecuteBoxing(
-          in, GetBoxingPlan(in.placement(), in.nd_sbp(), placement, nd_sbp, in.shape(), in.dtype()));
+          in, *GetBoxingPlan(in.placement(), in.nd_sbp(), placement, nd_sbp, in.shape(), in.dtype()));
     }
   }
   RecordLayoutChange(in, &out, placement, nd_sbp, grad_sbp);

@@ -3,9 +3,10 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <mutex>
+#include <memory>
 #include <sstream>
 
+#include "core/bounded_cache.h"
 #include "core/error.h"
 #include "graph/boxing_executor.h"
 #include "sbp/slice.h"
@@ -28,10 +29,16 @@ constexpr double kComputeBytesPerSecond = 10e9;
 
 std::string Key(const OpDef& op, const Attrs& attrs, const std::vector<Tensor>& inputs, const Placement& p) {
   std::ostringstream os;
-  os << op.name << attrs.ToString() << p;
+  os << op.name << (op.layout_attrs ? attrs.Only(*op.layout_attrs) : attrs).ToString() << p;
   for (const Tensor& t : inputs)
     os << "|" << t.placement() << t.nd_sbp() << t.shape() << DTypeName(t.dtype());
   return os.str();
+}
+
+BoundedCache<std::string, std::shared_ptr<const NdSignature>>& SignatureCache() {
+  static auto* cache =
+      new BoundedCache<std::string, std::shared_ptr<const NdSignature>>(kSignatureCacheCapacity);
+  return *cache;
 }
 
 // The next combination (odometer order), holding replicated axes at the
@@ -47,16 +54,13 @@ bool Advance(std::vector<size_t>* pick, const std::vector<bool>& fixed, size_t c
 
 }  // namespace
 
-const NdSignature& InferNdSignature(const OpDef& op, const Attrs& attrs, const std::vector<Tensor>& inputs,
-                                    const Placement& placement) {
-  static std::mutex mu;
-  static auto* cache = new std::map<std::string, NdSignature>();
+size_t SignatureCacheSize() { return SignatureCache().size(); }
+
+std::shared_ptr<const NdSignature> InferNdSignature(const OpDef& op, const Attrs& attrs,
+                                                    const std::vector<Tensor>& inputs,
+                                                    const Placement& placement) {
   const std::string key = Key(op, attrs, inputs, placement);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache->find(key);
-    if (it != cache->end()) return it->second;
-  }
+  if (auto hit = SignatureCache().Get(key)) return *hit;
   std::vector<TensorSpec> specs;
   for (const Tensor& t : inputs) specs.push_back({t.shape(), t.dtype()});
   std::vector<SbpSignature> one = op.sbp ? op.sbp(specs, attrs) : std::vector<SbpSignature>{};
@@ -104,7 +108,7 @@ const NdSignature& InferNdSignature(const OpDef& op, const Attrs& attrs, const s
       ++conversions;
       boxing += GetBoxingPlan(inputs[i].placement(), inputs[i].nd_sbp(), placement, cand.inputs[i],
                               inputs[i].shape(), inputs[i].dtype())
-                    .seconds();
+                    ->seconds();
     }
     double compute = 0;
     for (int o = 0; o < op.num_outputs; ++o) {
@@ -134,8 +138,9 @@ const NdSignature& InferNdSignature(const OpDef& op, const Attrs& attrs, const s
     }
     if (!Advance(&pick, replicated_axis, one.size())) break;
   }
-  std::lock_guard<std::mutex> lock(mu);
-  return cache->emplace(key, best).first->second;
+  auto sig = std::make_shared<const NdSignature>(std::move(best));
+  SignatureCache().Put(key, sig);
+  return sig;
 }
 
 }  // namespace tessel

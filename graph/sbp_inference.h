@@ -6,6 +6,7 @@
 // it writes (split compute beats replicated), ties to fewer conversions.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,9 +22,15 @@ struct NdSignature {
   std::string ToString() const;
 };
 
-// Cached per (op, attrs, input layouts). Throws naming the op, the inputs'
-// layouts and what was tried if nothing fits.
-const NdSignature& InferNdSignature(const OpDef& op, const Attrs& attrs, const std::vector<Tensor>& inputs,
-                                    const Placement& placement);
+// Cached per (op, its layout attributes, input layouts) in a cache of at
+// most kSignatureCacheCapacity entries (least recently used evicted).
+// Throws naming the op, the inputs' layouts and what was tried if nothing
+// fits.
+constexpr size_t kSignatureCacheCapacity = 4096;
+std::shared_ptr<const NdSignature> InferNdSignature(const OpDef& op, const Attrs& attrs,
+                                                    const std::vector<Tensor>& inputs,
+                                                    const Placement& placement);
+// Signatures cached now (for tests and reports).
+size_t SignatureCacheSize();
 
 }  // namespace tessel

@@ -46,6 +46,15 @@ template const double& Attrs::Get<double>(const std::string&) const;
 template const std::vector<int64_t>& Attrs::Get<std::vector<int64_t>>(const std::string&) const;
 template const std::string& Attrs::Get<std::string>(const std::string&) const;
 
+Attrs Attrs::Only(const std::vector<std::string>& names) const {
+  Attrs out;
+  for (const std::string& n : names) {
+    auto it = values_.find(n);
+    if (it != values_.end()) out.values_.emplace(n, it->second);
+  }
+  return out;
+}
+
 std::string Attrs::ToString() const {
   std::ostringstream os;
   os << "{";

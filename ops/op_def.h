@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -35,6 +36,8 @@ class Attrs {
   template <typename T>
   const T& Get(const std::string& name) const;
   std::string ToString() const;
+  // Only the named attributes (those present), e.g. for cache keys.
+  Attrs Only(const std::vector<std::string>& names) const;
 
  private:
   std::map<std::string, AttrValue> values_;
@@ -93,6 +96,12 @@ struct OpDef {
   std::function<bool(const Attrs&, const std::vector<TensorSpec>& inputs, const std::vector<NdSbp>& in_sbp,
                      const std::vector<NdSbp>& out_sbp, const Placement& placement)>
       check_layout;
+  // The attributes that shape inference, the SBP signatures and
+  // check_layout read; only these key the dispatch caches. Unset: all of
+  // them. Ops whose attributes change every call (a learning rate, a step,
+  // a random offset, a scale) list only the others, so a training step
+  // reuses its signatures instead of adding and searching new ones.
+  std::optional<std::vector<std::string>> layout_attrs;
   std::map<DeviceType, Kernel> kernels;
   std::function<std::vector<Tensor>(const GradContext&)> grad;  // unset: not differentiable
 };

@@ -38,6 +38,7 @@ void RegisterScalar(const std::string& name, cpu::BinaryOp op, bool partial_ok, 
   def.inputs = {"a"};
   def.infer = defs::SameAsInput;
   def.sbp = partial_ok ? defs::SplitAnyDimOrPartial : defs::SplitAnyDim;
+  def.layout_attrs = std::vector<std::string>{};  // the scalar (a clipping scale, say) changes per call
   def.kernels[DeviceType::kCPU] = [op](const std::vector<Tensor>& in, const Attrs& a) {
     return std::vector<Tensor>{cpu::BinaryScalar(op, in[0], a.Get<double>("scalar"))};
   };

@@ -22,7 +22,8 @@ void RegisterDropout() {
     defs::CheckFloat("dropout", in[0], "x");
     return std::vector<TensorSpec>{in[0]};
   };
-  def.sbp = defs::SplitAnyDimOrPartial;  // for a fixed mask, linear in x
+  def.sbp = defs::SplitAnyDimOrPartial;           // for a fixed mask, linear in x
+  def.layout_attrs = std::vector<std::string>{};  // p, seed and offset do not change the layout
   // The mask is keyed by logical position: tell the kernel where the shard is.
   def.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
     Attrs out = a;
@@ -224,6 +225,7 @@ void RegisterOptimizerUpdates() {
     return std::vector<TensorSpec>{in[0], in[0], in[0]};
   };
   adamw.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) { return SameLayout(in, 3); };
+  adamw.layout_attrs = std::vector<std::string>{};  // lr and step change every step
   adamw.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
     return cpu::AdamWUpdate(in[0], in[1], in[2], in[3],
                             {a.Get<double>("lr"), a.Get<double>("beta1"), a.Get<double>("beta2"),
@@ -244,6 +246,7 @@ void RegisterOptimizerUpdates() {
     return std::vector<TensorSpec>{in[0], in[0]};
   };
   sgd.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) { return SameLayout(in, 2); };
+  sgd.layout_attrs = std::vector<std::string>{};  // lr changes with the schedule
   sgd.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
     return cpu::SgdUpdate(in[0], in[1], in[2], a.Get<double>("lr"), a.Get<double>("momentum"),
                           a.Get<double>("weight_decay"), a.Get<bool>("first"));

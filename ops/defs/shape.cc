@@ -15,9 +15,12 @@ std::vector<std::pair<int64_t, int64_t>> ReshapeGroupStarts(const std::vector<in
     starts.push_back({static_cast<int64_t>(i), static_cast<int64_t>(o)});
     int64_t pi = in[i++], po = out[o++];
     while (pi != po) {
-      if (pi < po && i < in.size()) pi *= in[i++];
-      else if (po < pi && o < out.size()) po *= out[o++];
-      else break;
+      if (pi < po && i < in.size())
+        pi *= in[i++];
+      else if (po < pi && o < out.size())
+        po *= out[o++];
+      else
+        break;
     }
   }
   return starts;
@@ -48,8 +51,9 @@ void RegisterShapeOps() {
   };
   // Valid when every shard's elements are one output shard's: per mesh
   // coordinate, the split dim's range times the rest of its group must match.
-  reshape.check_layout = [](const Attrs& a, const std::vector<TensorSpec>& in, const std::vector<NdSbp>& in_sbp,
-                            const std::vector<NdSbp>& out_sbp, const Placement& placement) {
+  reshape.check_layout = [](const Attrs& a, const std::vector<TensorSpec>& in,
+                            const std::vector<NdSbp>& in_sbp, const std::vector<NdSbp>& out_sbp,
+                            const Placement& placement) {
     const Shape out_shape(a.Get<std::vector<int64_t>>("shape"));
     for (int i = 0; i < placement.size(); ++i) {
       std::vector<int64_t> coord = placement.Coord(i);
@@ -71,9 +75,10 @@ void RegisterShapeOps() {
   reshape.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
     std::vector<int64_t> shape = ctx.output_boxes[0].shape().dims();
     TESSEL_CHECK(Shape(shape).numel() == ctx.local_inputs[0].shape.numel())
-        << "reshape of " << ctx.logical_inputs[0].shape << " to " << Shape(a.Get<std::vector<int64_t>>("shape"))
-        << ": this rank's shard " << ctx.local_inputs[0].shape << " does not line up with its output shard "
-        << Shape(shape) << "; make the split dimension divisible by the mesh axis";
+        << "reshape of " << ctx.logical_inputs[0].shape << " to "
+        << Shape(a.Get<std::vector<int64_t>>("shape")) << ": this rank's shard " << ctx.local_inputs[0].shape
+        << " does not line up with its output shard " << Shape(shape)
+        << "; make the split dimension divisible by the mesh axis";
     Attrs out = a;
     return out.Set("shape", shape);
   };

@@ -61,7 +61,9 @@ int main(int argc, char** argv) {
     Shape shape{rows, elements / rows};
     for (const Case& c : cases) {
       Tensor x = rand(shape, line, {c.from}, 7);
-      const BoxingPlan& plan = GetBoxingPlan(line, {c.from}, line, {c.to}, shape, DType::kFloat32);
+      const std::shared_ptr<const BoxingPlan> plan_ref =
+          GetBoxingPlan(line, {c.from}, line, {c.to}, shape, DType::kFloat32);
+      const BoxingPlan& plan = *plan_ref;
       Tensor y = x.to_global(line, {c.to});  // warm-up: groups connect, buffers allocate
       world.Barrier();
       auto t0 = std::chrono::steady_clock::now();

@@ -141,7 +141,7 @@ void CheckPair(const Shape& shape, const Placement& src_p, const NdSbp& src, con
     ++tally->failures;
     if (tally->failures <= 5) {
       LOG(ERROR) << "rank " << rank << ": wrong shard after "
-                 << GetBoxingPlan(src_p, src, dst_p, dst, shape, DType::kFloat32).Explain();
+                 << GetBoxingPlan(src_p, src, dst_p, dst, shape, DType::kFloat32)->Explain();
     }
   }
 }

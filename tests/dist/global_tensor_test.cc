@@ -3,7 +3,12 @@
 // to_local, and the errors for bad placements and layouts.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cmath>
+
 #include "core/comm/process_group.h"
+#include "core/half.h"
+#include "core/init.h"
 #include "graph/global_tensor_ops.h"
 #include "tests/testing/test_util.h"
 
@@ -90,6 +95,71 @@ TEST(GlobalTensor, BadLayoutsAreNamed) {
             }).find("has 1 entries but the placement's hierarchy has 2 axes"),
             std::string::npos);
   EXPECT_NE(ErrorOf([&] { x.data<float>(); }).find("element access to a global tensor"), std::string::npos);
+}
+
+// Half-precision partial sums are reduced in f32 and rounded once: bf16
+// 1 + 3 * 2^-9 is 1.005859375 exactly, which rounds to 1.0078125; rounding
+// after each pairwise step would stay at 1.0.
+TEST(GlobalTensor, HalfPartialSumsRoundOnce) {
+  const float mine = Me() == 0 ? 1.0f : std::ldexp(1.0f, -9);
+  Tensor p = FromLocal(full({4}, mine, DType::kBFloat16), kLine, {P()});
+  Tensor all = p.to_global(kLine, {B()}).to_local();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(static_cast<float>(all.data<BFloat16>()[i]), 1.0078125f) << i;
+  Tensor part = p.to_global(kLine, {S(0)}).to_local();  // reduce-scatter
+  ASSERT_EQ(part.numel(), 1);
+  EXPECT_EQ(static_cast<float>(part.data<BFloat16>()[0]), 1.0078125f);
+}
+
+// P(max) propagates NaN whichever rank holds it, as PyTorch's max does.
+TEST(GlobalTensor, PartialMaxPropagatesNaN) {
+  for (int nan_rank : {0, 1, 3}) {
+    Tensor p = FromLocal(full({3}, Me() == nan_rank ? NAN : Me(), DType::kFloat32), kLine, {PMax()});
+    Tensor all = p.to_global(kLine, {B()}).to_local();
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(std::isnan(all.data<float>()[i])) << "NaN on rank " << nan_rank;
+  }
+}
+
+// With lockstep checks on (the tests run with TESSEL_CHECK_LOCKSTEP=1),
+// ranks that ask for different layouts fail at once on every rank, naming
+// what each asked for, instead of hanging in mismatched collectives.
+TEST(GlobalTensor, DisagreeingRequestsFailFastOnEveryRank) {
+  ASSERT_TRUE(LockstepChecksEnabled());
+  Tensor x = zeros({8, 4}, kLine, {B()});
+  auto start = std::chrono::steady_clock::now();
+  std::string err = ErrorOf([&] { x.to_global(kLine, {Me() == 2 ? S(0) : S(1)}); });
+  EXPECT_NE(err.find("ranks disagree"), std::string::npos) << err;
+  EXPECT_NE(err.find("rank 2 asked for to_global of f32 [8, 4] [B] on cpu:[0, 1, 2, 3] -> [S(0)]"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("ranks 0-1,3 asked for"), std::string::npos) << err;
+  // Different placements too.
+  err = ErrorOf([&] { x.to_global(Me() == 1 ? Placement("cpu", {0, 1}) : kLine, {B()}); });
+  EXPECT_NE(err.find("rank 1 asked for to_global of f32 [8, 4] [B] on cpu:[0, 1, 2, 3] -> [B] on cpu:[0, 1]"),
+            std::string::npos)
+      << err;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST(GlobalTensor, FromLocalUndefinedShards) {
+  const Placement pair("cpu", {0, 1});
+  // Ranks outside the placement may pass nothing.
+  Tensor g = FromLocal(Me() < 2 ? full({2, 3}, 1.0) : Tensor(), pair, {S(0)});
+  EXPECT_EQ(g.shape(), (Shape{4, 3}));
+  // A member passing nothing fails on every rank, named.
+  std::string err = ErrorOf([&] { FromLocal(Me() == 1 ? Tensor() : full({2, 3}, 1.0), pair, {S(0)}); });
+  EXPECT_NE(err.find("rank 1 passed an undefined tensor as its shard"), std::string::npos) << err;
+}
+
+TEST(GlobalTensor, BadShardNamesTheRankThatPassedIt) {
+  // Shards [2,3], [2,3], [3,3], [2,3]: a balanced split of 8 rows is 2 each,
+  // so rank 2 is wrong (not rank 0, which a 9-row sum would blame).
+  std::string err = ErrorOf([] { FromLocal(zeros({Me() == 2 ? 3 : 2, 3}), kLine, {S(0)}); });
+  EXPECT_NE(err.find("rank 2 holds a shard of shape [3, 3] where [2, 3] was expected"), std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("rank 0 holds"), std::string::npos) << err;
+  // With the logical shape given, the rank checks its own shard.
+  err = ErrorOf([] { FromLocal(zeros({Me() == 2 ? 3 : 2, 3}), kLine, {S(0)}, Shape{8, 3}); });
+  EXPECT_NE(err.find("rank 2 holds a shard of shape [3, 3]"), std::string::npos) << err;
 }
 
 }  // namespace
