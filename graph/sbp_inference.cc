@@ -27,12 +27,47 @@ namespace {
 // ranks (the planner's 1 GB/s) costs ten times writing it.
 constexpr double kComputeBytesPerSecond = 10e9;
 
+// The cache key in binary (no number formatting on the dispatch path): the
+// op, its layout attributes, and per input the placement, NdSbp, shape and
+// dtype. Placements still cost O(ranks) to append; interning them is next.
+template <typename T>
+void Append(std::string* key, const T& v) {
+  key->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+template <typename T>
+void AppendAll(std::string* key, const std::vector<T>& v) {
+  Append(key, v.size());
+  key->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+void AppendPlacement(std::string* key, const Placement& p) {
+  Append(key, p.device_type());
+  AppendAll(key, p.hierarchy());
+  AppendAll(key, p.ranks());
+}
+
 std::string Key(const OpDef& op, const Attrs& attrs, const std::vector<Tensor>& inputs, const Placement& p) {
-  std::ostringstream os;
-  os << op.name << (op.layout_attrs ? attrs.Only(*op.layout_attrs) : attrs).ToString() << p;
-  for (const Tensor& t : inputs)
-    os << "|" << t.placement() << t.nd_sbp() << t.shape() << DTypeName(t.dtype());
-  return os.str();
+  std::string key;
+  key.reserve(128);
+  Append(&key, &op);
+  if (!op.layout_attrs) {
+    key += attrs.ToString();
+  } else if (!op.layout_attrs->empty()) {
+    key += attrs.Only(*op.layout_attrs).ToString();
+  }
+  key += '|';
+  AppendPlacement(&key, p);
+  for (const Tensor& t : inputs) {
+    AppendPlacement(&key, t.placement());
+    for (const Sbp& sbp : t.nd_sbp().sbps()) {
+      Append(&key, sbp.type());
+      Append(&key, static_cast<int8_t>(sbp.axis()));
+    }
+    AppendAll(&key, t.shape().dims());
+    Append(&key, t.dtype());
+  }
+  return key;
 }
 
 BoundedCache<std::string, std::shared_ptr<const NdSignature>>& SignatureCache() {
