@@ -63,7 +63,7 @@ double ScalarValue(const Tensor& t) {
       v = v.to_global(Placement(p.device_type(), all), NdSbp{B()}).to_local();
     }
   }
-  return static_cast<double>(v.ToVector<float>().at(0));
+  return static_cast<double>(v.data<float>()[0]);
 }
 
 AdamW::AdamW(NamedParams params, AdamWConfig config) : params_(std::move(params)), config_(config) {

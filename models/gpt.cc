@@ -17,7 +17,7 @@ GPT::GPT(const GPTConfig& c)
         c.hidden, c.heads, c.ffn_hidden ? c.ffn_hidden : 4 * c.hidden,
         layers::TransformerLayerOptions{.layer_idx = i,
                                         .seed = c.seed + 100 * static_cast<uint64_t>(i + 1)}));
-    RegisterModule("h" + std::to_string(i), *blocks_.back());
+    RegisterModule(std::string("h").append(std::to_string(i)), *blocks_.back());
   }
   RegisterModule("ln_f", ln_f_);
 }

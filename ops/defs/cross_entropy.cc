@@ -58,7 +58,7 @@ void RegisterCrossEntropyOps() {
   OpDef mean;
   mean.name = "masked_mean";
   mean.inputs = {"rows", "labels"};
-  mean.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+  mean.infer = [](const std::vector<TensorSpec>&, const Attrs&) {
     return std::vector<TensorSpec>{{Shape{}, DType::kFloat32}};
   };
   mean.sbp = [](const std::vector<TensorSpec>&, const Attrs&) { return std::vector<SbpSignature>{}; };

@@ -205,7 +205,7 @@ TEST(GlobalOps, MatchTheSingleProcessResult) {
           layout.push_back(NdSbp(nd));
         }
         std::string what = c.name + " on " + p.ToString() + " with input layouts";
-        for (const NdSbp& l : layout) what += " " + l.ToString();
+        for (const NdSbp& l : layout) what.append(" ").append(l.ToString());
         SCOPED_TRACE(what);
         Result got = RunGlobal(c, r, p, layout);
         ASSERT_EQ(got.out.shape(), want.out.shape());

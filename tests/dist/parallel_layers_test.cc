@@ -90,7 +90,9 @@ TEST(ParallelLayers, BadSizesAreNamed) {
   e = error_of([] { layers::MultiheadAttention(10, 3); });
   EXPECT_NE(e.find("hidden=10 is not divisible by heads=3"), std::string::npos) << e;
   e = error_of([] { layers::MultiheadAttention(4 * (FLAGS_tp + 1), FLAGS_tp + 1); });
-  if (FLAGS_tp > 1) EXPECT_NE(e.find("is not divisible by tensor_parallel_size"), std::string::npos) << e;
+  if (FLAGS_tp > 1) {
+    EXPECT_NE(e.find("is not divisible by tensor_parallel_size"), std::string::npos) << e;
+  }
   e = error_of([] { layers::VocabEmbedding(1001, 8); });
   EXPECT_NE(e.find("vocab_size=1001 is not divisible by tensor_parallel_size=" + std::to_string(FLAGS_tp)),
             std::string::npos)

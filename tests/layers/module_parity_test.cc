@@ -62,7 +62,7 @@ struct Case {
   nn::Module* module;  // null for the loss
   Tensor x;            // input (f32 or i64 ids)
   std::function<Tensor(const Tensor&)> forward;
-  Tensor labels;
+  Tensor labels = {};
 };
 
 TEST(ModuleParity, LayersMatchTorchModules) {
