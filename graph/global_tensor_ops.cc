@@ -204,7 +204,6 @@ Tensor FromLocalImpl(const Tensor& local_in, const Placement& placement, const N
       problem = e.what();
     }
   }
-  const Shape* logical_hint = given_shape;
   Shape own_shape = local.defined() ? local.shape() : Shape();
   if (problem.empty() && given_shape != nullptr && member) {
     Shape want =
@@ -256,8 +255,8 @@ Tensor FromLocalImpl(const Tensor& local_in, const Placement& placement, const N
         << shards.back().size() << " but rank " << placement.ranks()[0] << " one of rank " << nd;
   }
   Shape logical_shape;
-  if (logical_hint != nullptr) {
-    logical_shape = *logical_hint;
+  if (given_shape != nullptr) {
+    logical_shape = *given_shape;
   } else {
     // Unsplit dimensions: the size most members agree on.
     std::vector<int64_t> logical(nd);

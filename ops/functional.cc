@@ -68,6 +68,12 @@ bool ClassesSplit(const Tensor& logits) {
 }
 }  // namespace
 
+// Where `labels` equals ignore_index, laid out like labels.
+Tensor Ignored(const Tensor& labels, int64_t ignore_index) {
+  Tensor label_f = cast(labels, DType::kFloat32);
+  return equal(label_f, add_scalar(mul_scalar(label_f, 0.0), static_cast<double>(ignore_index)));
+}
+
 // `x` (global) with its partial entries reduced: an all-reduce over the mesh
 // axes where it is partial.
 Tensor Reduced(const Tensor& x) { return x.to_global(x.placement(), x.nd_sbp().WithoutPartial()); }
@@ -82,9 +88,7 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& labels, int64_t ig
   Tensor m = Reduced(max(logits.detach(), {1}, true));
   Tensor lse = add(log(Reduced(sum(exp(sub(logits, m)), {1}))), reshape(m, {logits.shape()[0]}));
   Tensor rows = sub(lse, Reduced(pick(logits, labels, ignore_index)));
-  Tensor label_f = cast(labels, DType::kFloat32);
-  Tensor ignored = equal(label_f, add_scalar(mul_scalar(label_f, 0.0), static_cast<double>(ignore_index)));
-  return where(ignored, mul_scalar(rows, 0.0), rows);
+  return where(Ignored(labels, ignore_index), mul_scalar(rows, 0.0), rows);
 }
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index) {
   // Mean over counted rows: sum(rows) / count, the count taken from labels.
@@ -93,10 +97,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_
   // Global rows (split over data-parallel ranks): the sum and the count are
   // reduced as two scalars instead of gathering the rows. Ignored rows are
   // already 0, so when every row is ignored the loss is 0 / 1.
-  Tensor label_f = cast(labels, DType::kFloat32);
-  Tensor zeros = mul_scalar(label_f, 0.0);
-  Tensor kept = where(equal(label_f, add_scalar(zeros, static_cast<double>(ignore_index))), zeros,
-                      add_scalar(zeros, 1.0));
+  Tensor zeros = mul_scalar(cast(labels, DType::kFloat32), 0.0);
+  Tensor kept = where(Ignored(labels, ignore_index), zeros, add_scalar(zeros, 1.0));
   Tensor count = Reduced(sum(kept, {}));
   Tensor none = cast(equal(count, mul_scalar(count, 0.0)), DType::kFloat32);
   return div(Reduced(sum(rows, {})), add(count, none));
