@@ -55,7 +55,7 @@ void CheckPositive(const char* flag, int value) {
 }
 }  // namespace
 
-void Init(int* argc, char*** argv) {
+void InitProcess(int* argc, char*** argv) {
   std::set_terminate(OnTerminate);
   // Every timeout and address flag may come from TESSEL_<FLAG> too (the
   // command line wins), so a launcher or batch script can set them for all

@@ -3,12 +3,13 @@
 
 namespace tessel {
 
-// Parses command-line flags (gflags; unknown flags are an error), sets up
-// glog, reads the launcher's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...)
-// and joins the world: after it returns, comm::World() is ready. A tessel
-// Error that escapes main afterwards is printed with the rank and the
-// process exits 1 instead of aborting.
-void Init(int* argc, char*** argv);
+// The process part of tessel::Init (graph/init.h), for programs that link
+// only tessel::core: parses command-line flags (gflags; unknown flags are an
+// error), sets up glog, reads the launcher's environment (RANK, WORLD_SIZE,
+// MASTER_ADDR, ...) and joins the world: after it returns, comm::World() is
+// ready. A tessel Error that escapes main afterwards is printed with the
+// rank and the process exits 1 instead of aborting.
+void InitProcess(int* argc, char*** argv);
 
 // Lockstep checks, a debug mode (--check_lockstep, or TESSEL_CHECK_LOCKSTEP=1;
 // the multi-process tests turn it on): before a layout change, ranks

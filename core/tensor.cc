@@ -48,6 +48,12 @@ Tensor Tensor::detach() const {
   return t;
 }
 
+Tensor Tensor::metadata_only() const {
+  Tensor t = detach();
+  t.storage_.reset();
+  return t;
+}
+
 Tensor Tensor::to_local() const {
   Tensor t = *this;
   t.global_.reset();

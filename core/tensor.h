@@ -66,6 +66,9 @@ class Tensor {
   Tensor& set_requires_grad(bool requires_grad);
   // The accumulated gradient of a leaf (undefined until backward reaches it).
   Tensor grad() const;
+  // Replaces a leaf's accumulated gradient (an optimizer's reduction or
+  // clipping); the tensor must require gradients.
+  void set_grad(const Tensor& grad);
   void zero_grad();
   // Backpropagates from this tensor (a scalar unless `gradient` is given);
   // the graph is released afterwards.
@@ -73,13 +76,12 @@ class Tensor {
   void backward(const Tensor& gradient) const;
   // The same data and layout, cut from the autograd graph.
   Tensor detach() const;
+  // The same shape, dtype and layout without the data (and cut from the
+  // autograd graph): what autograd keeps of a value a gradient does not
+  // read. defined() is false; reading its data throws.
+  Tensor metadata_only() const;
   const std::shared_ptr<AutogradMeta>& autograd_meta() const { return autograd_; }
   void set_autograd_meta(std::shared_ptr<AutogradMeta> meta) { autograd_ = std::move(meta); }
-  // Wraps `local` as the shard of a global tensor; callers (sbp/) check
-  // that the shard fits the layout.
-  static Tensor WrapGlobal(const Tensor& local, const Shape& logical_shape,
-                           std::shared_ptr<const GlobalMeta> meta);
-
   void* raw_data() const { return storage_ ? storage_->data() : nullptr; }
   // Typed host pointer to local data; throws naming both dtypes if T does
   // not match, or if the tensor is global (use to_local()).
@@ -105,6 +107,12 @@ class Tensor {
 
  private:
   void CheckAccess(DType requested) const;
+  // Wraps `local` as the shard of a global tensor. Only sbp/'s MakeGlobal,
+  // which checks that the shard fits the layout, makes global tensors.
+  static Tensor WrapGlobal(const Tensor& local, const Shape& logical_shape,
+                           std::shared_ptr<const GlobalMeta> meta);
+  friend Tensor MakeGlobal(const Tensor& local, const Shape& logical, const Placement& placement,
+                           const NdSbp& nd_sbp);
 
   std::shared_ptr<Storage> storage_;
   Shape shape_;  // of the local data

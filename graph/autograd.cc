@@ -1,11 +1,15 @@
 #include "graph/autograd.h"
 
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "core/error.h"
+#include "graph/autograd_internal.h"
+#include "graph/boxing_executor.h"
 #include "ops/functional.h"
+#include "sbp/global_tensor.h"
 
 namespace tessel {
 
@@ -17,6 +21,19 @@ Tensor Accumulate(const Tensor& a, const Tensor& b) {
   if (!a.defined()) return b;
   if (!b.defined()) return a;
   return fn::add(a, b);
+}
+
+// Each of `values` detached; those not listed in `read` (null: all are
+// read) as metadata only.
+std::vector<Tensor> KeepForGradient(const std::vector<Tensor>& values, const std::vector<int>* read) {
+  std::vector<Tensor> kept;
+  kept.reserve(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    const bool reads =
+        read == nullptr || std::find(read->begin(), read->end(), static_cast<int>(i)) != read->end();
+    kept.push_back(reads ? values[i].detach() : values[i].metadata_only());
+  }
+  return kept;
 }
 }  // namespace
 
@@ -44,6 +61,13 @@ Tensor& Tensor::set_requires_grad(bool requires_grad) {
 }
 
 Tensor Tensor::grad() const { return autograd_ ? autograd_->grad : Tensor(); }
+
+void Tensor::set_grad(const Tensor& grad) {
+  TESSEL_CHECK(requires_grad()) << "set_grad on a tensor that does not require grad: " << ToString();
+  TESSEL_CHECK(!grad.defined() || grad.shape() == shape())
+      << "set_grad: gradient of shape " << grad.shape() << " for a tensor of shape " << shape();
+  autograd_->grad = grad;
+}
 
 void Tensor::zero_grad() {
   if (autograd_) autograd_->grad = Tensor();
@@ -107,6 +131,58 @@ void Tensor::backward(const Tensor& gradient) const {
       if (--pending[e.node.get()] == 0) ready.push_back(e.node);
     }
   }
+}
+
+std::vector<Tensor> AutogradInterpreter::Apply(const OpDef& op, const std::vector<Tensor>& inputs,
+                                               const Attrs& attrs) {
+  std::vector<Tensor> outs = inner_.Apply(op, inputs, attrs);
+  if (!op.grad || !GradModeEnabled()) return outs;
+  auto node = std::make_shared<Node>();
+  std::vector<bool> needs;
+  bool any = false;
+  for (const Tensor& t : inputs) {
+    node->next.push_back(EdgeOf(t));
+    needs.push_back(node->next.back().valid());
+    any |= needs.back();
+  }
+  if (!any) return outs;
+  node->name = op.name;
+  node->num_outputs = static_cast<int>(outs.size());
+  // Detached: a node must not own its outputs' autograd state. Values the
+  // gradient does not read are kept as metadata only.
+  std::vector<Tensor> saved_in = KeepForGradient(inputs, op.saved ? &op.saved->inputs : nullptr);
+  std::vector<Tensor> saved_out = KeepForGradient(outs, op.saved ? &op.saved->outputs : nullptr);
+  const OpDef* def = &op;
+  node->apply = [def, saved_in, saved_out, attrs, needs](const std::vector<Tensor>& grad_outputs) {
+    GradContext ctx{saved_in, saved_out, grad_outputs, attrs, needs};
+    std::vector<Tensor> grads = def->grad(ctx);
+    // A gradient takes its tensor's layout when that costs nothing (a
+    // local slice): data-parallel backward then stays split. Costly
+    // conversions (a partial gradient's reduction) wait until needed.
+    // Layout-change ops (OpDef::run) choose their gradients' layouts.
+    for (size_t i = 0; !def->run && i < grads.size() && i < saved_in.size(); ++i) {
+      Tensor& g = grads[i];
+      const Tensor& x = saved_in[i];
+      if (!g.defined() || !g.is_global() || !x.is_global()) continue;
+      if (g.placement() != x.placement()) continue;
+      const NdSbp want = GradientSbp(x.nd_sbp(), g.nd_sbp());
+      if (g.nd_sbp() == want) continue;
+      if (GetBoxingPlan(g.placement(), g.nd_sbp(), x.placement(), want, g.shape(), g.dtype())
+              ->bytes_per_rank() == 0) {
+        g = g.to_global(x.placement(), want);
+      }
+    }
+    return grads;
+  };
+  for (size_t o = 0; o < outs.size(); ++o) {
+    if (!IsFloating(outs[o].dtype())) continue;
+    auto meta = std::make_shared<AutogradMeta>();
+    meta->requires_grad = true;
+    meta->grad_fn = node;
+    meta->output_index = static_cast<int>(o);
+    outs[o].set_autograd_meta(meta);
+  }
+  return outs;
 }
 
 }  // namespace tessel

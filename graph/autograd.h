@@ -6,40 +6,12 @@
 // reduced only when something needs it reduced).
 #pragma once
 
-#include <functional>
-#include <memory>
-#include <string>
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/interpreter.h"
 
 namespace tessel {
-
-struct Node;
-
-// Where one input's gradient goes: an upstream node's output, or a leaf.
-struct Edge {
-  std::shared_ptr<Node> node;
-  int output_index = 0;
-  std::shared_ptr<AutogradMeta> leaf;
-  bool valid() const { return node || leaf; }
-};
-
-struct Node {
-  std::string name;  // the op, for messages
-  int num_outputs = 1;
-  std::vector<Edge> next;  // one per op input
-  // grad_outputs (undefined where none arrived) -> one gradient per input.
-  std::function<std::vector<Tensor>(const std::vector<Tensor>&)> apply;  // released after backward
-};
-
-class AutogradMeta {
- public:
-  bool requires_grad = false;
-  Tensor grad;                    // leaves: the accumulated gradient
-  std::shared_ptr<Node> grad_fn;  // non-leaves: the node that made the tensor
-  int output_index = 0;
-};
 
 // Gradient recording is on unless a NoGradGuard is alive on this thread.
 bool GradModeEnabled();
@@ -54,7 +26,19 @@ class NoGradGuard {
   bool previous_;
 };
 
-// The edge an op input contributes to a new node (invalid if none).
-Edge EdgeOf(const Tensor& t);
+// Autograd as a layer: applies each op through `inner`, then, when an input
+// requires a gradient and grad mode is on, records a node whose backward is
+// the op's gradient function (ops/defs). The node keeps only what the op
+// declares its gradient reads (OpDef::saved); the rest is kept as metadata.
+// Under a lazy interpreter the same layer records the traced graph's
+// backward.
+class AutogradInterpreter final : public Interpreter {
+ public:
+  explicit AutogradInterpreter(Interpreter& inner) : inner_(inner) {}
+  std::vector<Tensor> Apply(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) override;
+
+ private:
+  Interpreter& inner_;
+};
 
 }  // namespace tessel

@@ -1,13 +1,18 @@
 #include "graph/boxing_executor.h"
 
+#include <glog/logging.h>
+
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <sstream>
 
 #include "core/bounded_cache.h"
 #include "core/box_copy.h"
 #include "core/comm/process_group.h"
 #include "core/error.h"
+#include "core/init.h"
+#include "graph/global_tensor_ops.h"
 #include "sbp/global_tensor.h"
 #include "sbp/slice_transfer.h"
 
@@ -151,14 +156,18 @@ Shard RunTransfer(const BoxingStep& step, const Shard& cur, const Shape& shape, 
   std::vector<std::unique_ptr<comm::Work>> pending;
   for (size_t i = 0; i < transfers.size(); ++i) {
     const SliceTransfer& t = transfers[i];
-    const uint32_t tag = static_cast<uint32_t>(i);
+    // Tags count the boxing messages per peer, on both sides in the same
+    // (planned) order: unique among concurrent transfers on other channels.
+    using Direction = comm::Communicator::Direction;
     if (t.src_rank == rank && t.dst_rank == rank) {
       CopyPart(cur, t.box, out.data.raw_data(), out.box, dtype);
     } else if (t.src_rank == rank) {
       send_buffers.push_back(Extract(cur, t.box, dtype));
+      const uint32_t tag = world.NextTag(comm::Communicator::kBoxingChannel, t.dst_rank, Direction::kSend);
       pending.push_back(world.ISend(send_buffers.back().raw_data(), t.box.numel(), dtype, t.dst_rank, tag));
     } else if (t.dst_rank == rank) {
       recv_buffers.emplace_back(Tensor::Empty(t.box.shape(), dtype), t.box);
+      const uint32_t tag = world.NextTag(comm::Communicator::kBoxingChannel, t.src_rank, Direction::kRecv);
       pending.push_back(
           world.IRecv(recv_buffers.back().first.raw_data(), t.box.numel(), dtype, t.src_rank, tag));
     }
@@ -169,6 +178,21 @@ Shard RunTransfer(const BoxingStep& step, const Shard& cur, const Shape& shape, 
 }
 
 }  // namespace
+
+Tensor BoxTo(const Tensor& input, const Placement& placement, const NdSbp& nd_sbp) {
+  if (LockstepChecksEnabled()) {
+    std::ostringstream os;
+    os << "to_global of " << DTypeName(input.dtype()) << " " << input.shape() << " " << input.nd_sbp()
+       << " on " << input.placement() << " -> " << nd_sbp << " on " << placement;
+    CheckLockstep("to_global", os.str());
+  }
+  CheckGlobalLayout(input.shape(), placement, nd_sbp);
+  if (input.placement() == placement && input.nd_sbp() == nd_sbp) return input.detach();
+  VLOG(1) << "to_global boxes " << input.shape() << " " << input.nd_sbp() << " on " << input.placement()
+          << " -> " << nd_sbp << " on " << placement;
+  return ExecuteBoxing(input, *GetBoxingPlan(input.placement(), input.nd_sbp(), placement, nd_sbp,
+                                             input.shape(), input.dtype()));
+}
 
 Tensor ExecuteBoxing(const Tensor& input, const BoxingPlan& plan) {
   TESSEL_CHECK(input.is_global() && input.placement() == plan.src_placement && input.nd_sbp() == plan.src &&

@@ -13,6 +13,13 @@ namespace tessel {
 // lockstep; ranks outside a step's placement skip that step.
 Tensor ExecuteBoxing(const Tensor& input, const BoxingPlan& plan);
 
+// `input` (global) laid out as `nd_sbp` on `placement`, without recording
+// autograd: what the to_global op and the eager interpreter's input
+// conversions run. Checks the layout fits the shape; with lockstep checks
+// on, the ranks first agree on the request (core/init.h). The same layout
+// returns the input's data, detached.
+Tensor BoxTo(const Tensor& input, const Placement& placement, const NdSbp& nd_sbp);
+
 // The plan for a conversion, cached by (layouts, shape, dtype) in a cache of
 // at most kBoxingPlanCacheCapacity plans (least recently used evicted).
 constexpr size_t kBoxingPlanCacheCapacity = 4096;

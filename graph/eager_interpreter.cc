@@ -1,6 +1,8 @@
 // The eager interpreter: runs each functional op at once. Global inputs are
-// boxed to the inferred signature and the kernel runs on this rank's shards;
-// differentiable applications record an autograd node.
+// boxed to the inferred signature and the kernel runs on this rank's shards.
+// Autograd is a layer over it (graph/autograd.cc).
+#include "graph/eager_interpreter.h"
+
 #include <glog/logging.h>
 
 #include <algorithm>
@@ -63,7 +65,7 @@ std::vector<Tensor> RunGlobal(const OpDef& op, const std::vector<Tensor>& inputs
               << inputs[i].shape() << " " << inputs[i].nd_sbp() << " -> " << sig.inputs[i] << " on "
               << placement;
     }
-    locals.push_back(inputs[i].to_global(placement, sig.inputs[i]).to_local());
+    locals.push_back(BoxTo(inputs[i], placement, sig.inputs[i]).to_local());
     local_specs.push_back({locals.back().shape(), locals.back().dtype()});
     in_boxes.push_back(LocalBox(inputs[i].shape(), placement, sig.inputs[i], rank));
   }
@@ -120,7 +122,7 @@ class OpProfile {
   std::map<std::string, std::pair<double, int64_t>> totals_;
 };
 
-class EagerInterpreter final : public Interpreter {
+class EagerInterpreterImpl final : public Interpreter {
  public:
   std::vector<Tensor> Apply(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) override {
     OpProfile* profile = OpProfile::Get();
@@ -133,11 +135,14 @@ class EagerInterpreter final : public Interpreter {
 
  private:
   std::vector<Tensor> Run(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
+    if (op.run) return op.run(inputs, attrs);
     std::vector<TensorSpec> specs;
     int globals = 0;
     for (size_t i = 0; i < inputs.size(); ++i) {
       TESSEL_CHECK(inputs[i].defined())
-          << "op '" << op.name << "': input " << op.inputs[i] << " is undefined";
+          << "op '" << op.name << "': input " << op.inputs[std::min(i, op.inputs.size() - 1)]
+          << " is undefined (or metadata only: a gradient function read a value its OpDef::saved does "
+             "not list)";
       specs.push_back({inputs[i].shape(), inputs[i].dtype()});
       globals += inputs[i].is_global();
     }
@@ -158,69 +163,22 @@ class EagerInterpreter final : public Interpreter {
       for (const Tensor& t : inputs) locals.push_back(t.detach());
       outs = KernelFor(op, inputs.empty() ? DeviceType::kCPU : inputs[0].device().type())(locals, attrs);
     }
-    Record(op, inputs, outs, attrs);
     return outs;
-  }
-
-  static void Record(const OpDef& op, const std::vector<Tensor>& inputs, std::vector<Tensor>& outs,
-                     const Attrs& attrs) {
-    if (!op.grad || !GradModeEnabled()) return;
-    auto node = std::make_shared<Node>();
-    std::vector<bool> needs;
-    bool any = false;
-    for (const Tensor& t : inputs) {
-      node->next.push_back(EdgeOf(t));
-      needs.push_back(node->next.back().valid());
-      any |= needs.back();
-    }
-    if (!any) return;
-    node->name = op.name;
-    node->num_outputs = static_cast<int>(outs.size());
-    std::vector<Tensor> saved_in, saved_out;  // detached: a node must not own its outputs' metadata
-    for (const Tensor& t : inputs) saved_in.push_back(t.detach());
-    for (const Tensor& t : outs) saved_out.push_back(t.detach());
-    const OpDef* def = &op;
-    node->apply = [def, saved_in, saved_out, attrs, needs](const std::vector<Tensor>& grad_outputs) {
-      GradContext ctx{saved_in, saved_out, grad_outputs, attrs, needs};
-      std::vector<Tensor> grads = def->grad(ctx);
-      // A gradient takes its tensor's layout when that costs nothing (a
-      // local slice): data-parallel backward then stays split. Costly
-      // conversions (a partial gradient's reduction) wait until needed.
-      for (size_t i = 0; i < grads.size() && i < saved_in.size(); ++i) {
-        Tensor& g = grads[i];
-        const Tensor& x = saved_in[i];
-        if (!g.defined() || !g.is_global() || !x.is_global()) continue;
-        if (g.placement() != x.placement()) continue;
-        const NdSbp want = GradientSbp(x.nd_sbp(), g.nd_sbp());
-        if (g.nd_sbp() == want) continue;
-        if (GetBoxingPlan(g.placement(), g.nd_sbp(), x.placement(), want, g.shape(), g.dtype())
-                ->bytes_per_rank() == 0) {
-          g = g.to_global(x.placement(), want);
-        }
-      }
-      return grads;
-    };
-    for (size_t o = 0; o < outs.size(); ++o) {
-      if (!IsFloating(outs[o].dtype())) continue;
-      auto meta = std::make_shared<AutogradMeta>();
-      meta->requires_grad = true;
-      meta->grad_fn = node;
-      meta->output_index = static_cast<int>(o);
-      outs[o].set_autograd_meta(meta);
-    }
   }
 };
 
-// Installed at start-up: functional ops run eagerly unless a graph builder
-// takes over.
-EagerInterpreter* const g_eager = [] {
-  auto* interpreter = new EagerInterpreter();
-  SetInterpreter(interpreter);
-  return interpreter;
-}();
-
 }  // namespace
 
-void EnsureEagerInterpreter() { (void)g_eager; }
+Interpreter& EagerInterpreter() {
+  static auto* eager = new EagerInterpreterImpl();  // never destroyed: ops may run at exit
+  return *eager;
+}
+
+Interpreter& EagerAutogradInterpreter() {
+  static auto* eager_autograd = new AutogradInterpreter(EagerInterpreter());
+  return *eager_autograd;
+}
+
+void InstallEagerInterpreter() { SetDefaultInterpreter(&EagerAutogradInterpreter()); }
 
 }  // namespace tessel

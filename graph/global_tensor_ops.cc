@@ -12,69 +12,99 @@
 #include "core/init.h"
 #include "graph/autograd.h"
 #include "graph/boxing_executor.h"
+#include "ops/functional.h"
 
 namespace tessel {
 
 namespace {
-// Records `out = to_global(in)` for autograd: the logical value is unchanged,
-// so the gradient is the output's gradient laid out back like the input (for
-// a local input: this rank's shard of it under the layout it was given).
-// `grad_sbp`, when given, is the layout the gradient is brought to instead
-// (on the input's placement): a column-parallel input asks for B there,
-// which is Megatron's all-reduce of the input gradient.
-void RecordLayoutChange(const Tensor& in, Tensor* out, const Placement& to, const NdSbp& to_sbp,
-                        const NdSbp* grad_sbp) {
-  if (!GradModeEnabled() || !in.requires_grad()) return;
-  auto node = std::make_shared<Node>();
-  node->name = "to_global";
-  node->next = {EdgeOf(in)};
-  const bool was_global = in.is_global();
-  const Placement from = was_global ? in.placement() : Placement();
-  const NdSbp from_sbp = was_global ? in.nd_sbp() : NdSbp();
-  const bool forced = grad_sbp != nullptr;
-  const NdSbp forced_sbp = forced ? *grad_sbp : NdSbp();
-  node->apply = [was_global, from, from_sbp, to, to_sbp, forced,
-                 forced_sbp](const std::vector<Tensor>& grads) {
-    const Tensor& g = grads.at(0);
-    if (!g.defined()) return std::vector<Tensor>{Tensor()};
-    if (!was_global) return std::vector<Tensor>{g.to_global(to, forced ? forced_sbp : to_sbp).to_local()};
-    if (forced) return std::vector<Tensor>{g.to_global(from, forced_sbp)};
-    const NdSbp want = g.placement() == from ? GradientSbp(from_sbp, g.nd_sbp()) : from_sbp.WithoutPartial();
-    return std::vector<Tensor>{g.to_global(from, want)};
+Attrs LayoutAttrs(const Placement& placement, const NdSbp& nd_sbp, const NdSbp* grad_sbp) {
+  Attrs a{{"placement", placement.ToString()}, {"nd_sbp", nd_sbp.ToString()}};
+  if (grad_sbp != nullptr) a.Set("grad_sbp", grad_sbp->ToString());
+  return a;
+}
+
+// The gradient of a layout change: the logical value is unchanged, so the
+// input's gradient is the output's gradient laid out back like the input
+// (for a local input: this rank's shard of it under the layout it was
+// given). `grad_sbp`, when set, is the layout the gradient is brought to
+// instead (on the input's placement): a column-parallel input asks for B
+// there, which is Megatron's all-reduce of the input gradient. The input is
+// kept as metadata only.
+std::vector<Tensor> LayoutChangeGrad(const GradContext& c) {
+  const Tensor& g = c.grad_outputs.at(0);
+  if (!g.defined() || !c.needs_input_grad[0]) return {Tensor()};
+  const Tensor& in = c.inputs[0];
+  const Placement to = Placement::Parse(c.attrs.Get<std::string>("placement"));
+  const NdSbp to_sbp = NdSbp::Parse(c.attrs.Get<std::string>("nd_sbp"));
+  const bool forced = c.attrs.Has("grad_sbp");
+  const NdSbp forced_sbp = forced ? NdSbp::Parse(c.attrs.Get<std::string>("grad_sbp")) : NdSbp();
+  if (!in.is_global()) return {g.to_global(to, forced ? forced_sbp : to_sbp).to_local()};
+  if (forced) return {g.to_global(in.placement(), forced_sbp)};
+  const NdSbp want =
+      g.placement() == in.placement() ? GradientSbp(in.nd_sbp(), g.nd_sbp()) : in.nd_sbp().WithoutPartial();
+  return {g.to_global(in.placement(), want)};
+}
+
+Tensor FromLocalImpl(const Tensor& local_in, const Placement& placement, const NdSbp& nd_sbp,
+                     const Shape* given_shape);
+
+// to_global (a global input to another layout) and from_local (a local
+// shard to a global tensor) are ops, so that any interpreter sees them: the
+// eager one runs them at once (OpDef::run: they communicate, there is no
+// kernel), a tracer records them, autograd differentiates them like any op.
+void RegisterLayoutOps() {
+  OpDef to_global;
+  to_global.name = "to_global";
+  to_global.inputs = {"x"};
+  to_global.infer = [](const std::vector<TensorSpec>& in, const Attrs&) { return in; };
+  to_global.run = [](const std::vector<Tensor>& in, const Attrs& a) {
+    TESSEL_CHECK(in[0].is_global()) << "to_global op on a local tensor " << in[0].ToString()
+                                    << "; local tensors become global through from_local";
+    return std::vector<Tensor>{BoxTo(in[0], Placement::Parse(a.Get<std::string>("placement")),
+                                     NdSbp::Parse(a.Get<std::string>("nd_sbp")))};
   };
-  auto meta = std::make_shared<AutogradMeta>();
-  meta->requires_grad = true;
-  meta->grad_fn = node;
-  out->set_autograd_meta(meta);
+  to_global.saved = OpDef::SavedForGrad{};  // the input's layout only
+  to_global.grad = LayoutChangeGrad;
+  RegisterOp(std::move(to_global));
+
+  OpDef from_local;
+  from_local.name = "from_local";
+  from_local.inputs = {"local"};
+  // The logical shape when given; otherwise it is only known after the
+  // ranks exchange their shard shapes (eager), so a tracer must be given it.
+  from_local.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+    if (!a.Has("shape")) return in;
+    return std::vector<TensorSpec>{{Shape(a.Get<std::vector<int64_t>>("shape")), in[0].dtype}};
+  };
+  from_local.run = [](const std::vector<Tensor>& in, const Attrs& a) {
+    const Placement placement = Placement::Parse(a.Get<std::string>("placement"));
+    const NdSbp nd_sbp = NdSbp::Parse(a.Get<std::string>("nd_sbp"));
+    if (!a.Has("shape")) return std::vector<Tensor>{FromLocalImpl(in[0], placement, nd_sbp, nullptr)};
+    const Shape shape(a.Get<std::vector<int64_t>>("shape"));
+    return std::vector<Tensor>{FromLocalImpl(in[0], placement, nd_sbp, &shape)};
+  };
+  from_local.saved = OpDef::SavedForGrad{};
+  from_local.grad = LayoutChangeGrad;
+  RegisterOp(std::move(from_local));
 }
 
 Tensor ToGlobal(const Tensor& in, const Placement& placement, const NdSbp& nd_sbp, const NdSbp* grad_sbp) {
-  Tensor out;
-  if (!in.is_global()) {
-    out = FromLocal(in, placement, nd_sbp);
-  } else {
-    if (LockstepChecksEnabled()) {
-      std::ostringstream os;
-      os << "to_global of " << DTypeName(in.dtype()) << " " << in.shape() << " " << in.nd_sbp() << " on "
-         << in.placement() << " -> " << nd_sbp << " on " << placement;
-      CheckLockstep("to_global", os.str());
-    }
-    CheckGlobalLayout(in.shape(), placement, nd_sbp);
-    if (grad_sbp != nullptr) CheckGlobalLayout(in.shape(), in.placement(), *grad_sbp);
-    if (in.placement() == placement && in.nd_sbp() == nd_sbp) {
-      if (grad_sbp == nullptr || !GradModeEnabled() || !in.requires_grad()) return in;
-      out = in.detach();  // same data; a node of its own carries the gradient layout
-    } else {
-      VLOG(1) << "to_global boxes " << in.shape() << " " << in.nd_sbp() << " on " << in.placement() << " -> "
-              << nd_sbp << " on " << placement;
-      out = ExecuteBoxing(
-          in, *GetBoxingPlan(in.placement(), in.nd_sbp(), placement, nd_sbp, in.shape(), in.dtype()));
-    }
+  EnsureLayoutOps();
+  if (!in.is_global()) return ApplyOp("from_local", {in}, LayoutAttrs(placement, nd_sbp, grad_sbp)).at(0);
+  if (in.placement() == placement && in.nd_sbp() == nd_sbp &&
+      (grad_sbp == nullptr || !GradModeEnabled() || !in.requires_grad())) {
+    BoxTo(in, placement, nd_sbp);  // checks (and agrees with the other ranks) only: nothing moves
+    return in;                     // the same tensor, autograd identity included
   }
-  RecordLayoutChange(in, &out, placement, nd_sbp, grad_sbp);
-  return out;
+  if (grad_sbp != nullptr) CheckGlobalLayout(in.shape(), in.placement(), *grad_sbp);
+  return ApplyOp("to_global", {in}, LayoutAttrs(placement, nd_sbp, grad_sbp)).at(0);
 }
 }  // namespace
+
+void EnsureLayoutOps() {
+  static const bool registered = (RegisterLayoutOps(), true);
+  (void)registered;
+}
 
 Tensor Tensor::to_global(const Placement& placement, const NdSbp& nd_sbp) const {
   return ToGlobal(*this, placement, nd_sbp, nullptr);
@@ -291,12 +321,16 @@ Tensor FromLocalImpl(const Tensor& local_in, const Placement& placement, const N
 }  // namespace
 
 Tensor FromLocal(const Tensor& local, const Placement& placement, const NdSbp& nd_sbp) {
-  return FromLocalImpl(local, placement, nd_sbp, nullptr);
+  EnsureLayoutOps();
+  return ApplyOp("from_local", {local}, LayoutAttrs(placement, nd_sbp, nullptr)).at(0);
 }
 
 Tensor FromLocal(const Tensor& local, const Placement& placement, const NdSbp& nd_sbp,
                  const Shape& logical_shape) {
-  return FromLocalImpl(local, placement, nd_sbp, &logical_shape);
+  EnsureLayoutOps();
+  return ApplyOp("from_local", {local},
+                 LayoutAttrs(placement, nd_sbp, nullptr).Set("shape", logical_shape.dims()))
+      .at(0);
 }
 
 void CheckLockstep(const std::string& what, const std::string& request) {

@@ -29,6 +29,11 @@ Tensor FromLocal(const Tensor& local, const Placement& placement, const NdSbp& n
 // which ranks asked for what. A no-op when the checks are off.
 void CheckLockstep(const std::string& what, const std::string& request);
 
+// Registers the to_global and from_local ops (idempotent). Tensor::to_global
+// and FromLocal apply them through the current interpreter; tessel::Init
+// registers them up front so a tracer or a plan reader can look them up.
+void EnsureLayoutOps();
+
 // The full logical value on every rank of the tensor's placement (partials
 // summed); an undefined tensor on other ranks. For tests and checkpoints.
 Tensor GatherLogical(const Tensor& global);

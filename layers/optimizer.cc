@@ -31,7 +31,7 @@ Tensor ReducedGrad(Tensor* param) {
   if (!g.defined() || !g.is_global() || !param->is_global()) return g;
   if (g.placement() == param->placement() && g.nd_sbp() == param->nd_sbp()) return g;
   g = g.to_global(param->placement(), param->nd_sbp());
-  param->autograd_meta()->grad = g;
+  param->set_grad(g);
   return g;
 }
 
@@ -120,7 +120,7 @@ double ClipGradNorm(const NamedParams& params, double max_norm) {
   const double scale = max_norm / (norm + 1e-6);
   if (scale < 1.0) {
     for (auto& [name, p] : params) {
-      if (p->grad().defined()) p->autograd_meta()->grad = fn::mul_scalar(p->grad(), scale);
+      if (p->grad().defined()) p->set_grad(fn::mul_scalar(p->grad(), scale));
     }
   }
   return norm;

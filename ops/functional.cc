@@ -1,27 +1,16 @@
 #include "ops/functional.h"
 
-#include <atomic>
-
 #include "core/error.h"
 #include "sbp/global_tensor.h"
 
 namespace tessel {
-
-namespace {
-std::atomic<Interpreter*> g_interpreter{nullptr};
-}
-
-Interpreter* SetInterpreter(Interpreter* interpreter) { return g_interpreter.exchange(interpreter); }
 
 std::vector<Tensor> ApplyOp(const std::string& name, const std::vector<Tensor>& inputs, const Attrs& attrs) {
   const OpDef& op = GetOpDef(name);
   TESSEL_CHECK(op.variadic ? !inputs.empty() : inputs.size() == op.inputs.size())
       << "op '" << name << "' takes " << (op.variadic ? "at least 1" : std::to_string(op.inputs.size()))
       << " input(s), got " << inputs.size();
-  Interpreter* interpreter = g_interpreter.load();
-  TESSEL_CHECK_CODE(interpreter != nullptr, StatusCode::kInternal)
-      << "no interpreter installed for op '" << name << "'; link tessel::graph (tessel::tessel)";
-  return interpreter->Apply(op, inputs, attrs);
+  return CurrentInterpreter().Apply(op, inputs, attrs);
 }
 
 namespace fn {

@@ -1,27 +1,17 @@
 // Functional ops: what layers and gradient functions call. Each builds an
-// op application and hands it to the active interpreter (graph/: the eager
-// interpreter runs it now and records autograd; a lazy graph builder will
-// record it). ops/ defines the API; graph/ installs the interpreter.
+// op application and hands it to this thread's current interpreter
+// (ops/interpreter.h; graph/ provides them: eager with autograd by default,
+// a lazy graph builder while it traces).
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/interpreter.h"
 #include "ops/op_def.h"
 
 namespace tessel {
-
-class Interpreter {
- public:
-  virtual ~Interpreter() = default;
-  virtual std::vector<Tensor> Apply(const OpDef& op, const std::vector<Tensor>& inputs,
-                                    const Attrs& attrs) = 0;
-};
-
-// Installs the interpreter functional ops go through (graph/ does this at
-// start-up); returns the previous one.
-Interpreter* SetInterpreter(Interpreter* interpreter);
 
 // Applies a registered op by name.
 std::vector<Tensor> ApplyOp(const std::string& name, const std::vector<Tensor>& inputs,

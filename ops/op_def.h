@@ -103,7 +103,21 @@ struct OpDef {
   // reuses its signatures instead of adding and searching new ones.
   std::optional<std::vector<std::string>> layout_attrs;
   std::map<DeviceType, Kernel> kernels;
+  // Set for ops the eager interpreter runs as a whole instead of through
+  // SBP inference and a kernel: the layout changes (graph/: to_global,
+  // from_local), which communicate. Their inputs may be local or global,
+  // and their gradients choose their own layouts.
+  std::function<std::vector<Tensor>(const std::vector<Tensor>& inputs, const Attrs& attrs)> run;
   std::function<std::vector<Tensor>(const GradContext&)> grad;  // unset: not differentiable
+  // Which values the gradient function reads (indices into inputs and
+  // outputs). Unset: all of them. Autograd keeps the others as metadata
+  // only (shape, dtype, layout; no data: Tensor::metadata_only), so a
+  // recorded op does not keep activations alive its gradient never reads.
+  struct SavedForGrad {
+    std::vector<int> inputs;
+    std::vector<int> outputs;
+  };
+  std::optional<SavedForGrad> saved;
 };
 
 // Registers `def`; throws if the name is taken.

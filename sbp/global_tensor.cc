@@ -89,7 +89,7 @@ Tensor MakeShard(const Shape& shape, const Placement& placement, const NdSbp& nd
       }
     }
   });
-  return Tensor::WrapGlobal(local, shape, std::make_shared<GlobalMeta>(placement, nd_sbp));
+  return MakeGlobal(local, shape, placement, nd_sbp);
 }
 
 }  // namespace

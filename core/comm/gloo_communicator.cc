@@ -171,7 +171,12 @@ GlooCommunicator::GlooCommunicator(gloo::rendezvous::Store& store, const std::st
   Guard("connect", 0, [&] { context->connectFullMesh(group_store, device); });
 }
 
-void GlooCommunicator::Close() { context_.reset(); }
+GlooCommunicator::~GlooCommunicator() { StopAsync(); }
+
+void GlooCommunicator::Close() {
+  StopAsync();
+  context_.reset();
+}
 
 template <typename Fn>
 void GlooCommunicator::Guard(const std::string& op, int64_t bytes, Fn&& fn, int p2p_peer) {
@@ -221,11 +226,11 @@ void GlooCommunicator::Guard(const std::string& op, int64_t bytes, Fn&& fn, int 
   }
 }
 
-void GlooCommunicator::AllReduce(void* buf, int64_t count, DType dtype, ReduceOp op) {
+void GlooCommunicator::DoAllReduce(void* buf, int64_t count, DType dtype, ReduceOp op) {
   if (count == 0) return;
   if (IsHalf(dtype) && op == ReduceOp::kSum) {
     std::vector<float> wide = Widen(buf, count, dtype);
-    AllReduce(wide.data(), count, DType::kFloat32, op);
+    DoAllReduce(wide.data(), count, DType::kFloat32, op);
     Narrow(wide.data(), count, buf, dtype);
     return;
   }
@@ -245,8 +250,8 @@ void GlooCommunicator::AllReduce(void* buf, int64_t count, DType dtype, ReduceOp
   });
 }
 
-void GlooCommunicator::AllGatherV(const void* in, void* out, const std::vector<int64_t>& counts,
-                                  DType dtype) {
+void GlooCommunicator::DoAllGatherV(const void* in, void* out, const std::vector<int64_t>& counts,
+                                    DType dtype) {
   CheckCounts("all_gather", counts);
   if (Sum(counts) == 0) return;
   Guard("all_gather", Sum(counts) * static_cast<int64_t>(ElementSize(dtype)), [&] {
@@ -262,8 +267,8 @@ void GlooCommunicator::AllGatherV(const void* in, void* out, const std::vector<i
   });
 }
 
-void GlooCommunicator::AllToAllV(const void* in, const std::vector<int64_t>& send_counts, void* out,
-                                 const std::vector<int64_t>& recv_counts, DType dtype) {
+void GlooCommunicator::DoAllToAllV(const void* in, const std::vector<int64_t>& send_counts, void* out,
+                                   const std::vector<int64_t>& recv_counts, DType dtype) {
   CheckCounts("all_to_all (send counts)", send_counts);
   CheckCounts("all_to_all (receive counts)", recv_counts);
   Guard("all_to_all", Sum(send_counts) * static_cast<int64_t>(ElementSize(dtype)), [&] {
@@ -278,8 +283,8 @@ void GlooCommunicator::AllToAllV(const void* in, const std::vector<int64_t>& sen
   });
 }
 
-void GlooCommunicator::ReduceScatterV(const void* in, void* out, const std::vector<int64_t>& counts,
-                                      DType dtype, ReduceOp op) {
+void GlooCommunicator::DoReduceScatterV(const void* in, void* out, const std::vector<int64_t>& counts,
+                                        DType dtype, ReduceOp op) {
   CheckCounts("reduce_scatter", counts);
   // Each member sends block r to member r (an all-to-all moving T(p-1)/p
   // bytes per rank, the same as a ring) and reduces the p blocks it gets.
@@ -287,7 +292,7 @@ void GlooCommunicator::ReduceScatterV(const void* in, void* out, const std::vect
   const size_t esize = ElementSize(dtype);
   std::vector<char> blocks(static_cast<size_t>(mine) * size() * esize);
   std::vector<int64_t> recv_counts(size(), mine);
-  AllToAllV(in, counts, blocks.data(), recv_counts, dtype);
+  DoAllToAllV(in, counts, blocks.data(), recv_counts, dtype);
   if (mine == 0) return;
   const size_t block_bytes = static_cast<size_t>(mine) * esize;
   if (IsHalf(dtype) && op == ReduceOp::kSum) {
@@ -305,7 +310,7 @@ void GlooCommunicator::ReduceScatterV(const void* in, void* out, const std::vect
     reduce(out, out, blocks.data() + r * block_bytes, static_cast<size_t>(mine));
 }
 
-void GlooCommunicator::Broadcast(void* buf, int64_t count, DType dtype, int root) {
+void GlooCommunicator::DoBroadcast(void* buf, int64_t count, DType dtype, int root) {
   CheckPeer("broadcast", root);
   if (count == 0) return;
   Guard("broadcast", count * static_cast<int64_t>(ElementSize(dtype)), [&] {
@@ -356,8 +361,8 @@ class GlooWork final : public Work {
   bool done_ = false;
 };
 
-std::unique_ptr<Work> GlooCommunicator::ISend(const void* buf, int64_t count, DType dtype, int dst,
-                                              uint32_t tag) {
+std::unique_ptr<Work> GlooCommunicator::DoISend(const void* buf, int64_t count, DType dtype, int dst,
+                                                uint32_t tag) {
   CheckPeer("send", dst);
   std::unique_ptr<gloo::transport::UnboundBuffer> ubuf;
   if (count > 0) {
@@ -373,7 +378,8 @@ std::unique_ptr<Work> GlooCommunicator::ISend(const void* buf, int64_t count, DT
                                     count * static_cast<int64_t>(ElementSize(dtype)));
 }
 
-std::unique_ptr<Work> GlooCommunicator::IRecv(void* buf, int64_t count, DType dtype, int src, uint32_t tag) {
+std::unique_ptr<Work> GlooCommunicator::DoIRecv(void* buf, int64_t count, DType dtype, int src,
+                                                uint32_t tag) {
   CheckPeer("recv", src);
   std::unique_ptr<gloo::transport::UnboundBuffer> ubuf;
   if (count > 0) {
@@ -389,7 +395,7 @@ std::unique_ptr<Work> GlooCommunicator::IRecv(void* buf, int64_t count, DType dt
                                     count * static_cast<int64_t>(ElementSize(dtype)));
 }
 
-void GlooCommunicator::Barrier() {
+void GlooCommunicator::DoBarrier() {
   Guard("barrier", 0, [&] {
     gloo::BarrierOptions opts(context_);
     opts.setTimeout(timeout_);

@@ -28,17 +28,20 @@ class GlooCommunicator final : public Communicator {
   std::chrono::milliseconds timeout() const override { return timeout_; }
   std::string backend() const override { return "gloo"; }
 
-  void AllReduce(void* buf, int64_t count, DType dtype, ReduceOp op) override;
-  void AllGatherV(const void* in, void* out, const std::vector<int64_t>& counts, DType dtype) override;
-  void ReduceScatterV(const void* in, void* out, const std::vector<int64_t>& counts, DType dtype,
-                      ReduceOp op) override;
-  void AllToAllV(const void* in, const std::vector<int64_t>& send_counts, void* out,
-                 const std::vector<int64_t>& recv_counts, DType dtype) override;
-  void Broadcast(void* buf, int64_t count, DType dtype, int root) override;
-  std::unique_ptr<Work> ISend(const void* buf, int64_t count, DType dtype, int dst, uint32_t tag) override;
-  std::unique_ptr<Work> IRecv(void* buf, int64_t count, DType dtype, int src, uint32_t tag) override;
-  void Barrier() override;
+  ~GlooCommunicator() override;
   void Close() override;
+
+ protected:
+  void DoAllReduce(void* buf, int64_t count, DType dtype, ReduceOp op) override;
+  void DoAllGatherV(const void* in, void* out, const std::vector<int64_t>& counts, DType dtype) override;
+  void DoReduceScatterV(const void* in, void* out, const std::vector<int64_t>& counts, DType dtype,
+                        ReduceOp op) override;
+  void DoAllToAllV(const void* in, const std::vector<int64_t>& send_counts, void* out,
+                   const std::vector<int64_t>& recv_counts, DType dtype) override;
+  void DoBroadcast(void* buf, int64_t count, DType dtype, int root) override;
+  std::unique_ptr<Work> DoISend(const void* buf, int64_t count, DType dtype, int dst, uint32_t tag) override;
+  std::unique_ptr<Work> DoIRecv(void* buf, int64_t count, DType dtype, int src, uint32_t tag) override;
+  void DoBarrier() override;
 
  private:
   friend class GlooWork;

@@ -14,6 +14,7 @@
 #include "core/comm/heartbeat.h"
 #include "core/comm/job_secret.h"
 #include "core/comm/socket.h"
+#include "core/comm/tcp_store.h"
 #include "core/error.h"
 
 namespace tessel::comm {

@@ -14,9 +14,10 @@
 
 #include "core/comm/communicator.h"
 #include "core/comm/dist_env.h"
-#include "core/comm/tcp_store.h"
 
 namespace tessel::comm {
+
+class TcpStore;  // core/comm/tcp_store.h (over Gloo's store; not a public header)
 
 struct WorldOptions {
   std::chrono::milliseconds rendezvous_timeout{std::chrono::seconds(300)};

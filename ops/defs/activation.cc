@@ -31,6 +31,8 @@ void RegisterActivation(const std::string& name) {
   def.kernels[DeviceType::kCPU] = [name](const std::vector<Tensor>& in, const Attrs&) {
     return std::vector<Tensor>{cpu::Unary(Kind(name), in[0])};
   };
+  // activation_grad reads x (not y); neg's gradient reads nothing.
+  def.saved = OpDef::SavedForGrad{name == "neg" ? std::vector<int>{} : std::vector<int>{0}, {}};
   def.grad = [name](const GradContext& c) {
     if (name == "neg") return std::vector<Tensor>{fn::neg(c.grad_outputs[0])};
     return ApplyOp("activation_grad", {c.inputs[0], c.grad_outputs[0]}, {{"activation", name}});

@@ -35,6 +35,8 @@ void RegisterCrossEntropyOps() {
   def.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
     return std::vector<Tensor>{cpu::SparseCrossEntropy(in[0], in[1], a.Get<int64_t>("ignore_index"))};
   };
+  def.saved =
+      OpDef::SavedForGrad{{0, 1}, {}};  // the gradient reads the logits and labels, not the per-row loss
   def.grad = [](const GradContext& c) {
     Tensor d = ApplyOp("cross_entropy_grad", {c.inputs[0], c.inputs[1], c.grad_outputs[0]}, c.attrs).at(0);
     return std::vector<Tensor>{d, Tensor()};
@@ -68,6 +70,8 @@ void RegisterCrossEntropyOps() {
     for (float v : in[0].ToVector<float>()) s += v;
     return std::vector<Tensor>{full(Shape{}, n > 0 ? s / static_cast<double>(n) : 0.0)};
   };
+  mean.saved =
+      OpDef::SavedForGrad{{1}, {}};  // the gradient reads the labels (which rows count), not the rows
   mean.grad = [](const GradContext& c) {
     return std::vector<Tensor>{ApplyOp("masked_mean_grad", {c.grad_outputs[0], c.inputs[1]}, c.attrs).at(0),
                                Tensor()};

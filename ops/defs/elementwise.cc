@@ -15,7 +15,7 @@ std::vector<TensorSpec> InferBinary(const std::string& op, const std::vector<Ten
 }
 
 void RegisterBinary(const std::string& name, cpu::BinaryOp op, std::vector<SbpSignature> partial_rules,
-                    std::function<std::vector<Tensor>(const GradContext&)> grad) {
+                    OpDef::SavedForGrad saved, std::function<std::vector<Tensor>(const GradContext&)> grad) {
   OpDef def;
   def.name = name;
   def.inputs = {"a", "b"};
@@ -28,6 +28,7 @@ void RegisterBinary(const std::string& name, cpu::BinaryOp op, std::vector<SbpSi
   def.kernels[DeviceType::kCPU] = [op](const std::vector<Tensor>& in, const Attrs&) {
     return std::vector<Tensor>{cpu::Binary(op, in[0], in[1])};
   };
+  def.saved = std::move(saved);
   def.grad = std::move(grad);
   RegisterOp(std::move(def));
 }
@@ -42,6 +43,7 @@ void RegisterScalar(const std::string& name, cpu::BinaryOp op, bool partial_ok, 
   def.kernels[DeviceType::kCPU] = [op](const std::vector<Tensor>& in, const Attrs& a) {
     return std::vector<Tensor>{cpu::BinaryScalar(op, in[0], a.Get<double>("scalar"))};
   };
+  def.saved = OpDef::SavedForGrad{};  // the gradient is the scalar times dy
   def.grad = [op, grad_scale_sign](const GradContext& c) {
     const Tensor& g = c.grad_outputs[0];
     if (op == cpu::BinaryOp::kMul)
@@ -55,22 +57,23 @@ void RegisterScalar(const std::string& name, cpu::BinaryOp op, bool partial_ok, 
 
 void RegisterElementwiseOps() {
   using cpu::BinaryOp;
-  RegisterBinary("add", BinaryOp::kAdd, {{{P(), P()}, {P()}}}, [](const GradContext& c) {
+  RegisterBinary("add", BinaryOp::kAdd, {{{P(), P()}, {P()}}}, {}, [](const GradContext& c) {
     const Tensor& g = c.grad_outputs[0];
     return std::vector<Tensor>{fn::sum_to(g, c.inputs[0].shape()), fn::sum_to(g, c.inputs[1].shape())};
   });
-  RegisterBinary("sub", BinaryOp::kSub, {{{P(), P()}, {P()}}}, [](const GradContext& c) {
+  RegisterBinary("sub", BinaryOp::kSub, {{{P(), P()}, {P()}}}, {}, [](const GradContext& c) {
     const Tensor& g = c.grad_outputs[0];
     return std::vector<Tensor>{fn::sum_to(g, c.inputs[0].shape()),
                                fn::sum_to(fn::neg(g), c.inputs[1].shape())};
   });
-  RegisterBinary("mul", BinaryOp::kMul, {{{P(), B()}, {P()}}, {{B(), P()}, {P()}}}, [](const GradContext& c) {
-    const Tensor &a = c.inputs[0], &b = c.inputs[1], &g = c.grad_outputs[0];
-    Tensor da = c.needs_input_grad[0] ? fn::sum_to(fn::mul(g, b), a.shape()) : Tensor();
-    Tensor db = c.needs_input_grad[1] ? fn::sum_to(fn::mul(g, a), b.shape()) : Tensor();
-    return std::vector<Tensor>{da, db};
-  });
-  RegisterBinary("div", BinaryOp::kDiv, {{{P(), B()}, {P()}}}, [](const GradContext& c) {
+  RegisterBinary("mul", BinaryOp::kMul, {{{P(), B()}, {P()}}, {{B(), P()}, {P()}}}, {{0, 1}, {}},
+                 [](const GradContext& c) {
+                   const Tensor &a = c.inputs[0], &b = c.inputs[1], &g = c.grad_outputs[0];
+                   Tensor da = c.needs_input_grad[0] ? fn::sum_to(fn::mul(g, b), a.shape()) : Tensor();
+                   Tensor db = c.needs_input_grad[1] ? fn::sum_to(fn::mul(g, a), b.shape()) : Tensor();
+                   return std::vector<Tensor>{da, db};
+                 });
+  RegisterBinary("div", BinaryOp::kDiv, {{{P(), B()}, {P()}}}, {{1}, {0}}, [](const GradContext& c) {
     const Tensor &a = c.inputs[0], &b = c.inputs[1], &g = c.grad_outputs[0];
     Tensor da = c.needs_input_grad[0] ? fn::sum_to(fn::div(g, b), a.shape()) : Tensor();
     Tensor db = c.needs_input_grad[1] ? fn::sum_to(fn::neg(fn::div(fn::mul(g, c.outputs[0]), b)),

@@ -29,6 +29,7 @@ void RegisterLayerNormOps() {
     return std::vector<Tensor>{
         cpu::LayerNorm(in[0], in[1], in[2], static_cast<float>(a.Get<double>("eps"))).y};
   };
+  def.saved = OpDef::SavedForGrad{{0, 1}, {}};  // the gradient reads x and gamma; beta and y are not read
   def.grad = [](const GradContext& c) {
     return ApplyOp("layer_norm_grad", {c.grad_outputs[0], c.inputs[0], c.inputs[1]}, c.attrs);
   };

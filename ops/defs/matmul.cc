@@ -87,6 +87,7 @@ void RegisterMatmulOps() {
     return std::vector<Tensor>{
         cpu::Matmul(in[0], in[1], a.Get<bool>("transpose_a"), a.Get<bool>("transpose_b"))};
   };
+  def.saved = OpDef::SavedForGrad{{0, 1}, {}};  // the gradient reads a and b, not the product
   def.grad = Grad;
   RegisterOp(std::move(def));
 }

@@ -41,6 +41,7 @@ void RegisterDropout() {
                                             static_cast<uint64_t>(a.Get<int64_t>("offset")), begin, logical)};
   };
   // The same mask applied to the gradient.
+  def.saved = OpDef::SavedForGrad{};  // the gradient reads the same mask, regenerated from seed and offset
   def.grad = [](const GradContext& c) {
     return std::vector<Tensor>{fn::dropout(c.grad_outputs[0], c.attrs.Get<double>("p"),
                                            c.attrs.Get<int64_t>("seed"), c.attrs.Get<int64_t>("offset"))};
@@ -77,6 +78,7 @@ void RegisterEmbedding() {
     int64_t begin = a.Has("vocab_begin") ? a.Get<int64_t>("vocab_begin") : 0;
     return std::vector<Tensor>{cpu::Embedding(in[0], in[1], begin)};
   };
+  def.saved = OpDef::SavedForGrad{{1}, {}};  // the gradient reads the indices; the table only for its shape
   def.grad = [](const GradContext& c) {
     Tensor d =
         ApplyOp("embedding_grad", {c.inputs[1], c.grad_outputs[0]}, {{"shape", c.inputs[0].shape().dims()}})
@@ -134,6 +136,7 @@ void RegisterPick() {
     int64_t begin = a.Has("class_begin") ? a.Get<int64_t>("class_begin") : 0;
     return std::vector<Tensor>{cpu::Pick(in[0], in[1], begin, a.Get<int64_t>("ignore_index"))};
   };
+  def.saved = OpDef::SavedForGrad{{1}, {}};  // the gradient reads the labels; the logits only for their shape
   def.grad = [](const GradContext& c) {
     Attrs a = c.attrs;
     a.Set("columns", c.inputs[0].shape()[1]);
@@ -196,6 +199,7 @@ void RegisterPatchify() {
       return std::vector<Tensor>{cpu::Patchify(in[0], p)};
     };
     if (!inverse) {
+      def.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
       def.grad = [](const GradContext& c) {
         return ApplyOp(
             "unpatchify", {c.grad_outputs[0]},

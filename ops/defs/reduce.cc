@@ -77,6 +77,7 @@ void RegisterSumMean() {
     return std::vector<Tensor>{
         cpu::Reduce(cpu::ReduceOp::kSum, in[0], a.Get<std::vector<int64_t>>("axes"), a.Get<bool>("keepdim"))};
   };
+  sum.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
   sum.grad = [](const GradContext& c) {
     return std::vector<Tensor>{ExpandBack(c.grad_outputs[0], c.inputs[0], c.attrs)};
   };
@@ -100,6 +101,7 @@ void RegisterSumMean() {
         a.Has("divisor") ? a.Get<double>("divisor") : static_cast<double>(ReducedCount(in[0].shape(), a));
     return std::vector<Tensor>{cpu::BinaryScalar(cpu::BinaryOp::kMul, s, 1.0 / divisor)};
   };
+  mean.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
   mean.grad = [](const GradContext& c) {
     double count = static_cast<double>(ReducedCount(c.inputs[0].shape(), c.attrs));
     return std::vector<Tensor>{
@@ -132,6 +134,7 @@ void RegisterMax() {
   // The gradient goes to the positions equal to the maximum, split evenly
   // between ties (as PyTorch's amax does), so the input gradient sums to
   // the output gradient.
+  max.saved = OpDef::SavedForGrad{{0}, {0}};  // the gradient reads x and the maximum, to find the ties
   max.grad = [](const GradContext& c) {
     const Tensor& x = c.inputs[0];
     Tensor tie = fn::cast(fn::equal(x, ExpandBack(c.outputs[0], x, c.attrs)), x.dtype());
@@ -174,6 +177,7 @@ void RegisterSumTo() {
   def.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
     return std::vector<Tensor>{cpu::SumToShape(in[0], Shape(a.Get<std::vector<int64_t>>("shape")))};
   };
+  def.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
   def.grad = [](const GradContext& c) {
     const int64_t lead = c.inputs[0].ndim() - c.outputs[0].ndim();
     std::vector<int64_t> missing;

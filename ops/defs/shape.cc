@@ -86,6 +86,7 @@ void RegisterShapeOps() {
     // Kernels never write their inputs, so the result can share the data.
     return std::vector<Tensor>{in[0].Reshape(Shape(a.Get<std::vector<int64_t>>("shape")))};
   };
+  reshape.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
   reshape.grad = [](const GradContext& c) {
     return std::vector<Tensor>{fn::reshape(c.grad_outputs[0], c.inputs[0].shape())};
   };
@@ -118,6 +119,7 @@ void RegisterShapeOps() {
               perm[in[0].shape().NormalizeAxis(a.Get<int64_t>("dim1"))]);
     return std::vector<Tensor>{cpu::Permute(in[0], perm)};
   };
+  transpose.saved = OpDef::SavedForGrad{};  // the gradient reads nothing
   transpose.grad = [](const GradContext& c) {
     return std::vector<Tensor>{
         fn::transpose(c.grad_outputs[0], c.attrs.Get<int64_t>("dim0"), c.attrs.Get<int64_t>("dim1"))};
@@ -146,6 +148,7 @@ void RegisterShapeOps() {
   permute.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
     return std::vector<Tensor>{cpu::Permute(in[0], a.Get<std::vector<int64_t>>("perm"))};
   };
+  permute.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
   permute.grad = [](const GradContext& c) {
     const auto& perm = c.attrs.Get<std::vector<int64_t>>("perm");
     std::vector<int64_t> inverse(perm.size());
@@ -183,6 +186,7 @@ void RegisterShapeOps() {
     return std::vector<Tensor>{
         cpu::Slice(in[0], a.Get<int64_t>("dim"), a.Get<int64_t>("begin"), a.Get<int64_t>("end"))};
   };
+  slice.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
   slice.grad = [](const GradContext& c) {
     Attrs a = c.attrs;
     a.Set("shape", c.inputs[0].shape().dims());
@@ -239,6 +243,7 @@ void RegisterShapeOps() {
   concat.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
     return std::vector<Tensor>{cpu::Concat(in, a.Get<int64_t>("dim"))};
   };
+  concat.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
   concat.grad = [](const GradContext& c) {
     int64_t dim = c.inputs[0].shape().NormalizeAxis(c.attrs.Get<int64_t>("dim")), begin = 0;
     std::vector<Tensor> grads;

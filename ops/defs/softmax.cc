@@ -22,6 +22,7 @@ void RegisterSoftmaxOps() {
   def.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs&) {
     return std::vector<Tensor>{cpu::Softmax(in[0])};
   };
+  def.saved = OpDef::SavedForGrad{{}, {0}};  // the gradient reads y, not x
   def.grad = [](const GradContext& c) { return ApplyOp("softmax_grad", {c.outputs[0], c.grad_outputs[0]}); };
   RegisterOp(std::move(def));
 
@@ -68,6 +69,7 @@ void RegisterSoftmaxOps() {
     return std::vector<Tensor>{
         cpu::Softmax(in[0], {static_cast<float>(a.Get<double>("scale")), in[1], a.Get<bool>("causal")})};
   };
+  fused.saved = OpDef::SavedForGrad{{}, {0}};  // the gradient reads y, not the scores or the mask
   fused.grad = [](const GradContext& c) {
     Tensor dx =
         ApplyOp("softmax_grad", {c.outputs[0], c.grad_outputs[0]}, {{"scale", c.attrs.Get<double>("scale")}})

@@ -29,6 +29,8 @@ void RegisterWhereCastOps() {
   where.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs&) {
     return std::vector<Tensor>{cpu::Where(in[0], in[1], in[2])};
   };
+  where.saved =
+      OpDef::SavedForGrad{{0}, {}};  // the gradient reads the condition; the branches only for their shapes
   where.grad = [](const GradContext& c) {
     const Tensor& g = c.grad_outputs[0];
     Tensor zero = fn::mul_scalar(g, 0.0);
@@ -67,6 +69,7 @@ void RegisterWhereCastOps() {
   cast.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
     return std::vector<Tensor>{cpu::Cast(in[0], ParseDType(a.Get<std::string>("dtype")))};
   };
+  cast.saved = OpDef::SavedForGrad{};  // the gradient reads the dtype only
   cast.grad = [](const GradContext& c) {
     return std::vector<Tensor>{fn::cast(c.grad_outputs[0], c.inputs[0].dtype())};
   };

@@ -28,7 +28,7 @@ double SlowestSeconds(comm::Communicator& world, std::chrono::steady_clock::dura
 }
 
 int main(int argc, char** argv) {
-  Init(&argc, &argv);
+  InitProcess(&argc, &argv);  // core only: no interpreter needed
   auto& world = comm::World();
   const int p = world.size();
   for (int64_t bytes = FLAGS_min_bytes; bytes <= FLAGS_max_bytes; bytes *= FLAGS_step) {

@@ -13,8 +13,8 @@
 #include <string>
 
 #include "core/comm/process_group.h"
-#include "core/init.h"
 #include "graph/boxing_executor.h"
+#include "graph/init.h"
 #include "sbp/global_tensor.h"
 
 DEFINE_string(sizes_mib, "1,64", "Tensor sizes in MiB (f32, square-ish 2-D)");

@@ -13,9 +13,9 @@
 #include <sstream>
 
 #include "core/comm/process_group.h"
-#include "core/init.h"
 #include "graph/boxing_executor.h"
 #include "graph/global_tensor_ops.h"
+#include "graph/init.h"
 #include "sbp/boxing_plan.h"
 #include "tests/testing/test_util.h"
 

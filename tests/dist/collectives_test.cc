@@ -4,7 +4,9 @@
 //   tessel-launch --nproc_per_node 4 -- collectives_test
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <numeric>
+#include <thread>
 
 #include "core/comm/process_group.h"
 
@@ -210,6 +212,89 @@ TEST(Collectives, SubgroupsAreCachedAndIndependent) {
     EXPECT_EQ(all, (std::vector<int64_t>{3, 2, 0}));
   }
   World().Barrier();
+}
+
+// Asynchronous collectives return at once and run on the group's thread in
+// the order issued; a blocking call waits for them first.
+TEST(Collectives, AsyncCollectivesReturnAtOnceAndKeepOrder) {
+  const int64_t n = 1000;
+  std::vector<float> a(n, 1.0f + Me()), b(n, 10.0f * (Me() + 1));
+  std::vector<int64_t> gathered(P()), mine = {Me() * 7};
+  int64_t root_value = Me() == 1 ? 42 : -1;
+  // Rank 0 arrives late: everyone else's calls must return before it does.
+  if (Me() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto wa = World().IAllReduce(a.data(), n, DType::kFloat32, ReduceOp::kSum);
+  auto wb = World().IAllReduce(b.data(), n, DType::kFloat32, ReduceOp::kMax);
+  auto wg = World().IAllGatherV(mine.data(), gathered.data(), std::vector<int64_t>(P(), 1), DType::kInt64);
+  auto wr = World().IBroadcast(&root_value, 1, DType::kInt64, /*root=*/1);
+  const double issue_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (Me() != 0) {
+    EXPECT_LT(issue_s, 0.1) << "issuing asynchronous collectives blocked";
+    EXPECT_GT(World().QueuedCollectives(), 0u);  // rank 0 has not arrived yet
+  }
+  int64_t after = 1;  // a blocking collective after the queued ones
+  World().AllReduce(&after, 1, DType::kInt64, ReduceOp::kSum);
+  EXPECT_EQ(World().QueuedCollectives(), 0u);
+  wa->Wait();
+  wb->Wait();
+  wg->Wait();
+  wr->Wait();
+  const float sum = static_cast<float>(P() * (P() + 1)) / 2;
+  for (int64_t i = 0; i < n; i += 99) {
+    ASSERT_EQ(a[i], sum);
+    ASSERT_EQ(b[i], 10.0f * P());
+  }
+  for (int r = 0; r < P(); ++r) EXPECT_EQ(gathered[r], r * 7);
+  EXPECT_EQ(root_value, 42);
+  EXPECT_EQ(after, P());
+}
+
+TEST(Collectives, AsyncErrorsSurfaceInWait) {
+  std::vector<float> buf(4);
+  // Bad arguments fail where the call is made.
+  EXPECT_THROW(World().IAllGatherV(buf.data(), buf.data(), {1, 1}, DType::kFloat32), Error);
+  EXPECT_THROW(World().IBroadcast(buf.data(), 4, DType::kFloat32, 9), Error);
+  // A collective that fails on the group's thread fails its Wait, named.
+  auto pair = GetGroup({0, 2});
+  if (pair) {
+    pair->Close();
+    auto work = pair->IAllReduce(buf.data(), 4, DType::kFloat32, ReduceOp::kSum);
+    try {
+      work->Wait();
+      ADD_FAILURE() << "an all-reduce on a closed group succeeded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("all_reduce"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("closed"), std::string::npos) << e.what();
+    }
+  }
+  World().Barrier();
+}
+
+// Tags by channel: transfers of two channels posted in opposite orders on
+// the two sides still meet their own peers.
+TEST(Collectives, TagChannelsKeepConcurrentTransfersApart) {
+  EXPECT_EQ(Communicator::MakeTag(1, 5), (1u << 24) | 5u);
+  EXPECT_EQ(Communicator::MakeTag(2, (1u << 24) + 3), (2u << 24) | 3u);  // the sequence wraps in its bits
+  const int next = (Me() + 1) % P(), prev = (Me() + P() - 1) % P();
+  const uint8_t pipe_a = Communicator::kFirstFreeChannel, pipe_b = Communicator::kFirstFreeChannel + 1;
+  using D = Communicator::Direction;
+  std::vector<int64_t> send_a(3, Me() * 100 + 1), send_b(5, Me() * 100 + 2), recv_a(3, -1), recv_b(5, -1);
+  std::vector<std::unique_ptr<Work>> pending;
+  pending.push_back(
+      World().ISend(send_a.data(), 3, DType::kInt64, next, World().NextTag(pipe_a, next, D::kSend)));
+  pending.push_back(
+      World().ISend(send_b.data(), 5, DType::kInt64, next, World().NextTag(pipe_b, next, D::kSend)));
+  pending.push_back(
+      World().IRecv(recv_b.data(), 5, DType::kInt64, prev, World().NextTag(pipe_b, prev, D::kRecv)));
+  pending.push_back(
+      World().IRecv(recv_a.data(), 3, DType::kInt64, prev, World().NextTag(pipe_a, prev, D::kRecv)));
+  for (auto& w : pending) w->Wait();
+  EXPECT_EQ(recv_a, std::vector<int64_t>(3, prev * 100 + 1));
+  EXPECT_EQ(recv_b, std::vector<int64_t>(5, prev * 100 + 2));
+  // The next message on a channel gets the next sequence number.
+  EXPECT_EQ(World().NextTag(pipe_a, next, D::kSend), Communicator::MakeTag(pipe_a, 1));
+  EXPECT_EQ(World().NextTag(pipe_a, prev, D::kRecv), Communicator::MakeTag(pipe_a, 1));
 }
 
 TEST(Collectives, BadArgumentsAreNamed) {

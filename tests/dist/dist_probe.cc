@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
                 argc > 1 ? argv[1] : "");
     return 0;
   }
-  tessel::Init(&argc, &argv);
+  tessel::InitProcess(&argc, &argv);  // core only
   auto& world = tessel::comm::World();
   if (FLAGS_mode == "sleep") {
     std::printf("ready pid=%d\n", static_cast<int>(::getpid()));

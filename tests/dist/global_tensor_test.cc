@@ -3,13 +3,17 @@
 // to_local, and the errors for bad placements and layouts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
 #include "core/comm/process_group.h"
 #include "core/half.h"
 #include "core/init.h"
+#include "graph/autograd.h"
+#include "graph/eager_interpreter.h"
 #include "graph/global_tensor_ops.h"
+#include "ops/functional.h"
 #include "tests/testing/test_util.h"
 
 namespace tessel {
@@ -36,6 +40,42 @@ TEST(GlobalTensor, FromLocalInfersUnevenLogicalShape) {
   for (int64_t i = 0; i < 35; ++i) ASSERT_EQ(v[i], owner[i / 5]);
   // to_global on a local tensor is FromLocal, as in OneFlow.
   EXPECT_EQ(local.to_global(kLine, {S(0)}).shape(), (Shape{7, 5}));
+}
+
+// Layout changes are ops: an interpreter pushed on the stack (a tracer, say)
+// sees to_global and from_local with their layouts as attributes, and
+// autograd differentiates them like any other op.
+class Recorder final : public Interpreter {
+ public:
+  std::vector<Tensor> Apply(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) override {
+    seen.push_back(op.name + (attrs.Has("nd_sbp") ? " " + attrs.Get<std::string>("nd_sbp") : ""));
+    return EagerInterpreter().Apply(op, inputs, attrs);
+  }
+  std::vector<std::string> seen;
+};
+
+TEST(GlobalTensor, LayoutChangesAreOpsTheInterpreterSees) {
+  Recorder recorder;
+  AutogradInterpreter autograd(recorder);
+  InterpreterScope scope(autograd);
+  Tensor w = full({4, 3}, 1.0 + Me(), DType::kFloat32).set_requires_grad(true);
+  Tensor g = FromLocal(w, kLine, {S(0)});                // [16, 3]
+  Tensor b = g.to_global(kLine, {B()});                  // all-gather
+  Tensor same = b.to_global(kLine, {B()});               // no change: not an op
+  Tensor loss = fn::sum(fn::mul_scalar(same, 2.0), {});  // d loss / d w = 2 everywhere
+  loss.backward();
+  ASSERT_GE(recorder.seen.size(), 3u);
+  EXPECT_EQ(recorder.seen[0], "from_local [S(0)]");
+  EXPECT_EQ(recorder.seen[1], "to_global [B]");
+  EXPECT_EQ(recorder.seen[2], "mul_scalar");
+  // Backward ran the layout ops' gradients through the same stack.
+  EXPECT_GT(std::count_if(recorder.seen.begin(), recorder.seen.end(),
+                          [](const std::string& s) { return s.rfind("to_global", 0) == 0; }),
+            1);
+  EXPECT_EQ(g.shape(), (Shape{16, 3}));
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_FALSE(w.grad().is_global());
+  EXPECT_EQ(w.grad().ToVector<float>(), std::vector<float>(12, 2.0f));
 }
 
 TEST(GlobalTensor, PartialFromLocalSumsOnGather) {

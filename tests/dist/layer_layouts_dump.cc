@@ -10,9 +10,9 @@
 #include <functional>
 
 #include "core/comm/process_group.h"
-#include "core/init.h"
 #include "graph/autograd.h"
 #include "graph/global_tensor_ops.h"
+#include "graph/init.h"
 #include "layers/dist.h"
 #include "layers/embedding.h"
 #include "layers/transformer.h"

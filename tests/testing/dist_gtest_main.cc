@@ -2,7 +2,7 @@
 // tessel::Init takes the rest (timeouts, logging) and joins the world.
 #include <gtest/gtest.h>
 
-#include "core/init.h"
+#include "graph/init.h"
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
