@@ -135,6 +135,15 @@ void Tensor::backward(const Tensor& gradient) const {
 
 std::vector<Tensor> AutogradInterpreter::Apply(const OpDef& op, const std::vector<Tensor>& inputs,
                                                const Attrs& attrs) {
+  if (!op.mutates.empty() && GradModeEnabled()) {
+    for (int i : op.mutates) {
+      TESSEL_CHECK(!inputs[i].requires_grad())
+          << "op '" << op.name << "' updates its input "
+          << op.inputs[std::min<size_t>(i, op.inputs.size() - 1)]
+          << " in place, and that tensor requires gradients; update it under NoGradGuard (as the "
+             "optimizers do) or pass tensor.detach()";
+    }
+  }
   std::vector<Tensor> outs = inner_.Apply(op, inputs, attrs);
   if (!op.grad || !GradModeEnabled()) return outs;
   auto node = std::make_shared<Node>();

@@ -14,6 +14,7 @@
 #include "core/init.h"
 #include "graph/global_tensor_ops.h"
 #include "sbp/global_tensor.h"
+#include "sbp/layout_key.h"
 #include "sbp/slice_transfer.h"
 
 namespace tessel {
@@ -229,8 +230,14 @@ BoundedCache<std::string, std::shared_ptr<const BoxingPlan>>& PlanCache() {
 std::shared_ptr<const BoxingPlan> GetBoxingPlan(const Placement& src_placement, const NdSbp& src,
                                                 const Placement& dst_placement, const NdSbp& dst,
                                                 const Shape& shape, DType dtype) {
-  std::string key = src_placement.ToString() + src.ToString() + ">" + dst_placement.ToString() +
-                    dst.ToString() + shape.ToString() + std::string(DTypeName(dtype));
+  std::string key;  // binary (sbp/layout_key.h): placements by interned id
+  key.reserve(96);
+  AppendKey(&key, src_placement);
+  AppendKey(&key, src);
+  AppendKey(&key, dst_placement);
+  AppendKey(&key, dst);
+  AppendKey(&key, shape);
+  AppendKey(&key, dtype);
   if (auto hit = PlanCache().Get(key)) return *hit;
   auto plan =
       std::make_shared<const BoxingPlan>(PlanBoxing(src_placement, src, dst_placement, dst, shape, dtype));

@@ -44,6 +44,39 @@ const Kernel& KernelFor(const OpDef& op, DeviceType device) {
   return it->second;
 }
 
+// An in-place op must not write memory another of its inputs reads (AdamW
+// with exp_avg and exp_avg_sq on one buffer would be silently wrong).
+void CheckNoOverlap(const OpDef& op, const std::vector<Tensor>& locals) {
+  for (int i : op.mutates) {
+    const char* a = static_cast<const char*>(locals[i].raw_data());
+    if (a == nullptr || locals[i].nbytes() == 0) continue;
+    for (size_t j = 0; j < locals.size(); ++j) {
+      const char* b = static_cast<const char*>(locals[j].raw_data());
+      if (static_cast<int>(j) == i || b == nullptr || locals[j].nbytes() == 0) continue;
+      TESSEL_CHECK(a + locals[i].nbytes() <= b || b + locals[j].nbytes() <= a)
+          << "op '" << op.name << "' updates its input "
+          << op.inputs[std::min<size_t>(i, op.inputs.size() - 1)]
+          << " in place, but it shares memory with input " << op.inputs[std::min(j, op.inputs.size() - 1)]
+          << "; give each its own tensor (Clone())";
+    }
+  }
+}
+
+// An in-place op's outputs: its updated inputs themselves. The kernel wrote
+// into `written` (what it ran on); that must be the inputs' own storage.
+std::vector<Tensor> MutatedInputs(const OpDef& op, const std::vector<Tensor>& inputs,
+                                  const std::vector<Tensor>& written) {
+  std::vector<Tensor> outs;
+  for (int i : op.mutates) {
+    const Tensor own = inputs[i].to_local();
+    TESSEL_CHECK_CODE(written[i].raw_data() == own.raw_data(), StatusCode::kInternal)
+        << "op '" << op.name << "' updated a copy of its input "
+        << op.inputs[std::min<size_t>(i, op.inputs.size() - 1)] << " instead of the input";
+    outs.push_back(inputs[i]);
+  }
+  return outs;
+}
+
 std::vector<Tensor> RunGlobal(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs,
                               const std::vector<TensorSpec>& logical,
                               const std::vector<TensorSpec>& out_specs) {
@@ -72,6 +105,7 @@ std::vector<Tensor> RunGlobal(const OpDef& op, const std::vector<Tensor>& inputs
   for (int o = 0; o < op.num_outputs; ++o)
     out_boxes.push_back(LocalBox(out_specs[o].shape, placement, sig.outputs[o], rank));
   std::vector<Tensor> outs;
+  if (!op.mutates.empty()) CheckNoOverlap(op, locals);
   if (placement.Contains(rank)) {
     Attrs local_attrs = op.local_attrs
                             ? op.local_attrs(attrs, LocalContext{logical, local_specs, in_boxes, out_boxes})
@@ -83,6 +117,7 @@ std::vector<Tensor> RunGlobal(const OpDef& op, const std::vector<Tensor>& inputs
                                    out_specs[o].dtype));
     }
   }
+  if (!op.mutates.empty()) return MutatedInputs(op, inputs, locals);
   for (int o = 0; o < op.num_outputs; ++o)
     outs[o] = MakeGlobal(outs[o], out_specs[o].shape, placement, sig.outputs[o]);
   return outs;
@@ -161,7 +196,9 @@ class EagerInterpreterImpl final : public Interpreter {
     } else {
       std::vector<Tensor> locals;
       for (const Tensor& t : inputs) locals.push_back(t.detach());
+      if (!op.mutates.empty()) CheckNoOverlap(op, locals);
       outs = KernelFor(op, inputs.empty() ? DeviceType::kCPU : inputs[0].device().type())(locals, attrs);
+      if (!op.mutates.empty()) outs = MutatedInputs(op, inputs, locals);
     }
     return outs;
   }

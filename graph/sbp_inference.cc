@@ -9,6 +9,7 @@
 #include "core/bounded_cache.h"
 #include "core/error.h"
 #include "graph/boxing_executor.h"
+#include "sbp/layout_key.h"
 #include "sbp/slice.h"
 
 namespace tessel {
@@ -27,45 +28,37 @@ namespace {
 // ranks (the planner's 1 GB/s) costs ten times writing it.
 constexpr double kComputeBytesPerSecond = 10e9;
 
-// The cache key in binary (no number formatting on the dispatch path): the
-// op, its layout attributes, and per input the placement, NdSbp, shape and
-// dtype. Placements still cost O(ranks) to append; interning them is next.
-template <typename T>
-void Append(std::string* key, const T& v) {
-  key->append(reinterpret_cast<const char*>(&v), sizeof(T));
-}
+// One inference over tensors or specs without copying either: these read
+// the same four properties from both.
+const Shape& ShapeOf(const Tensor& t) { return t.shape(); }
+const Shape& ShapeOf(const GlobalTensorSpec& s) { return s.shape; }
+DType DTypeOf(const Tensor& t) { return t.dtype(); }
+DType DTypeOf(const GlobalTensorSpec& s) { return s.dtype; }
+const Placement& PlacementOf(const Tensor& t) { return t.placement(); }
+const Placement& PlacementOf(const GlobalTensorSpec& s) { return s.placement; }
+const NdSbp& NdSbpOf(const Tensor& t) { return t.nd_sbp(); }
+const NdSbp& NdSbpOf(const GlobalTensorSpec& s) { return s.nd_sbp; }
 
-template <typename T>
-void AppendAll(std::string* key, const std::vector<T>& v) {
-  Append(key, v.size());
-  key->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-}
-
-void AppendPlacement(std::string* key, const Placement& p) {
-  Append(key, p.device_type());
-  AppendAll(key, p.hierarchy());
-  AppendAll(key, p.ranks());
-}
-
-std::string Key(const OpDef& op, const Attrs& attrs, const std::vector<Tensor>& inputs, const Placement& p) {
+// The cache key in binary (sbp/layout_key.h): the op, its layout
+// attributes, the placement, and per input its placement, NdSbp, shape and
+// dtype; placements are their interned ids, so a key costs O(inputs).
+template <typename Input>
+std::string Key(const OpDef& op, const Attrs& attrs, const std::vector<Input>& inputs, const Placement& p) {
   std::string key;
   key.reserve(128);
-  Append(&key, &op);
+  AppendKeyBytes(&key, &op);
   if (!op.layout_attrs) {
     key += attrs.ToString();
   } else if (!op.layout_attrs->empty()) {
     key += attrs.Only(*op.layout_attrs).ToString();
   }
   key += '|';
-  AppendPlacement(&key, p);
-  for (const Tensor& t : inputs) {
-    AppendPlacement(&key, t.placement());
-    for (const Sbp& sbp : t.nd_sbp().sbps()) {
-      Append(&key, sbp.type());
-      Append(&key, static_cast<int8_t>(sbp.axis()));
-    }
-    AppendAll(&key, t.shape().dims());
-    Append(&key, t.dtype());
+  AppendKey(&key, p);
+  for (const Input& t : inputs) {
+    AppendKey(&key, PlacementOf(t));
+    AppendKey(&key, NdSbpOf(t));
+    AppendKey(&key, ShapeOf(t));
+    AppendKey(&key, DTypeOf(t));
   }
   return key;
 }
@@ -87,17 +80,13 @@ bool Advance(std::vector<size_t>* pick, const std::vector<bool>& fixed, size_t c
   return false;
 }
 
-}  // namespace
-
-size_t SignatureCacheSize() { return SignatureCache().size(); }
-
-std::shared_ptr<const NdSignature> InferNdSignature(const OpDef& op, const Attrs& attrs,
-                                                    const std::vector<Tensor>& inputs,
-                                                    const Placement& placement) {
+template <typename Input>
+std::shared_ptr<const NdSignature> Infer(const OpDef& op, const Attrs& attrs,
+                                         const std::vector<Input>& inputs, const Placement& placement) {
   const std::string key = Key(op, attrs, inputs, placement);
   if (auto hit = SignatureCache().Get(key)) return *hit;
   std::vector<TensorSpec> specs;
-  for (const Tensor& t : inputs) specs.push_back({t.shape(), t.dtype()});
+  for (const Input& t : inputs) specs.push_back({ShapeOf(t), DTypeOf(t)});
   std::vector<SbpSignature> one = op.sbp ? op.sbp(specs, attrs) : std::vector<SbpSignature>{};
   one.push_back({std::vector<Sbp>(inputs.size(), B()), std::vector<Sbp>(op.num_outputs, B())});
 
@@ -113,9 +102,9 @@ std::shared_ptr<const NdSignature> InferNdSignature(const OpDef& op, const Attrs
   // of eager global tensors expect, rather than a "free" split that a later
   // consumer (or a parameter's gradient) must gather again.
   std::vector<bool> replicated_axis(axes, !inputs.empty());
-  for (const Tensor& t : inputs) {
+  for (const Input& t : inputs) {
     for (int a = 0; a < axes; ++a)
-      if (t.placement() != placement || !t.nd_sbp()[a].is_broadcast()) replicated_axis[a] = false;
+      if (PlacementOf(t) != placement || !NdSbpOf(t)[a].is_broadcast()) replicated_axis[a] = false;
   }
   for (int a = 0; a < axes; ++a)
     if (replicated_axis[a]) pick[a] = one.size() - 1;  // the all-B signature
@@ -129,7 +118,12 @@ std::shared_ptr<const NdSignature> InferNdSignature(const OpDef& op, const Attrs
       for (size_t i = 0; i < inputs.size(); ++i) cand.inputs[i][a] = s.inputs[i];
       for (int o = 0; o < op.num_outputs; ++o) cand.outputs[o][a] = s.outputs[o];
     }
-    if (op.check_layout && !op.check_layout(attrs, specs, cand.inputs, cand.outputs, placement)) {
+    bool converts_mutated = false;
+    for (int i : op.mutates) {
+      converts_mutated |= PlacementOf(inputs[i]) != placement || NdSbpOf(inputs[i]) != cand.inputs[i];
+    }
+    if (converts_mutated ||
+        (op.check_layout && !op.check_layout(attrs, specs, cand.inputs, cand.outputs, placement))) {
       if (!Advance(&pick, replicated_axis, one.size())) break;
       continue;
     }
@@ -139,10 +133,10 @@ std::shared_ptr<const NdSignature> InferNdSignature(const OpDef& op, const Attrs
     double boxing = 0;
     int conversions = 0;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      if (inputs[i].placement() == placement && inputs[i].nd_sbp() == cand.inputs[i]) continue;
+      if (PlacementOf(inputs[i]) == placement && NdSbpOf(inputs[i]) == cand.inputs[i]) continue;
       ++conversions;
-      boxing += GetBoxingPlan(inputs[i].placement(), inputs[i].nd_sbp(), placement, cand.inputs[i],
-                              inputs[i].shape(), inputs[i].dtype())
+      boxing += GetBoxingPlan(PlacementOf(inputs[i]), NdSbpOf(inputs[i]), placement, cand.inputs[i],
+                              ShapeOf(inputs[i]), DTypeOf(inputs[i]))
                     ->seconds();
     }
     double compute = 0;
@@ -173,9 +167,35 @@ std::shared_ptr<const NdSignature> InferNdSignature(const OpDef& op, const Attrs
     }
     if (!Advance(&pick, replicated_axis, one.size())) break;
   }
+  if (best_conversions < 0) {
+    std::ostringstream os;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      os << (i ? ", " : "") << (i < op.inputs.size() ? op.inputs[i] : op.inputs.back()) << " "
+         << ShapeOf(inputs[i]) << " " << NdSbpOf(inputs[i]);
+    }
+    TESSEL_THROW(StatusCode::kInvalidArgument)
+        << "op '" << op.name << "' has no SBP signature on " << placement << " for " << os.str()
+        << (op.mutates.empty() ? "" : " (inputs it updates in place keep their layouts)");
+  }
   auto sig = std::make_shared<const NdSignature>(std::move(best));
   SignatureCache().Put(key, sig);
   return sig;
+}
+
+}  // namespace
+
+size_t SignatureCacheSize() { return SignatureCache().size(); }
+
+std::shared_ptr<const NdSignature> InferNdSignature(const OpDef& op, const Attrs& attrs,
+                                                    const std::vector<GlobalTensorSpec>& inputs,
+                                                    const Placement& placement) {
+  return Infer(op, attrs, inputs, placement);
+}
+
+std::shared_ptr<const NdSignature> InferNdSignature(const OpDef& op, const Attrs& attrs,
+                                                    const std::vector<Tensor>& inputs,
+                                                    const Placement& placement) {
+  return Infer(op, attrs, inputs, placement);
 }
 
 }  // namespace tessel

@@ -27,6 +27,11 @@ struct NdSignature {
 // Throws naming the op, the inputs' layouts and what was tried if nothing
 // fits.
 constexpr size_t kSignatureCacheCapacity = 4096;
+// The same inference on specs (for compiler passes) and on global tensors
+// (eager dispatch); both share one cache, so a graph and eager mode agree.
+std::shared_ptr<const NdSignature> InferNdSignature(const OpDef& op, const Attrs& attrs,
+                                                    const std::vector<GlobalTensorSpec>& inputs,
+                                                    const Placement& placement);
 std::shared_ptr<const NdSignature> InferNdSignature(const OpDef& op, const Attrs& attrs,
                                                     const std::vector<Tensor>& inputs,
                                                     const Placement& placement);

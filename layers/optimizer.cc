@@ -1,5 +1,6 @@
 #include "layers/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -35,15 +36,27 @@ Tensor ReducedGrad(Tensor* param) {
   return g;
 }
 
+// Updates are in place, so two parameters on one memory would be updated
+// twice (a tied weight must be listed once).
+void CheckDistinct(const NamedParams& params) {
+  std::vector<std::pair<const char*, size_t>> spans;  // (start, index)
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor local = params[i].second->to_local();
+    if (local.raw_data() != nullptr && local.nbytes() > 0)
+      spans.push_back({static_cast<const char*>(local.raw_data()), i});
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t k = 1; k < spans.size(); ++k) {
+    const size_t prev = spans[k - 1].second, cur = spans[k].second;
+    TESSEL_CHECK(spans[k - 1].first + params[prev].second->to_local().nbytes() <= spans[k].first)
+        << "parameters '" << params[prev].first << "' and '" << params[cur].first
+        << "' share memory; optimizers update in place, so list a tied parameter once";
+  }
+}
+
 Tensor ZerosLike(const Tensor& t) {
   NoGradGuard no_grad;
   return fn::mul_scalar(t.detach(), 0.0);
-}
-
-// Replaces a parameter's value, keeping it a leaf that requires grad.
-void Assign(Tensor* param, const Tensor& value) {
-  *param = value.detach();
-  param->set_requires_grad(true);
 }
 }  // namespace
 
@@ -67,6 +80,7 @@ double ScalarValue(const Tensor& t) {
 }
 
 AdamW::AdamW(NamedParams params, AdamWConfig config) : params_(std::move(params)), config_(config) {
+  CheckDistinct(params_);
   for (auto& [name, p] : params_) {
     exp_avg_.push_back(ZerosLike(*p));
     exp_avg_sq_.push_back(ZerosLike(*p));
@@ -82,15 +96,16 @@ void AdamW::Step() {
     if (!g.defined()) continue;
     fn::AdamWOptions o{config_.lr, config_.beta1, config_.beta2, config_.eps,
                        Decays(params_[i].first, *p) ? config_.weight_decay : 0.0};
-    std::vector<Tensor> r = fn::adamw_update(p->detach(), g, exp_avg_[i], exp_avg_sq_[i], step_, o);
-    Assign(p, r[0]);
-    exp_avg_[i] = r[1];
-    exp_avg_sq_[i] = r[2];
+    // In place: the parameter (through a detached handle on its storage)
+    // and its states keep their identity, as graph variables must.
+    fn::adamw_update(p->detach(), g, exp_avg_[i], exp_avg_sq_[i], step_, o);
+    p->zero_grad();
   }
 }
 
 SGD::SGD(NamedParams params, double lr, double momentum, double weight_decay)
     : params_(std::move(params)), lr_(lr), momentum_(momentum), weight_decay_(weight_decay) {
+  CheckDistinct(params_);
   for (auto& [name, p] : params_) buffers_.push_back(ZerosLike(*p));
 }
 
@@ -100,10 +115,10 @@ void SGD::Step() {
     Tensor* p = params_[i].second;
     Tensor g = ReducedGrad(p);
     if (!g.defined()) continue;
-    std::vector<Tensor> r = fn::sgd_update(p->detach(), g, buffers_[i], lr_, momentum_,
-                                           Decays(params_[i].first, *p) ? weight_decay_ : 0.0, first_);
-    Assign(p, r[0]);
-    buffers_[i] = r[1];
+    fn::sgd_update(p->detach(), g, buffers_[i], lr_, momentum_,
+                   Decays(params_[i].first, *p) ? weight_decay_ : 0.0,
+                   first_);  // in place, as AdamW
+    p->zero_grad();
   }
   first_ = false;
 }

@@ -2,7 +2,9 @@
 // Weight decay skips biases and 1-D parameters (norm gains and shifts), as
 // Megatron does. A gradient that is not in its parameter's layout (partial
 // sums under data parallelism) is reduced into it once, by clipping or the
-// update, and parameters and optimizer state keep their layouts.
+// update, and parameters and optimizer state keep their layouts. Updates are
+// in place: a parameter is a variable whose storage (and any handle to it)
+// changes, never replaced by a new tensor, and so are the optimizer states.
 #pragma once
 
 #include <string>

@@ -77,10 +77,12 @@ Tensor global_norm(const std::vector<Tensor>& xs);
 struct AdamWOptions {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
 };
-// One AdamW step (PyTorch's); returns {param, exp_avg, exp_avg_sq}.
+// One AdamW step (PyTorch's), in place: updates param, exp_avg and
+// exp_avg_sq (which keep their layouts) and returns those same tensors.
 std::vector<Tensor> adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                                  const Tensor& exp_avg_sq, int64_t step, const AdamWOptions& options);
-// One SGD step with momentum (PyTorch's); returns {param, momentum_buffer}.
+// One SGD step with momentum (PyTorch's), in place: updates param and
+// momentum_buffer and returns those same tensors.
 std::vector<Tensor> sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
                                double lr, double momentum, double weight_decay, bool first_step);
 }  // namespace fn

@@ -31,6 +31,12 @@ struct AttrPrinter {
 };
 }  // namespace
 
+GlobalTensorSpec GlobalTensorSpec::Of(const Tensor& t) {
+  TESSEL_CHECK(t.is_global()) << "GlobalTensorSpec::Of: the tensor of shape " << t.shape()
+                              << " is local; a spec needs a global tensor (placement and NdSbp)";
+  return {t.shape(), t.dtype(), t.placement(), t.nd_sbp()};
+}
+
 template <typename T>
 const T& Attrs::Get(const std::string& name) const {
   auto it = values_.find(name);
@@ -79,6 +85,17 @@ void RegisterOp(OpDef def) {
   std::lock_guard<std::mutex> lock(RegistryMutex());
   TESSEL_CHECK_CODE(!Registry().count(def.name), StatusCode::kAlreadyExists)
       << "op '" << def.name << "' is registered twice";
+  if (!def.mutates.empty()) {
+    TESSEL_CHECK(def.num_outputs == static_cast<int>(def.mutates.size()) && !def.grad)
+        << "op '" << def.name << "' updates " << def.mutates.size()
+        << " inputs in place, so it has that many "
+        << "outputs (got num_outputs=" << def.num_outputs << ") and no gradient";
+    for (int i : def.mutates) {
+      TESSEL_CHECK(i >= 0 && (def.variadic || i < static_cast<int>(def.inputs.size())))
+          << "op '" << def.name << "': mutated input index " << i << " is not one of its "
+          << def.inputs.size() << " inputs";
+    }
+  }
   std::string name = def.name;
   Registry().emplace(std::move(name), std::move(def));
 }

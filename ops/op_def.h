@@ -48,6 +48,18 @@ struct TensorSpec {
   DType dtype = DType::kFloat32;
 };
 
+// A global value as compiler passes see it: logical shape, dtype and layout,
+// no data. SBP signature inference takes these, so a pass infers layouts on
+// a graph of specs exactly as eager dispatch does on tensors.
+struct GlobalTensorSpec {
+  Shape shape;
+  DType dtype = DType::kFloat32;
+  Placement placement;
+  NdSbp nd_sbp;
+  // The spec of a global tensor (throws naming the call if it is local).
+  static GlobalTensorSpec Of(const Tensor& t);
+};
+
 // One 1-D SBP signature: an Sbp per input and per output.
 struct SbpSignature {
   std::vector<Sbp> inputs;
@@ -108,6 +120,14 @@ struct OpDef {
   // from_local), which communicate. Their inputs may be local or global,
   // and their gradients choose their own layouts.
   std::function<std::vector<Tensor>(const std::vector<Tensor>& inputs, const Attrs& attrs)> run;
+  // Inputs the kernel updates in place (parameters and optimizer state:
+  // variables that keep their identity across steps, as a graph needs).
+  // The op's outputs are exactly these inputs, in this order, as the same
+  // handles (same storage); num_outputs must equal their count. They are
+  // never boxed (a converted copy would take the write and lose it), so
+  // signature inference keeps their layouts; and autograd refuses to update
+  // a tensor that requires gradients while recording.
+  std::vector<int> mutates;
   std::function<std::vector<Tensor>(const GradContext&)> grad;  // unset: not differentiable
   // Which values the gradient function reads (indices into inputs and
   // outputs). Unset: all of them. Autograd keeps the others as metadata

@@ -1,8 +1,11 @@
 #include "sbp/placement.h"
 
 #include <cctype>
+#include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "core/error.h"
 
@@ -14,31 +17,73 @@ std::string JoinRanks(const std::vector<int>& ranks) {
   for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
   return os.str();
 }
+// The intern table: one record per live placement value. Records remove
+// themselves when their last Placement goes, so a program that makes many
+// placements (a fuzzer, random tests) does not grow it; ids only increase,
+// so a cache entry keyed on a dead placement's id can never match a new one.
+// Never destroyed: placements in static storage outlive other statics.
+struct InternTable {
+  std::mutex mu;
+  std::map<std::tuple<DeviceType, std::vector<int64_t>, std::vector<int>>, std::weak_ptr<const void>> live;
+  uint64_t next_id = 1;
+};
+InternTable& Table() {
+  static auto* table = new InternTable();
+  return *table;
+}
 }  // namespace
 
-Placement::Placement(DeviceType type, std::vector<int> ranks, std::vector<int64_t> hierarchy)
-    : type_(type), ranks_(std::move(ranks)), hierarchy_(std::move(hierarchy)) {
-  TESSEL_CHECK(!ranks_.empty()) << "a placement needs at least one rank";
-  if (hierarchy_.empty()) hierarchy_ = {static_cast<int64_t>(ranks_.size())};
+const std::shared_ptr<const Placement::Rep>& Placement::EmptyRep() {
+  static const auto* empty = new std::shared_ptr<const Rep>(std::make_shared<const Rep>());
+  return *empty;
+}
+
+std::shared_ptr<const Placement::Rep> Placement::Intern(DeviceType type, std::vector<int> ranks,
+                                                        std::vector<int64_t> hierarchy) {
+  InternTable& table = Table();
+  auto key = std::make_tuple(type, hierarchy, ranks);
+  std::lock_guard<std::mutex> lock(table.mu);
+  auto it = table.live.find(key);
+  if (it != table.live.end()) {
+    if (auto rep = it->second.lock()) return std::static_pointer_cast<const Rep>(rep);
+  }
+  Rep* raw = new Rep{type, std::move(ranks), std::move(hierarchy), table.next_id++};
+  // The deleter drops the table entry unless a new record already took it.
+  std::shared_ptr<const Rep> rep(raw, [key](const Rep* r) {
+    InternTable& t = Table();
+    {
+      std::lock_guard<std::mutex> lock(t.mu);
+      auto entry = t.live.find(key);
+      if (entry != t.live.end() && entry->second.expired()) t.live.erase(entry);
+    }
+    delete r;
+  });
+  table.live[std::move(key)] = rep;
+  return rep;
+}
+
+Placement::Placement(DeviceType type, std::vector<int> ranks, std::vector<int64_t> hierarchy) {
+  TESSEL_CHECK(!ranks.empty()) << "a placement needs at least one rank";
+  if (hierarchy.empty()) hierarchy = {static_cast<int64_t>(ranks.size())};
   std::set<int> seen;
-  for (int r : ranks_) {
-    TESSEL_CHECK(r >= 0) << "placement ranks [" << JoinRanks(ranks_) << "] include negative rank " << r;
+  for (int r : ranks) {
+    TESSEL_CHECK(r >= 0) << "placement ranks [" << JoinRanks(ranks) << "] include negative rank " << r;
     TESSEL_CHECK(seen.insert(r).second)
-        << "placement ranks [" << JoinRanks(ranks_) << "] list rank " << r << " twice";
+        << "placement ranks [" << JoinRanks(ranks) << "] list rank " << r << " twice";
   }
   int64_t product = 1;
   bool overflow = false;  // sizes from a file or the wire can multiply past int64
   std::ostringstream dims;
-  for (size_t i = 0; i < hierarchy_.size(); ++i) {
-    TESSEL_CHECK(hierarchy_[i] > 0) << "placement hierarchy has a non-positive size " << hierarchy_[i];
-    overflow = overflow || __builtin_mul_overflow(product, hierarchy_[i], &product);
-    dims << (i ? ", " : "") << hierarchy_[i];
+  for (size_t i = 0; i < hierarchy.size(); ++i) {
+    TESSEL_CHECK(hierarchy[i] > 0) << "placement hierarchy has a non-positive size " << hierarchy[i];
+    overflow = overflow || __builtin_mul_overflow(product, hierarchy[i], &product);
+    dims << (i ? ", " : "") << hierarchy[i];
   }
-  TESSEL_CHECK(!overflow && product == static_cast<int64_t>(ranks_.size()))
+  TESSEL_CHECK(!overflow && product == static_cast<int64_t>(ranks.size()))
       << "placement hierarchy [" << dims.str() << "] has "
-      << (overflow ? std::string("more than 2^63") : std::to_string(product)) << " slots but "
-      << ranks_.size() << " ranks were given ([" << JoinRanks(ranks_)
-      << "]); expected the product to equal the rank count";
+      << (overflow ? std::string("more than 2^63") : std::to_string(product)) << " slots but " << ranks.size()
+      << " ranks were given ([" << JoinRanks(ranks) << "]); expected the product to equal the rank count";
+  rep_ = Intern(type, std::move(ranks), std::move(hierarchy));
 }
 
 Placement::Placement(std::string_view device, std::vector<int> ranks)
@@ -110,38 +155,38 @@ Placement Placement::Parse(std::string_view text) {
 }
 
 int Placement::IndexOf(int rank) const {
-  for (size_t i = 0; i < ranks_.size(); ++i)
-    if (ranks_[i] == rank) return static_cast<int>(i);
+  for (size_t i = 0; i < rep_->ranks.size(); ++i)
+    if (rep_->ranks[i] == rank) return static_cast<int>(i);
   return -1;
 }
 
 std::vector<int64_t> Placement::Coord(int index) const {
-  std::vector<int64_t> coord(hierarchy_.size());
+  std::vector<int64_t> coord(rep_->hierarchy.size());
   for (int64_t a = ndim() - 1; a >= 0; --a) {
-    coord[a] = index % hierarchy_[a];
-    index /= static_cast<int>(hierarchy_[a]);
+    coord[a] = index % rep_->hierarchy[a];
+    index /= static_cast<int>(rep_->hierarchy[a]);
   }
   return coord;
 }
 
 int Placement::IndexOfCoord(const std::vector<int64_t>& coord) const {
   int64_t index = 0;
-  for (int a = 0; a < ndim(); ++a) index = index * hierarchy_[a] + coord[a];
+  for (int a = 0; a < ndim(); ++a) index = index * rep_->hierarchy[a] + coord[a];
   return static_cast<int>(index);
 }
 
 std::vector<int> Placement::GroupAlong(int index, int axis) const {
   std::vector<int64_t> coord = Coord(index);
   std::vector<int> group;
-  for (int64_t i = 0; i < hierarchy_[axis]; ++i) {
+  for (int64_t i = 0; i < rep_->hierarchy[axis]; ++i) {
     coord[axis] = i;
-    group.push_back(ranks_[IndexOfCoord(coord)]);
+    group.push_back(rep_->ranks[IndexOfCoord(coord)]);
   }
   return group;
 }
 
 void Placement::CheckInWorld(int world_size) const {
-  for (int r : ranks_) {
+  for (int r : rep_->ranks) {
     TESSEL_CHECK(r < world_size) << "placement " << ToString() << " names rank " << r
                                  << ", outside the world of WORLD_SIZE=" << world_size;
   }
@@ -149,14 +194,15 @@ void Placement::CheckInWorld(int world_size) const {
 
 std::string Placement::ToString() const {
   // Nested lists following the hierarchy: block[a] ranks make one list at depth a.
-  std::vector<int64_t> block(hierarchy_.size(), 1);
-  for (int64_t a = ndim() - 1; a >= 0; --a) block[a] = hierarchy_[a] * (a + 1 < ndim() ? block[a + 1] : 1);
+  std::vector<int64_t> block(rep_->hierarchy.size(), 1);
+  for (int64_t a = ndim() - 1; a >= 0; --a)
+    block[a] = rep_->hierarchy[a] * (a + 1 < ndim() ? block[a + 1] : 1);
   std::ostringstream os;
-  os << DeviceTypeName(type_) << ":";
+  os << DeviceTypeName(rep_->type) << ":";
   for (int i = 0; i < size(); ++i) {
     for (int a = 0; a < ndim(); ++a)
       if (i % block[a] == 0) os << "[";
-    os << ranks_[i];
+    os << rep_->ranks[i];
     for (int a = ndim() - 1; a >= 0; --a)
       if ((i + 1) % block[a] == 0) os << "]";
     if (i + 1 < size()) os << ", ";

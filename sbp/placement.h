@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -30,11 +31,16 @@ class Placement {
   Placement(std::string_view device, std::initializer_list<std::initializer_list<int>> grid);
   static Placement Parse(std::string_view text);
 
-  DeviceType device_type() const { return type_; }
-  const std::vector<int>& ranks() const { return ranks_; }
-  const std::vector<int64_t>& hierarchy() const { return hierarchy_; }
-  int size() const { return static_cast<int>(ranks_.size()); }
-  int ndim() const { return static_cast<int>(hierarchy_.size()); }
+  DeviceType device_type() const { return rep_->type; }
+  const std::vector<int>& ranks() const { return rep_->ranks; }
+  const std::vector<int64_t>& hierarchy() const { return rep_->hierarchy; }
+  int size() const { return static_cast<int>(rep_->ranks.size()); }
+  int ndim() const { return static_cast<int>(rep_->hierarchy.size()); }
+  // Placements are interned: equal values share one immutable record, so
+  // copies cost a reference count, == compares pointers and caches key on
+  // id(), an id no other live or past placement value has had (0: the
+  // default-constructed, empty placement).
+  uint64_t id() const { return rep_->id; }
 
   // Position of `rank` in ranks(), or -1.
   int IndexOf(int rank) const;
@@ -47,15 +53,21 @@ class Placement {
   void CheckInWorld(int world_size) const;
 
   std::string ToString() const;  // "cpu:[[0, 1], [2, 3]]"
-  bool operator==(const Placement& o) const {
-    return type_ == o.type_ && ranks_ == o.ranks_ && hierarchy_ == o.hierarchy_;
-  }
+  bool operator==(const Placement& o) const { return rep_ == o.rep_; }
   bool operator!=(const Placement& o) const { return !(*this == o); }
 
  private:
-  DeviceType type_ = DeviceType::kCPU;
-  std::vector<int> ranks_;
-  std::vector<int64_t> hierarchy_;
+  struct Rep {
+    DeviceType type = DeviceType::kCPU;
+    std::vector<int> ranks;
+    std::vector<int64_t> hierarchy;
+    uint64_t id = 0;
+  };
+  static std::shared_ptr<const Rep> Intern(DeviceType type, std::vector<int> ranks,
+                                           std::vector<int64_t> hierarchy);
+  static const std::shared_ptr<const Rep>& EmptyRep();
+
+  std::shared_ptr<const Rep> rep_ = EmptyRep();
 };
 
 std::ostream& operator<<(std::ostream& os, const Placement& placement);

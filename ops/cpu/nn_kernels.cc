@@ -135,12 +135,12 @@ Tensor Unpatchify(const Tensor& patches, const Shape& image_shape, int64_t patch
   return out;
 }
 
-std::vector<Tensor> AdamWUpdate(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                                const Tensor& exp_avg_sq, const AdamWConfig& c) {
-  Tensor p = param.Clone(), m = exp_avg.Clone(), v = exp_avg_sq.Clone();
-  float* pp = p.data<float>();
-  float* pm = m.data<float>();
-  float* pv = v.data<float>();
+void AdamWUpdate(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                 const AdamWConfig& c) {
+  const Tensor& p = param;
+  float* pp = param.data<float>();
+  float* pm = exp_avg.data<float>();
+  float* pv = exp_avg_sq.data<float>();
   const float* g = grad.data<float>();
   const double bc1 = 1 - std::pow(c.beta1, static_cast<double>(c.step));
   const double bc2 = 1 - std::pow(c.beta2, static_cast<double>(c.step));
@@ -151,21 +151,19 @@ std::vector<Tensor> AdamWUpdate(const Tensor& param, const Tensor& grad, const T
     const double denom = std::sqrt(pv[i]) / std::sqrt(bc2) + c.eps;
     pp[i] = static_cast<float>(pp[i] - c.lr / bc1 * pm[i] / denom);
   }
-  return {p, m, v};
 }
 
-std::vector<Tensor> SgdUpdate(const Tensor& param, const Tensor& grad, const Tensor& buffer, double lr,
-                              double momentum, double weight_decay, bool first) {
-  Tensor p = param.Clone(), b = buffer.Clone();
-  float* pp = p.data<float>();
-  float* pb = b.data<float>();
+void SgdUpdate(const Tensor& param, const Tensor& grad, const Tensor& buffer, double lr, double momentum,
+               double weight_decay, bool first) {
+  const Tensor& p = param;
+  float* pp = param.data<float>();
+  float* pb = buffer.data<float>();
   const float* g = grad.data<float>();
   for (int64_t i = 0; i < p.numel(); ++i) {
     const double d = g[i] + weight_decay * pp[i];
     pb[i] = static_cast<float>(first || momentum == 0 ? d : momentum * pb[i] + d);
     pp[i] = static_cast<float>(pp[i] - lr * (momentum == 0 ? d : pb[i]));
   }
-  return {p, b};
 }
 
 }  // namespace tessel::cpu

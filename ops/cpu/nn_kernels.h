@@ -38,12 +38,13 @@ struct AdamWConfig {
   double lr, beta1, beta2, eps, weight_decay;
   int64_t step;  // 1 for the first update
 };
-// PyTorch's AdamW step; returns new (param, exp_avg, exp_avg_sq).
-std::vector<Tensor> AdamWUpdate(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                                const Tensor& exp_avg_sq, const AdamWConfig& c);
-// PyTorch's SGD step with momentum and weight decay; returns (param, buffer).
-// `first` starts the buffer from the gradient, as PyTorch does.
-std::vector<Tensor> SgdUpdate(const Tensor& param, const Tensor& grad, const Tensor& buffer, double lr,
-                              double momentum, double weight_decay, bool first);
+// PyTorch's AdamW step, updating param, exp_avg and exp_avg_sq in place.
+void AdamWUpdate(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                 const AdamWConfig& c);
+// PyTorch's SGD step with momentum and weight decay, updating param and the
+// buffer in place. `first` starts the buffer from the gradient, as PyTorch
+// does.
+void SgdUpdate(const Tensor& param, const Tensor& grad, const Tensor& buffer, double lr, double momentum,
+               double weight_decay, bool first);
 
 }  // namespace tessel::cpu

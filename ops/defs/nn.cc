@@ -220,6 +220,7 @@ void RegisterOptimizerUpdates() {
   adamw.name = "adamw_update";
   adamw.inputs = {"param", "grad", "exp_avg", "exp_avg_sq"};
   adamw.num_outputs = 3;
+  adamw.mutates = {0, 2, 3};  // param, exp_avg, exp_avg_sq
   adamw.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
     for (const TensorSpec& t : in) {
       TESSEL_CHECK(t.shape == in[0].shape && t.dtype == DType::kFloat32)
@@ -231,9 +232,10 @@ void RegisterOptimizerUpdates() {
   adamw.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) { return SameLayout(in, 3); };
   adamw.layout_attrs = std::vector<std::string>{};  // lr and step change every step
   adamw.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
-    return cpu::AdamWUpdate(in[0], in[1], in[2], in[3],
-                            {a.Get<double>("lr"), a.Get<double>("beta1"), a.Get<double>("beta2"),
-                             a.Get<double>("eps"), a.Get<double>("weight_decay"), a.Get<int64_t>("step")});
+    cpu::AdamWUpdate(in[0], in[1], in[2], in[3],
+                     {a.Get<double>("lr"), a.Get<double>("beta1"), a.Get<double>("beta2"),
+                      a.Get<double>("eps"), a.Get<double>("weight_decay"), a.Get<int64_t>("step")});
+    return std::vector<Tensor>{in[0], in[2], in[3]};
   };
   RegisterOp(std::move(adamw));
 
@@ -241,6 +243,7 @@ void RegisterOptimizerUpdates() {
   sgd.name = "sgd_update";
   sgd.inputs = {"param", "grad", "momentum_buffer"};
   sgd.num_outputs = 2;
+  sgd.mutates = {0, 2};  // param, momentum_buffer
   sgd.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
     for (const TensorSpec& t : in) {
       TESSEL_CHECK(t.shape == in[0].shape && t.dtype == DType::kFloat32)
@@ -252,8 +255,9 @@ void RegisterOptimizerUpdates() {
   sgd.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) { return SameLayout(in, 2); };
   sgd.layout_attrs = std::vector<std::string>{};  // lr changes with the schedule
   sgd.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
-    return cpu::SgdUpdate(in[0], in[1], in[2], a.Get<double>("lr"), a.Get<double>("momentum"),
-                          a.Get<double>("weight_decay"), a.Get<bool>("first"));
+    cpu::SgdUpdate(in[0], in[1], in[2], a.Get<double>("lr"), a.Get<double>("momentum"),
+                   a.Get<double>("weight_decay"), a.Get<bool>("first"));
+    return std::vector<Tensor>{in[0], in[2]};
   };
   RegisterOp(std::move(sgd));
 }

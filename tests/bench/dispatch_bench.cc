@@ -11,6 +11,8 @@
 #include <cstdio>
 
 #include "graph/autograd.h"
+#include "graph/boxing_executor.h"
+#include "graph/sbp_inference.h"
 
 DEFINE_int64(iterations, 200000, "ops per case");
 
@@ -36,7 +38,31 @@ int main(int argc, char** argv) {
   const double local_add = MicrosPerOp([&] { (void)fn::add(a, b); });
   const double global_add = MicrosPerOp([&] { (void)fn::add(ga, gb); });
   const double global_scale = MicrosPerOp([&] { (void)fn::mul_scalar(ga, 0.5); });
+  // Cache lookups on a 16 x 16 mesh (specs: no world of 256 needed): keys
+  // hold placements by interned id, so their cost does not grow with the
+  // rank count. For scale, the string key they replaced (two placements
+  // printed) is timed too.
+  std::vector<int> ranks(256);
+  for (int r = 0; r < 256; ++r) ranks[r] = r;
+  const Placement mesh(DeviceType::kCPU, ranks, {16, 16});
+  const std::vector<GlobalTensorSpec> specs = {{Shape({64, 32}), DType::kFloat32, mesh, NdSbp({S(0), B()})},
+                                               {Shape({32, 64}), DType::kFloat32, mesh, NdSbp({B(), S(1)})}};
+  const OpDef& matmul = GetOpDef("matmul");
+  const Attrs attrs{{"transpose_a", false}, {"transpose_b", false}};
+  const double signature_256 = MicrosPerOp([&] { (void)InferNdSignature(matmul, attrs, specs, mesh); });
+  const NdSbp from({S(0), B()}), to({B(), B()});
+  const double plan_256 = MicrosPerOp([&] {
+    (void)GetBoxingPlan(mesh, from, mesh, to, Shape({64, 32}), DType::kFloat32);
+  });
+  const double string_key_256 = MicrosPerOp([&] {
+    std::string key = mesh.ToString() + from.ToString() + ">" + mesh.ToString() + to.ToString();
+    (void)key;
+  });
   if (CurrentRank() == 0) {
+    std::printf("{\"case\": \"signature lookup, matmul on a 16x16 mesh\", \"us\": %.3f}\n", signature_256);
+    std::printf("{\"case\": \"boxing-plan lookup on a 16x16 mesh\", \"us\": %.3f}\n", plan_256);
+    std::printf("{\"case\": \"(the former string key of that lookup, alone)\", \"us\": %.3f}\n",
+                string_key_256);
     std::printf("{\"case\": \"local add [4]\", \"us\": %.3f}\n", local_add);
     std::printf("{\"case\": \"global add [4] B\", \"us\": %.3f}\n", global_add);
     std::printf("{\"case\": \"global mul_scalar [4] B\", \"us\": %.3f}\n", global_scale);

@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "core/comm/process_group.h"
+#include "graph/autograd.h"
 #include "graph/global_tensor_ops.h"
 #include "ops/functional.h"
 #include "tests/testing/test_util.h"
@@ -144,8 +145,11 @@ std::vector<Case> Cases() {
        {Randn({7, 5}), Randn({7, 5})},
        {{S(0), S(0)}, {B(), P()}, {S(1), B()}},
        [](const std::vector<Tensor>& in) {
-         Tensor zero = fn::mul_scalar(in[0], 0.0);
-         return fn::adamw_update(in[0], in[1], zero, zero, 1, {.lr = 0.1}).at(0);
+         // In place: on copies (the inputs are reused), states on their own memory.
+         NoGradGuard no_grad;
+         Tensor p = fn::mul_scalar(in[0], 1.0), m = fn::mul_scalar(in[0], 0.0),
+                v = fn::mul_scalar(in[0], 0.0);
+         return fn::adamw_update(p, in[1], m, v, 1, {.lr = 0.1}).at(0);
        }},
   };
 }
