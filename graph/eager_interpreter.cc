@@ -90,7 +90,6 @@ std::vector<Tensor> RunGlobal(const OpDef& op, const std::vector<Tensor>& inputs
   const NdSignature& sig = *sig_ref;
   const int rank = CurrentRank();
   std::vector<Tensor> locals;
-  std::vector<TensorSpec> local_specs;
   std::vector<Box> in_boxes, out_boxes;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (VLOG_IS_ON(1) && inputs[i].nd_sbp() != sig.inputs[i]) {
@@ -99,7 +98,6 @@ std::vector<Tensor> RunGlobal(const OpDef& op, const std::vector<Tensor>& inputs
               << placement;
     }
     locals.push_back(BoxTo(inputs[i], placement, sig.inputs[i]).to_local());
-    local_specs.push_back({locals.back().shape(), locals.back().dtype()});
     in_boxes.push_back(LocalBox(inputs[i].shape(), placement, sig.inputs[i], rank));
   }
   for (int o = 0; o < op.num_outputs; ++o)
@@ -107,10 +105,9 @@ std::vector<Tensor> RunGlobal(const OpDef& op, const std::vector<Tensor>& inputs
   std::vector<Tensor> outs;
   if (!op.mutates.empty()) CheckNoOverlap(op, locals);
   if (placement.Contains(rank)) {
-    Attrs local_attrs = op.local_attrs
-                            ? op.local_attrs(attrs, LocalContext{logical, local_specs, in_boxes, out_boxes})
-                            : attrs;
-    outs = KernelFor(op, placement.device_type())(locals, local_attrs);
+    const Device device = locals.empty() ? Device::CPU() : locals[0].device();
+    outs = KernelFor(op, placement.device_type())(
+        KernelContext{locals, attrs, device, nullptr, logical, out_specs, in_boxes, out_boxes});
   } else {
     for (int o = 0; o < op.num_outputs; ++o) {
       outs.push_back(Tensor::Empty(LocalBox(out_specs[o].shape, placement, sig.outputs[o], rank).shape(),
@@ -197,7 +194,13 @@ class EagerInterpreterImpl final : public Interpreter {
       std::vector<Tensor> locals;
       for (const Tensor& t : inputs) locals.push_back(t.detach());
       if (!op.mutates.empty()) CheckNoOverlap(op, locals);
-      outs = KernelFor(op, inputs.empty() ? DeviceType::kCPU : inputs[0].device().type())(locals, attrs);
+      // Local tensors are whole: every box starts at 0.
+      std::vector<Box> in_boxes, out_boxes;
+      for (const TensorSpec& s : specs) in_boxes.push_back(Box::Full(s.shape));
+      for (const TensorSpec& s : out_specs) out_boxes.push_back(Box::Full(s.shape));
+      const Device device = inputs.empty() ? Device::CPU() : inputs[0].device();
+      outs = KernelFor(op, device.type())(
+          KernelContext{locals, attrs, device, nullptr, specs, out_specs, in_boxes, out_boxes});
       if (!op.mutates.empty()) outs = MutatedInputs(op, inputs, locals);
     }
     return outs;

@@ -79,15 +79,26 @@ struct GradContext {
   const std::vector<bool>& needs_input_grad;
 };
 
-// What an op sees of the shards it runs on (global tensors only).
-struct LocalContext {
+// What a kernel runs with: this rank's data and where it sits in the
+// logical tensors. Attributes are always the logical ones the op was called
+// with; a kernel whose work depends on position or size reads the boxes
+// (a local op's boxes are whole, begin 0), so one code path serves local
+// tensors and shards of global ones.
+struct KernelContext {
+  const std::vector<Tensor>& inputs;  // local data: a global input's shard
+  const Attrs& attrs;
+  Device device;           // where the inputs live and the outputs go
+  void* stream = nullptr;  // the device stream to run on (CUDA); null: host / default stream
   const std::vector<TensorSpec>& logical_inputs;
-  const std::vector<TensorSpec>& local_inputs;
+  const std::vector<TensorSpec>& logical_outputs;
   const std::vector<Box>& input_boxes;   // logical box of each local input
   const std::vector<Box>& output_boxes;  // logical box of each local output
+
+  // This rank's shape of output `o` (its box's shape).
+  Shape output_shape(int o) const { return output_boxes[o].shape(); }
 };
 
-using Kernel = std::function<std::vector<Tensor>(const std::vector<Tensor>& inputs, const Attrs& attrs)>;
+using Kernel = std::function<std::vector<Tensor>(const KernelContext& ctx)>;
 
 struct OpDef {
   std::string name;
@@ -99,9 +110,6 @@ struct OpDef {
   // 1-D signatures valid for these input specs. The all-B signature
   // (replicated compute) is always added by the dispatcher.
   std::function<std::vector<SbpSignature>(const std::vector<TensorSpec>&, const Attrs&)> sbp;
-  // Attributes for running the kernel on local shards (for ops whose
-  // attributes are shapes, counts or logical positions); identity when unset.
-  std::function<Attrs(const Attrs&, const LocalContext&)> local_attrs;
   // Optional: whether an N-D signature is valid on this placement for these
   // logical inputs (for ops whose rules depend on how sizes divide); the
   // dispatcher skips candidates it rejects.

@@ -28,7 +28,8 @@ void RegisterActivation(const std::string& name) {
     return std::vector<TensorSpec>{in[0]};
   };
   def.sbp = name == "neg" ? defs::SplitAnyDimOrPartial : defs::SplitAnyDim;  // neg is linear
-  def.kernels[DeviceType::kCPU] = [name](const std::vector<Tensor>& in, const Attrs&) {
+  def.kernels[DeviceType::kCPU] = [name](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
     return std::vector<Tensor>{cpu::Unary(Kind(name), in[0])};
   };
   // activation_grad reads x (not y); neg's gradient reads nothing.
@@ -54,7 +55,9 @@ void RegisterActivationOps() {
     s.push_back({{B(), P()}, {P()}});  // linear in dy
     return s;
   };
-  grad.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+  grad.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     return std::vector<Tensor>{cpu::UnaryGrad(Kind(a.Get<std::string>("activation")), in[0], in[1])};
   };
   RegisterOp(std::move(grad));

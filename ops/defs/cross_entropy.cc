@@ -32,7 +32,9 @@ void RegisterCrossEntropyOps() {
   def.sbp = [](const std::vector<TensorSpec>&, const Attrs&) {
     return std::vector<SbpSignature>{{{S(0), S(0)}, {S(0)}}};
   };
-  def.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+  def.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     return std::vector<Tensor>{cpu::SparseCrossEntropy(in[0], in[1], a.Get<int64_t>("ignore_index"))};
   };
   def.saved =
@@ -50,7 +52,9 @@ void RegisterCrossEntropyOps() {
   grad.sbp = [](const std::vector<TensorSpec>&, const Attrs&) {
     return std::vector<SbpSignature>{{{S(0), S(0), S(0)}, {S(0)}}};
   };
-  grad.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+  grad.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     return std::vector<Tensor>{
         cpu::SparseCrossEntropyGrad(in[0], in[1], in[2], a.Get<int64_t>("ignore_index"))};
   };
@@ -64,7 +68,9 @@ void RegisterCrossEntropyOps() {
     return std::vector<TensorSpec>{{Shape{}, DType::kFloat32}};
   };
   mean.sbp = [](const std::vector<TensorSpec>&, const Attrs&) { return std::vector<SbpSignature>{}; };
-  mean.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+  mean.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     int64_t n = Counted(in[1], a.Get<int64_t>("ignore_index"));
     double s = 0;
     for (float v : in[0].ToVector<float>()) s += v;
@@ -85,7 +91,9 @@ void RegisterCrossEntropyOps() {
     return std::vector<TensorSpec>{{in[1].shape, DType::kFloat32}};
   };
   mean_grad.sbp = [](const std::vector<TensorSpec>&, const Attrs&) { return std::vector<SbpSignature>{}; };
-  mean_grad.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+  mean_grad.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     const int64_t ignore = a.Get<int64_t>("ignore_index");
     const int64_t n = Counted(in[1], ignore);
     const float g = in[0].data<float>()[0];

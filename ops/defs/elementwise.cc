@@ -25,7 +25,8 @@ void RegisterBinary(const std::string& name, cpu::BinaryOp op, std::vector<SbpSi
     s.insert(s.end(), partial_rules.begin(), partial_rules.end());
     return s;
   };
-  def.kernels[DeviceType::kCPU] = [op](const std::vector<Tensor>& in, const Attrs&) {
+  def.kernels[DeviceType::kCPU] = [op](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
     return std::vector<Tensor>{cpu::Binary(op, in[0], in[1])};
   };
   def.saved = std::move(saved);
@@ -40,7 +41,9 @@ void RegisterScalar(const std::string& name, cpu::BinaryOp op, bool partial_ok, 
   def.infer = defs::SameAsInput;
   def.sbp = partial_ok ? defs::SplitAnyDimOrPartial : defs::SplitAnyDim;
   def.layout_attrs = std::vector<std::string>{};  // the scalar (a clipping scale, say) changes per call
-  def.kernels[DeviceType::kCPU] = [op](const std::vector<Tensor>& in, const Attrs& a) {
+  def.kernels[DeviceType::kCPU] = [op](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     return std::vector<Tensor>{cpu::BinaryScalar(op, in[0], a.Get<double>("scalar"))};
   };
   def.saved = OpDef::SavedForGrad{};  // the gradient is the scalar times dy

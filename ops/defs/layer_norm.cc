@@ -25,7 +25,9 @@ void RegisterLayerNormOps() {
     for (int d = 0; d + 1 < in[0].shape.ndim(); ++d) out.push_back({{S(d), B(), B()}, {S(d)}});
     return out;
   };
-  def.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+  def.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     return std::vector<Tensor>{
         cpu::LayerNorm(in[0], in[1], in[2], static_cast<float>(a.Get<double>("eps"))).y};
   };
@@ -49,7 +51,9 @@ void RegisterLayerNormOps() {
     for (int d = 0; d + 1 < in[1].shape.ndim(); ++d) out.push_back({{S(d), S(d), B()}, {S(d), P(), P()}});
     return out;
   };
-  grad.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+  grad.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     cpu::LayerNormResult r = cpu::LayerNorm(in[1], in[2], Tensor(), static_cast<float>(a.Get<double>("eps")));
     cpu::LayerNormGrads g = cpu::LayerNormGrad(in[0], in[1], r.mean, r.rstd, in[2]);
     return std::vector<Tensor>{g.dx, g.dgamma, g.dbeta};

@@ -83,7 +83,9 @@ void RegisterMatmulOps() {
   def.inputs = {"a", "b"};
   def.infer = Infer;
   def.sbp = Signatures;
-  def.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+  def.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     return std::vector<Tensor>{
         cpu::Matmul(in[0], in[1], a.Get<bool>("transpose_a"), a.Get<bool>("transpose_b"))};
   };

@@ -24,18 +24,12 @@ void RegisterDropout() {
   };
   def.sbp = defs::SplitAnyDimOrPartial;           // for a fixed mask, linear in x
   def.layout_attrs = std::vector<std::string>{};  // p, seed and offset do not change the layout
-  // The mask is keyed by logical position: tell the kernel where the shard is.
-  def.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
-    Attrs out = a;
-    out.Set("box_begin", BoxBegin(ctx.input_boxes[0]));
-    return out.Set("logical_shape", ctx.logical_inputs[0].shape.dims());
-  };
-  def.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
-    const Shape& s = in[0].shape();
-    std::vector<int64_t> begin =
-        a.Has("box_begin") ? a.Get<std::vector<int64_t>>("box_begin") : std::vector<int64_t>(s.ndim(), 0);
-    std::vector<int64_t> logical =
-        a.Has("logical_shape") ? a.Get<std::vector<int64_t>>("logical_shape") : s.dims();
+  def.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    // The mask is keyed by logical position: where the shard sits.
+    const std::vector<int64_t> begin = BoxBegin(ctx.input_boxes[0]);
+    const std::vector<int64_t>& logical = ctx.logical_inputs[0].shape.dims();
     return std::vector<Tensor>{cpu::Dropout(in[0], a.Get<double>("p"),
                                             static_cast<uint64_t>(a.Get<int64_t>("seed")),
                                             static_cast<uint64_t>(a.Get<int64_t>("offset")), begin, logical)};
@@ -70,13 +64,10 @@ void RegisterEmbedding() {
     for (int d = 0; d < ids_rank; ++d) out.push_back({{B(), S(d)}, {S(d)}});
     return out;
   };
-  def.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
-    Attrs out = a;
-    return out.Set("vocab_begin", ctx.input_boxes[0][0].begin);
-  };
-  def.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
-    int64_t begin = a.Has("vocab_begin") ? a.Get<int64_t>("vocab_begin") : 0;
-    return std::vector<Tensor>{cpu::Embedding(in[0], in[1], begin)};
+  def.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    // A vocab-split table holds rows [begin, end) of the logical table.
+    return std::vector<Tensor>{cpu::Embedding(in[0], in[1], ctx.input_boxes[0][0].begin)};
   };
   def.saved = OpDef::SavedForGrad{{1}, {}};  // the gradient reads the indices; the table only for its shape
   def.grad = [](const GradContext& c) {
@@ -99,15 +90,10 @@ void RegisterEmbedding() {
     for (int d = 0; d < ids_rank; ++d) out.push_back({{S(d), S(d)}, {P()}});
     return out;
   };
-  grad.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
-    Attrs out = a;
-    out.Set("vocab_begin", ctx.output_boxes[0][0].begin);
-    return out.Set("rows", ctx.output_boxes[0][0].size());
-  };
-  grad.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
-    int64_t begin = a.Has("vocab_begin") ? a.Get<int64_t>("vocab_begin") : 0;
-    int64_t rows = a.Has("rows") ? a.Get<int64_t>("rows") : a.Get<std::vector<int64_t>>("shape")[0];
-    return std::vector<Tensor>{cpu::EmbeddingGrad(in[0], in[1], begin, rows)};
+  grad.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Range rows = ctx.output_boxes[0][0];  // the table rows this shard's gradient covers
+    return std::vector<Tensor>{cpu::EmbeddingGrad(in[0], in[1], rows.begin, rows.size())};
   };
   RegisterOp(std::move(grad));
 }
@@ -128,12 +114,10 @@ void RegisterPick() {
   def.sbp = [](const std::vector<TensorSpec>&, const Attrs&) {
     return std::vector<SbpSignature>{{{S(0), S(0)}, {S(0)}}, {{S(1), B()}, {P()}}, {{P(), B()}, {P()}}};
   };
-  def.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
-    Attrs out = a;
-    return out.Set("class_begin", ctx.input_boxes[0][1].begin);
-  };
-  def.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
-    int64_t begin = a.Has("class_begin") ? a.Get<int64_t>("class_begin") : 0;
+  def.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    const int64_t begin = ctx.input_boxes[0][1].begin;  // first class column of this shard
     return std::vector<Tensor>{cpu::Pick(in[0], in[1], begin, a.Get<int64_t>("ignore_index"))};
   };
   def.saved = OpDef::SavedForGrad{{1}, {}};  // the gradient reads the labels; the logits only for their shape
@@ -153,15 +137,12 @@ void RegisterPick() {
   grad.sbp = [](const std::vector<TensorSpec>&, const Attrs&) {
     return std::vector<SbpSignature>{{{S(0), S(0)}, {S(0)}}, {{B(), B()}, {S(1)}}, {{B(), P()}, {P()}}};
   };
-  grad.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
-    Attrs out = a;
-    out.Set("class_begin", ctx.output_boxes[0][1].begin);
-    return out.Set("columns", ctx.output_boxes[0][1].size());
-  };
-  grad.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
-    int64_t begin = a.Has("class_begin") ? a.Get<int64_t>("class_begin") : 0;
+  grad.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    const Range columns = ctx.output_boxes[0][1];  // the class columns this shard's gradient covers
     return std::vector<Tensor>{
-        cpu::PickGrad(in[0], in[1], begin, a.Get<int64_t>("columns"), a.Get<int64_t>("ignore_index"))};
+        cpu::PickGrad(in[0], in[1], columns.begin, columns.size(), a.Get<int64_t>("ignore_index"))};
   };
   RegisterOp(std::move(grad));
 }
@@ -184,18 +165,12 @@ void RegisterPatchify() {
     def.sbp = [](const std::vector<TensorSpec>&, const Attrs&) {
       return std::vector<SbpSignature>{{{S(0)}, {S(0)}}, {{P()}, {P()}}};
     };
-    def.local_attrs = [inverse](const Attrs& a, const LocalContext& ctx) {
-      Attrs out = a;
-      if (!inverse) return out;
-      std::vector<int64_t> shape = a.Get<std::vector<int64_t>>("image_shape");
-      shape[0] = ctx.local_inputs[0].shape[0];  // batch split
-      return out.Set("image_shape", shape);
-    };
-    def.kernels[DeviceType::kCPU] = [inverse](const std::vector<Tensor>& in, const Attrs& a) {
+    def.kernels[DeviceType::kCPU] = [inverse](const KernelContext& ctx) {
+      const std::vector<Tensor>& in = ctx.inputs;
+      const Attrs& a = ctx.attrs;
       const int64_t p = a.Get<int64_t>("patch");
       if (inverse)
-        return std::vector<Tensor>{
-            cpu::Unpatchify(in[0], Shape(a.Get<std::vector<int64_t>>("image_shape")), p)};
+        return std::vector<Tensor>{cpu::Unpatchify(in[0], ctx.output_shape(0), p)};  // this shard's images
       return std::vector<Tensor>{cpu::Patchify(in[0], p)};
     };
     if (!inverse) {
@@ -231,7 +206,9 @@ void RegisterOptimizerUpdates() {
   };
   adamw.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) { return SameLayout(in, 3); };
   adamw.layout_attrs = std::vector<std::string>{};  // lr and step change every step
-  adamw.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+  adamw.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     cpu::AdamWUpdate(in[0], in[1], in[2], in[3],
                      {a.Get<double>("lr"), a.Get<double>("beta1"), a.Get<double>("beta2"),
                       a.Get<double>("eps"), a.Get<double>("weight_decay"), a.Get<int64_t>("step")});
@@ -254,7 +231,9 @@ void RegisterOptimizerUpdates() {
   };
   sgd.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) { return SameLayout(in, 2); };
   sgd.layout_attrs = std::vector<std::string>{};  // lr changes with the schedule
-  sgd.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+  sgd.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     cpu::SgdUpdate(in[0], in[1], in[2], a.Get<double>("lr"), a.Get<double>("momentum"),
                    a.Get<double>("weight_decay"), a.Get<bool>("first"));
     return std::vector<Tensor>{in[0], in[2]};

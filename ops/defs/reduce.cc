@@ -73,7 +73,9 @@ void RegisterSumMean() {
   sum.inputs = {"x"};
   sum.infer = InferReduce;
   sum.sbp = SbpReduce;
-  sum.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+  sum.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     return std::vector<Tensor>{
         cpu::Reduce(cpu::ReduceOp::kSum, in[0], a.Get<std::vector<int64_t>>("axes"), a.Get<bool>("keepdim"))};
   };
@@ -88,17 +90,13 @@ void RegisterSumMean() {
   mean.inputs = {"x"};
   mean.infer = InferReduce;
   mean.sbp = SbpReduce;
-  // On shards, divide by the logical count, not the shard's.
-  mean.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
-    Attrs local = a;
-    local.Set("divisor", static_cast<double>(ReducedCount(ctx.logical_inputs[0].shape, a)));
-    return local;
-  };
-  mean.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+  mean.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     const auto& axes = a.Get<std::vector<int64_t>>("axes");
     Tensor s = cpu::Reduce(cpu::ReduceOp::kSum, in[0], axes, a.Get<bool>("keepdim"));
-    double divisor =
-        a.Has("divisor") ? a.Get<double>("divisor") : static_cast<double>(ReducedCount(in[0].shape(), a));
+    // On shards, divide by the logical count, not the shard's.
+    const double divisor = static_cast<double>(ReducedCount(ctx.logical_inputs[0].shape, a));
     return std::vector<Tensor>{cpu::BinaryScalar(cpu::BinaryOp::kMul, s, 1.0 / divisor)};
   };
   mean.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
@@ -127,7 +125,9 @@ void RegisterMax() {
     }
     return out;
   };
-  max.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+  max.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     return std::vector<Tensor>{
         cpu::Reduce(cpu::ReduceOp::kMax, in[0], a.Get<std::vector<int64_t>>("axes"), a.Get<bool>("keepdim"))};
   };
@@ -165,17 +165,9 @@ void RegisterSumTo() {
     }
     return out;
   };
-  def.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
-    const auto& local = ctx.local_inputs;
-    std::vector<int64_t> target = a.Get<std::vector<int64_t>>("shape");
-    const int64_t lead = local[0].shape.ndim() - static_cast<int64_t>(target.size());
-    for (size_t o = 0; o < target.size(); ++o)
-      if (target[o] != 1) target[o] = local[0].shape.dims()[o + lead];
-    Attrs out = a;
-    return out.Set("shape", target);
-  };
-  def.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
-    return std::vector<Tensor>{cpu::SumToShape(in[0], Shape(a.Get<std::vector<int64_t>>("shape")))};
+  def.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    return std::vector<Tensor>{cpu::SumToShape(in[0], ctx.output_shape(0))};  // this shard's target
   };
   def.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
   def.grad = [](const GradContext& c) {
@@ -226,21 +218,12 @@ void RegisterExpand() {
     }
     return out;
   };
-  def.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
-    const auto& logical = ctx.logical_inputs;
-    const auto& local = ctx.local_inputs;
-    std::vector<int64_t> target = a.Get<std::vector<int64_t>>("shape");
-    Shape keep_logical = KeepShape(logical[0].shape, target, a.Get<std::vector<int64_t>>("axes"));
-    Shape keep_local = KeepShape(local[0].shape, target, a.Get<std::vector<int64_t>>("axes"));
-    for (size_t o = 0; o < target.size(); ++o)
-      if (keep_logical.dims()[o] != 1) target[o] = keep_local.dims()[o];
-    Attrs out = a;
-    return out.Set("shape", target);
-  };
-  def.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
-    const auto& target = a.Get<std::vector<int64_t>>("shape");
-    Tensor keep = in[0].Reshape(KeepShape(in[0].shape(), target, a.Get<std::vector<int64_t>>("axes")));
-    Tensor out = Tensor::Empty(Shape(target), in[0].dtype());
+  def.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    const Shape target = ctx.output_shape(0);  // this shard's part of the expanded tensor
+    Tensor keep = in[0].Reshape(KeepShape(in[0].shape(), target.dims(), a.Get<std::vector<int64_t>>("axes")));
+    Tensor out = Tensor::Empty(target, in[0].dtype());
     cpu::BroadcastIndex index(keep.shape(), out.shape());
     const float* src = keep.data<float>();
     float* dst = out.data<float>();

@@ -40,8 +40,8 @@ void RegisterShapeOps() {
   };
   // Dimensions group into runs with equal products (a dim kept, split into
   // several, or several merged). A split on a group's first input dim maps
-  // to the group's first output dim; local_attrs checks that the shards line
-  // up (they do when the split sizes divide evenly).
+  // to the group's first output dim; check_layout keeps only layouts whose
+  // shards line up (they do when the split sizes divide evenly).
   reshape.sbp = [](const std::vector<TensorSpec>& in, const Attrs& a) {
     std::vector<SbpSignature> out = {{{P()}, {P()}}};
     for (const auto& [d, o] : ReshapeGroupStarts(in[0].shape.dims(), a.Get<std::vector<int64_t>>("shape"))) {
@@ -72,19 +72,17 @@ void RegisterShapeOps() {
     }
     return true;
   };
-  reshape.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
-    std::vector<int64_t> shape = ctx.output_boxes[0].shape().dims();
-    TESSEL_CHECK(Shape(shape).numel() == ctx.local_inputs[0].shape.numel())
+  reshape.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    const Shape shape = ctx.output_shape(0);
+    TESSEL_CHECK(shape.numel() == in[0].numel())
         << "reshape of " << ctx.logical_inputs[0].shape << " to "
-        << Shape(a.Get<std::vector<int64_t>>("shape")) << ": this rank's shard " << ctx.local_inputs[0].shape
-        << " does not line up with its output shard " << Shape(shape)
+        << Shape(a.Get<std::vector<int64_t>>("shape")) << ": this rank's shard " << in[0].shape()
+        << " does not line up with its output shard " << shape
         << "; make the split dimension divisible by the mesh axis";
-    Attrs out = a;
-    return out.Set("shape", shape);
-  };
-  reshape.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
     // Kernels never write their inputs, so the result can share the data.
-    return std::vector<Tensor>{in[0].Reshape(Shape(a.Get<std::vector<int64_t>>("shape")))};
+    return std::vector<Tensor>{in[0].Reshape(shape)};
   };
   reshape.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
   reshape.grad = [](const GradContext& c) {
@@ -111,7 +109,9 @@ void RegisterShapeOps() {
     }
     return out;
   };
-  transpose.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+  transpose.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     // A transpose is the permutation that swaps two axes.
     std::vector<int64_t> perm(in[0].ndim());
     for (int64_t d = 0; d < in[0].ndim(); ++d) perm[d] = d;
@@ -145,7 +145,9 @@ void RegisterShapeOps() {
     }
     return out;
   };
-  permute.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+  permute.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     return std::vector<Tensor>{cpu::Permute(in[0], a.Get<std::vector<int64_t>>("perm"))};
   };
   permute.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
@@ -182,7 +184,9 @@ void RegisterShapeOps() {
   slice.sbp = [splits_except](const std::vector<TensorSpec>& in, const Attrs& a) {
     return splits_except(in[0].shape, in[0].shape.NormalizeAxis(a.Get<int64_t>("dim")), 1);
   };
-  slice.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+  slice.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     return std::vector<Tensor>{
         cpu::Slice(in[0], a.Get<int64_t>("dim"), a.Get<int64_t>("begin"), a.Get<int64_t>("end"))};
   };
@@ -203,17 +207,13 @@ void RegisterShapeOps() {
   slice_grad.sbp = [splits_except](const std::vector<TensorSpec>& in, const Attrs& a) {
     return splits_except(in[0].shape, in[0].shape.NormalizeAxis(a.Get<int64_t>("dim")), 1);
   };
-  slice_grad.local_attrs = [](const Attrs& a, const LocalContext& ctx) {
-    std::vector<int64_t> shape = a.Get<std::vector<int64_t>>("shape");
-    int64_t dim = ctx.local_inputs[0].shape.NormalizeAxis(a.Get<int64_t>("dim"));
-    for (size_t d = 0; d < shape.size(); ++d)
-      if (static_cast<int64_t>(d) != dim) shape[d] = ctx.local_inputs[0].shape.dims()[d];
-    Attrs out = a;
-    return out.Set("shape", shape);
-  };
-  slice_grad.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
-    return std::vector<Tensor>{cpu::PadSlice(in[0], Shape(a.Get<std::vector<int64_t>>("shape")),
-                                             a.Get<int64_t>("dim"), a.Get<int64_t>("begin"))};
+  slice_grad.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    // The output shard is whole along `dim` (never split there) and cut
+    // like the gradient elsewhere.
+    return std::vector<Tensor>{
+        cpu::PadSlice(in[0], ctx.output_shape(0), a.Get<int64_t>("dim"), a.Get<int64_t>("begin"))};
   };
   RegisterOp(std::move(slice_grad));
 
@@ -240,7 +240,9 @@ void RegisterShapeOps() {
   concat.sbp = [splits_except](const std::vector<TensorSpec>& in, const Attrs& a) {
     return splits_except(in[0].shape, in[0].shape.NormalizeAxis(a.Get<int64_t>("dim")), in.size());
   };
-  concat.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+  concat.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     return std::vector<Tensor>{cpu::Concat(in, a.Get<int64_t>("dim"))};
   };
   concat.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only

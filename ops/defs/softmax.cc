@@ -19,7 +19,8 @@ void RegisterSoftmaxOps() {
   def.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
     return defs::AllSplitAlike(in[0].shape.ndim(), 1, 1, in[0].shape.ndim() - 1);
   };
-  def.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs&) {
+  def.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
     return std::vector<Tensor>{cpu::Softmax(in[0])};
   };
   def.saved = OpDef::SavedForGrad{{}, {0}};  // the gradient reads y, not x
@@ -33,7 +34,9 @@ void RegisterSoftmaxOps() {
   grad.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
     return defs::AllSplitAlike(in[0].shape.ndim(), 2, 1, in[0].shape.ndim() - 1);
   };
-  grad.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+  grad.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     float scale = a.Has("scale") ? static_cast<float>(a.Get<double>("scale")) : 1.0f;
     return std::vector<Tensor>{cpu::SoftmaxGrad(in[0], in[1], scale)};
   };
@@ -65,7 +68,9 @@ void RegisterSoftmaxOps() {
     }
     return out;
   };
-  fused.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+  fused.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     return std::vector<Tensor>{
         cpu::Softmax(in[0], {static_cast<float>(a.Get<double>("scale")), in[1], a.Get<bool>("causal")})};
   };

@@ -26,7 +26,8 @@ void RegisterWhereCastOps() {
   where.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
     return defs::BroadcastSplits(in, Broadcast3(in));
   };
-  where.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs&) {
+  where.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
     return std::vector<Tensor>{cpu::Where(in[0], in[1], in[2])};
   };
   where.saved =
@@ -48,7 +49,8 @@ void RegisterWhereCastOps() {
   equal.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
     return defs::BroadcastSplits(in, cpu::BroadcastShapes(in[0].shape, in[1].shape));
   };
-  equal.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs&) {
+  equal.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
     Shape shape = cpu::BroadcastShapes(in[0].shape(), in[1].shape());
     Tensor out = Tensor::Empty(shape, DType::kBool);
     cpu::BroadcastIndex ia(in[0].shape(), shape), ib(in[1].shape(), shape);
@@ -66,7 +68,9 @@ void RegisterWhereCastOps() {
     return std::vector<TensorSpec>{{in[0].shape, ParseDType(a.Get<std::string>("dtype"))}};
   };
   cast.sbp = defs::SplitAnyDimOrPartial;
-  cast.kernels[DeviceType::kCPU] = [](const std::vector<Tensor>& in, const Attrs& a) {
+  cast.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
     return std::vector<Tensor>{cpu::Cast(in[0], ParseDType(a.Get<std::string>("dtype")))};
   };
   cast.saved = OpDef::SavedForGrad{};  // the gradient reads the dtype only

@@ -132,5 +132,37 @@ TEST(SavedForGrad, MetadataOnlyKeepsShapeAndDtypeButNoData) {
   EXPECT_NE(ErrorOf([&] { m.data<float>(); }).find("undefined"), std::string::npos);
 }
 
+// A kernel sees typed context, not rewritten attributes: on local tensors
+// the logical specs are the local ones and every box is whole.
+TEST(KernelContext, LocalRunsSeeWholeBoxesAndLogicalAttributes) {
+  static std::vector<std::string> seen;
+  static bool registered = [] {
+    OpDef def;
+    def.name = "test_kernel_context_probe";
+    def.inputs = {"x"};
+    def.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+      return std::vector<TensorSpec>{{Shape{in[0].shape[0]}, in[0].dtype}};
+    };
+    def.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+      seen = {ctx.input_boxes[0].ToString(),
+              ctx.output_boxes[0].ToString(),
+              ctx.logical_inputs[0].shape.ToString(),
+              ctx.logical_outputs[0].shape.ToString(),
+              ctx.output_shape(0).ToString(),
+              ctx.device.ToString(),
+              ctx.stream == nullptr ? "host" : "stream",
+              std::to_string(ctx.attrs.Get<int64_t>("k"))};
+      return std::vector<Tensor>{zeros(ctx.output_shape(0))};
+    };
+    RegisterOp(std::move(def));
+    return true;
+  }();
+  ASSERT_TRUE(registered);
+  Tensor y = ApplyOp("test_kernel_context_probe", {ones({3, 5})}, {{"k", int64_t{7}}}).at(0);
+  EXPECT_EQ(y.shape(), (Shape{3}));
+  EXPECT_EQ(seen,
+            (std::vector<std::string>{"[0:3, 0:5]", "[0:3]", "[3, 5]", "[3]", "[3]", "cpu", "host", "7"}));
+}
+
 }  // namespace
 }  // namespace tessel
