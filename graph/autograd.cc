@@ -138,8 +138,7 @@ std::vector<Tensor> AutogradInterpreter::Apply(const OpDef& op, const std::vecto
   if (!op.mutates.empty() && GradModeEnabled()) {
     for (int i : op.mutates) {
       TESSEL_CHECK(!inputs[i].requires_grad())
-          << "op '" << op.name << "' updates its input "
-          << op.inputs[std::min<size_t>(i, op.inputs.size() - 1)]
+          << "op '" << op.name << "' updates its input " << op.input_name(i)
           << " in place, and that tensor requires gradients; update it under NoGradGuard (as the "
              "optimizers do) or pass tensor.detach()";
     }

@@ -26,7 +26,7 @@ namespace {
 std::string Describe(const OpDef& op, const std::vector<Tensor>& inputs) {
   std::ostringstream os;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    os << (i ? ", " : "") << (i < op.inputs.size() ? op.inputs[i] : "?") << " ";
+    os << (i ? ", " : "") << op.input_name(i) << " ";
     if (!inputs[i].defined()) {
       os << "(undefined)";
       continue;
@@ -54,9 +54,8 @@ void CheckNoOverlap(const OpDef& op, const std::vector<Tensor>& locals) {
       const char* b = static_cast<const char*>(locals[j].raw_data());
       if (static_cast<int>(j) == i || b == nullptr || locals[j].nbytes() == 0) continue;
       TESSEL_CHECK(a + locals[i].nbytes() <= b || b + locals[j].nbytes() <= a)
-          << "op '" << op.name << "' updates its input "
-          << op.inputs[std::min<size_t>(i, op.inputs.size() - 1)]
-          << " in place, but it shares memory with input " << op.inputs[std::min(j, op.inputs.size() - 1)]
+          << "op '" << op.name << "' updates its input " << op.input_name(i)
+          << " in place, but it shares memory with input " << op.input_name(j)
           << "; give each its own tensor (Clone())";
     }
   }
@@ -70,8 +69,8 @@ std::vector<Tensor> MutatedInputs(const OpDef& op, const std::vector<Tensor>& in
   for (int i : op.mutates) {
     const Tensor own = inputs[i].to_local();
     TESSEL_CHECK_CODE(written[i].raw_data() == own.raw_data(), StatusCode::kInternal)
-        << "op '" << op.name << "' updated a copy of its input "
-        << op.inputs[std::min<size_t>(i, op.inputs.size() - 1)] << " instead of the input";
+        << "op '" << op.name << "' updated a copy of its input " << op.input_name(i)
+        << " instead of the input";
     outs.push_back(inputs[i]);
   }
   return outs;
@@ -93,9 +92,8 @@ std::vector<Tensor> RunGlobal(const OpDef& op, const std::vector<Tensor>& inputs
   std::vector<Box> in_boxes, out_boxes;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (VLOG_IS_ON(1) && inputs[i].nd_sbp() != sig.inputs[i]) {
-      VLOG(1) << "op '" << op.name << "' boxes " << (i < op.inputs.size() ? op.inputs[i] : "input") << " "
-              << inputs[i].shape() << " " << inputs[i].nd_sbp() << " -> " << sig.inputs[i] << " on "
-              << placement;
+      VLOG(1) << "op '" << op.name << "' boxes " << op.input_name(i) << " " << inputs[i].shape() << " "
+              << inputs[i].nd_sbp() << " -> " << sig.inputs[i] << " on " << placement;
     }
     locals.push_back(BoxTo(inputs[i], placement, sig.inputs[i]).to_local());
     in_boxes.push_back(LocalBox(inputs[i].shape(), placement, sig.inputs[i], rank));
@@ -107,7 +105,7 @@ std::vector<Tensor> RunGlobal(const OpDef& op, const std::vector<Tensor>& inputs
   if (placement.Contains(rank)) {
     const Device device = locals.empty() ? Device::CPU() : locals[0].device();
     outs = KernelFor(op, placement.device_type())(
-        KernelContext{locals, attrs, device, nullptr, logical, out_specs, in_boxes, out_boxes});
+        KernelContext{locals, attrs, device, nullptr, logical, out_specs, &in_boxes, &out_boxes});
   } else {
     for (int o = 0; o < op.num_outputs; ++o) {
       outs.push_back(Tensor::Empty(LocalBox(out_specs[o].shape, placement, sig.outputs[o], rank).shape(),
@@ -172,7 +170,7 @@ class EagerInterpreterImpl final : public Interpreter {
     int globals = 0;
     for (size_t i = 0; i < inputs.size(); ++i) {
       TESSEL_CHECK(inputs[i].defined())
-          << "op '" << op.name << "': input " << op.inputs[std::min(i, op.inputs.size() - 1)]
+          << "op '" << op.name << "': input " << op.input_name(i)
           << " is undefined (or metadata only: a gradient function read a value its OpDef::saved does "
              "not list)";
       specs.push_back({inputs[i].shape(), inputs[i].dtype()});
@@ -194,13 +192,9 @@ class EagerInterpreterImpl final : public Interpreter {
       std::vector<Tensor> locals;
       for (const Tensor& t : inputs) locals.push_back(t.detach());
       if (!op.mutates.empty()) CheckNoOverlap(op, locals);
-      // Local tensors are whole: every box starts at 0.
-      std::vector<Box> in_boxes, out_boxes;
-      for (const TensorSpec& s : specs) in_boxes.push_back(Box::Full(s.shape));
-      for (const TensorSpec& s : out_specs) out_boxes.push_back(Box::Full(s.shape));
+      // Local tensors are whole: the context's boxes default to that.
       const Device device = inputs.empty() ? Device::CPU() : inputs[0].device();
-      outs = KernelFor(op, device.type())(
-          KernelContext{locals, attrs, device, nullptr, specs, out_specs, in_boxes, out_boxes});
+      outs = KernelFor(op, device.type())(KernelContext{locals, attrs, device, nullptr, specs, out_specs});
       if (!op.mutates.empty()) outs = MutatedInputs(op, inputs, locals);
     }
     return outs;

@@ -170,8 +170,7 @@ std::shared_ptr<const NdSignature> Infer(const OpDef& op, const Attrs& attrs,
   if (best_conversions < 0) {
     std::ostringstream os;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      os << (i ? ", " : "") << (i < op.inputs.size() ? op.inputs[i] : op.inputs.back()) << " "
-         << ShapeOf(inputs[i]) << " " << NdSbpOf(inputs[i]);
+      os << (i ? ", " : "") << op.input_name(i) << " " << ShapeOf(inputs[i]) << " " << NdSbpOf(inputs[i]);
     }
     TESSEL_THROW(StatusCode::kInvalidArgument)
         << "op '" << op.name << "' has no SBP signature on " << placement << " for " << os.str()

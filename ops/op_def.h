@@ -7,6 +7,7 @@
 // drops object files that only hold self-registering statics.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
@@ -91,11 +92,19 @@ struct KernelContext {
   void* stream = nullptr;  // the device stream to run on (CUDA); null: host / default stream
   const std::vector<TensorSpec>& logical_inputs;
   const std::vector<TensorSpec>& logical_outputs;
-  const std::vector<Box>& input_boxes;   // logical box of each local input
-  const std::vector<Box>& output_boxes;  // logical box of each local output
+  // The logical box of each local input and output; null for a local run,
+  // whose boxes are whole (not built on the local dispatch path).
+  const std::vector<Box>* input_boxes = nullptr;
+  const std::vector<Box>* output_boxes = nullptr;
 
+  Box input_box(int i) const { return input_boxes ? (*input_boxes)[i] : Box::Full(logical_inputs[i].shape); }
+  Box output_box(int o) const {
+    return output_boxes ? (*output_boxes)[o] : Box::Full(logical_outputs[o].shape);
+  }
   // This rank's shape of output `o` (its box's shape).
-  Shape output_shape(int o) const { return output_boxes[o].shape(); }
+  Shape output_shape(int o) const {
+    return output_boxes ? (*output_boxes)[o].shape() : logical_outputs[o].shape;
+  }
 };
 
 using Kernel = std::function<std::vector<Tensor>(const KernelContext& ctx)>;
@@ -104,6 +113,8 @@ struct OpDef {
   std::string name;
   std::vector<std::string> inputs;  // names, for messages
   bool variadic = false;            // any number (>= 1) of inputs named inputs[0]
+  // The name of input i for messages (a variadic op's inputs share the last).
+  const std::string& input_name(size_t i) const { return inputs[std::min(i, inputs.size() - 1)]; }
   int num_outputs = 1;
   // Output specs from input specs; throws naming the op and shapes.
   std::function<std::vector<TensorSpec>(const std::vector<TensorSpec>&, const Attrs&)> infer;

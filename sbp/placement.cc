@@ -24,7 +24,9 @@ std::string JoinRanks(const std::vector<int>& ranks) {
 // Never destroyed: placements in static storage outlive other statics.
 struct InternTable {
   std::mutex mu;
-  std::map<std::tuple<DeviceType, std::vector<int64_t>, std::vector<int>>, std::weak_ptr<const void>> live;
+  std::map<std::tuple<DeviceType, std::vector<int64_t>, std::vector<int>>, std::weak_ptr<const void>,
+           std::less<>>
+      live;
   uint64_t next_id = 1;
 };
 InternTable& Table() {
@@ -49,11 +51,11 @@ std::shared_ptr<const Placement::Rep> Placement::Intern(DeviceType type, std::ve
   }
   Rep* raw = new Rep{type, std::move(ranks), std::move(hierarchy), table.next_id++};
   // The deleter drops the table entry unless a new record already took it.
-  std::shared_ptr<const Rep> rep(raw, [key](const Rep* r) {
+  std::shared_ptr<const Rep> rep(raw, [](const Rep* r) {
     InternTable& t = Table();
     {
       std::lock_guard<std::mutex> lock(t.mu);
-      auto entry = t.live.find(key);
+      auto entry = t.live.find(std::tie(r->type, r->hierarchy, r->ranks));
       if (entry != t.live.end() && entry->second.expired()) t.live.erase(entry);
     }
     delete r;

@@ -139,8 +139,7 @@ std::unique_ptr<Work> Communicator::Enqueue(const char* op, std::function<void()
 }
 
 size_t Communicator::QueuedCollectives() const {
-  auto* self = const_cast<Communicator*>(this);
-  std::lock_guard<std::mutex> guard(self->async_mu_);
+  std::lock_guard<std::mutex> guard(async_mu_);
   if (!async_) return 0;
   std::lock_guard<std::mutex> lock(async_->mu);
   return async_->tasks.size() + (async_->busy ? 1 : 0);

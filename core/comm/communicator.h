@@ -161,7 +161,7 @@ class Communicator {
   std::unique_ptr<Work> Enqueue(const char* op, std::function<void()> run);
   struct AsyncQueue;
   std::unique_ptr<AsyncQueue> async_;
-  std::mutex async_mu_;  // guards creating async_
+  mutable std::mutex async_mu_;  // guards creating async_
   std::mutex tags_mu_;
   std::map<std::tuple<uint8_t, int, int>, uint32_t> next_seq_;  // (channel, peer, direction)
 };

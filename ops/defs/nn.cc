@@ -28,7 +28,7 @@ void RegisterDropout() {
     const std::vector<Tensor>& in = ctx.inputs;
     const Attrs& a = ctx.attrs;
     // The mask is keyed by logical position: where the shard sits.
-    const std::vector<int64_t> begin = BoxBegin(ctx.input_boxes[0]);
+    const std::vector<int64_t> begin = BoxBegin(ctx.input_box(0));
     const std::vector<int64_t>& logical = ctx.logical_inputs[0].shape.dims();
     return std::vector<Tensor>{cpu::Dropout(in[0], a.Get<double>("p"),
                                             static_cast<uint64_t>(a.Get<int64_t>("seed")),
@@ -67,7 +67,7 @@ void RegisterEmbedding() {
   def.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
     const std::vector<Tensor>& in = ctx.inputs;
     // A vocab-split table holds rows [begin, end) of the logical table.
-    return std::vector<Tensor>{cpu::Embedding(in[0], in[1], ctx.input_boxes[0][0].begin)};
+    return std::vector<Tensor>{cpu::Embedding(in[0], in[1], ctx.input_box(0)[0].begin)};
   };
   def.saved = OpDef::SavedForGrad{{1}, {}};  // the gradient reads the indices; the table only for its shape
   def.grad = [](const GradContext& c) {
@@ -92,7 +92,7 @@ void RegisterEmbedding() {
   };
   grad.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
     const std::vector<Tensor>& in = ctx.inputs;
-    const Range rows = ctx.output_boxes[0][0];  // the table rows this shard's gradient covers
+    const Range rows = ctx.output_box(0)[0];  // the table rows this shard's gradient covers
     return std::vector<Tensor>{cpu::EmbeddingGrad(in[0], in[1], rows.begin, rows.size())};
   };
   RegisterOp(std::move(grad));
@@ -117,7 +117,7 @@ void RegisterPick() {
   def.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
     const std::vector<Tensor>& in = ctx.inputs;
     const Attrs& a = ctx.attrs;
-    const int64_t begin = ctx.input_boxes[0][1].begin;  // first class column of this shard
+    const int64_t begin = ctx.input_box(0)[1].begin;  // first class column of this shard
     return std::vector<Tensor>{cpu::Pick(in[0], in[1], begin, a.Get<int64_t>("ignore_index"))};
   };
   def.saved = OpDef::SavedForGrad{{1}, {}};  // the gradient reads the labels; the logits only for their shape
@@ -140,7 +140,7 @@ void RegisterPick() {
   grad.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
     const std::vector<Tensor>& in = ctx.inputs;
     const Attrs& a = ctx.attrs;
-    const Range columns = ctx.output_boxes[0][1];  // the class columns this shard's gradient covers
+    const Range columns = ctx.output_box(0)[1];  // the class columns this shard's gradient covers
     return std::vector<Tensor>{
         cpu::PickGrad(in[0], in[1], columns.begin, columns.size(), a.Get<int64_t>("ignore_index"))};
   };

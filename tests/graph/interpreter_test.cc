@@ -144,8 +144,8 @@ TEST(KernelContext, LocalRunsSeeWholeBoxesAndLogicalAttributes) {
       return std::vector<TensorSpec>{{Shape{in[0].shape[0]}, in[0].dtype}};
     };
     def.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
-      seen = {ctx.input_boxes[0].ToString(),
-              ctx.output_boxes[0].ToString(),
+      seen = {ctx.input_box(0).ToString(),
+              ctx.output_box(0).ToString(),
               ctx.logical_inputs[0].shape.ToString(),
               ctx.logical_outputs[0].shape.ToString(),
               ctx.output_shape(0).ToString(),
