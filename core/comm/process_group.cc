@@ -25,6 +25,7 @@ struct WorldState {
   DistEnv env;
   WorldOptions options;
   std::unique_ptr<TcpStoreServer> server;  // rank 0 only
+  bool left = false;                       // ShutdownWorld ran (a second call does nothing)
   std::unique_ptr<TcpStore> store;
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<Communicator> world;
@@ -128,20 +129,10 @@ void InitWorld(const DistEnv& env, const WorldOptions& options) {
 
 bool IsWorldInitialized() { return g_state != nullptr; }
 
-void ShutdownWorld() {
-  if (g_state == nullptr) return;
-  WorldState& s = *g_state;
-  SendHeartbeatNow("done");
-  {
-    // A peer still waiting on this rank in a collective fails now, naming
-    // the lost connection, instead of at its timeout.
-    std::lock_guard<std::mutex> lock(s.mu);
-    for (auto& [ranks, group] : s.groups) group->Close();
-  }
-  int64_t arrived = s.store->Add("tessel/exit", 1);
-  if (s.server == nullptr || arrived >= s.env.world_size) return;
-  // Rank 0 keeps serving the store while others may still need it (groups
-  // without rank 0 connect through it), until each has arrived or gone.
+namespace {
+// Rank 0 keeps serving the store while others may still need it (groups
+// without rank 0 connect through it), until each has arrived or gone.
+void WaitForPeersToLeave(WorldState& s) {
   auto deadline = std::chrono::steady_clock::now() + s.options.rendezvous_timeout;
   while (true) {
     if (s.store->Add("tessel/exit", 0) >= s.env.world_size) return;
@@ -153,6 +144,27 @@ void ShutdownWorld() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+}
+}  // namespace
+
+void ShutdownWorld() {
+  if (g_state == nullptr || g_state->left) return;
+  WorldState& s = *g_state;
+  s.left = true;
+  SendHeartbeatNow("done");
+  {
+    // A peer still waiting on this rank in a collective fails now, naming
+    // the lost connection, instead of at its timeout.
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (auto& [ranks, group] : s.groups) group->Close();
+  }
+  int64_t arrived = s.store->Add("tessel/exit", 1);
+  if (s.server == nullptr) return;
+  if (arrived < s.env.world_size) WaitForPeersToLeave(s);
+  // Stop the server's thread before the process exits: a connection that
+  // arrived during static destruction was logged from that thread after
+  // glog had gone, and rank 0 crashed at exit under a connection flood.
+  s.server.reset();
 }
 
 const DistEnv& GetDistEnv() { return State().env; }

@@ -17,7 +17,8 @@ DEFINE_string(mode, "allreduce",
               "allreduce: join, all-reduce once, exit 0 | sleep: join, print ready, sleep | "
               "skip_init: --odd_rank never joins | hang_collective: --odd_rank skips the second all-reduce | "
               "exit_early: --odd_rank returns 0 before the second all-reduce | "
-              "loop: all-reduce every 50 ms, printing each result | env: print OMP_NUM_THREADS");
+              "loop: all-reduce every 50 ms, printing each result | env: print OMP_NUM_THREADS | "
+              "left: join, all-reduce once, call tessel::Shutdown() twice, print left, sleep");
 DEFINE_int32(odd_rank, -1, "The rank that misbehaves in skip_init and hang_collective");
 DEFINE_int32(iterations, -1, "loop: stop after this many all-reduces (-1: never)");
 DEFINE_bool(ignore_sigterm, false, "Ignore SIGTERM, so only SIGKILL stops this process");
@@ -45,6 +46,16 @@ int main(int argc, char** argv) {
   auto& world = tessel::comm::World();
   if (FLAGS_mode == "sleep") {
     std::printf("ready pid=%d\n", static_cast<int>(::getpid()));
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(600));
+    return 0;
+  }
+  if (FLAGS_mode == "left") {
+    int64_t joined = 1;  // every rank has connected before any leaves
+    world.AllReduce(&joined, 1, tessel::DType::kInt64, tessel::comm::ReduceOp::kSum);
+    tessel::Shutdown();
+    tessel::Shutdown();  // harmless a second time
+    std::printf("left pid=%d\n", static_cast<int>(::getpid()));
     std::fflush(stdout);
     std::this_thread::sleep_for(std::chrono::seconds(600));
     return 0;

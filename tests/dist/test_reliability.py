@@ -296,6 +296,19 @@ if selected("launcher"):
            r"--nproc_per_node=100 needs about 364 open files, but the limit is 64")
 
 # ---------------------------------------------------------------- GPT under a store flood
+if selected("left"):
+    # After Shutdown, rank 0 no longer serves the store: its server thread
+    # is stopped before the process exits, so a connection arriving during
+    # exit is not handled while the process tears down (rank 0 crashed at
+    # exit under a connection flood).
+    port = free_port()
+    job = Job(["--nproc_per_node", "2", "--master_port", str(port)], [args.probe, "--mode=left"])
+    left = job.wait_for(r"\[rank \d\] left pid=", 2, timeout=60)
+    check("left: both ranks left after two Shutdown calls", left is not None, job.output())
+    check("left: rank 0's store no longer accepts connections", left is not None and not poke(port, b""),
+          job.output())
+    job.stop()
+
 if selected("gpt"):
     def losses(output):
         return re.findall(r"\[rank 0\] step (\d+) loss (\S+)", output)
