@@ -26,84 +26,120 @@ void CopyBytes(void* dst, const Device& dst_device, const void* src, const Devic
 }
 
 Tensor Tensor::Empty(const Shape& shape, DType dtype, Device device) {
-  Tensor t;
-  t.shape_ = shape;
-  t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(static_cast<size_t>(shape.numel()) * ElementSize(dtype), device);
-  return t;
+  auto storage = std::make_shared<Storage>(static_cast<size_t>(shape.numel()) * ElementSize(dtype), device);
+  return Tensor(std::make_shared<LocalTensorImpl>(std::move(storage), shape, dtype));
+}
+
+Tensor Tensor::Lazy(const Shape& shape, DType dtype, Device device, std::shared_ptr<const LazyValue> value) {
+  return Tensor(std::make_shared<LazyTensorImpl>(shape, dtype, device, nullptr, std::move(value)));
+}
+
+void Tensor::ThrowUndefined() {
+  TESSEL_THROW(StatusCode::kInvalidArgument) << "use of an undefined tensor (a default-constructed Tensor, "
+                                             << "or a gradient that was never computed)";
+}
+
+std::shared_ptr<const LazyValue> Tensor::lazy_value() const {
+  if (!is_lazy()) return nullptr;
+  return static_cast<const LazyTensorImpl&>(*impl_).value();
+}
+
+void Tensor::CheckEager(const char* what) const {
+  TESSEL_CHECK(defined()) << what << " of an undefined tensor";
+  TESSEL_CHECK(!is_lazy()) << what << " of a lazy tensor " << ToString()
+                           << ", which has no data: it stands for a value being traced into a graph, "
+                           << "or one autograd kept as metadata only";
 }
 
 void Tensor::CheckAccess(DType requested) const {
-  TESSEL_CHECK(defined()) << "access to the data of an undefined tensor";
-  TESSEL_CHECK(requested == dtype_) << "data<" << requested << ">() on a tensor of dtype " << dtype_;
+  CheckEager("data access");
+  TESSEL_CHECK(requested == dtype()) << "data<" << requested << ">() on a tensor of dtype " << dtype();
   TESSEL_CHECK(device().is_cpu()) << "host access to a tensor on " << device()
                                   << "; move it with .To(Device::CPU()) first";
-  TESSEL_CHECK(!is_global()) << "element access to a global tensor of shape " << logical_shape_
+  TESSEL_CHECK(!is_global()) << "element access to a global tensor of shape " << shape()
                              << "; use to_local() for this process's shard";
 }
 
 Tensor Tensor::detach() const {
-  Tensor t = *this;
-  t.autograd_.reset();
-  return t;
+  const TensorImpl& t = impl();
+  switch (t.kind()) {
+    case TensorKind::kLocal:
+      return Tensor(std::make_shared<LocalTensorImpl>(t.storage(), t.shape(), t.dtype()));
+    case TensorKind::kGlobal:
+      return Tensor(std::make_shared<GlobalTensorImpl>(t.storage(), t.local_shape(), t.shape(), t.dtype(),
+                                                       t.global_meta()));
+    case TensorKind::kLazy:
+      return Tensor(std::make_shared<LazyTensorImpl>(t.shape(), t.dtype(), t.device(), t.global_meta(),
+                                                     static_cast<const LazyTensorImpl&>(t).value()));
+  }
+  return Tensor();
 }
 
 Tensor Tensor::metadata_only() const {
-  Tensor t = detach();
-  t.storage_.reset();
-  return t;
+  const TensorImpl& t = impl();
+  return Tensor(std::make_shared<LazyTensorImpl>(t.shape(), t.dtype(), t.device(), t.global_meta(), nullptr));
 }
 
 Tensor Tensor::to_local() const {
-  Tensor t = *this;
-  t.global_.reset();
-  t.autograd_.reset();
-  t.logical_shape_ = Shape();
-  return t;
+  const TensorImpl& t = impl();
+  if (t.global_meta() == nullptr) return *this;
+  CheckEager("to_local()");
+  return Tensor(std::make_shared<LocalTensorImpl>(t.storage(), t.local_shape(), t.dtype()));
 }
 
 Tensor Tensor::WrapGlobal(const Tensor& local, const Shape& logical_shape,
                           std::shared_ptr<const GlobalMeta> meta) {
-  Tensor t = local.to_local();
-  t.global_ = std::move(meta);
-  t.logical_shape_ = logical_shape;
-  return t;
+  local.CheckEager("making a global tensor");
+  const TensorImpl& t = local.impl();
+  return Tensor(std::make_shared<GlobalTensorImpl>(t.storage(), t.local_shape(), logical_shape, t.dtype(),
+                                                   std::move(meta)));
 }
 
 Tensor Tensor::Clone() const {  // a new tensor: no autograd state
-  Tensor t = Empty(shape_, dtype_, device());
+  CheckEager("Clone()");
+  Tensor t = Empty(impl_->local_shape(), dtype(), device());
   CopyBytes(t.raw_data(), t.device(), raw_data(), device(), nbytes());
-  return is_global() ? WrapGlobal(t, logical_shape_, global_) : t;
+  return is_global() ? WrapGlobal(t, shape(), global_meta()) : t;
 }
 
 Tensor Tensor::To(Device device) const {
+  CheckEager("To()");
   if (device == this->device()) return *this;
-  Tensor t = Empty(shape_, dtype_, device);
+  Tensor t = Empty(impl_->local_shape(), dtype(), device);
   CopyBytes(t.raw_data(), t.device(), raw_data(), this->device(), nbytes());
-  return is_global() ? WrapGlobal(t, logical_shape_, global_) : t;
+  return is_global() ? WrapGlobal(t, shape(), global_meta()) : t;
 }
 
 Tensor Tensor::Reshape(const Shape& shape) const {
-  TESSEL_CHECK(!is_global()) << "Reshape of a global tensor (" << logical_shape_ << ") is not a local "
+  CheckEager("Reshape()");
+  TESSEL_CHECK(!is_global()) << "Reshape of a global tensor (" << this->shape() << ") is not a local "
                              << "operation; reshape its to_local() shard or use fn::reshape";
-  TESSEL_CHECK(shape.numel() == numel()) << "cannot reshape " << shape_ << " (" << numel() << " elements) to "
-                                         << shape << " (" << shape.numel() << " elements)";
-  Tensor t = detach();  // a view of the data, not of the autograd node
-  t.shape_ = shape;
-  return t;
+  TESSEL_CHECK(shape.numel() == numel())
+      << "cannot reshape " << this->shape() << " (" << numel() << " elements) to " << shape << " ("
+      << shape.numel() << " elements)";
+  // A view of the data, not of the autograd node.
+  return Tensor(std::make_shared<LocalTensorImpl>(impl_->storage(), shape, dtype()));
 }
 
 void Tensor::CopyFrom(const Tensor& src) {
+  CheckEager("CopyFrom()");
+  src.CheckEager("CopyFrom()");
   TESSEL_CHECK(!is_global() && !src.is_global()) << "CopyFrom copies local tensors; use to_local() shards";
-  TESSEL_CHECK(src.shape() == shape_ && src.dtype() == dtype_)
+  TESSEL_CHECK(src.shape() == shape() && src.dtype() == dtype())
       << "CopyFrom needs equal shape and dtype: destination " << ToString() << ", source " << src.ToString();
   CopyBytes(raw_data(), device(), src.raw_data(), src.device(), nbytes());
 }
 
 std::string Tensor::ToString() const {
+  if (!defined()) return "Tensor(undefined)";
   std::ostringstream os;
-  os << "Tensor(" << dtype_ << ", " << shape() << ", " << device();
-  if (is_global()) os << ", global, local " << shape_;
+  os << "Tensor(" << dtype() << ", " << shape() << ", " << device();
+  if (is_global()) os << ", global";
+  if (is_lazy()) {
+    os << ", lazy";
+  } else if (is_global()) {
+    os << ", local " << impl_->local_shape();
+  }
   os << ")";
   return os.str();
 }

@@ -1,7 +1,8 @@
-// A local, contiguous, reference-counted tensor: storage + shape + dtype.
-//
-// Copies of a Tensor share memory (like torch.Tensor); Clone() deep-copies.
-// Global tensors (placement + SBP) build on this in sbp/.
+// A tensor handle: a shared pointer to an implementation (core/tensor_impl.h)
+// that is eager local data, an eager global tensor's shard and layout, or a
+// lazy value (metadata, no storage). Copies of a Tensor share the
+// implementation — memory and autograd state — like torch.Tensor; Clone()
+// deep-copies. Global layouts (placement + SBP) are defined in sbp/.
 #pragma once
 
 #include <cstring>
@@ -14,39 +15,51 @@
 #include "core/error.h"
 #include "core/shape.h"
 #include "core/storage.h"
+#include "core/tensor_impl.h"
 
 namespace tessel {
 
-// Defined in sbp/: what makes a tensor global (placement and NdSbp). Core
-// only carries it, the way a tensor carries autograd metadata it does not
-// interpret, so core stays free of sbp includes.
-class GlobalMeta;
+// Defined in sbp/. Core only carries a global tensor's layout (GlobalMeta),
+// the way a tensor carries autograd metadata it does not interpret, so core
+// stays free of sbp includes.
 class Placement;
 class NdSbp;
-// Defined in graph/autograd.h: the tensor's place in the autograd graph.
-class AutogradMeta;
 
 class Tensor {
  public:
   Tensor() = default;  // undefined tensor
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
   static Tensor Empty(const Shape& shape, DType dtype, Device device = Device::CPU());
+  // A lazy local value: metadata without storage (a global one is made by
+  // sbp/'s MakeLazyGlobal). `value` links it to a trace; null: none.
+  static Tensor Lazy(const Shape& shape, DType dtype, Device device = Device::CPU(),
+                     std::shared_ptr<const LazyValue> value = nullptr);
 
   template <typename T>
   static Tensor FromVector(const std::vector<T>& values, const Shape& shape);
 
-  bool defined() const { return storage_ != nullptr; }
+  // Whether this handle points to a tensor (eager or lazy).
+  bool defined() const { return impl_ != nullptr; }
+  TensorKind kind() const { return impl().kind(); }
+  // A lazy tensor has metadata and no data (see core/tensor_impl.h).
+  bool is_lazy() const { return impl_ && impl_->kind() == TensorKind::kLazy; }
   // The logical shape: for a global tensor the whole tensor's, not the shard's.
-  const Shape& shape() const { return global_ ? logical_shape_ : shape_; }
-  DType dtype() const { return dtype_; }
-  Device device() const { return storage_ ? storage_->device() : Device::CPU(); }
+  const Shape& shape() const { return impl().shape(); }
+  DType dtype() const { return impl().dtype(); }
+  Device device() const { return impl().device(); }
   int64_t numel() const { return shape().numel(); }
   int64_t ndim() const { return shape().ndim(); }
-  // Bytes of the data this process holds (the local shard of a global tensor).
-  size_t nbytes() const { return static_cast<size_t>(shape_.numel()) * ElementSize(dtype_); }
+  // Bytes of the data this process holds (the local shard of a global
+  // tensor; 0 for a lazy one).
+  size_t nbytes() const {
+    const TensorImpl& t = impl();
+    return t.storage() ? static_cast<size_t>(t.local_shape().numel()) * ElementSize(t.dtype()) : 0;
+  }
 
-  // Global tensors (see sbp/global_tensor.h). placement() and nd_sbp() are
-  // defined in sbp/, to_global() in graph/ (it communicates).
-  bool is_global() const { return global_ != nullptr; }
+  // Global tensors (see sbp/global_tensor.h), eager or lazy. placement()
+  // and nd_sbp() are defined in sbp/, to_global() in graph/ (it
+  // communicates).
+  bool is_global() const { return impl_ && impl_->global_meta() != nullptr; }
   const Placement& placement() const;
   const NdSbp& nd_sbp() const;
   Tensor to_global(const Placement& placement, const NdSbp& nd_sbp) const;
@@ -55,13 +68,17 @@ class Tensor {
   // the layout does not change (like OneFlow's grad_sbp): a column-parallel
   // layer passes B there, which all-reduces its input gradient over tp.
   Tensor to_global(const Placement& placement, const NdSbp& nd_sbp, const NdSbp& grad_sbp) const;
-  // This process's shard as a local tensor (shares memory); a local tensor
-  // returns itself.
+  // This process's shard as a local tensor (shares memory, no autograd
+  // state); a local tensor returns itself. Throws for a lazy global tensor.
   Tensor to_local() const;
-  const std::shared_ptr<const GlobalMeta>& global_meta() const { return global_; }
+  const std::shared_ptr<const GlobalMeta>& global_meta() const { return impl().global_meta(); }
+  // The implementation (null for an undefined tensor).
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  // The traced value of a lazy tensor (null if none or not lazy).
+  std::shared_ptr<const LazyValue> lazy_value() const;
 
-  // Autograd (defined in graph/autograd.cc). Copies of a tensor share its
-  // autograd state only if made after set_requires_grad / the op that made it.
+  // Autograd (defined in graph/autograd.cc). State lives in the
+  // implementation, so every handle of a tensor sees it.
   bool requires_grad() const;
   Tensor& set_requires_grad(bool requires_grad);
   // The accumulated gradient of a leaf (undefined until backward reaches it).
@@ -74,17 +91,17 @@ class Tensor {
   // the graph is released afterwards.
   void backward() const;
   void backward(const Tensor& gradient) const;
-  // The same data and layout, cut from the autograd graph.
+  // A new handle to the same data and layout, cut from the autograd graph.
   Tensor detach() const;
-  // The same shape, dtype and layout without the data (and cut from the
-  // autograd graph): what autograd keeps of a value a gradient does not
-  // read. defined() is false; reading its data throws.
+  // A lazy tensor with this tensor's shape, dtype, device and layout and no
+  // data (no autograd state): what autograd keeps of a value a gradient
+  // does not read. Reading its data throws.
   Tensor metadata_only() const;
-  const std::shared_ptr<AutogradMeta>& autograd_meta() const { return autograd_; }
-  void set_autograd_meta(std::shared_ptr<AutogradMeta> meta) { autograd_ = std::move(meta); }
-  void* raw_data() const { return storage_ ? storage_->data() : nullptr; }
+  std::shared_ptr<AutogradMeta> autograd_meta() const { return impl_ ? impl_->autograd : nullptr; }
+  void set_autograd_meta(std::shared_ptr<AutogradMeta> meta) { impl().autograd = std::move(meta); }
+  void* raw_data() const { return impl_ && impl_->storage() ? impl_->storage()->data() : nullptr; }
   // Typed host pointer to local data; throws naming both dtypes if T does
-  // not match, or if the tensor is global (use to_local()).
+  // not match, or if the tensor is global (use to_local()) or lazy.
   template <typename T>
   T* data() const {
     CheckAccess(DTypeOf<T>::value);
@@ -93,7 +110,7 @@ class Tensor {
   template <typename T>
   std::vector<T> ToVector() const {
     const T* p = data<T>();
-    return std::vector<T>(p, p + shape_.numel());
+    return std::vector<T>(p, p + impl_->local_shape().numel());
   }
 
   Tensor Clone() const;
@@ -106,7 +123,14 @@ class Tensor {
   std::string ToString() const;  // "Tensor(f32, [2, 3], cpu)"
 
  private:
+  // The implementation; throws if the tensor is undefined.
+  TensorImpl& impl() const {
+    if (!impl_) ThrowUndefined();
+    return *impl_;
+  }
+  [[noreturn]] static void ThrowUndefined();
   void CheckAccess(DType requested) const;
+  void CheckEager(const char* what) const;
   // Wraps `local` as the shard of a global tensor. Only sbp/'s MakeGlobal,
   // which checks that the shard fits the layout, makes global tensors.
   static Tensor WrapGlobal(const Tensor& local, const Shape& logical_shape,
@@ -114,12 +138,7 @@ class Tensor {
   friend Tensor MakeGlobal(const Tensor& local, const Shape& logical, const Placement& placement,
                            const NdSbp& nd_sbp);
 
-  std::shared_ptr<Storage> storage_;
-  Shape shape_;  // of the local data
-  DType dtype_ = DType::kFloat32;
-  std::shared_ptr<const GlobalMeta> global_;  // null for a local tensor
-  Shape logical_shape_;                       // global tensors only
-  std::shared_ptr<AutogradMeta> autograd_;    // null: no autograd state
+  std::shared_ptr<TensorImpl> impl_;
 };
 
 // Copies bytes between any two devices (host and CUDA).

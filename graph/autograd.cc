@@ -35,6 +35,15 @@ std::vector<Tensor> KeepForGradient(const std::vector<Tensor>& values, const std
   }
   return kept;
 }
+// Whether outs[o] shares its implementation with an input or an earlier output.
+bool SharesImpl(const Tensor& t, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outs,
+                size_t o) {
+  for (const Tensor& x : inputs)
+    if (x.impl_ptr() == t.impl_ptr()) return true;
+  for (size_t i = 0; i < o; ++i)
+    if (outs[i].impl_ptr() == t.impl_ptr()) return true;
+  return false;
+}
 }  // namespace
 
 bool GradModeEnabled() { return g_grad_mode; }
@@ -42,35 +51,36 @@ NoGradGuard::NoGradGuard() : previous_(g_grad_mode) { g_grad_mode = false; }
 NoGradGuard::~NoGradGuard() { g_grad_mode = previous_; }
 
 Edge EdgeOf(const Tensor& t) {
-  const auto& meta = t.autograd_meta();
+  const std::shared_ptr<AutogradMeta> meta = t.autograd_meta();
   if (!meta || !meta->requires_grad) return {};
   if (meta->grad_fn) return {meta->grad_fn, meta->output_index, nullptr};
   return {nullptr, 0, meta};
 }
 
-bool Tensor::requires_grad() const { return autograd_ && autograd_->requires_grad; }
+bool Tensor::requires_grad() const { return impl_ && impl_->autograd && impl_->autograd->requires_grad; }
 
 Tensor& Tensor::set_requires_grad(bool requires_grad) {
-  TESSEL_CHECK(!requires_grad || IsFloating(dtype_))
+  TESSEL_CHECK(!requires_grad || IsFloating(dtype()))
       << "only floating tensors can require gradients; got " << ToString();
-  if (!autograd_) autograd_ = std::make_shared<AutogradMeta>();
-  TESSEL_CHECK(!autograd_->grad_fn || requires_grad)
+  std::shared_ptr<AutogradMeta>& meta = impl().autograd;
+  if (!meta) meta = std::make_shared<AutogradMeta>();
+  TESSEL_CHECK(!meta->grad_fn || requires_grad)
       << "cannot turn off requires_grad of a tensor computed by an op; use detach()";
-  autograd_->requires_grad = requires_grad;
+  meta->requires_grad = requires_grad;
   return *this;
 }
 
-Tensor Tensor::grad() const { return autograd_ ? autograd_->grad : Tensor(); }
+Tensor Tensor::grad() const { return impl_ && impl_->autograd ? impl_->autograd->grad : Tensor(); }
 
 void Tensor::set_grad(const Tensor& grad) {
   TESSEL_CHECK(requires_grad()) << "set_grad on a tensor that does not require grad: " << ToString();
   TESSEL_CHECK(!grad.defined() || grad.shape() == shape())
       << "set_grad: gradient of shape " << grad.shape() << " for a tensor of shape " << shape();
-  autograd_->grad = grad;
+  impl_->autograd->grad = grad;
 }
 
 void Tensor::zero_grad() {
-  if (autograd_) autograd_->grad = Tensor();
+  if (impl_ && impl_->autograd) impl_->autograd->grad = Tensor();
 }
 
 void Tensor::backward() const { backward(Tensor()); }
@@ -183,7 +193,11 @@ std::vector<Tensor> AutogradInterpreter::Apply(const OpDef& op, const std::vecto
     return grads;
   };
   for (size_t o = 0; o < outs.size(); ++o) {
-    if (!IsFloating(outs[o].dtype())) continue;
+    if (!outs[o].defined() || !IsFloating(outs[o].dtype())) continue;
+    // Autograd state lives in the implementation: an output that is one of
+    // the inputs (an op returning its input unchanged) or an earlier output
+    // gets a handle of its own, so the node does not rewrite their state.
+    if (SharesImpl(outs[o], inputs, outs, o)) outs[o] = outs[o].detach();
     auto meta = std::make_shared<AutogradMeta>();
     meta->requires_grad = true;
     meta->grad_fn = node;

@@ -170,9 +170,12 @@ class EagerInterpreterImpl final : public Interpreter {
     int globals = 0;
     for (size_t i = 0; i < inputs.size(); ++i) {
       TESSEL_CHECK(inputs[i].defined())
-          << "op '" << op.name << "': input " << op.input_name(i)
-          << " is undefined (or metadata only: a gradient function read a value its OpDef::saved does "
-             "not list)";
+          << "op '" << op.name << "': input " << op.input_name(i) << " is undefined";
+      TESSEL_CHECK(!inputs[i].is_lazy())
+          << "op '" << op.name << "': input " << op.input_name(i) << " is lazy " << inputs[i].ToString()
+          << " and the eager interpreter needs data: a value traced into a graph used outside its "
+             "build, or one autograd kept as metadata only because the op's OpDef::saved does not "
+             "list it for its gradient";
       specs.push_back({inputs[i].shape(), inputs[i].dtype()});
       globals += inputs[i].is_global();
     }

@@ -93,8 +93,10 @@ Tensor ToGlobal(const Tensor& in, const Placement& placement, const NdSbp& nd_sb
   if (!in.is_global()) return ApplyOp("from_local", {in}, LayoutAttrs(placement, nd_sbp, grad_sbp)).at(0);
   if (in.placement() == placement && in.nd_sbp() == nd_sbp &&
       (grad_sbp == nullptr || !GradModeEnabled() || !in.requires_grad())) {
-    BoxTo(in, placement, nd_sbp);  // checks (and agrees with the other ranks) only: nothing moves
-    return in;                     // the same tensor, autograd identity included
+    // Checks (and agrees with the other ranks) only: nothing moves. A lazy
+    // tensor's layout was checked when it was traced.
+    if (!in.is_lazy()) BoxTo(in, placement, nd_sbp);
+    return in;  // the same tensor, autograd identity included
   }
   if (grad_sbp != nullptr) CheckGlobalLayout(in.shape(), in.placement(), *grad_sbp);
   return ApplyOp("to_global", {in}, LayoutAttrs(placement, nd_sbp, grad_sbp)).at(0);

@@ -37,6 +37,7 @@ class Attrs {
   template <typename T>
   const T& Get(const std::string& name) const;
   std::string ToString() const;
+  const std::map<std::string, AttrValue>& values() const { return values_; }
   // Only the named attributes (those present), e.g. for cache keys.
   Attrs Only(const std::vector<std::string>& names) const;
 

@@ -9,13 +9,13 @@ namespace tessel {
 const Placement& Tensor::placement() const {
   TESSEL_CHECK(is_global()) << "placement() of a local tensor " << ToString()
                             << "; only global tensors have one";
-  return global_->placement;
+  return global_meta()->placement;
 }
 
 const NdSbp& Tensor::nd_sbp() const {
   TESSEL_CHECK(is_global()) << "nd_sbp() of a local tensor " << ToString()
                             << "; only global tensors have one";
-  return global_->nd_sbp;
+  return global_meta()->nd_sbp;
 }
 
 int CurrentRank() { return comm::IsWorldInitialized() ? comm::GetDistEnv().rank : 0; }
@@ -45,6 +45,14 @@ Tensor MakeGlobal(const Tensor& local, const Shape& logical, const Placement& pl
       << " does not fit " << nd_sbp << " on " << placement << " for logical shape " << logical
       << "; expected " << want;
   return Tensor::WrapGlobal(local, logical, std::make_shared<GlobalMeta>(placement, nd_sbp));
+}
+
+Tensor MakeLazyGlobal(const Shape& logical, DType dtype, const Placement& placement, const NdSbp& nd_sbp,
+                      std::shared_ptr<const LazyValue> value) {
+  CheckGlobalLayout(logical, placement, nd_sbp);
+  return Tensor(std::make_shared<LazyTensorImpl>(logical, dtype, Device(placement.device_type(), 0),
+                                                 std::make_shared<GlobalMeta>(placement, nd_sbp),
+                                                 std::move(value)));
 }
 
 namespace {

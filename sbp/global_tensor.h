@@ -35,6 +35,11 @@ Box LocalBox(const Shape& logical, const Placement& placement, const NdSbp& nd_s
 // Checks placement and NdSbp against the world and the tensor (naming what
 // is wrong) and wraps `local`, which must have this rank's shard shape.
 Tensor MakeGlobal(const Tensor& local, const Shape& logical, const Placement& placement, const NdSbp& nd_sbp);
+// A lazy global tensor: logical shape, dtype and layout (checked as
+// MakeGlobal checks them) and no data; `value` links it to a trace (null:
+// none). Its device is the placement's device type.
+Tensor MakeLazyGlobal(const Shape& logical, DType dtype, const Placement& placement, const NdSbp& nd_sbp,
+                      std::shared_ptr<const LazyValue> value = nullptr);
 // Validates a layout for a tensor of `logical` shape in the current world.
 void CheckGlobalLayout(const Shape& logical, const Placement& placement, const NdSbp& nd_sbp);
 

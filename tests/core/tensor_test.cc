@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/philox.h"
+#include "tests/testing/test_util.h"
 
 namespace tessel {
 namespace {
@@ -52,6 +53,69 @@ TEST(Tensor, RandomSlicesMatchTheWhole) {
   Tensor n = randn({5}, 3);
   EXPECT_EQ(n.data<float>()[2], Philox(3).Normal(2));
   EXPECT_THROW(rand({2}, 1, 0, DType::kInt32), Error);
+}
+
+// A Tensor is a handle: one pointer to an implementation, so copies are
+// cheap and share data, kind and autograd state.
+TEST(TensorHandle, IsOnePointerToAnImplementation) {
+  EXPECT_EQ(sizeof(Tensor), sizeof(std::shared_ptr<TensorImpl>));
+  Tensor a = arange({2, 3});
+  Tensor b = a;
+  EXPECT_EQ(a.impl_ptr(), b.impl_ptr());
+  EXPECT_EQ(a.kind(), TensorKind::kLocal);
+  EXPECT_FALSE(a.is_lazy());
+  EXPECT_FALSE(a.is_global());
+  // detach() and Reshape() are new handles on the same storage.
+  Tensor d = a.detach();
+  EXPECT_NE(d.impl_ptr(), a.impl_ptr());
+  EXPECT_EQ(d.raw_data(), a.raw_data());
+  EXPECT_EQ(a.Reshape({3, 2}).raw_data(), a.raw_data());
+  EXPECT_EQ(a.to_local().impl_ptr(), a.impl_ptr());  // a local tensor is its own shard
+}
+
+TEST(TensorHandle, UndefinedTensorsSayWhatIsMissing) {
+  Tensor u;
+  EXPECT_FALSE(u.defined());
+  EXPECT_FALSE(u.is_lazy());
+  EXPECT_FALSE(u.is_global());
+  EXPECT_EQ(u.raw_data(), nullptr);
+  EXPECT_EQ(u.ToString(), "Tensor(undefined)");
+  EXPECT_NE(testing::ErrorOf([&] { u.shape(); }).find("undefined tensor"), std::string::npos);
+  EXPECT_NE(testing::ErrorOf([&] { u.data<float>(); }).find("undefined tensor"), std::string::npos);
+}
+
+// A lazy tensor: shape, dtype and device without storage. Everything that
+// reads data refuses it by name; metadata reads work.
+TEST(TensorHandle, LazyTensorsHaveMetadataAndNoData) {
+  Tensor l = Tensor::Lazy({5, 7}, DType::kBFloat16);
+  EXPECT_TRUE(l.defined());
+  EXPECT_TRUE(l.is_lazy());
+  EXPECT_EQ(l.kind(), TensorKind::kLazy);
+  EXPECT_EQ(l.shape(), (Shape{5, 7}));
+  EXPECT_EQ(l.numel(), 35);
+  EXPECT_EQ(l.dtype(), DType::kBFloat16);
+  EXPECT_TRUE(l.device().is_cpu());
+  EXPECT_EQ(l.nbytes(), 0u);
+  EXPECT_EQ(l.raw_data(), nullptr);
+  EXPECT_EQ(l.lazy_value(), nullptr);
+  EXPECT_EQ(l.ToString(), "Tensor(bf16, [5, 7], cpu, lazy)");
+  EXPECT_EQ(l.to_local().impl_ptr(), l.impl_ptr());
+  for (auto [what, fn] : std::vector<std::pair<std::string, std::function<void()>>>{
+           {"data access", [&] { l.data<BFloat16>(); }},
+           {"Clone()", [&] { l.Clone(); }},
+           {"Reshape()", [&] { l.Reshape({35}); }},
+           {"To()", [&] { l.To(Device::CPU()); }},
+           {"CopyFrom()", [&] {
+              l.CopyFrom(zeros({5, 7}, DType::kBFloat16));
+            }}}) {
+    std::string msg = testing::ErrorOf(fn);
+    EXPECT_NE(msg.find(what + " of a lazy tensor"), std::string::npos) << msg;
+  }
+  // detach keeps it lazy; metadata_only of eager data is lazy.
+  EXPECT_TRUE(l.detach().is_lazy());
+  Tensor m = arange({3}).metadata_only();
+  EXPECT_TRUE(m.is_lazy());
+  EXPECT_EQ(m.shape(), (Shape{3}));
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "graph/autograd.h"
 #include "graph/eager_interpreter.h"
 #include "ops/functional.h"
+#include "sbp/global_tensor.h"
 #include "tests/testing/test_util.h"
 
 namespace tessel {
@@ -126,10 +127,100 @@ TEST(SavedForGrad, ActivationsTheGradientDoesNotReadAreFreed) {
 TEST(SavedForGrad, MetadataOnlyKeepsShapeAndDtypeButNoData) {
   Tensor t = randn({3, 5}, 1);
   Tensor m = t.metadata_only();
-  EXPECT_FALSE(m.defined());
+  EXPECT_TRUE(m.defined());
+  EXPECT_TRUE(m.is_lazy());
   EXPECT_EQ(m.shape(), (Shape{3, 5}));
   EXPECT_EQ(m.dtype(), DType::kFloat32);
-  EXPECT_NE(ErrorOf([&] { m.data<float>(); }).find("undefined"), std::string::npos);
+  EXPECT_EQ(m.nbytes(), 0u);
+  EXPECT_EQ(m.raw_data(), nullptr);
+  EXPECT_NE(ErrorOf([&] { m.data<float>(); }).find("lazy"), std::string::npos);
+  // The original keeps its data.
+  EXPECT_FALSE(t.is_lazy());
+  EXPECT_EQ(t.ToVector<float>().size(), 15u);
+}
+
+// The eager interpreter refuses a lazy input before any work, naming the op
+// and the input.
+TEST(LazyTensor, EagerOpsRefuseLazyInputsNamingThem) {
+  Tensor lazy = Tensor::Lazy({2, 3}, DType::kFloat32);
+  Tensor x = randn({2, 3}, 1);
+  std::string msg = ErrorOf([&] { fn::add(x, lazy); });
+  EXPECT_NE(msg.find("op 'add'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("input b is lazy"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[2, 3]"), std::string::npos) << msg;
+}
+
+// Lazy tensors flow through an interpreter that only computes metadata: the
+// same op definitions give shapes and dtypes without any data, which is
+// what a graph builder needs from the handle.
+TEST(LazyTensor, AnInterpreterCanPropagateLazyValues) {
+  class ShapeOnly final : public Interpreter {
+   public:
+    std::vector<Tensor> Apply(const OpDef& op, const std::vector<Tensor>& inputs,
+                              const Attrs& attrs) override {
+      std::vector<TensorSpec> specs;
+      for (const Tensor& t : inputs) specs.push_back({t.shape(), t.dtype()});
+      std::vector<Tensor> outs;
+      for (const TensorSpec& s : op.infer(specs, attrs)) outs.push_back(Tensor::Lazy(s.shape, s.dtype));
+      return outs;
+    }
+  } shape_only;
+  InterpreterScope scope(shape_only);
+  Tensor a = Tensor::Lazy({4, 8}, DType::kFloat32);
+  Tensor b = Tensor::Lazy({8, 16}, DType::kFloat32);
+  Tensor y = fn::relu(fn::matmul(a, b));
+  EXPECT_TRUE(y.is_lazy());
+  EXPECT_EQ(y.shape(), (Shape{4, 16}));
+  EXPECT_EQ(y.dtype(), DType::kFloat32);
+  EXPECT_EQ(y.ToString(), "Tensor(f32, [4, 16], cpu, lazy)");
+}
+
+// Autograd state lives in the tensor's implementation: handle copies share
+// it, and a same-layout to_global with another gradient layout records a
+// node without touching the leaf's state.
+TEST(Autograd, StateIsSharedByHandles) {
+  Tensor w = randn({4}, 3);
+  Tensor alias = w;
+  alias.set_requires_grad(true);
+  EXPECT_TRUE(w.requires_grad());
+  EXPECT_EQ(w.impl_ptr(), alias.impl_ptr());
+  Tensor d = w.detach();
+  EXPECT_FALSE(d.requires_grad());
+  EXPECT_EQ(d.raw_data(), w.raw_data());
+
+  const Placement one("cpu", std::vector<int>{0});
+  Tensor g = w.detach().to_global(one, {B()});
+  g.set_requires_grad(true);
+  Tensor same = g.to_global(one, {B()}, {B()});
+  fn::sum(fn::mul(same, same), {0}).backward();
+  ASSERT_TRUE(g.grad().defined());
+  std::vector<float> wv = w.ToVector<float>(), gv = g.grad().to_local().ToVector<float>();
+  for (size_t i = 0; i < wv.size(); ++i) EXPECT_NEAR(gv[i], 2 * wv[i], 1e-6);
+}
+
+// An inner interpreter may hand back an input as a result (a pass-through);
+// the autograd layer gives that result a handle of its own, so recording
+// the op does not turn the input leaf into a computed tensor.
+TEST(Autograd, ResultsAliasingInputsGetTheirOwnHandles) {
+  class PassThrough final : public Interpreter {
+   public:
+    std::vector<Tensor> Apply(const OpDef&, const std::vector<Tensor>& inputs, const Attrs&) override {
+      return {inputs[0]};
+    }
+  } pass_through;
+  AutogradInterpreter autograd(pass_through);
+  Tensor x = randn({3}, 4).set_requires_grad(true);
+  Tensor y;
+  {
+    InterpreterScope scope(autograd);
+    y = fn::relu(x);
+  }
+  EXPECT_NE(y.impl_ptr(), x.impl_ptr());
+  EXPECT_EQ(y.raw_data(), x.raw_data());
+  // x is still a leaf: turning requires_grad off is refused only for
+  // computed tensors.
+  EXPECT_EQ(ErrorOf([&] { x.set_requires_grad(false); }), "");
+  EXPECT_NE(ErrorOf([&] { y.set_requires_grad(false); }).find("computed by an op"), std::string::npos);
 }
 
 // A kernel sees typed context, not rewritten attributes: on local tensors

@@ -11,8 +11,10 @@
 
 #include "core/error.h"
 #include "ops/op_def.h"
+#include "sbp/global_tensor.h"
 #include "sbp/placement.h"
 #include "sbp/sbp.h"
+#include "tests/testing/test_util.h"
 
 namespace tessel {
 namespace {
@@ -116,6 +118,32 @@ TEST(SbpInferenceOnSpecs, RepeatedQueriesHitTheCache) {
   // Another shape is another entry.
   InferNdSignature(GetOpDef("matmul"), kMatmul, {Spec(Shape({32, 4}), two, {S(0)}), in[1]}, two);
   EXPECT_EQ(SignatureCacheSize(), entries + 1);
+}
+
+// A lazy global tensor carries exactly what inference needs: its spec is
+// read off the handle, and an eager global tensor of the same layout gives
+// the same spec.
+TEST(SbpInferenceOnSpecs, LazyGlobalTensorsGiveTheirSpecs) {
+  const Placement one("cpu", std::vector<int>{0});
+  Tensor lazy = MakeLazyGlobal(Shape({8, 4}), DType::kFloat32, one, {S(0)});
+  EXPECT_TRUE(lazy.is_lazy());
+  EXPECT_TRUE(lazy.is_global());
+  EXPECT_EQ(lazy.kind(), TensorKind::kLazy);
+  EXPECT_EQ(lazy.placement(), one);
+  EXPECT_EQ(lazy.nd_sbp(), NdSbp({S(0)}));
+  EXPECT_EQ(lazy.ToString(), "Tensor(f32, [8, 4], cpu, global, lazy)");
+  EXPECT_NE(testing::ErrorOf([&] { lazy.to_local(); }).find("to_local() of a lazy tensor"),
+            std::string::npos);
+  Tensor eager = MakeGlobal(zeros({8, 4}), Shape({8, 4}), one, {S(0)});
+  EXPECT_EQ(eager.kind(), TensorKind::kGlobal);
+  const GlobalTensorSpec a = GlobalTensorSpec::Of(lazy), b = GlobalTensorSpec::Of(eager);
+  EXPECT_EQ(a.shape, b.shape);
+  EXPECT_EQ(a.placement, b.placement);
+  EXPECT_EQ(a.nd_sbp, b.nd_sbp);
+  const auto sig = InferNdSignature(GetOpDef("relu"), Attrs{}, {a}, one);
+  EXPECT_EQ(sig->outputs[0], NdSbp({S(0)}));
+  // The layout is checked as for eager tensors.
+  EXPECT_NE(testing::ErrorOf([&] { MakeLazyGlobal(Shape({8}), DType::kFloat32, one, {S(1)}); }), "");
 }
 
 }  // namespace

@@ -1,0 +1,259 @@
+#include "graph/ir/graph_ir.h"
+
+#include <sstream>
+
+#include "core/error.h"
+#include "graph/ir/graph_ir.pb.h"
+
+namespace tessel::ir {
+
+namespace {
+
+std::string AttrString(const AttrValue& v) {
+  std::ostringstream os;
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          os << Shape(x);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          os << (x ? "true" : "false");
+        } else {
+          os << x;
+        }
+      },
+      v);
+  return os.str();
+}
+
+const char* KindName(Value::Kind kind) {
+  switch (kind) {
+    case Value::Kind::kInput:
+      return "input";
+    case Value::Kind::kVariable:
+      return "variable";
+    case Value::Kind::kOpOutput:
+      break;
+  }
+  return "value";
+}
+
+// Dot string literal: quotes and backslashes escaped.
+std::string Quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+Value Value::SpecOf(const Tensor& t) {
+  Value v;
+  v.shape = t.shape();
+  v.dtype = t.dtype();
+  if (t.is_global()) {
+    v.placement = t.placement();
+    v.nd_sbp = t.nd_sbp();
+  }
+  return v;
+}
+
+std::string Value::SpecString() const {
+  std::ostringstream os;
+  os << dtype << " " << shape;
+  if (is_global()) os << " " << nd_sbp << " on " << placement;
+  return os.str();
+}
+
+int Graph::AddValue(Value v) {
+  v.id = static_cast<int>(values_.size());
+  values_.push_back(std::move(v));
+  return values_.back().id;
+}
+
+int Graph::AddInput(const std::string& name, const Tensor& spec_of) {
+  TESSEL_CHECK(!name.empty()) << "graph '" << name_ << "': an input needs a name";
+  TESSEL_CHECK(inputs_by_name_.count(name) == 0)
+      << "graph '" << name_ << "': input '" << name << "' bound twice";
+  Value v = Value::SpecOf(spec_of);
+  v.kind = Value::Kind::kInput;
+  v.name = name;
+  const int id = AddValue(std::move(v));
+  inputs_by_name_[name] = id;
+  return id;
+}
+
+int Graph::AddVariable(const std::string& name, const Tensor& tensor) {
+  TESSEL_CHECK(tensor.defined() && !tensor.is_lazy())
+      << "graph '" << name_ << "': variable '" << name << "' must be an eager tensor, got "
+      << tensor.ToString();
+  Value v = Value::SpecOf(tensor);
+  v.kind = Value::Kind::kVariable;
+  v.name = name;
+  const int id = AddValue(std::move(v));
+  variables_[id] = tensor.detach();
+  return id;
+}
+
+std::vector<int> Graph::AddOp(const std::string& op, const Attrs& attrs, std::vector<int> inputs,
+                              const std::vector<Value>& output_specs, std::vector<NdSbp> input_sbp,
+                              std::vector<NdSbp> output_sbp) {
+  for (int i : inputs) {
+    TESSEL_CHECK_CODE(i >= 0 && i < static_cast<int>(values_.size()), StatusCode::kInternal)
+        << "graph '" << name_ << "': op '" << op << "' reads value " << i << ", which does not exist";
+  }
+  Op node;
+  node.id = static_cast<int>(ops_.size());
+  node.name = op;
+  node.attrs = attrs;
+  node.inputs = std::move(inputs);
+  node.input_sbp = std::move(input_sbp);
+  node.output_sbp = std::move(output_sbp);
+  for (size_t o = 0; o < output_specs.size(); ++o) {
+    Value v = output_specs[o];
+    v.kind = Value::Kind::kOpOutput;
+    v.producer = node.id;
+    v.output_index = static_cast<int>(o);
+    node.outputs.push_back(AddValue(std::move(v)));
+  }
+  ops_.push_back(std::move(node));
+  return ops_.back().outputs;
+}
+
+void Graph::MarkOutput(const std::string& name, int value) {
+  TESSEL_CHECK(outputs_.count(name) == 0) << "graph '" << name_ << "': output '" << name << "' named twice";
+  TESSEL_CHECK(value >= 0 && value < static_cast<int>(values_.size()))
+      << "graph '" << name_ << "': output '" << name << "' names value " << value << ", which does not exist";
+  outputs_[name] = value;
+}
+
+int Graph::InputId(const std::string& name) const {
+  auto it = inputs_by_name_.find(name);
+  if (it != inputs_by_name_.end()) return it->second;
+  std::ostringstream have;
+  for (const auto& [n, id] : inputs_by_name_) have << (have.tellp() > 0 ? ", " : "") << n;
+  TESSEL_THROW(StatusCode::kInvalidArgument)
+      << "graph '" << name_ << "' has no input '" << name << "' (inputs: " << have.str() << ")";
+}
+
+std::string Graph::ToText() const {
+  std::ostringstream os;
+  os << "graph " << name_ << " {\n";
+  for (const Value& v : values_) {
+    if (v.kind == Value::Kind::kOpOutput) continue;
+    os << "  %" << v.id << " = " << KindName(v.kind) << " \"" << v.name << "\" : " << v.SpecString() << "\n";
+  }
+  for (const Op& op : ops_) {
+    os << "  ";
+    for (size_t o = 0; o < op.outputs.size(); ++o) os << (o ? ", " : "") << "%" << op.outputs[o];
+    os << (op.outputs.empty() ? "" : " = ") << op.name << "(";
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      os << (i ? ", " : "") << "%" << op.inputs[i];
+      if (i < op.input_sbp.size()) os << " as " << op.input_sbp[i];
+    }
+    os << ")";
+    bool first = true;
+    for (const auto& [k, a] : op.attrs.values()) {
+      os << (first ? " {" : ", ") << k << "=" << AttrString(a);
+      first = false;
+    }
+    if (!first) os << "}";
+    for (size_t o = 0; o < op.outputs.size(); ++o)
+      os << (o ? ", " : " : ") << values_[static_cast<size_t>(op.outputs[o])].SpecString();
+    os << "\n";
+  }
+  for (const auto& [name, id] : outputs_) os << "  output \"" << name << "\" = %" << id << "\n";
+  os << "}\n";
+  return os.str();
+}
+
+std::string Graph::ToDot() const {
+  std::ostringstream os;
+  os << "digraph " << Quoted(name_) << " {\n  node [fontname=\"monospace\", fontsize=10];\n";
+  // Where each value comes from: an op node or its own source node.
+  auto source = [&](int id) {
+    const Value& v = values_[static_cast<size_t>(id)];
+    std::string s = v.kind == Value::Kind::kOpOutput ? "op" : "v";
+    s += std::to_string(v.kind == Value::Kind::kOpOutput ? v.producer : id);
+    return s;
+  };
+  for (const Value& v : values_) {
+    if (v.kind == Value::Kind::kOpOutput) continue;
+    os << "  v" << v.id << " [shape=ellipse, label=" << Quoted(std::string(KindName(v.kind)) + " " + v.name)
+       << "];\n";
+  }
+  for (const Op& op : ops_) {
+    os << "  op" << op.id << " [shape=box, label=" << Quoted(std::to_string(op.id) + ": " + op.name)
+       << "];\n";
+    for (int i : op.inputs)
+      os << "  " << source(i) << " -> op" << op.id << " [label=" << Quoted(values_[i].SpecString()) << "];\n";
+  }
+  int n = 0;
+  for (const auto& [name, id] : outputs_) {
+    os << "  out" << n << " [shape=plaintext, label=" << Quoted(name) << "];\n";
+    os << "  " << source(id) << " -> out" << n++ << ";\n";
+  }
+  os << "}\n";
+  return os.str();
+}
+
+void Graph::ToProto(proto::GraphProto* out) const {
+  out->Clear();
+  out->set_name(name_);
+  for (const Value& v : values_) {
+    proto::ValueProto* p = out->add_values();
+    p->set_id(v.id);
+    p->set_kind(v.kind == Value::Kind::kInput      ? proto::ValueProto::INPUT
+                : v.kind == Value::Kind::kVariable ? proto::ValueProto::VARIABLE
+                                                   : proto::ValueProto::OP_OUTPUT);
+    p->set_name(v.name);
+    for (int64_t d : v.shape.dims()) p->add_shape(d);
+    p->set_dtype(std::string(DTypeName(v.dtype)));
+    if (v.is_global()) {
+      p->set_placement(v.placement.ToString());
+      p->set_nd_sbp(v.nd_sbp.ToString());
+    }
+    p->set_producer(v.producer);
+    p->set_output_index(v.output_index);
+  }
+  for (const Op& op : ops_) {
+    proto::OpProto* p = out->add_ops();
+    p->set_id(op.id);
+    p->set_op(op.name);
+    for (const auto& [k, a] : op.attrs.values()) {
+      proto::NamedAttr* named = p->add_attrs();
+      named->set_name(k);
+      proto::AttrProto& attr = *named->mutable_value();
+      std::visit(
+          [&](const auto& x) {
+            using T = std::decay_t<decltype(x)>;
+            if constexpr (std::is_same_v<T, bool>) {
+              attr.set_b(x);
+            } else if constexpr (std::is_same_v<T, int64_t>) {
+              attr.set_i(x);
+            } else if constexpr (std::is_same_v<T, double>) {
+              attr.set_f(x);
+            } else if constexpr (std::is_same_v<T, std::string>) {
+              attr.set_s(x);
+            } else {
+              for (int64_t i : x) attr.mutable_ints()->add_values(i);
+            }
+          },
+          a);
+    }
+    for (int i : op.inputs) p->add_inputs(i);
+    for (int o : op.outputs) p->add_outputs(o);
+    for (const NdSbp& s : op.input_sbp) p->add_input_sbp(s.ToString());
+    for (const NdSbp& s : op.output_sbp) p->add_output_sbp(s.ToString());
+  }
+  for (const auto& [name, id] : outputs_) {
+    proto::NamedOutput* o = out->add_outputs();
+    o->set_name(name);
+    o->set_value(id);
+  }
+}
+
+}  // namespace tessel::ir

@@ -1,0 +1,115 @@
+// The traced graph: what a graph build records when model code runs under
+// the tracing interpreter (graph/ir/tracer.h). Values are in SSA form with
+// their logical shape, dtype and — for global values — placement and NdSbp;
+// ops are in program order with their attributes and, for global ops, the
+// signature inference chose. Graph inputs are bound by name at each call;
+// variables are tensors the graph holds across calls (parameters, optimizer
+// state), updated in place by ops that declare OpDef::mutates.
+//
+// Text dump, Graphviz dot and protobuf forms are for people and tools; the
+// compiler passes and the executors read the structures directly.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "ops/op_def.h"
+#include "sbp/placement.h"
+#include "sbp/sbp.h"
+
+namespace tessel {
+namespace proto {
+class GraphProto;
+}
+
+namespace ir {
+
+struct Value {
+  enum class Kind { kOpOutput, kInput, kVariable };
+  int id = 0;
+  Kind kind = Kind::kOpOutput;
+  std::string name;  // inputs and variables
+  Shape shape;       // logical
+  DType dtype = DType::kFloat32;
+  Placement placement;  // default (empty): a local value
+  NdSbp nd_sbp;
+  int producer = -1;  // the op's id; -1 for inputs and variables
+  int output_index = 0;
+  bool is_global() const { return placement.size() > 0; }
+  // The spec (shape, dtype, layout) of a tensor, eager or lazy.
+  static Value SpecOf(const Tensor& t);
+  // Same shape, dtype, placement and NdSbp.
+  bool SameSpec(const Value& o) const {
+    return shape == o.shape && dtype == o.dtype && placement == o.placement && nd_sbp == o.nd_sbp;
+  }
+  // "f32 [8, 4] [S(0)] on cpu:[0, 1]"
+  std::string SpecString() const;
+};
+
+struct Op {
+  int id = 0;
+  std::string name;  // the OpDef's
+  Attrs attrs;
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+  // The chosen layouts of a global op's inputs and outputs (empty if local).
+  std::vector<NdSbp> input_sbp;
+  std::vector<NdSbp> output_sbp;
+};
+
+class Graph {
+ public:
+  explicit Graph(std::string name = "graph") : name_(std::move(name)) {}
+
+  const std::string& name() const { return name_; }
+  const std::vector<Value>& values() const { return values_; }
+  const std::vector<Op>& ops() const { return ops_; }
+  const Value& value(int id) const { return values_.at(static_cast<size_t>(id)); }
+  // Named results, in name order.
+  const std::map<std::string, int>& outputs() const { return outputs_; }
+  // The tensor a variable value stands for (shares its storage).
+  const Tensor& variable(int id) const { return variables_.at(id); }
+
+  // A value described by `spec_of` (shape, dtype, layout; data unused).
+  int AddInput(const std::string& name, const Tensor& spec_of);
+  int AddVariable(const std::string& name, const Tensor& tensor);
+  // Appends an op; returns its output value ids, whose specs are given.
+  std::vector<int> AddOp(const std::string& op, const Attrs& attrs, std::vector<int> inputs,
+                         const std::vector<Value>& output_specs, std::vector<NdSbp> input_sbp = {},
+                         std::vector<NdSbp> output_sbp = {});
+  // Names a value as a result; throws if the name is taken.
+  void MarkOutput(const std::string& name, int value);
+  int InputId(const std::string& name) const;  // throws naming the inputs if unknown
+
+  // One line per value and op, in program order.
+  std::string ToText() const;
+  // Graphviz: ops as boxes, inputs and variables as ellipses, edges
+  // labelled with the value's spec.
+  std::string ToDot() const;
+  void ToProto(proto::GraphProto* out) const;
+
+ private:
+  int AddValue(Value v);
+
+  std::string name_;
+  std::vector<Value> values_;
+  std::vector<Op> ops_;
+  std::map<std::string, int> outputs_;
+  std::map<std::string, int> inputs_by_name_;
+  std::map<int, Tensor> variables_;
+};
+
+}  // namespace ir
+
+// What a lazy tensor of a trace links to: its graph and value id.
+class LazyValue {
+ public:
+  LazyValue(const ir::Graph* graph, int id) : graph(graph), id(id) {}
+  const ir::Graph* const graph;
+  const int id;
+};
+
+}  // namespace tessel

@@ -1,0 +1,63 @@
+#include "graph/ir/in_order_executor.h"
+
+#include <vector>
+
+#include "core/error.h"
+#include "graph/eager_interpreter.h"
+
+namespace tessel {
+
+std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph,
+                                         const std::map<std::string, Tensor>& inputs) {
+  std::vector<Tensor> env(graph.values().size());
+  size_t bound = 0;
+  for (const ir::Value& v : graph.values()) {
+    if (v.kind == ir::Value::Kind::kVariable) {
+      env[v.id] = graph.variable(v.id);
+    } else if (v.kind == ir::Value::Kind::kInput) {
+      auto it = inputs.find(v.name);
+      TESSEL_CHECK(it != inputs.end()) << "graph '" << graph.name() << "': input '" << v.name << "' ("
+                                       << v.SpecString() << ") was not given";
+      const Tensor& t = it->second;
+      TESSEL_CHECK(t.defined() && !t.is_lazy())
+          << "graph '" << graph.name() << "': input '" << v.name << "' needs data, got " << t.ToString();
+      const ir::Value got = ir::Value::SpecOf(t);
+      TESSEL_CHECK(got.SameSpec(v)) << "graph '" << graph.name() << "': input '" << v.name << "' is "
+                                    << got.SpecString() << "; the graph was traced with " << v.SpecString();
+      env[v.id] = t.detach();
+      ++bound;
+    }
+  }
+  if (bound != inputs.size()) {
+    for (const auto& [name, t] : inputs) graph.InputId(name);  // throws naming the unknown input
+  }
+  // Each op value is dropped after its last reader (outputs are kept).
+  std::vector<int> last_use(env.size(), -1);
+  for (const ir::Op& op : graph.ops())
+    for (int i : op.inputs) last_use[i] = op.id;
+  for (const auto& [name, id] : graph.outputs()) last_use[id] = static_cast<int>(graph.ops().size());
+  Interpreter& eager = EagerInterpreter();
+  for (const ir::Op& op : graph.ops()) {
+    std::vector<Tensor> args;
+    args.reserve(op.inputs.size());
+    for (int i : op.inputs) args.push_back(env[i]);
+    std::vector<Tensor> outs;
+    try {
+      outs = eager.Apply(GetOpDef(op.name), args, op.attrs);
+    } catch (const Error& e) {
+      TESSEL_THROW(e.code()) << "graph '" << graph.name() << "': op " << op.id << " '" << op.name
+                             << "' failed: " << e.what();
+    }
+    TESSEL_CHECK_CODE(outs.size() == op.outputs.size(), StatusCode::kInternal)
+        << "graph '" << graph.name() << "': op " << op.id << " '" << op.name << "' gave " << outs.size()
+        << " results, the trace recorded " << op.outputs.size();
+    for (size_t o = 0; o < outs.size(); ++o) env[op.outputs[o]] = std::move(outs[o]);
+    for (int i : op.inputs)
+      if (last_use[i] == op.id && graph.value(i).kind == ir::Value::Kind::kOpOutput) env[i] = Tensor();
+  }
+  std::map<std::string, Tensor> results;
+  for (const auto& [name, id] : graph.outputs()) results[name] = env[id];
+  return results;
+}
+
+}  // namespace tessel

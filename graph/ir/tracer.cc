@@ -1,0 +1,134 @@
+#include "graph/ir/tracer.h"
+
+#include "core/error.h"
+#include "graph/sbp_inference.h"
+#include "sbp/global_tensor.h"
+
+namespace tessel {
+
+Tensor TracingInterpreter::Input(const std::string& name, const Tensor& example) {
+  TESSEL_CHECK(example.defined()) << "graph '" << graph_.name() << "': input '" << name << "' is undefined";
+  return LazyResult(graph_.AddInput(name, example));
+}
+
+void TracingInterpreter::AddVariable(const std::string& name, const Tensor& tensor) {
+  const int id = graph_.AddVariable(name, tensor);
+  variables_.emplace(tensor.impl_ptr()->storage().get(), id);
+}
+
+int TracingInterpreter::ValueOf(const Tensor& t, const std::string& what) {
+  TESSEL_CHECK(t.defined()) << "graph '" << graph_.name() << "': " << what << " is undefined";
+  if (t.is_lazy()) {
+    const std::shared_ptr<const LazyValue> v = t.lazy_value();
+    TESSEL_CHECK(v != nullptr && v->graph == &graph_)
+        << "graph '" << graph_.name() << "': " << what << " is a lazy tensor " << t.ToString()
+        << (v == nullptr ? " that belongs to no graph (metadata only)" : " of another graph");
+    return v->id;
+  }
+  const Storage* storage = t.impl_ptr()->storage().get();
+  const ir::Value spec = ir::Value::SpecOf(t);
+  auto [begin, end] = variables_.equal_range(storage);
+  for (auto it = begin; it != end; ++it) {
+    const ir::Value& v = graph_.value(it->second);
+    if (v.SameSpec(spec)) return it->second;
+  }
+  const int id = graph_.AddVariable("captured_" + std::to_string(captured_++), t);
+  variables_.emplace(storage, id);
+  return id;
+}
+
+Tensor TracingInterpreter::LazyResult(int id) {
+  const ir::Value& v = graph_.value(id);
+  auto link = std::make_shared<const LazyValue>(&graph_, id);
+  if (v.is_global()) return MakeLazyGlobal(v.shape, v.dtype, v.placement, v.nd_sbp, std::move(link));
+  return Tensor::Lazy(v.shape, v.dtype, Device::CPU(), std::move(link));
+}
+
+std::vector<Tensor> TracingInterpreter::TraceLayoutChange(const OpDef& op, const std::vector<Tensor>& inputs,
+                                                          const Attrs& attrs, std::vector<int> ids) {
+  ir::Value out;
+  out.dtype = inputs[0].dtype();
+  out.placement = Placement::Parse(attrs.Get<std::string>("placement"));
+  out.nd_sbp = NdSbp::Parse(attrs.Get<std::string>("nd_sbp"));
+  if (op.name == "to_global") {
+    TESSEL_CHECK(inputs[0].is_global()) << "graph '" << graph_.name() << "': to_global of a local tensor";
+    out.shape = inputs[0].shape();
+  } else {
+    TESSEL_CHECK(op.name == "from_local")
+        << "graph '" << graph_.name() << "': op '" << op.name
+        << "' runs as a whole (OpDef::run) and the tracer does not know its result; it cannot run lazily";
+    bool splits = false;
+    for (const Sbp& s : out.nd_sbp.sbps()) splits |= s.is_split();
+    // Without a split every shard is the whole tensor (eager exchanges
+    // nothing either); with one, the shape must be given.
+    TESSEL_CHECK(attrs.Has("shape") || !splits)
+        << "graph '" << graph_.name() << "': from_local of a " << inputs[0].ToString() << " as " << out.nd_sbp
+        << " without its logical shape; in a graph the shape must be given (FromLocal(..., shape)), "
+           "since finding it needs the ranks to exchange their shard shapes";
+    out.shape = attrs.Has("shape") ? Shape(attrs.Get<std::vector<int64_t>>("shape")) : inputs[0].shape();
+  }
+  CheckGlobalLayout(out.shape, out.placement, out.nd_sbp);
+  return {LazyResult(graph_.AddOp(op.name, attrs, std::move(ids), {out}).at(0))};
+}
+
+std::vector<Tensor> TracingInterpreter::Apply(const OpDef& op, const std::vector<Tensor>& inputs,
+                                              const Attrs& attrs) {
+  std::vector<int> ids;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    ids.push_back(ValueOf(inputs[i], "op '" + op.name + "' input " + op.input_name(i)));
+  if (op.run) return TraceLayoutChange(op, inputs, attrs, std::move(ids));
+  for (int i : op.mutates) {
+    TESSEL_CHECK(graph_.value(ids[i]).kind == ir::Value::Kind::kVariable)
+        << "graph '" << graph_.name() << "': op '" << op.name << "' updates its input " << op.input_name(i)
+        << " in place; in a graph only variables (eager tensors the graph holds: parameters, optimizer "
+           "state) can be updated, and this one is a traced value";
+  }
+  std::vector<TensorSpec> specs;
+  int globals = 0;
+  for (const Tensor& t : inputs) {
+    specs.push_back({t.shape(), t.dtype()});
+    globals += t.is_global();
+  }
+  TESSEL_CHECK(globals == 0 || globals == static_cast<int>(inputs.size()))
+      << "graph '" << graph_.name() << "': op '" << op.name
+      << "' mixes local and global inputs; make the local ones global with to_global";
+  std::vector<TensorSpec> out_specs;
+  try {
+    out_specs = op.infer(specs, attrs);
+  } catch (const Error& e) {
+    TESSEL_THROW(e.code()) << "graph '" << graph_.name() << "': op '" << op.name << "': " << e.what();
+  }
+  std::vector<ir::Value> outs(out_specs.size());
+  std::vector<NdSbp> in_sbp, out_sbp;
+  for (size_t o = 0; o < outs.size(); ++o) {
+    outs[o].shape = out_specs[o].shape;
+    outs[o].dtype = out_specs[o].dtype;
+  }
+  if (globals > 0) {
+    const Placement& placement = inputs[0].placement();
+    for (size_t i = 1; i < inputs.size(); ++i) {
+      TESSEL_CHECK(inputs[i].placement() == placement)
+          << "graph '" << graph_.name() << "': op '" << op.name << "': input " << op.input_name(i)
+          << " is on " << inputs[i].placement() << ", input " << op.input_name(0) << " on " << placement
+          << "; move them to one placement with to_global first";
+    }
+    const std::shared_ptr<const NdSignature> sig = InferNdSignature(op, attrs, inputs, placement);
+    in_sbp = sig->inputs;
+    out_sbp = sig->outputs;
+    for (size_t o = 0; o < outs.size(); ++o) {
+      outs[o].placement = placement;
+      outs[o].nd_sbp = sig->outputs[o];
+    }
+  }
+  const std::vector<int> out_ids =
+      graph_.AddOp(op.name, attrs, std::move(ids), outs, std::move(in_sbp), std::move(out_sbp));
+  std::vector<Tensor> results;
+  if (!op.mutates.empty()) {
+    for (int i : op.mutates) results.push_back(inputs[i]);  // the variables themselves, as eager returns them
+    return results;
+  }
+  for (int id : out_ids) results.push_back(LazyResult(id));
+  return results;
+}
+
+}  // namespace tessel

@@ -1,0 +1,50 @@
+// The tracing interpreter: while a graph is built, functional ops are
+// recorded into an ir::Graph instead of running. Its results are lazy
+// tensors (shape, dtype, layout; no data) linked to their graph values, so
+// the same model code runs unchanged: layouts come from the same signature
+// inference eager dispatch uses, and autograd layered over this interpreter
+// records the backward ops from the same OpDef gradients.
+//
+// Eager tensors an op reads while tracing (parameters, optimizer state,
+// constants a model builds) become graph variables: the graph keeps a
+// handle on their storage, so in-place updates persist across calls.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "graph/ir/graph_ir.h"
+#include "ops/interpreter.h"
+
+namespace tessel {
+
+class TracingInterpreter final : public Interpreter {
+ public:
+  explicit TracingInterpreter(ir::Graph& graph) : graph_(graph) {}
+
+  // A lazy tensor for graph input `name`, with the spec (shape, dtype,
+  // layout) of `example`.
+  Tensor Input(const std::string& name, const Tensor& example);
+  // Registers `tensor` as a variable under `name` before it is first read
+  // (otherwise captured tensors are named "captured_<n>").
+  void AddVariable(const std::string& name, const Tensor& tensor);
+  // The graph value `t` stands for: its lazy link, or the variable of an
+  // eager tensor (added if new). `what` names it in errors.
+  int ValueOf(const Tensor& t, const std::string& what);
+
+  std::vector<Tensor> Apply(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) override;
+
+ private:
+  Tensor LazyResult(int id);
+  std::vector<Tensor> TraceLayoutChange(const OpDef& op, const std::vector<Tensor>& inputs,
+                                        const Attrs& attrs, std::vector<int> ids);
+
+  ir::Graph& graph_;
+  // Variables by storage; an entry per (storage, spec): a global tensor and
+  // its local shard share storage but are different values.
+  std::multimap<const Storage*, int> variables_;
+  int captured_ = 0;
+};
+
+}  // namespace tessel
