@@ -168,7 +168,16 @@ GlooCommunicator::GlooCommunicator(gloo::rendezvous::Store& store, const std::st
   context->setTimeout(timeout_);
   GroupStore group_store(store_prefix, store, timeout_);
   context_ = context;
-  Guard("connect", 0, [&] { context->connectFullMesh(group_store, device); });
+  Guard("connect", 0, [&] {
+    context->connectFullMesh(group_store, device);
+    // Gloo's connect can fail on a peer that finished connecting and closed
+    // the group (or exited) before this side saw the connection complete.
+    // The barrier makes creation complete on every member before any member
+    // returns, so a group may be closed as soon as it is made.
+    gloo::BarrierOptions opts(context);
+    opts.setTimeout(timeout_);
+    gloo::barrier(opts);
+  });
 }
 
 GlooCommunicator::~GlooCommunicator() { StopAsync(); }

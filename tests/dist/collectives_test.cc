@@ -4,6 +4,7 @@
 //   tessel-launch --nproc_per_node 4 -- collectives_test
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <numeric>
 #include <thread>
@@ -268,6 +269,31 @@ TEST(Collectives, AsyncErrorsSurfaceInWait) {
       EXPECT_NE(std::string(e.what()).find("closed"), std::string::npos) << e.what();
     }
   }
+  World().Barrier();
+}
+
+// A group is complete on every member when GetGroup returns anywhere, so a
+// member may close it (or leave) at once: before, a peer that had not yet
+// seen its connection complete failed with "Connection closed by peer".
+// Every ordered list of two or more ranks is its own group.
+TEST(Collectives, GroupsMayBeClosedAsSoonAsMade) {
+  std::vector<int> all(P());
+  for (int r = 0; r < P(); ++r) all[r] = r;
+  int made = 0;
+  for (int mask = 0; mask < (1 << P()); ++mask) {
+    std::vector<int> ranks;
+    for (int r = 0; r < P(); ++r)
+      if (mask & (1 << r)) ranks.push_back(r);
+    if (ranks.size() < 2 || ranks.size() == static_cast<size_t>(P())) continue;
+    do {
+      auto group = GetGroup(ranks);
+      if (group) {
+        group->Close();
+        ++made;
+      }
+    } while (std::next_permutation(ranks.begin(), ranks.end()));
+  }
+  EXPECT_GT(made, 0);
   World().Barrier();
 }
 
