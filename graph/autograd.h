@@ -36,6 +36,7 @@ class AutogradInterpreter final : public Interpreter {
  public:
   explicit AutogradInterpreter(Interpreter& inner) : inner_(inner) {}
   std::vector<Tensor> Apply(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) override;
+  bool records() const override { return inner_.records(); }
 
  private:
   Interpreter& inner_;

@@ -84,21 +84,40 @@ AdamW::AdamW(NamedParams params, AdamWConfig config) : params_(std::move(params)
   for (auto& [name, p] : params_) {
     exp_avg_.push_back(ZerosLike(*p));
     exp_avg_sq_.push_back(ZerosLike(*p));
+    step_.push_back(ReplicatedScalar(0, *p, DType::kInt64));
+    LrBeside(*p);
+  }
+}
+
+const Tensor& AdamW::LrBeside(const Tensor& param) {
+  for (const Tensor& lr : lr_) {
+    if (lr.is_global() == param.is_global() && (!lr.is_global() || lr.placement() == param.placement()))
+      return lr;
+  }
+  lr_.push_back(ReplicatedScalar(config_.lr, param, DType::kFloat32));
+  return lr_.back();
+}
+
+void AdamW::set_lr(double lr) {
+  config_.lr = lr;
+  for (const Tensor& t : lr_) {
+    // Ranks outside a placement hold no value of it.
+    if (t.is_global() && !t.placement().Contains(CurrentRank())) continue;
+    t.to_local().data<float>()[0] = static_cast<float>(lr);
   }
 }
 
 void AdamW::Step() {
   NoGradGuard no_grad;
-  ++step_;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor* p = params_[i].second;
     Tensor g = ReducedGrad(p);
     if (!g.defined()) continue;
-    fn::AdamWOptions o{config_.lr, config_.beta1, config_.beta2, config_.eps,
+    fn::AdamWOptions o{config_.beta1, config_.beta2, config_.eps,
                        Decays(params_[i].first, *p) ? config_.weight_decay : 0.0};
     // In place: the parameter (through a detached handle on its storage)
     // and its states keep their identity, as graph variables must.
-    fn::adamw_update(p->detach(), g, exp_avg_[i], exp_avg_sq_[i], step_, o);
+    fn::adamw_update(p->detach(), g, exp_avg_[i], exp_avg_sq_[i], step_[i], LrBeside(*p), o);
     p->zero_grad();
   }
 }
@@ -123,22 +142,42 @@ void SGD::Step() {
   first_ = false;
 }
 
-double ClipGradNorm(const NamedParams& params, double max_norm) {
+Tensor ClipGradNormTensor(const NamedParams& params, double max_norm) {
   NoGradGuard no_grad;
   std::vector<Tensor> grads;
   for (auto& [name, p] : params) {
     Tensor g = ReducedGrad(p);
     if (g.defined()) grads.push_back(g);
   }
-  if (grads.empty()) return 0.0;
-  const double norm = ScalarValue(fn::global_norm(grads));
-  const double scale = max_norm / (norm + 1e-6);
-  if (scale < 1.0) {
-    for (auto& [name, p] : params) {
-      if (p->grad().defined()) p->set_grad(fn::mul_scalar(p->grad(), scale));
+  if (grads.empty()) return Tensor();
+  const Tensor norm = fn::global_norm(grads);
+  const Tensor coef = fn::div(ReplicatedScalar(max_norm, norm, DType::kFloat32), fn::add_scalar(norm, 1e-6));
+  // min(1, coef) as 1 - relu(1 - coef): exactly 1 when not clipping, so
+  // unclipped gradients are unchanged bit for bit.
+  const Tensor scale = fn::add_scalar(fn::neg(fn::relu(fn::add_scalar(fn::neg(coef), 1.0))), 1.0);
+  std::vector<Tensor> scale_by_placement;  // the scale moved beside each gradient, once per placement
+  for (auto& [name, p] : params) {
+    const Tensor g = p->grad();
+    if (!g.defined()) continue;
+    Tensor s = scale;
+    if (g.is_global() && scale.is_global() && g.placement() != scale.placement()) {
+      auto it = std::find_if(scale_by_placement.begin(), scale_by_placement.end(),
+                             [&](const Tensor& t) { return t.placement() == g.placement(); });
+      if (it == scale_by_placement.end()) {
+        scale_by_placement.push_back(
+            scale.to_global(g.placement(), NdSbp(std::vector<Sbp>(g.placement().ndim(), B()))));
+        it = scale_by_placement.end() - 1;
+      }
+      s = *it;
     }
+    p->set_grad(fn::mul(g, s));
   }
   return norm;
+}
+
+double ClipGradNorm(const NamedParams& params, double max_norm) {
+  const Tensor norm = ClipGradNormTensor(params, max_norm);
+  return norm.defined() ? ScalarValue(norm) : 0.0;
 }
 
 double WarmupCosineLr(int64_t step, double base_lr, int64_t warmup, int64_t total, double min_lr) {

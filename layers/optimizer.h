@@ -21,19 +21,27 @@ struct AdamWConfig {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
 };
 
+// Capturable: the learning rate and each parameter's step count are
+// tensors (as in PyTorch's capturable optimizers), so Step() called while a
+// graph traces records an update that reads the current learning rate and
+// counts steps at every call of the graph.
 class AdamW {
  public:
   AdamW(NamedParams params, AdamWConfig config);
   // Updates every parameter that has a gradient, then clears the gradients.
   void Step();
-  void set_lr(double lr) { config_.lr = lr; }
+  // Writes the learning rate into its tensors in place (eager and captured
+  // steps both read them).
+  void set_lr(double lr);
   double lr() const { return config_.lr; }
 
  private:
+  const Tensor& LrBeside(const Tensor& param);
+
   NamedParams params_;
   AdamWConfig config_;
-  std::vector<Tensor> exp_avg_, exp_avg_sq_;
-  int64_t step_ = 0;
+  std::vector<Tensor> exp_avg_, exp_avg_sq_, step_;
+  std::vector<Tensor> lr_;  // one f32 scalar per placement (and one local)
 };
 
 class SGD {
@@ -49,8 +57,13 @@ class SGD {
   bool first_ = true;
 };
 
-// Scales every gradient by min(1, max_norm / total_norm); returns the norm.
+// Scales every gradient by min(1, max_norm / (total_norm + 1e-6)); returns
+// the norm. Collective over the world (every rank gets the norm).
 double ClipGradNorm(const NamedParams& params, double max_norm);
+// The same with ops only, no value read on the host, so it can be captured
+// in a graph: returns the norm as a scalar tensor (undefined if no
+// parameter has a gradient).
+Tensor ClipGradNormTensor(const NamedParams& params, double max_norm);
 
 // Linear warmup to base_lr over warmup_steps, then cosine (or linear) decay
 // to min_lr at total_steps.

@@ -9,8 +9,20 @@
 
 namespace tessel::layers {
 
+namespace {
+// The mask counter lives on the host and advances per call; a captured step
+// would draw the mask of the call it recorded at every call.
+void CheckNotTraced(const char* layer, double p) {
+  TESSEL_CHECK(!IsTracing()) << layer << " with p=" << p
+                             << " keeps its mask counter on the host, so a graph would reuse one mask at "
+                                "every step; graph mode does not capture it yet: set the probability to 0 "
+                                "for graph mode, or train eagerly";
+}
+}  // namespace
+
 Tensor Dropout::operator()(const Tensor& x) {
   if (!is_training() || p_ == 0) return x;
+  CheckNotTraced("Dropout", p_);
   Tensor y = fn::dropout(x, p_, static_cast<int64_t>(seed_), offset_);
   offset_ += x.numel();
   return y;
@@ -19,6 +31,7 @@ Tensor Dropout::operator()(const Tensor& x) {
 Tensor DropPath::operator()(const Tensor& x) {
   if (!is_training() || p_ == 0) return x;
   TESSEL_CHECK(p_ > 0 && p_ < 1) << "DropPath probability " << p_ << " must be in [0, 1)";
+  CheckNotTraced("DropPath", p_);
   const int64_t batch = x.shape()[0];
   std::vector<int64_t> dims(x.ndim(), 1);
   dims[0] = batch;

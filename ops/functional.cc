@@ -180,14 +180,10 @@ Tensor global_norm(const std::vector<Tensor>& xs) {
   return sqrt(total);
 }
 std::vector<Tensor> adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                                 const Tensor& exp_avg_sq, int64_t step, const AdamWOptions& o) {
-  return ApplyOp("adamw_update", {param, grad, exp_avg, exp_avg_sq},
-                 {{"lr", o.lr},
-                  {"beta1", o.beta1},
-                  {"beta2", o.beta2},
-                  {"eps", o.eps},
-                  {"weight_decay", o.weight_decay},
-                  {"step", step}});
+                                 const Tensor& exp_avg_sq, const Tensor& step, const Tensor& lr,
+                                 const AdamWOptions& o) {
+  return ApplyOp("adamw_update", {param, grad, exp_avg, exp_avg_sq, step, lr},
+                 {{"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps}, {"weight_decay", o.weight_decay}});
 }
 std::vector<Tensor> sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
                                double lr, double momentum, double weight_decay, bool first_step) {

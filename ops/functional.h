@@ -75,12 +75,16 @@ Tensor patchify(const Tensor& images, int64_t patch);
 // tensors it reduces over the ranks that hold each part.
 Tensor global_norm(const std::vector<Tensor>& xs);
 struct AdamWOptions {
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
 };
-// One AdamW step (PyTorch's), in place: updates param, exp_avg and
-// exp_avg_sq (which keep their layouts) and returns those same tensors.
+// One AdamW step (PyTorch's), in place: counts `step` (an i64 scalar, 0
+// before the first update) up by one, then updates param, exp_avg and
+// exp_avg_sq (which keep their layouts) with learning rate `lr` (an f32
+// scalar); returns param, exp_avg, exp_avg_sq and step. The scalars are
+// replicated on the parameter's placement (see ReplicatedScalar).
 std::vector<Tensor> adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                                 const Tensor& exp_avg_sq, int64_t step, const AdamWOptions& options);
+                                 const Tensor& exp_avg_sq, const Tensor& step, const Tensor& lr,
+                                 const AdamWOptions& options);
 // One SGD step with momentum (PyTorch's), in place: updates param and
 // momentum_buffer and returns those same tensors.
 std::vector<Tensor> sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,

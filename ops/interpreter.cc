@@ -12,6 +12,11 @@ std::atomic<Interpreter*> g_default{nullptr};
 thread_local std::vector<Interpreter*> t_stack;
 }  // namespace
 
+bool IsTracing() {
+  Interpreter* current = !t_stack.empty() ? t_stack.back() : DefaultInterpreter();
+  return current != nullptr && current->records();
+}
+
 Interpreter& CurrentInterpreter() {
   if (!t_stack.empty()) return *t_stack.back();
   Interpreter* fallback = g_default.load(std::memory_order_acquire);

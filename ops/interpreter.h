@@ -18,12 +18,20 @@ class Interpreter {
   virtual ~Interpreter() = default;
   virtual std::vector<Tensor> Apply(const OpDef& op, const std::vector<Tensor>& inputs,
                                     const Attrs& attrs) = 0;
+  // Whether ops are recorded into a graph rather than run (a tracer, or a
+  // layer over one).
+  virtual bool records() const { return false; }
 };
 
 // The interpreter ops applied on this thread go through: the innermost
 // scope's, else the process default; throws (saying how to install one)
 // when there is neither.
 Interpreter& CurrentInterpreter();
+
+// Whether this thread's ops are being recorded into a graph. Code that keeps
+// per-call state on the host (a dropout mask counter) checks it: a captured
+// graph would replay the state of the one call it recorded.
+bool IsTracing();
 
 // Sets the process default (what threads without a scope use); returns the
 // previous one. Null clears it.

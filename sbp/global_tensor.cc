@@ -105,6 +105,17 @@ Tensor MakeShard(const Shape& shape, const Placement& placement, const NdSbp& nd
 Tensor full(const Shape& shape, double value, const Placement& placement, const NdSbp& nd_sbp, DType dtype) {
   return MakeShard(shape, placement, nd_sbp, dtype, [value](int64_t) { return value; });
 }
+Tensor ReplicatedScalar(double value, const Tensor& like, DType dtype) {
+  const Shape scalar(std::vector<int64_t>{});
+  if (like.is_global()) {
+    return full(scalar, value, like.placement(), NdSbp(std::vector<Sbp>(like.placement().ndim(), B())),
+                dtype);
+  }
+  TESSEL_CHECK(dtype == DType::kFloat32 || dtype == DType::kInt64)
+      << "ReplicatedScalar makes f32 or i64 scalars, not " << dtype;
+  return dtype == DType::kInt64 ? Tensor::FromVector<int64_t>({static_cast<int64_t>(value)}, scalar)
+                                : Tensor::FromVector<float>({static_cast<float>(value)}, scalar);
+}
 Tensor zeros(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp, DType dtype) {
   return full(shape, 0.0, placement, nd_sbp, dtype);
 }

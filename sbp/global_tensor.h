@@ -51,6 +51,10 @@ Tensor ones(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp,
             DType dtype = DType::kFloat32);
 Tensor full(const Shape& shape, double value, const Placement& placement, const NdSbp& nd_sbp,
             DType dtype = DType::kFloat32);
+// A 0-d tensor holding `value` (f32 or i64), replicated on `like`'s
+// placement, or local if `like` is: an optimizer's step count or learning
+// rate beside its parameter.
+Tensor ReplicatedScalar(double value, const Tensor& like, DType dtype);
 // Element i (row-major logical index) is i.
 Tensor arange(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp,
               DType dtype = DType::kFloat32);

@@ -34,6 +34,7 @@ class TracingInterpreter final : public Interpreter {
   int ValueOf(const Tensor& t, const std::string& what);
 
   std::vector<Tensor> Apply(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) override;
+  bool records() const override { return true; }
 
  private:
   Tensor LazyResult(int id);

@@ -193,26 +193,45 @@ std::vector<SbpSignature> SameLayout(const std::vector<TensorSpec>& in, size_t o
 void RegisterOptimizerUpdates() {
   OpDef adamw;
   adamw.name = "adamw_update";
-  adamw.inputs = {"param", "grad", "exp_avg", "exp_avg_sq"};
-  adamw.num_outputs = 3;
-  adamw.mutates = {0, 2, 3};  // param, exp_avg, exp_avg_sq
+  // step and lr are tensors (as in PyTorch's capturable optimizers), so a
+  // captured training step reads the learning rate and counts its steps at
+  // every call rather than replaying the ones it was traced with.
+  adamw.inputs = {"param", "grad", "exp_avg", "exp_avg_sq", "step", "lr"};
+  adamw.num_outputs = 4;
+  adamw.mutates = {0, 2, 3, 4};  // param, exp_avg, exp_avg_sq; step is counted up first
   adamw.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
-    for (const TensorSpec& t : in) {
-      TESSEL_CHECK(t.shape == in[0].shape && t.dtype == DType::kFloat32)
+    for (size_t i = 0; i < 4; ++i) {
+      TESSEL_CHECK(in[i].shape == in[0].shape && in[i].dtype == DType::kFloat32)
           << "adamw_update needs f32 param, grad and states of one shape; got " << in[0].shape << " and "
-          << t.dtype << " " << t.shape;
+          << in[i].dtype << " " << in[i].shape;
     }
-    return std::vector<TensorSpec>{in[0], in[0], in[0]};
+    TESSEL_CHECK(in[4].shape.ndim() == 0 && in[4].dtype == DType::kInt64)
+        << "adamw_update's step must be an i64 scalar; got " << in[4].dtype << " " << in[4].shape;
+    TESSEL_CHECK(in[5].shape.ndim() == 0 && in[5].dtype == DType::kFloat32)
+        << "adamw_update's lr must be an f32 scalar; got " << in[5].dtype << " " << in[5].shape;
+    return std::vector<TensorSpec>{in[0], in[0], in[0], in[4]};
   };
-  adamw.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) { return SameLayout(in, 3); };
-  adamw.layout_attrs = std::vector<std::string>{};  // lr and step change every step
+  adamw.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    // The tensors of the parameter's shape share a layout; the scalars are
+    // replicated.
+    std::vector<SbpSignature> sigs = defs::AllSplitAlike(in[0].shape.ndim(), 4, 3, -1);
+    for (SbpSignature& s : sigs) {
+      s.inputs.push_back(B());
+      s.inputs.push_back(B());
+      s.outputs.push_back(B());
+    }
+    return sigs;
+  };
+  adamw.layout_attrs = std::vector<std::string>{};  // betas, eps and decay do not change the layout
   adamw.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
     const std::vector<Tensor>& in = ctx.inputs;
     const Attrs& a = ctx.attrs;
+    int64_t& step = in[4].data<int64_t>()[0];
+    ++step;
     cpu::AdamWUpdate(in[0], in[1], in[2], in[3],
-                     {a.Get<double>("lr"), a.Get<double>("beta1"), a.Get<double>("beta2"),
-                      a.Get<double>("eps"), a.Get<double>("weight_decay"), a.Get<int64_t>("step")});
-    return std::vector<Tensor>{in[0], in[2], in[3]};
+                     {static_cast<double>(in[5].data<float>()[0]), a.Get<double>("beta1"),
+                      a.Get<double>("beta2"), a.Get<double>("eps"), a.Get<double>("weight_decay"), step});
+    return std::vector<Tensor>{in[0], in[2], in[3], in[4]};
   };
   RegisterOp(std::move(adamw));
 

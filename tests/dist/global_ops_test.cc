@@ -13,6 +13,7 @@
 #include "graph/autograd.h"
 #include "graph/global_tensor_ops.h"
 #include "ops/functional.h"
+#include "sbp/global_tensor.h"
 #include "tests/testing/test_util.h"
 
 namespace tessel {
@@ -149,7 +150,9 @@ std::vector<Case> Cases() {
          NoGradGuard no_grad;
          Tensor p = fn::mul_scalar(in[0], 1.0), m = fn::mul_scalar(in[0], 0.0),
                 v = fn::mul_scalar(in[0], 0.0);
-         return fn::adamw_update(p, in[1], m, v, 1, {.lr = 0.1}).at(0);
+         return fn::adamw_update(p, in[1], m, v, ReplicatedScalar(0, p, DType::kInt64),
+                                 ReplicatedScalar(0.1, p, DType::kFloat32), {})
+             .at(0);
        }},
   };
 }

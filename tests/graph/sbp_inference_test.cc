@@ -21,8 +21,9 @@ namespace {
 
 const Attrs kMatmul{{"transpose_a", false}, {"transpose_b", false}};
 
-GlobalTensorSpec Spec(Shape shape, Placement placement, std::vector<Sbp> sbps) {
-  return {std::move(shape), DType::kFloat32, std::move(placement), NdSbp(std::move(sbps))};
+GlobalTensorSpec Spec(Shape shape, Placement placement, std::vector<Sbp> sbps,
+                      DType dtype = DType::kFloat32) {
+  return {std::move(shape), dtype, std::move(placement), NdSbp(std::move(sbps))};
 }
 
 TEST(SbpInferenceOnSpecs, DataParallelMatmulKeepsTheBatchSplit) {
@@ -78,18 +79,22 @@ TEST(SbpInferenceOnSpecs, InPlaceInputsKeepTheirLayouts) {
   const Placement two("cpu", {0, 1});
   // adamw_update writes param, exp_avg and exp_avg_sq: the split gradient
   // is brought to the replicated parameter's layout, never the reverse.
-  const auto sig = InferNdSignature(GetOpDef("adamw_update"), {},
-                                    {Spec(Shape({8, 6}), two, {B()}), Spec(Shape({8, 6}), two, {S(0)}),
-                                     Spec(Shape({8, 6}), two, {B()}), Spec(Shape({8, 6}), two, {B()})},
-                                    two);
+  const auto sig = InferNdSignature(
+      GetOpDef("adamw_update"), {},
+      {Spec(Shape({8, 6}), two, {B()}), Spec(Shape({8, 6}), two, {S(0)}), Spec(Shape({8, 6}), two, {B()}),
+       Spec(Shape({8, 6}), two, {B()}), Spec(Shape(std::vector<int64_t>{}), two, {B()}, DType::kInt64),
+       Spec(Shape(std::vector<int64_t>{}), two, {B()})},
+      two);
   for (const NdSbp& in : sig->inputs) EXPECT_EQ(in, NdSbp({B()})) << sig->ToString();
   // States in another layout than the parameter: no signature keeps all
   // three, and the error says why.
   try {
-    InferNdSignature(GetOpDef("adamw_update"), {},
-                     {Spec(Shape({8, 6}), two, {B()}), Spec(Shape({8, 6}), two, {B()}),
-                      Spec(Shape({8, 6}), two, {S(0)}), Spec(Shape({8, 6}), two, {B()})},
-                     two);
+    InferNdSignature(
+        GetOpDef("adamw_update"), {},
+        {Spec(Shape({8, 6}), two, {B()}), Spec(Shape({8, 6}), two, {B()}), Spec(Shape({8, 6}), two, {S(0)}),
+         Spec(Shape({8, 6}), two, {B()}), Spec(Shape(std::vector<int64_t>{}), two, {B()}, DType::kInt64),
+         Spec(Shape(std::vector<int64_t>{}), two, {B()})},
+        two);
     ADD_FAILURE() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'adamw_update' has no SBP signature"), std::string::npos)

@@ -65,7 +65,8 @@ TEST(OptimizerVariables, ParametersSharingMemoryAreRefused) {
 TEST(OptimizerVariables, InPlaceUpdateRefusesSharedMemory) {
   NoGradGuard no_grad;
   Tensor p = ones({3, 2}), g = ones({3, 2}), m = zeros({3, 2});
-  const std::string error = ErrorOf([&] { fn::adamw_update(p, g, m, m, 1, {}); });
+  const Tensor step = ReplicatedScalar(0, p, DType::kInt64), lr = ReplicatedScalar(0.1, p, DType::kFloat32);
+  const std::string error = ErrorOf([&] { fn::adamw_update(p, g, m, m, step, lr, {}); });
   EXPECT_NE(error.find("'adamw_update' updates its input exp_avg in place, but it shares memory with input "
                        "exp_avg_sq"),
             std::string::npos)

@@ -289,9 +289,12 @@ std::vector<Case> MakeCases() {
       [](const std::vector<Tensor>& in) {
         // Updates are in place: p, m and v are the variables.
         Tensor p = in[0].Clone(), m = zeros({7, 5}), v = zeros({7, 5});
-        for (int64_t step = 1; step <= 3; ++step) {
-          std::vector<Tensor> r = fn::adamw_update(p, in[1], m, v, step, {.lr = 0.01, .weight_decay = 0.1});
+        const Tensor step = Tensor::FromVector<int64_t>({0}, Shape(std::vector<int64_t>{}));
+        const Tensor lr = Tensor::FromVector<float>({0.01f}, Shape(std::vector<int64_t>{}));
+        for (int64_t k = 1; k <= 3; ++k) {
+          std::vector<Tensor> r = fn::adamw_update(p, in[1], m, v, step, lr, {.weight_decay = 0.1});
           EXPECT_EQ(r[0].raw_data(), p.raw_data());
+          EXPECT_EQ(step.data<int64_t>()[0], k);  // counted in place
         }
         return p;
       });

@@ -1,0 +1,56 @@
+#include "graph/ir/graph.h"
+
+#include <sstream>
+#include <stdexcept>
+
+#include "core/error.h"
+#include "graph/autograd.h"
+#include "graph/ir/in_order_executor.h"
+#include "graph/ir/tracer.h"
+
+namespace tessel {
+
+Graph::Graph(std::string name, BuildFn build) : name_(std::move(name)), build_(std::move(build)) {
+  TESSEL_CHECK(build_ != nullptr) << "graph '" << name_ << "' needs a build function";
+}
+
+const ir::Graph& Graph::Trace(const Tensors& inputs) {
+  std::ostringstream key;
+  for (const auto& [name, t] : inputs) {
+    TESSEL_CHECK(t.defined()) << "graph '" << name_ << "': input '" << name << "' is an undefined tensor";
+    key << name << ": " << ir::Value::SpecOf(t).SpecString() << "\n";
+  }
+  auto it = cache_.find(key.str());
+  if (it != cache_.end()) return *it->second;
+
+  auto graph = std::make_unique<ir::Graph>(name_);
+  {
+    TracingInterpreter tracer(*graph);
+    AutogradInterpreter autograd(tracer);
+    InterpreterScope scope(autograd);
+    Tensors lazy;
+    for (const auto& [name, t] : inputs) lazy[name] = tracer.Input(name, t);
+    Tensors results;
+    try {
+      results = build_(lazy);
+    } catch (const std::out_of_range& e) {
+      // What inputs.at(name) throws for a name the call did not give.
+      std::string names;
+      for (const auto& [name, t] : inputs) names += (names.empty() ? "'" : ", '") + name + "'";
+      TESSEL_THROW(StatusCode::kInvalidArgument)
+          << "graph '" << name_
+          << "': the build function looked up a tensor the call did not give (inputs: " << names
+          << "): " << e.what();
+    }
+    TESSEL_CHECK(!results.empty()) << "graph '" << name_ << "': the build function returned no results";
+    for (const auto& [name, t] : results) {
+      TESSEL_CHECK(t.defined()) << "graph '" << name_ << "': result '" << name << "' is an undefined tensor";
+      graph->MarkOutput(name, tracer.ValueOf(t, "result '" + name + "'"));
+    }
+  }
+  return *cache_.emplace(key.str(), std::move(graph)).first->second;
+}
+
+Graph::Tensors Graph::operator()(const Tensors& inputs) { return RunInOrder(Trace(inputs), inputs); }
+
+}  // namespace tessel

@@ -1,0 +1,55 @@
+// A step captured once and run many times: the graph-mode counterpart of
+// calling model code eagerly, in the manner of OneFlow's nn.Graph. The build
+// function is ordinary model code — forward, loss.backward(), gradient
+// clipping (optim::ClipGradNormTensor), an optimizer step — that receives
+// its inputs as lazy tensors and returns named results. It runs under the
+// tracing interpreter with autograd layered over it, so forward, backward
+// and update become one graph. The eager tensors it reads (parameters,
+// optimizer state, the learning rate) become variables the graph holds:
+// updates are in place, seen by eager code and by the next call alike.
+//
+// The first call with a set of input specs (shape, dtype, layout) traces a
+// graph and caches it; later calls with the same specs run the cached
+// graph; inputs of another shape trace another one. The graph runs on the
+// in-order executor for now (the actor runtime will take its place).
+//
+//   Graph step("train_step", [&](const Graph::Tensors& in) -> Graph::Tensors {
+//     Tensor loss = model.Loss(in.at("ids"), in.at("labels"));
+//     loss.backward();
+//     Tensor norm = optim::ClipGradNormTensor(params, 1.0);
+//     adamw.Step();
+//     return {{"loss", loss}, {"grad_norm", norm}};
+//   });
+//   for (...) { adamw.set_lr(schedule(i)); auto out = step({{"ids", x}, {"labels", y}}); }
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "graph/ir/graph_ir.h"
+
+namespace tessel {
+
+class Graph {
+ public:
+  using Tensors = std::map<std::string, Tensor>;
+  using BuildFn = std::function<Tensors(const Tensors& inputs)>;
+
+  Graph(std::string name, BuildFn build);
+
+  // Runs the graph traced for these inputs' specs (tracing it first if
+  // new) and returns its named results.
+  Tensors operator()(const Tensors& inputs);
+  // The graph for these inputs' specs, traced now if new; nothing runs.
+  const ir::Graph& Trace(const Tensors& inputs);
+  size_t traced_graphs() const { return cache_.size(); }
+
+ private:
+  std::string name_;
+  BuildFn build_;
+  std::map<std::string, std::unique_ptr<ir::Graph>> cache_;  // by the inputs' specs
+};
+
+}  // namespace tessel

@@ -1,0 +1,129 @@
+// Graph (graph/ir/graph.h): a whole training step — forward, backward,
+// clipping and AdamW — captured once and run many times gives eager's
+// values, reads the learning rate at each call, counts AdamW's steps in
+// place, traces again only for new input specs, and refuses what it cannot
+// capture (layers with per-call host state), naming it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "graph/ir/graph.h"
+#include "layers/optimizer.h"
+#include "layers/regularization.h"
+#include "ops/functional.h"
+#include "sbp/global_tensor.h"
+#include "tests/testing/test_util.h"
+
+namespace tessel {
+namespace {
+
+using testing::ErrorOf;
+
+struct Mlp {
+  Tensor w1 = randn({8, 16}, 1).set_requires_grad(true);
+  Tensor w2 = randn({16, 3}, 2).set_requires_grad(true);
+  optim::NamedParams params() { return {{"w1", &w1}, {"w2", &w2}}; }
+  Tensor Loss(const Tensor& x) const {
+    Tensor y = fn::matmul(fn::tanh(fn::matmul(x, w1)), w2);
+    return fn::mean(fn::mul(y, y), {0, 1});
+  }
+};
+
+// One eager training step; returns the loss and the gradient norm.
+std::pair<float, double> EagerStep(Mlp& m, optim::AdamW& adamw, const Tensor& x, double max_norm) {
+  Tensor loss = m.Loss(x);
+  loss.backward();
+  const double norm = optim::ClipGradNorm(m.params(), max_norm);
+  adamw.Step();
+  return {loss.ToVector<float>()[0], norm};
+}
+
+TEST(GraphStep, TrainStepsMatchEagerAndReadTheLearningRateEachCall) {
+  Mlp eager, captured;
+  optim::AdamW eager_adamw(eager.params(), {.lr = 0.05}), graph_adamw(captured.params(), {.lr = 0.05});
+  Graph step("mlp_train_step", [&](const Graph::Tensors& in) -> Graph::Tensors {
+    Tensor loss = captured.Loss(in.at("x"));
+    loss.backward();
+    Tensor norm = optim::ClipGradNormTensor(captured.params(), 1.0);
+    graph_adamw.Step();
+    return {{"loss", loss}, {"grad_norm", norm}};
+  });
+  for (int i = 0; i < 6; ++i) {
+    const Tensor x = randn({5, 8}, 100 + i);
+    const double lr = i < 3 ? 0.05 : 0.01;  // a schedule: the captured step must follow it
+    eager_adamw.set_lr(lr);
+    graph_adamw.set_lr(lr);
+    auto [want_loss, want_norm] = EagerStep(eager, eager_adamw, x, 1.0);
+    Graph::Tensors out = step({{"x", x}});
+    EXPECT_NEAR(out.at("loss").ToVector<float>()[0], want_loss, 1e-6 * (1 + std::abs(want_loss))) << i;
+    EXPECT_NEAR(out.at("grad_norm").ToVector<float>()[0], want_norm, 1e-5 * (1 + want_norm)) << i;
+  }
+  EXPECT_EQ(step.traced_graphs(), 1u);
+  // The parameters are the graph's variables: updated in place, equal to eager's.
+  EXPECT_EQ(captured.w1.ToVector<float>(), eager.w1.ToVector<float>());
+  EXPECT_EQ(captured.w2.ToVector<float>(), eager.w2.ToVector<float>());
+  EXPECT_FALSE(captured.w1.grad().defined());
+  // The update is one op per parameter in the graph, reading step and lr tensors.
+  const ir::Graph& graph = step.Trace({{"x", randn({5, 8}, 7)}});
+  int updates = 0;
+  for (const ir::Op& op : graph.ops()) updates += op.name == "adamw_update";
+  EXPECT_EQ(updates, 2);
+  EXPECT_EQ(step.traced_graphs(), 1u);
+  // A new batch size traces a second graph.
+  step({{"x", randn({2, 8}, 8)}});
+  EXPECT_EQ(step.traced_graphs(), 2u);
+}
+
+TEST(GraphStep, AdamWCountsItsStepsInPlace) {
+  Mlp m;
+  optim::AdamW adamw(m.params(), {.lr = 0.01});
+  Graph step("count", [&](const Graph::Tensors& in) -> Graph::Tensors {
+    Tensor loss = m.Loss(in.at("x"));
+    loss.backward();
+    adamw.Step();
+    return {{"loss", loss}};
+  });
+  // Bias correction depends on the step: with a fixed input, the captured
+  // step's third update equals eager's third, not its first again.
+  Mlp ref;
+  optim::AdamW ref_adamw(ref.params(), {.lr = 0.01});
+  const Tensor x = randn({5, 8}, 3);
+  for (int i = 0; i < 3; ++i) {
+    step({{"x", x}});
+    Tensor loss = ref.Loss(x);
+    loss.backward();
+    ref_adamw.Step();
+  }
+  EXPECT_EQ(m.w1.ToVector<float>(), ref.w1.ToVector<float>());
+}
+
+TEST(GraphStep, WhatCannotBeCapturedIsNamed) {
+  Mlp m;
+  layers::Dropout dropout(0.1);
+  Graph with_dropout("dropout", [&](const Graph::Tensors& in) -> Graph::Tensors {
+    return {{"y", dropout(m.Loss(in.at("x")))}};
+  });
+  std::string error = ErrorOf([&] { with_dropout({{"x", randn({5, 8}, 1)}}); });
+  EXPECT_NE(error.find("Dropout with p=0.1 keeps its mask counter on the host"), std::string::npos) << error;
+  // Eagerly the same layer works.
+  EXPECT_TRUE(dropout(randn({5, 8}, 1)).defined());
+
+  Graph no_results("empty", [](const Graph::Tensors&) { return Graph::Tensors{}; });
+  error = ErrorOf([&] { no_results({{"x", randn({5, 8}, 1)}}); });
+  EXPECT_NE(error.find("graph 'empty': the build function returned no results"), std::string::npos) << error;
+
+  Graph step("step", [&](const Graph::Tensors& in) -> Graph::Tensors {
+    return {{"loss", m.Loss(in.at("x"))}};
+  });
+  step({{"x", randn({5, 8}, 1)}});
+  error = ErrorOf([&] { step({{"y", randn({5, 8}, 1)}}); });
+  EXPECT_NE(
+      error.find("graph 'step': the build function looked up a tensor the call did not give (inputs: 'y')"),
+      std::string::npos)
+      << error;
+}
+
+}  // namespace
+}  // namespace tessel
