@@ -65,6 +65,14 @@ TEST(GraphStep, TrainStepsMatchEagerAndReadTheLearningRateEachCall) {
   EXPECT_EQ(captured.w1.ToVector<float>(), eager.w1.ToVector<float>());
   EXPECT_EQ(captured.w2.ToVector<float>(), eager.w2.ToVector<float>());
   EXPECT_FALSE(captured.w1.grad().defined());
+  // set_lr reaches the captured step: at lr 0 a step changes nothing.
+  graph_adamw.set_lr(0.0);
+  const std::vector<float> before = captured.w1.ToVector<float>();
+  step({{"x", randn({5, 8}, 99)}});
+  EXPECT_EQ(captured.w1.ToVector<float>(), before);
+  graph_adamw.set_lr(0.05);
+  step({{"x", randn({5, 8}, 99)}});
+  EXPECT_NE(captured.w1.ToVector<float>(), before);
   // The update is one op per parameter in the graph, reading step and lr tensors.
   const ir::Graph& graph = step.Trace({{"x", randn({5, 8}, 7)}});
   int updates = 0;
