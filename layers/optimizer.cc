@@ -85,11 +85,11 @@ AdamW::AdamW(NamedParams params, AdamWConfig config) : params_(std::move(params)
     exp_avg_.push_back(ZerosLike(*p));
     exp_avg_sq_.push_back(ZerosLike(*p));
     step_.push_back(ReplicatedScalar(0, *p, DType::kInt64));
-    LrBeside(*p);
+    LrBeside(*p);  // made now, so set_lr reaches every placement before the first Step
   }
 }
 
-const Tensor& AdamW::LrBeside(const Tensor& param) {
+Tensor AdamW::LrBeside(const Tensor& param) {
   for (const Tensor& lr : lr_) {
     if (lr.is_global() == param.is_global() && (!lr.is_global() || lr.placement() == param.placement()))
       return lr;

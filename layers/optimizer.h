@@ -36,7 +36,8 @@ class AdamW {
   double lr() const { return config_.lr; }
 
  private:
-  const Tensor& LrBeside(const Tensor& param);
+  // The learning-rate scalar on param's placement (made if new).
+  Tensor LrBeside(const Tensor& param);
 
   NamedParams params_;
   AdamWConfig config_;

@@ -277,8 +277,6 @@ TEST(Collectives, AsyncErrorsSurfaceInWait) {
 // seen its connection complete failed with "Connection closed by peer".
 // Every ordered list of two or more ranks is its own group.
 TEST(Collectives, GroupsMayBeClosedAsSoonAsMade) {
-  std::vector<int> all(P());
-  for (int r = 0; r < P(); ++r) all[r] = r;
   int made = 0;
   for (int mask = 0; mask < (1 << P()); ++mask) {
     std::vector<int> ranks;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graph/autograd.h"
@@ -25,22 +26,48 @@ DEFINE_int64(pp, 1, "pipeline parallel size");
 namespace tessel {
 namespace {
 
-TEST(GraphTrace, GptLossAndGradientsMatchEager) {
+// The small GPT's configuration, with the --dp/--tp/--pp layout set up.
+models::GPTConfig SetupLayout() {
   models::GPTConfig config;
   dist::Setup({.data_parallel_size = FLAGS_dp,
                .tensor_parallel_size = FLAGS_tp,
                .pipeline_parallel_size = FLAGS_pp,
                .pipeline_num_layers = config.layers});
+  return config;
+}
+
+// Token ids and labels [rows, 16]; `step` shifts the tokens.
+std::pair<Tensor, Tensor> Batch(const models::GPTConfig& config, int64_t step, int64_t rows) {
+  const int64_t seq = 16;
+  std::vector<int64_t> x(rows * seq), y(rows * seq);
+  for (int64_t i = 0; i < rows * seq; ++i) {
+    x[i] = (i * 37 + step * 11 + 5) % config.vocab_size;
+    y[i] = (i * 37 + step * 11 + 42) % config.vocab_size;
+  }
+  return {Tensor::FromVector<int64_t>(x, {rows, seq}), Tensor::FromVector<int64_t>(y, {rows, seq})};
+}
+
+// The same layout and, where this rank holds a part, the same values (1e-5).
+void ExpectSameShards(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_FALSE(got.is_lazy()) << what;
+  ASSERT_EQ(got.is_global(), want.is_global()) << what;
+  if (want.is_global()) {
+    EXPECT_EQ(got.placement(), want.placement()) << what;
+    EXPECT_EQ(got.nd_sbp(), want.nd_sbp()) << what;
+    // Ranks outside the placement (other stages) hold no data of it.
+    if (!want.placement().Contains(CurrentRank())) return;
+  }
+  std::vector<float> g = got.to_local().ToVector<float>(), w = want.to_local().ToVector<float>();
+  ASSERT_EQ(g.size(), w.size()) << what;
+  for (size_t i = 0; i < g.size(); ++i)
+    ASSERT_NEAR(g[i], w[i], 1e-5 * (1 + std::abs(w[i]))) << what << "[" << i << "]";
+}
+
+TEST(GraphTrace, GptLossAndGradientsMatchEager) {
+  const models::GPTConfig config = SetupLayout();
   models::GPT gpt(config);
   auto params = gpt.NamedParameters();
-  const int64_t batch = 4, seq = 16;
-  std::vector<int64_t> x(batch * seq), y(batch * seq);
-  for (int64_t i = 0; i < batch * seq; ++i) {
-    x[i] = (i * 37 + 5) % config.vocab_size;
-    y[i] = (i * 37 + 42) % config.vocab_size;
-  }
-  const Tensor ids = Tensor::FromVector<int64_t>(x, {batch, seq});
-  const Tensor labels = Tensor::FromVector<int64_t>(y, {batch, seq});
+  const auto [ids, labels] = Batch(config, 0, 4);
 
   // Eager.
   Tensor eager_loss = gpt.Loss(ids, labels);
@@ -68,25 +95,12 @@ TEST(GraphTrace, GptLossAndGradientsMatchEager) {
   }
   std::map<std::string, Tensor> out = RunInOrder(graph, {{"ids", ids}, {"labels", labels}});
 
-  auto expect_same = [](const Tensor& got, const Tensor& want, const std::string& what) {
-    ASSERT_EQ(got.is_global(), want.is_global()) << what;
-    if (want.is_global()) {
-      EXPECT_EQ(got.placement(), want.placement()) << what;
-      EXPECT_EQ(got.nd_sbp(), want.nd_sbp()) << what;
-      // Ranks outside the placement (other stages) hold no data of it.
-      if (!want.placement().Contains(CurrentRank())) return;
-    }
-    std::vector<float> g = got.to_local().ToVector<float>(), w = want.to_local().ToVector<float>();
-    ASSERT_EQ(g.size(), w.size()) << what;
-    for (size_t i = 0; i < g.size(); ++i)
-      ASSERT_NEAR(g[i], w[i], 1e-5 * (1 + std::abs(w[i]))) << what << "[" << i << "]";
-  };
-  expect_same(out.at("loss"), eager_loss, "loss");
+  ExpectSameShards(out.at("loss"), eager_loss, "loss");
   int compared = 0;
   for (auto& [name, want] : eager_grads) {
     if (!want.defined()) continue;
     ASSERT_TRUE(out.count("grad/" + name)) << name << " has an eager gradient and no traced one";
-    expect_same(out.at("grad/" + name), want, "gradient of " + name);
+    ExpectSameShards(out.at("grad/" + name), want, "gradient of " + name);
     ++compared;
   }
   EXPECT_EQ(compared, static_cast<int>(params.size()));
@@ -102,27 +116,14 @@ TEST(GraphTrace, GptLossAndGradientsMatchEager) {
 // eager's losses and gradient norms step by step, and leave the parameters
 // (variables updated in place) equal to eager's.
 TEST(GraphTrace, GptTrainStepsMatchEager) {
-  models::GPTConfig config;
-  dist::Setup({.data_parallel_size = FLAGS_dp,
-               .tensor_parallel_size = FLAGS_tp,
-               .pipeline_parallel_size = FLAGS_pp,
-               .pipeline_num_layers = config.layers});
+  const models::GPTConfig config = SetupLayout();
   models::GPT eager_gpt(config), graph_gpt(config);
   auto eager_params = eager_gpt.NamedParameters(), graph_params = graph_gpt.NamedParameters();
   const optim::AdamWConfig adamw_config{.lr = 3e-3, .weight_decay = 0.1};
   optim::AdamW eager_adamw(eager_params, adamw_config), graph_adamw(graph_params, adamw_config);
   const double max_norm = 0.5;  // small enough that every step clips
 
-  const int64_t batch = 4, seq = 16, steps = 5;
-  auto batch_of = [&](int64_t step, int64_t rows) {
-    std::vector<int64_t> x(rows * seq), y(rows * seq);
-    for (int64_t i = 0; i < rows * seq; ++i) {
-      x[i] = (i * 37 + step * 11 + 5) % config.vocab_size;
-      y[i] = (i * 37 + step * 11 + 42) % config.vocab_size;
-    }
-    return std::pair{Tensor::FromVector<int64_t>(x, {rows, seq}),
-                     Tensor::FromVector<int64_t>(y, {rows, seq})};
-  };
+  const int64_t batch = 4, steps = 5;
   Graph train_step("gpt_train_step", [&](const Graph::Tensors& in) -> Graph::Tensors {
     Tensor loss = graph_gpt.Loss(in.at("ids"), in.at("labels"));
     loss.backward();
@@ -132,7 +133,7 @@ TEST(GraphTrace, GptTrainStepsMatchEager) {
   });
   for (int64_t step = 0; step < steps; ++step) {
     const double lr = 3e-3 * (1.0 - 0.15 * static_cast<double>(step));
-    auto [ids, labels] = batch_of(step, batch);
+    auto [ids, labels] = Batch(config, step, batch);
     eager_adamw.set_lr(lr);
     Tensor eager_loss = eager_gpt.Loss(ids, labels);
     eager_loss.backward();
@@ -152,19 +153,13 @@ TEST(GraphTrace, GptTrainStepsMatchEager) {
   EXPECT_EQ(train_step.traced_graphs(), 1u);  // traced once, run five times
 
   for (size_t i = 0; i < eager_params.size(); ++i) {
-    const Tensor& want = *eager_params[i].second;
     const Tensor& got = *graph_params[i].second;
-    ASSERT_FALSE(got.is_lazy()) << graph_params[i].first;
-    ASSERT_FALSE(got.grad().defined()) << graph_params[i].first << " kept a gradient after the step";
-    if (want.is_global() && !want.placement().Contains(CurrentRank())) continue;
-    std::vector<float> g = got.to_local().ToVector<float>(), w = want.to_local().ToVector<float>();
-    ASSERT_EQ(g.size(), w.size());
-    for (size_t k = 0; k < g.size(); ++k)
-      ASSERT_NEAR(g[k], w[k], 1e-5 * (1 + std::abs(w[k]))) << eager_params[i].first << "[" << k << "]";
+    EXPECT_FALSE(got.grad().defined()) << graph_params[i].first << " kept a gradient after the step";
+    ExpectSameShards(got, *eager_params[i].second, graph_params[i].first);
   }
 
   // Another batch size traces another graph; the first is reused as is.
-  auto [small_ids, small_labels] = batch_of(steps, 2);
+  auto [small_ids, small_labels] = Batch(config, steps, 2);
   train_step({{"ids", small_ids}, {"labels", small_labels}});
   EXPECT_EQ(train_step.traced_graphs(), 2u);
 }
