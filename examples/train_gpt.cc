@@ -14,7 +14,7 @@
 
 #include "core/comm/comm_trace.h"
 #include "graph/boxing_executor.h"
-#include "graph/ir/graph.h"
+#include "graph/plan/graph.h"
 #include "graph/sbp_inference.h"
 #include "layers/optimizer.h"
 #include "models/gpt.h"

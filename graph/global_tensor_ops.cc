@@ -17,11 +17,6 @@
 namespace tessel {
 
 namespace {
-Attrs LayoutAttrs(const Placement& placement, const NdSbp& nd_sbp, const NdSbp* grad_sbp) {
-  Attrs a{{"placement", placement.ToString()}, {"nd_sbp", nd_sbp.ToString()}};
-  if (grad_sbp != nullptr) a.Set("grad_sbp", grad_sbp->ToString());
-  return a;
-}
 
 // The gradient of a layout change: the logical value is unchanged, so the
 // input's gradient is the output's gradient laid out back like the input
@@ -106,6 +101,12 @@ Tensor ToGlobal(const Tensor& in, const Placement& placement, const NdSbp& nd_sb
 void EnsureLayoutOps() {
   static const bool registered = (RegisterLayoutOps(), true);
   (void)registered;
+}
+
+Attrs LayoutAttrs(const Placement& placement, const NdSbp& nd_sbp, const NdSbp* grad_sbp) {
+  Attrs a{{"placement", placement.ToString()}, {"nd_sbp", nd_sbp.ToString()}};
+  if (grad_sbp != nullptr) a.Set("grad_sbp", grad_sbp->ToString());
+  return a;
 }
 
 Tensor Tensor::to_global(const Placement& placement, const NdSbp& nd_sbp) const {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "ops/op_def.h"
 #include "sbp/global_tensor.h"
 
 namespace tessel {
@@ -33,6 +34,9 @@ void CheckLockstep(const std::string& what, const std::string& request);
 // and FromLocal apply them through the current interpreter; tessel::Init
 // registers them up front so a tracer or a plan reader can look them up.
 void EnsureLayoutOps();
+// The attributes of a to_global / from_local op to `nd_sbp` on `placement`;
+// `grad_sbp`, when given, is the layout its gradient is brought to.
+Attrs LayoutAttrs(const Placement& placement, const NdSbp& nd_sbp, const NdSbp* grad_sbp = nullptr);
 
 // The full logical value on every rank of the tensor's placement (partials
 // summed); an undefined tensor on other ranks. For tests and checkpoints.

@@ -75,10 +75,16 @@ int Graph::AddValue(Value v) {
 }
 
 int Graph::AddInput(const std::string& name, const Tensor& spec_of) {
+  return AddInput(name, Value::SpecOf(spec_of));
+}
+
+int Graph::AddInput(const std::string& name, const Value& spec) {
   TESSEL_CHECK(!name.empty()) << "graph '" << name_ << "': an input needs a name";
   TESSEL_CHECK(inputs_by_name_.count(name) == 0)
       << "graph '" << name_ << "': input '" << name << "' bound twice";
-  Value v = Value::SpecOf(spec_of);
+  Value v = spec;
+  v.producer = -1;
+  v.output_index = 0;
   v.kind = Value::Kind::kInput;
   v.name = name;
   const int id = AddValue(std::move(v));
@@ -137,6 +143,98 @@ int Graph::InputId(const std::string& name) const {
   for (const auto& [n, id] : inputs_by_name_) have << (have.tellp() > 0 ? ", " : "") << n;
   TESSEL_THROW(StatusCode::kInvalidArgument)
       << "graph '" << name_ << "' has no input '" << name << "' (inputs: " << have.str() << ")";
+}
+
+int Graph::NewValue(const Value& spec) {
+  Value v = spec;
+  v.kind = Value::Kind::kOpOutput;
+  v.name.clear();
+  v.producer = -1;
+  v.output_index = 0;
+  return AddValue(std::move(v));
+}
+
+void Graph::SetOps(std::vector<Op> ops) {
+  for (Value& v : values_)
+    if (v.kind == Value::Kind::kOpOutput) v.producer = -1;
+  for (size_t n = 0; n < ops.size(); ++n) {
+    Op& op = ops[n];
+    op.id = static_cast<int>(n);
+    for (size_t o = 0; o < op.outputs.size(); ++o) {
+      const int id = op.outputs[o];
+      TESSEL_CHECK_CODE(id >= 0 && id < static_cast<int>(values_.size()) &&
+                            values_[id].kind == Value::Kind::kOpOutput && values_[id].producer < 0,
+                        StatusCode::kInternal)
+          << "graph '" << name_ << "': op " << n << " '" << op.name << "' writes value " << id
+          << ", which does not exist, is not an op output or has another producer";
+      values_[id].producer = op.id;
+      values_[id].output_index = static_cast<int>(o);
+    }
+  }
+  ops_ = std::move(ops);
+}
+
+void Graph::RedirectOutput(const std::string& name, int value) {
+  auto it = outputs_.find(name);
+  TESSEL_CHECK_CODE(it != outputs_.end(), StatusCode::kInternal)
+      << "graph '" << name_ << "' has no output '" << name << "' to redirect";
+  it->second = value;
+}
+
+bool Graph::IsLive(int id) const {
+  const Value& v = values_.at(static_cast<size_t>(id));
+  return v.kind != Value::Kind::kOpOutput || v.producer >= 0;
+}
+
+void Verify(const Graph& graph, bool explicit_boxing) {
+  std::vector<bool> defined(graph.values().size(), false);
+  for (const Value& v : graph.values()) defined[v.id] = v.kind != Value::Kind::kOpOutput;
+  for (size_t n = 0; n < graph.ops().size(); ++n) {
+    const Op& op = graph.ops()[n];
+    auto where = [&] {
+      std::ostringstream os;
+      os << "graph '" << graph.name() << "': op " << n << " '" << op.name << "' ";
+      return os.str();
+    };
+    TESSEL_CHECK_CODE(op.id == static_cast<int>(n), StatusCode::kInternal) << where() << "has id " << op.id;
+    for (int i : op.inputs) {
+      TESSEL_CHECK_CODE(i >= 0 && i < static_cast<int>(defined.size()) && defined[i], StatusCode::kInternal)
+          << where() << "reads %" << i << ", which is not defined before it";
+    }
+    for (size_t o = 0; o < op.outputs.size(); ++o) {
+      const int id = op.outputs[o];
+      TESSEL_CHECK_CODE(id >= 0 && id < static_cast<int>(defined.size()) && !defined[id] &&
+                            graph.value(id).producer == op.id &&
+                            graph.value(id).output_index == static_cast<int>(o),
+                        StatusCode::kInternal)
+          << where() << "writes %" << id << ", which is defined elsewhere or names another producer";
+      defined[id] = true;
+    }
+    if (op.input_sbp.empty() && op.output_sbp.empty()) continue;  // local, or a layout change (runs whole)
+    TESSEL_CHECK_CODE(op.input_sbp.size() == op.inputs.size() && op.output_sbp.size() == op.outputs.size(),
+                      StatusCode::kInternal)
+        << where() << "records " << op.input_sbp.size() << " input and " << op.output_sbp.size()
+        << " output layouts for " << op.inputs.size() << " inputs and " << op.outputs.size() << " outputs";
+    const Placement& placement = graph.value(op.inputs.empty() ? op.outputs.at(0) : op.inputs[0]).placement;
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      const Value& v = graph.value(op.inputs[i]);
+      TESSEL_CHECK_CODE(v.placement == placement, StatusCode::kInternal)
+          << where() << "reads %" << v.id << " on " << v.placement << " and runs on " << placement;
+      TESSEL_CHECK_CODE(!explicit_boxing || v.nd_sbp == op.input_sbp[i], StatusCode::kInternal)
+          << where() << "reads %" << v.id << " as " << op.input_sbp[i] << " but it is " << v.nd_sbp
+          << " and no boxing op converts it";
+    }
+    for (size_t o = 0; o < op.outputs.size(); ++o) {
+      const Value& v = graph.value(op.outputs[o]);
+      TESSEL_CHECK_CODE(v.placement == placement && v.nd_sbp == op.output_sbp[o], StatusCode::kInternal)
+          << where() << "writes %" << v.id << " as " << v.nd_sbp << " on " << v.placement
+          << "; its signature says " << op.output_sbp[o] << " on " << placement;
+    }
+  }
+  for (const auto& [name, id] : graph.outputs()) {
+    TESSEL_CHECK_CODE(id >= 0 && id < static_cast<int>(defined.size()) && defined[id], StatusCode::kInternal)
+        << "graph '" << graph.name() << "': result '" << name << "' is %" << id << ", which no op produces";
+  }
 }
 
 std::string Graph::ToText() const {
@@ -204,6 +302,7 @@ void Graph::ToProto(proto::GraphProto* out) const {
   out->Clear();
   out->set_name(name_);
   for (const Value& v : values_) {
+    if (!IsLive(v.id)) continue;
     proto::ValueProto* p = out->add_values();
     p->set_id(v.id);
     p->set_kind(v.kind == Value::Kind::kInput      ? proto::ValueProto::INPUT

@@ -75,6 +75,9 @@ class Graph {
 
   // A value described by `spec_of` (shape, dtype, layout; data unused).
   int AddInput(const std::string& name, const Tensor& spec_of);
+  // The same from a spec (shape, dtype, layout); its placement need not lie
+  // in this process's world (a plan compiled for another world size).
+  int AddInput(const std::string& name, const Value& spec);
   int AddVariable(const std::string& name, const Tensor& tensor);
   // Appends an op; returns its output value ids, whose specs are given.
   std::vector<int> AddOp(const std::string& op, const Attrs& attrs, std::vector<int> inputs,
@@ -83,6 +86,19 @@ class Graph {
   // Names a value as a result; throws if the name is taken.
   void MarkOutput(const std::string& name, int value);
   int InputId(const std::string& name) const;  // throws naming the inputs if unknown
+
+  // For compiler passes (graph/passes), which rewrite the op list:
+  // A new op-output value with `spec`'s shape, dtype and layout; it gets
+  // its producer when SetOps installs the op that lists it as an output.
+  int NewValue(const Value& spec);
+  // Replaces the ops. They are renumbered in order and each output value's
+  // producer and output index are updated; values no op produces any more
+  // (nor inputs, variables) are left out of the text, dot and protobuf.
+  void SetOps(std::vector<Op> ops);
+  // Points the named result `name` at `value` instead.
+  void RedirectOutput(const std::string& name, int value);
+  // Whether the value is an input, a variable or an op's output now.
+  bool IsLive(int id) const;
 
   // One line per value and op, in program order.
   std::string ToText() const;
@@ -101,6 +117,15 @@ class Graph {
   std::map<std::string, int> inputs_by_name_;
   std::map<int, Tensor> variables_;
 };
+
+// Checks the graph is well formed, as each pass must leave it: every op
+// reads only values defined before it (inputs, variables, outputs of earlier
+// ops), each value has one producer, results exist, a global op's inputs
+// share one placement and it records a layout per input and output. With
+// `explicit_boxing`, also that every global op's inputs already have the
+// layouts it runs with (no boxing left implicit). Throws kInternal naming
+// the op and what is wrong.
+void Verify(const Graph& graph, bool explicit_boxing = false);
 
 }  // namespace ir
 

@@ -4,6 +4,7 @@
 #include <gflags/gflags.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -11,13 +12,15 @@
 #include <vector>
 
 #include "graph/autograd.h"
-#include "graph/ir/graph.h"
-#include "graph/ir/in_order_executor.h"
 #include "graph/ir/tracer.h"
+#include "graph/passes/passes.h"
+#include "graph/plan/graph.h"
+#include "graph/plan/in_order_executor.h"
 #include "layers/dist.h"
 #include "layers/optimizer.h"
 #include "models/gpt.h"
 #include "sbp/global_tensor.h"
+#include "tests/graph/small_graph.h"
 
 DEFINE_int64(dp, 1, "data parallel size");
 DEFINE_int64(tp, 1, "tensor parallel size");
@@ -104,11 +107,28 @@ TEST(GraphTrace, GptLossAndGradientsMatchEager) {
     ++compared;
   }
   EXPECT_EQ(compared, static_cast<int>(params.size()));
-  int boxing = 0;
-  for (const ir::Op& op : graph.ops()) boxing += op.name == "to_global" || op.name == "from_local";
-  std::printf("graph of %zu ops (%d layout changes) matches eager under dp=%ld tp=%ld pp=%ld\n",
-              graph.ops().size(), boxing, static_cast<long>(FLAGS_dp), static_cast<long>(FLAGS_tp),
-              static_cast<long>(FLAGS_pp));
+
+  // Boxing made explicit: exactly one to_global per (value, layout) an op
+  // reads that differs from the value's own, none that changes nothing;
+  // the graph gives the same results (the same conversions run, now as ops).
+  ir::Graph boxed = graph;
+  const auto implicit = testing::ImplicitBoxings(graph);
+  std::vector<testing::LayoutChange> want;
+  for (const testing::LayoutChange& c : testing::LayoutChanges(graph))
+    if (c.changes) want.push_back(c);  // the trace's to_globals that change nothing go
+  for (const auto& [value, to] : implicit) want.push_back({value, to, true});
+  passes::InsertBoxing(boxed);
+  ir::Verify(boxed, /*explicit_boxing=*/true);
+  std::vector<testing::LayoutChange> got = testing::LayoutChanges(boxed);
+  std::sort(want.begin(), want.end());
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, want);
+  std::map<std::string, Tensor> boxed_out = RunInOrder(boxed, {{"ids", ids}, {"labels", labels}});
+  for (const auto& [name, t] : out) ExpectSameShards(boxed_out.at(name), t, "explicitly boxed " + name);
+  std::printf(
+      "graph of %zu ops (%zu implicit layout changes made ops) matches eager under dp=%ld tp=%ld pp=%ld\n",
+      graph.ops().size(), implicit.size(), static_cast<long>(FLAGS_dp), static_cast<long>(FLAGS_tp),
+      static_cast<long>(FLAGS_pp));
 }
 
 // Whole training steps — forward, backward, clipping and AdamW with a

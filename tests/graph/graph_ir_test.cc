@@ -11,8 +11,8 @@
 
 #include "graph/autograd.h"
 #include "graph/ir/graph_ir.pb.h"
-#include "graph/ir/in_order_executor.h"
 #include "graph/ir/tracer.h"
+#include "graph/plan/in_order_executor.h"
 #include "ops/functional.h"
 #include "sbp/global_tensor.h"
 #include "tests/testing/test_util.h"

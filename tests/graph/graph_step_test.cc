@@ -1,4 +1,4 @@
-// Graph (graph/ir/graph.h): a whole training step — forward, backward,
+// Graph (graph/plan/graph.h): a whole training step — forward, backward,
 // clipping and AdamW — captured once and run many times gives eager's
 // values, reads the learning rate at each call, counts AdamW's steps in
 // place, traces again only for new input specs, and refuses what it cannot
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/ir/graph.h"
+#include "graph/plan/graph.h"
 #include "layers/optimizer.h"
 #include "layers/regularization.h"
 #include "ops/functional.h"

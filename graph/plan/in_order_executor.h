@@ -1,7 +1,9 @@
-// Runs a traced graph on this rank, op by op in program order, through the
+// Runs a traced (usually compiled) graph on this rank, op by op in program order, through the
 // eager interpreter (without autograd): the reference executor graph mode
 // trains with until the actor runtime replaces it. Variables are the
-// graph's own tensors, so in-place updates persist across calls.
+// graph's own tensors, so in-place updates persist across calls. Each op's
+// results must have the layouts the graph records (an internal error
+// otherwise).
 #pragma once
 
 #include <map>

@@ -9,9 +9,12 @@
 // updates are in place, seen by eager code and by the next call alike.
 //
 // The first call with a set of input specs (shape, dtype, layout) traces a
-// graph and caches it; later calls with the same specs run the cached
-// graph; inputs of another shape trace another one. The graph runs on the
-// in-order executor for now (the actor runtime will take its place).
+// graph, compiles it (graph/passes/pass_manager.h: dead code removed, every
+// layout change an explicit op, data-parallel gradient reductions bucketed)
+// and caches it; later calls with the same specs run the cached graph;
+// inputs of another shape trace and compile another one, and the log says
+// so. The graph runs on the in-order executor for now (the actor runtime
+// will take its place).
 //
 //   Graph step("train_step", [&](const Graph::Tensors& in) -> Graph::Tensors {
 //     Tensor loss = model.Loss(in.at("ids"), in.at("labels"));
@@ -42,7 +45,8 @@ class Graph {
   // Runs the graph traced for these inputs' specs (tracing it first if
   // new) and returns its named results.
   Tensors operator()(const Tensors& inputs);
-  // The graph for these inputs' specs, traced now if new; nothing runs.
+  // The compiled graph for these inputs' specs, traced and compiled now if
+  // new; nothing runs.
   const ir::Graph& Trace(const Tensors& inputs);
   size_t traced_graphs() const { return cache_.size(); }
 

@@ -1,12 +1,17 @@
-#include "graph/ir/graph.h"
+#include "graph/plan/graph.h"
 
+#include <glog/logging.h>
+
+#include <chrono>
 #include <sstream>
 #include <stdexcept>
 
 #include "core/error.h"
 #include "graph/autograd.h"
-#include "graph/ir/in_order_executor.h"
 #include "graph/ir/tracer.h"
+#include "graph/passes/pass_manager.h"
+#include "graph/plan/in_order_executor.h"
+#include "sbp/global_tensor.h"
 
 namespace tessel {
 
@@ -23,6 +28,14 @@ const ir::Graph& Graph::Trace(const Tensors& inputs) {
   auto it = cache_.find(key.str());
   if (it != cache_.end()) return *it->second;
 
+  if (!cache_.empty()) {
+    // Not the first trace: say so, a recompile per step is a slow program.
+    LOG_IF(INFO, CurrentRank() == 0) << "graph '" << name_
+                                     << "': inputs of new specs, tracing and compiling again ("
+                                     << cache_.size() + 1 << " graphs now):\n"
+                                     << key.str();
+  }
+  const auto start = std::chrono::steady_clock::now();
   auto graph = std::make_unique<ir::Graph>(name_);
   {
     TracingInterpreter tracer(*graph);
@@ -48,6 +61,12 @@ const ir::Graph& Graph::Trace(const Tensors& inputs) {
       graph->MarkOutput(name, tracer.ValueOf(t, "result '" + name + "'"));
     }
   }
+  const size_t traced_ops = graph->ops().size();
+  passes::CompileGraph(*graph, passes::CompileOptions::FromFlags());
+  LOG_IF(INFO, CurrentRank() == 0)
+      << "graph '" << name_ << "': traced " << traced_ops << " ops, compiled to " << graph->ops().size()
+      << " in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * 1e3
+      << " ms";
   return *cache_.emplace(key.str(), std::move(graph)).first->second;
 }
 

@@ -1,4 +1,4 @@
-#include "graph/ir/in_order_executor.h"
+#include "graph/plan/in_order_executor.h"
 
 #include <vector>
 
@@ -51,7 +51,17 @@ std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph,
     TESSEL_CHECK_CODE(outs.size() == op.outputs.size(), StatusCode::kInternal)
         << "graph '" << graph.name() << "': op " << op.id << " '" << op.name << "' gave " << outs.size()
         << " results, the trace recorded " << op.outputs.size();
-    for (size_t o = 0; o < outs.size(); ++o) env[op.outputs[o]] = std::move(outs[o]);
+    for (size_t o = 0; o < outs.size(); ++o) {
+      // The compiled graph fixed every op's layouts; eager dispatch must
+      // agree (inputs arrive laid out as the signature reads them).
+      const ir::Value& want = graph.value(op.outputs[o]);
+      TESSEL_CHECK_CODE(
+          !want.is_global() || (outs[o].placement() == want.placement && outs[o].nd_sbp() == want.nd_sbp),
+          StatusCode::kInternal)
+          << "graph '" << graph.name() << "': op " << op.id << " '" << op.name << "' gave "
+          << outs[o].ToString() << " for %" << want.id << ", compiled as " << want.SpecString();
+      env[op.outputs[o]] = std::move(outs[o]);
+    }
     for (int i : op.inputs)
       if (last_use[i] == op.id && graph.value(i).kind == ir::Value::Kind::kOpOutput) env[i] = Tensor();
   }
