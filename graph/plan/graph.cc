@@ -27,6 +27,14 @@ const ir::Graph& Graph::Trace(const Tensors& inputs) {
   }
   auto it = cache_.find(key.str());
   if (it != cache_.end()) return *it->second;
+  for (const auto& [name, t] : inputs) {
+    auto [known, is_new] = input_dtypes_.try_emplace(name, t.dtype());
+    TESSEL_CHECK(is_new || known->second == t.dtype())
+        << "graph '" << name_ << "': input '" << name << "' is " << DTypeName(t.dtype())
+        << " now; the graph was traced with " << DTypeName(known->second)
+        << " for it. A graph input keeps its dtype across calls (a new shape traces another graph); "
+           "convert the tensor or build another Graph";
+  }
 
   if (!cache_.empty()) {
     // Not the first trace: say so, a recompile per step is a slow program.

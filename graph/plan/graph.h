@@ -13,8 +13,8 @@
 // layout change an explicit op, data-parallel gradient reductions bucketed)
 // and caches it; later calls with the same specs run the cached graph;
 // inputs of another shape trace and compile another one, and the log says
-// so. The graph runs on the in-order executor for now (the actor runtime
-// will take its place).
+// so; an input whose dtype changes is an error. The graph runs on the in-order executor for now (the actor
+// runtime will take its place).
 //
 //   Graph step("train_step", [&](const Graph::Tensors& in) -> Graph::Tensors {
 //     Tensor loss = model.Loss(in.at("ids"), in.at("labels"));
@@ -54,6 +54,7 @@ class Graph {
   std::string name_;
   BuildFn build_;
   std::map<std::string, std::unique_ptr<ir::Graph>> cache_;  // by the inputs' specs
+  std::map<std::string, DType> input_dtypes_;                // by input name, from the first call
 };
 
 }  // namespace tessel

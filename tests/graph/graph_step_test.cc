@@ -131,6 +131,14 @@ TEST(GraphStep, WhatCannotBeCapturedIsNamed) {
       error.find("graph 'step': the build function looked up a tensor the call did not give (inputs: 'y')"),
       std::string::npos)
       << error;
+  // A new shape traces another graph; a new dtype is refused, named.
+  step({{"x", randn({3, 8}, 2)}});
+  EXPECT_EQ(step.traced_graphs(), 2u);
+  error = ErrorOf([&] { step({{"x", fn::cast(randn({5, 8}, 1), DType::kBFloat16)}}); });
+  EXPECT_NE(error.find("graph 'step': input 'x' is bf16 now; the graph was traced with f32 for it"),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(step.traced_graphs(), 2u);
 }
 
 }  // namespace
