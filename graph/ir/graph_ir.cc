@@ -9,23 +9,6 @@ namespace tessel::ir {
 
 namespace {
 
-std::string AttrString(const AttrValue& v) {
-  std::ostringstream os;
-  std::visit(
-      [&](const auto& x) {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
-          os << Shape(x);
-        } else if constexpr (std::is_same_v<T, bool>) {
-          os << (x ? "true" : "false");
-        } else {
-          os << x;
-        }
-      },
-      v);
-  return os.str();
-}
-
 const char* KindName(Value::Kind kind) {
   switch (kind) {
     case Value::Kind::kInput:
@@ -49,6 +32,23 @@ std::string Quoted(const std::string& s) {
 }
 
 }  // namespace
+
+std::string AttrString(const AttrValue& v) {
+  std::ostringstream os;
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          os << Shape(x);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          os << (x ? "true" : "false");
+        } else {
+          os << x;
+        }
+      },
+      v);
+  return os.str();
+}
 
 Value Value::SpecOf(const Tensor& t) {
   Value v;

@@ -49,6 +49,9 @@ struct Value {
   std::string SpecString() const;
 };
 
+// An attribute's value as the text dump writes it ("[2, 3]", "true", "0.5").
+std::string AttrString(const AttrValue& v);
+
 struct Op {
   int id = 0;
   std::string name;  // the OpDef's

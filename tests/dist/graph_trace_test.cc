@@ -16,6 +16,8 @@
 #include "graph/passes/passes.h"
 #include "graph/plan/graph.h"
 #include "graph/plan/in_order_executor.h"
+#include "graph/plan/rank_plan.h"
+#include "graph/plan/rank_plan.pb.h"
 #include "layers/dist.h"
 #include "layers/optimizer.h"
 #include "models/gpt.h"
@@ -176,6 +178,41 @@ TEST(GraphTrace, GptTrainStepsMatchEager) {
     const Tensor& got = *graph_params[i].second;
     EXPECT_FALSE(got.grad().defined()) << graph_params[i].first << " kept a gradient after the step";
     ExpectSameShards(got, *eager_params[i].second, graph_params[i].first);
+  }
+
+  // This rank's plan of the compiled step: only ops on placements that hold
+  // it (layout changes: on either side), the same bytes on every compile.
+  auto [ids0, labels0] = Batch(config, 0, batch);
+  const ir::Graph& compiled = train_step.Trace({{"ids", ids0}, {"labels", labels0}});
+  std::string first;
+  for (int i = 0; i < 3; ++i) {
+    proto::RankPlanProto plan;
+    CompileRankPlan(compiled, CurrentRank(), &plan);
+    std::string bytes;
+    ASSERT_TRUE(plan.SerializeToString(&bytes));
+    if (i == 0) first = bytes;
+    EXPECT_EQ(bytes, first) << "compile " << i;
+    if (i > 0) continue;
+    int own = 0;
+    for (const proto::PlanOpProto& op : plan.ops()) {
+      const ir::Op& logical = compiled.ops().at(op.op());
+      bool holds = false;
+      for (int v : logical.outputs) holds |= compiled.value(v).placement.Contains(CurrentRank());
+      if (logical.name == "to_global")
+        holds |= compiled.value(logical.inputs[0]).placement.Contains(CurrentRank());
+      EXPECT_TRUE(holds) << "op " << op.op() << " '" << op.name() << "' is not this rank's";
+      own += holds;
+    }
+    int64_t reductions = 0;
+    for (const proto::CommSummaryProto& c : plan.comm_summary())
+      reductions += c.kind() == "all-reduce" ? c.count() : 0;
+    EXPECT_EQ(reductions > 0, FLAGS_dp > 1 || FLAGS_tp > 1) << RankPlanText(plan);
+    EXPECT_EQ(own, plan.ops_size());
+    if (FLAGS_pp > 1) {
+      EXPECT_LT(plan.ops_size(), static_cast<int>(compiled.ops().size()));
+    }
+    if (CurrentRank() == 0)
+      std::printf("rank 0's plan: %d of %zu ops\n", plan.ops_size(), compiled.ops().size());
   }
 
   // Another batch size traces another graph; the first is reused as is.

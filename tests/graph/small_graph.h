@@ -16,29 +16,34 @@ class SmallGraph {
  public:
   SmallGraph(const std::string& name, Placement placement) : graph(name), placement_(std::move(placement)) {}
 
-  int Input(const std::string& name, const Shape& shape, const NdSbp& nd_sbp, DType dtype = DType::kFloat32) {
-    return graph.AddInput(name, Spec(shape, nd_sbp, dtype));
+  // An input on the graph's placement (or `placement`).
+  int Input(const std::string& name, const Shape& shape, const NdSbp& nd_sbp, DType dtype = DType::kFloat32,
+            const Placement* placement = nullptr) {
+    return graph.AddInput(name, Spec(shape, nd_sbp, dtype, placement));
   }
   // An op reading `inputs` as `in_sbp` and writing one value of `shape`
-  // laid out as `out_sbp`.
+  // laid out as `out_sbp`, on its first input's placement.
   int Op(const std::string& op, std::vector<int> inputs, std::vector<NdSbp> in_sbp, const Shape& shape,
          const NdSbp& out_sbp, const Attrs& attrs = {}) {
-    const DType dtype = graph.value(inputs.at(0)).dtype;
-    return graph
-        .AddOp(op, attrs, std::move(inputs), {Spec(shape, out_sbp, dtype)}, std::move(in_sbp), {out_sbp})
-        .at(0);
+    const ir::Value& first = graph.value(inputs.at(0));
+    const ir::Value out = Spec(shape, out_sbp, first.dtype, &first.placement);
+    return graph.AddOp(op, attrs, std::move(inputs), {out}, std::move(in_sbp), {out_sbp}).at(0);
   }
-  // A to_global op of `value` to `nd_sbp` (on the same placement).
-  int ToGlobal(int value, const NdSbp& nd_sbp) {
+  // A to_global op of `value` to `nd_sbp` on the value's placement (or on
+  // `placement`).
+  int ToGlobal(int value, const NdSbp& nd_sbp, const Placement* placement = nullptr) {
     const ir::Value& v = graph.value(value);
-    Attrs attrs{{"placement", placement_.ToString()}, {"nd_sbp", nd_sbp.ToString()}};
-    return graph.AddOp("to_global", attrs, {value}, {Spec(v.shape, nd_sbp, v.dtype)}).at(0);
+    const Placement to = placement != nullptr ? *placement : v.placement;
+    const ir::Value out = Spec(v.shape, nd_sbp, v.dtype, &to);
+    Attrs attrs{{"placement", to.ToString()}, {"nd_sbp", nd_sbp.ToString()}};
+    return graph.AddOp("to_global", attrs, {value}, {out}).at(0);
   }
-  ir::Value Spec(const Shape& shape, const NdSbp& nd_sbp, DType dtype = DType::kFloat32) const {
+  ir::Value Spec(const Shape& shape, const NdSbp& nd_sbp, DType dtype = DType::kFloat32,
+                 const Placement* placement = nullptr) const {
     ir::Value v;
     v.shape = shape;
     v.dtype = dtype;
-    v.placement = placement_;
+    v.placement = placement != nullptr ? *placement : placement_;
     v.nd_sbp = nd_sbp;
     return v;
   }

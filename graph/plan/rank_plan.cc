@@ -1,0 +1,160 @@
+#include "graph/plan/rank_plan.h"
+
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "graph/plan/rank_plan.pb.h"
+#include "sbp/boxing_plan.h"
+#include "sbp/global_tensor.h"
+#include "sbp/slice_transfer.h"
+
+namespace tessel {
+namespace {
+
+void AddCollective(proto::PlanOpProto* op, const char* kind, const Placement& placement, int axis, int rank,
+                   int64_t elements, DType dtype) {
+  proto::CommProto* c = op->add_comms();
+  c->set_kind(kind);
+  c->set_mesh_axis(axis);
+  for (int r : placement.GroupAlong(placement.IndexOf(rank), axis)) c->add_ranks(r);
+  c->set_elements(elements);
+  c->set_dtype(std::string(DTypeName(dtype)));
+  c->set_bytes(elements * static_cast<int64_t>(ElementSize(dtype)));
+}
+
+void AddPointToPoint(proto::PlanOpProto* op, const char* kind, int peer, int64_t elements, DType dtype) {
+  proto::CommProto* c = op->add_comms();
+  c->set_kind(kind);
+  c->set_mesh_axis(-1);
+  c->add_ranks(peer);
+  c->set_elements(elements);
+  c->set_dtype(std::string(DTypeName(dtype)));
+  c->set_bytes(elements * static_cast<int64_t>(ElementSize(dtype)));
+}
+
+// What `rank` communicates to lay `in` out as `out`: the boxing planner's
+// steps, each as this rank sees it.
+void AddLayoutChange(proto::PlanOpProto* op, const ir::Value& in, const ir::Value& out, int rank) {
+  const BoxingPlan plan = PlanBoxing(in.placement, in.nd_sbp, out.placement, out.nd_sbp, in.shape, in.dtype);
+  for (const BoxingStep& step : plan.steps) {
+    if (step.op == BoxingOp::kSliceTransfer) {
+      // Sends and receives of this rank, merged per peer.
+      std::map<int, int64_t> sends, recvs;
+      for (const SliceTransfer& t :
+           PlanSliceTransfers(step.from_placement, step.from, step.to_placement, step.to, in.shape)) {
+        if (t.src_rank == t.dst_rank) continue;
+        if (t.src_rank == rank) sends[t.dst_rank] += t.box.numel();
+        if (t.dst_rank == rank) recvs[t.src_rank] += t.box.numel();
+      }
+      for (const auto& [peer, n] : sends) AddPointToPoint(op, "send", peer, n, in.dtype);
+      for (const auto& [peer, n] : recvs) AddPointToPoint(op, "recv", peer, n, in.dtype);
+      continue;
+    }
+    if (!step.from_placement.Contains(rank)) continue;
+    const bool collective = step.op == BoxingOp::kAllReduce || step.op == BoxingOp::kReduceScatter ||
+                            step.op == BoxingOp::kAllGather || step.op == BoxingOp::kAllToAll;
+    if (!collective) continue;  // local steps: slicing, zero-filling, renaming
+    // The buffer the collective works on: the larger side (a gather's
+    // result, a scatter's input, an all-reduce's either).
+    const int64_t before = LocalBox(in.shape, step.from_placement, step.from, rank).numel();
+    const int64_t after = LocalBox(in.shape, step.to_placement, step.to, rank).numel();
+    AddCollective(op, BoxingOpName(step.op), step.from_placement, step.mesh_axis, rank,
+                  std::max(before, after), in.dtype);
+  }
+}
+
+}  // namespace
+
+void CompileRankPlan(const ir::Graph& graph, int rank, proto::RankPlanProto* plan) {
+  plan->Clear();
+  plan->set_graph(graph.name());
+  plan->set_rank(rank);
+  std::set<int> values;
+  for (const ir::Op& op : graph.ops()) {
+    const bool layout_change = op.name == "to_global";
+    bool member = false;
+    for (int id : op.outputs) {
+      const ir::Value& v = graph.value(id);
+      member |= !v.is_global() || v.placement.Contains(rank);
+    }
+    for (int id : op.inputs) {
+      const ir::Value& v = graph.value(id);
+      // A layout change involves its source's ranks too (they send).
+      member |= layout_change && v.is_global() && v.placement.Contains(rank);
+    }
+    if (!member) continue;
+    proto::PlanOpProto* p = plan->add_ops();
+    p->set_op(op.id);
+    p->set_name(op.name);
+    for (const auto& [k, a] : op.attrs.values()) p->add_attrs(k + "=" + ir::AttrString(a));
+    for (int id : op.inputs) p->add_inputs(id), values.insert(id);
+    for (int id : op.outputs) p->add_outputs(id), values.insert(id);
+    if (layout_change) {
+      AddLayoutChange(p, graph.value(op.inputs[0]), graph.value(op.outputs[0]), rank);
+    } else if (op.name == "all_reduce_bucket") {
+      const ir::Value& first = graph.value(op.inputs.at(0));
+      int64_t elements = 0;
+      for (int id : op.inputs) {
+        const ir::Value& v = graph.value(id);
+        elements += LocalBox(v.shape, v.placement, v.nd_sbp, rank).numel();
+      }
+      AddCollective(p, BoxingOpName(BoxingOp::kAllReduce), first.placement,
+                    static_cast<int>(op.attrs.Get<int64_t>("mesh_axis")), rank, elements, first.dtype);
+    }
+  }
+  for (int id : values) {
+    const ir::Value& v = graph.value(id);
+    proto::PlanValueProto* p = plan->add_values();
+    p->set_id(id);
+    p->set_spec(v.SpecString());
+    if (!v.is_global()) {
+      for (int64_t d : v.shape.dims()) p->add_local_shape(d);
+    } else if (v.placement.Contains(rank)) {
+      const Shape local = LocalBox(v.shape, v.placement, v.nd_sbp, rank).shape();  // by value
+      for (int64_t d : local.dims()) p->add_local_shape(d);
+    }
+  }
+  std::map<std::string, std::pair<int64_t, int64_t>> summary;  // kind -> (count, bytes)
+  for (const proto::PlanOpProto& op : plan->ops()) {
+    for (const proto::CommProto& c : op.comms()) {
+      auto& [count, bytes] = summary[c.kind()];
+      ++count;
+      bytes += c.bytes();
+    }
+  }
+  for (const auto& [kind, cb] : summary) {
+    proto::CommSummaryProto* s = plan->add_comm_summary();
+    s->set_kind(kind);
+    s->set_count(cb.first);
+    s->set_bytes(cb.second);
+  }
+}
+
+std::string RankPlanText(const proto::RankPlanProto& plan) {
+  std::ostringstream os;
+  os << "plan of graph '" << plan.graph() << "' for rank " << plan.rank() << ": " << plan.ops_size()
+     << " ops\n";
+  for (const proto::PlanOpProto& op : plan.ops()) {
+    os << "  " << op.op() << ": " << op.name();
+    for (const proto::CommProto& c : op.comms()) {
+      os << "  [" << c.kind() << " " << c.elements() << " " << c.dtype();
+      if (c.kind() == "send" || c.kind() == "recv") {
+        os << (c.kind() == "send" ? " to " : " from ") << c.ranks(0);
+      } else {
+        os << " on {";
+        for (int i = 0; i < c.ranks_size(); ++i) os << (i ? ", " : "") << c.ranks(i);
+        os << "}";
+      }
+      os << "]";
+    }
+    os << "\n";
+  }
+  os << "communication per step:\n";
+  for (const proto::CommSummaryProto& s : plan.comm_summary())
+    os << "  " << s.kind() << ": " << s.count() << " ops, " << s.bytes() << " bytes\n";
+  return os.str();
+}
+
+}  // namespace tessel
