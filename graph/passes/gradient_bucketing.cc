@@ -46,7 +46,7 @@ std::vector<Tensor> RunAllReduceBucket(const std::vector<Tensor>& in, const Attr
   const Placement& placement = in.at(0).placement();
   const DType dtype = in[0].dtype();
   std::vector<NdSbp> out_sbp;
-  int64_t total = 0;
+  int64_t total = 0, logical = 0;
   for (const Tensor& t : in) {
     TESSEL_CHECK(t.is_global() && t.placement() == placement && t.dtype() == dtype &&
                  axis < t.nd_sbp().size() && t.nd_sbp()[axis] == Sbp::PartialSum())
@@ -56,10 +56,12 @@ std::vector<Tensor> RunAllReduceBucket(const std::vector<Tensor>& in, const Attr
     to[axis] = Sbp::Broadcast();
     out_sbp.push_back(to);
     total += t.to_local().numel();
+    logical += t.shape().numel();
   }
   if (LockstepChecksEnabled()) {
     std::ostringstream os;
-    os << in.size() << " tensors, " << total << " local elements of " << DTypeName(dtype) << " along axis "
+    // Logical sizes: shards of uneven splits differ between ranks.
+    os << in.size() << " tensors, " << logical << " elements of " << DTypeName(dtype) << " along axis "
        << axis << " on " << placement;
     CheckLockstep("all_reduce_bucket", os.str());
   }

@@ -72,7 +72,7 @@ const ir::Graph& Graph::Trace(const Tensors& inputs) {
   const size_t traced_ops = graph->ops().size();
   passes::CompileGraph(*graph, passes::CompileOptions::FromFlags());
   LOG_IF(INFO, CurrentRank() == 0)
-      << "graph '" << name_ << "': traced " << traced_ops << " ops, compiled to " << graph->ops().size()
+      << "graph '" << name_ << "': traced " << traced_ops << " ops and compiled them to " << graph->ops().size()
       << " in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * 1e3
       << " ms";
   return *cache_.emplace(key.str(), std::move(graph)).first->second;
