@@ -46,6 +46,7 @@ std::vector<Tensor> RunAllReduceBucket(const std::vector<Tensor>& in, const Attr
   const Placement& placement = in.at(0).placement();
   const DType dtype = in[0].dtype();
   std::vector<NdSbp> out_sbp;
+  std::vector<Tensor> locals;
   int64_t total = 0, logical = 0;
   for (const Tensor& t : in) {
     TESSEL_CHECK(t.is_global() && t.placement() == placement && t.dtype() == dtype &&
@@ -55,7 +56,8 @@ std::vector<Tensor> RunAllReduceBucket(const std::vector<Tensor>& in, const Attr
     NdSbp to = t.nd_sbp();
     to[axis] = Sbp::Broadcast();
     out_sbp.push_back(to);
-    total += t.to_local().numel();
+    locals.push_back(t.to_local());
+    total += locals.back().numel();
     logical += t.shape().numel();
   }
   if (LockstepChecksEnabled()) {
@@ -75,11 +77,9 @@ std::vector<Tensor> RunAllReduceBucket(const std::vector<Tensor>& in, const Attr
     }
     return out;
   }
-  const size_t es = ElementSize(dtype);
   Tensor pack = Tensor::Empty(Shape({total}), dtype);
   char* p = static_cast<char*>(pack.raw_data());
-  for (const Tensor& t : in) {
-    const Tensor local = t.to_local();
+  for (const Tensor& local : locals) {
     std::memcpy(p, local.raw_data(), local.nbytes());
     p += local.nbytes();
   }
@@ -87,8 +87,8 @@ std::vector<Tensor> RunAllReduceBucket(const std::vector<Tensor>& in, const Attr
       ->AllReduce(pack.raw_data(), total, dtype, comm::ReduceOp::kSum);
   p = static_cast<char*>(pack.raw_data());
   for (size_t i = 0; i < in.size(); ++i) {
-    Tensor local = Tensor::Empty(in[i].to_local().shape(), dtype);
-    std::memcpy(local.raw_data(), p, static_cast<size_t>(local.numel()) * es);
+    Tensor local = Tensor::Empty(locals[i].shape(), dtype);
+    std::memcpy(local.raw_data(), p, local.nbytes());
     p += local.nbytes();
     out.push_back(MakeGlobal(local, in[i].shape(), placement, out_sbp[i]));
   }

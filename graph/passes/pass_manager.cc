@@ -60,12 +60,16 @@ void Dump(const ir::Graph& graph, const CompileOptions& options, size_t index, c
 
 CompileOptions CompileOptions::FromFlags() {
   CompileOptions o;
-  const std::string mb =
-      FlagOrEnv("grad_bucket_mb", std::to_string(FLAGS_grad_bucket_mb), "TESSEL_GRAD_BUCKET_MB");
-  char* end = nullptr;
-  const double mib = std::strtod(mb.c_str(), &end);
-  TESSEL_CHECK(end != mb.c_str() && *end == '\0' && mib >= 0 && mib < 1e6)
-      << "--grad_bucket_mb / TESSEL_GRAD_BUCKET_MB is '" << mb << "'; expected MiB from 0 to 1e6";
+  double mib = FLAGS_grad_bucket_mb;
+  const std::string env = FlagOrEnv("grad_bucket_mb", "", "TESSEL_GRAD_BUCKET_MB");
+  if (!env.empty()) {
+    char* end = nullptr;
+    mib = std::strtod(env.c_str(), &end);
+    TESSEL_CHECK(end != env.c_str() && *end == '\0')
+        << "TESSEL_GRAD_BUCKET_MB is '" << env << "'; expected a number of MiB";
+  }
+  TESSEL_CHECK(mib >= 0 && mib < 1e6)
+      << "--grad_bucket_mb / TESSEL_GRAD_BUCKET_MB is " << mib << "; expected MiB from 0 to 1e6";
   o.grad_bucket_bytes = static_cast<int64_t>(mib * (1 << 20));
   o.debug_pass = FlagOrEnv("debug_pass", FLAGS_debug_pass, "TESSEL_DEBUG_PASS");
   o.debug_dir = FlagOrEnv("debug_pass_dir", FLAGS_debug_pass_dir, "TESSEL_DEBUG_PASS_DIR");
@@ -77,7 +81,7 @@ const std::vector<Pass>& PassOrder() {
       {"dead_code_elimination", "drop ops whose results nothing reads (in-place updates stay)",
        [](ir::Graph& g, const CompileOptions&) { EliminateDeadCode(g); }},
       {"boxing_insertion", "one to_global op per value and layout a reader needs; identity ones removed",
-       [](ir::Graph& g, const CompileOptions&) { InsertBoxing(g); }},
+       [](ir::Graph& g, const CompileOptions&) { InsertBoxing(g); }, /*makes_boxing_explicit=*/true},
       {"gradient_bucketing", "fuse partial-to-broadcast reductions along one mesh axis into buckets",
        [](ir::Graph& g, const CompileOptions& o) { BucketGradients(g, o.grad_bucket_bytes); }},
   };
@@ -110,7 +114,7 @@ std::vector<PassTiming> CompileGraph(ir::Graph& graph, const CompileOptions& opt
     const auto start = std::chrono::steady_clock::now();
     try {
       pass.run(graph, options);
-      boxing_explicit |= pass.name == "boxing_insertion";
+      boxing_explicit |= pass.makes_boxing_explicit;
       ir::Verify(graph, boxing_explicit);
     } catch (const Error& e) {
       TESSEL_THROW(e.code()) << "graph '" << graph.name() << "': compiler pass " << pass.name

@@ -38,6 +38,9 @@ struct Pass {
   std::string name;
   std::string does;  // one line, for DescribePassOrder
   std::function<void(ir::Graph&, const CompileOptions&)> run;
+  // After this pass (and every later one) no op reads a value in another
+  // layout: ir::Verify checks that too.
+  bool makes_boxing_explicit = false;
 };
 
 // The passes in the order they run.

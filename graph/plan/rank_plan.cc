@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "core/error.h"
 #include "graph/plan/rank_plan.pb.h"
@@ -13,25 +14,23 @@
 namespace tessel {
 namespace {
 
-void AddCollective(proto::PlanOpProto* op, const char* kind, const Placement& placement, int axis, int rank,
-                   int64_t elements, DType dtype) {
+// One communication step: `ranks` is the group of a collective or the
+// peer of a send / receive (mesh_axis -1).
+void AddComm(proto::PlanOpProto* op, const char* kind, int axis, const std::vector<int>& ranks,
+             int64_t elements, DType dtype) {
   proto::CommProto* c = op->add_comms();
   c->set_kind(kind);
   c->set_mesh_axis(axis);
-  for (int r : placement.GroupAlong(placement.IndexOf(rank), axis)) c->add_ranks(r);
+  for (int r : ranks) c->add_ranks(r);
   c->set_elements(elements);
   c->set_dtype(std::string(DTypeName(dtype)));
   c->set_bytes(elements * static_cast<int64_t>(ElementSize(dtype)));
 }
 
-void AddPointToPoint(proto::PlanOpProto* op, const char* kind, int peer, int64_t elements, DType dtype) {
-  proto::CommProto* c = op->add_comms();
-  c->set_kind(kind);
-  c->set_mesh_axis(-1);
-  c->add_ranks(peer);
-  c->set_elements(elements);
-  c->set_dtype(std::string(DTypeName(dtype)));
-  c->set_bytes(elements * static_cast<int64_t>(ElementSize(dtype)));
+// A collective along `axis` of `placement`, on `rank`'s group.
+void AddCollective(proto::PlanOpProto* op, const char* kind, const Placement& placement, int axis, int rank,
+                   int64_t elements, DType dtype) {
+  AddComm(op, kind, axis, placement.GroupAlong(placement.IndexOf(rank), axis), elements, dtype);
 }
 
 // What `rank` communicates to lay `in` out as `out`: the boxing planner's
@@ -48,8 +47,8 @@ void AddLayoutChange(proto::PlanOpProto* op, const ir::Value& in, const ir::Valu
         if (t.src_rank == rank) sends[t.dst_rank] += t.box.numel();
         if (t.dst_rank == rank) recvs[t.src_rank] += t.box.numel();
       }
-      for (const auto& [peer, n] : sends) AddPointToPoint(op, "send", peer, n, in.dtype);
-      for (const auto& [peer, n] : recvs) AddPointToPoint(op, "recv", peer, n, in.dtype);
+      for (const auto& [peer, n] : sends) AddComm(op, "send", -1, {peer}, n, in.dtype);
+      for (const auto& [peer, n] : recvs) AddComm(op, "recv", -1, {peer}, n, in.dtype);
       continue;
     }
     if (!step.from_placement.Contains(rank)) continue;

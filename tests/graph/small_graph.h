@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "graph/global_tensor_ops.h"
 #include "graph/ir/graph_ir.h"
 
 namespace tessel::testing {
@@ -35,8 +36,7 @@ class SmallGraph {
     const ir::Value& v = graph.value(value);
     const Placement to = placement != nullptr ? *placement : v.placement;
     const ir::Value out = Spec(v.shape, nd_sbp, v.dtype, &to);
-    Attrs attrs{{"placement", to.ToString()}, {"nd_sbp", nd_sbp.ToString()}};
-    return graph.AddOp("to_global", attrs, {value}, {out}).at(0);
+    return graph.AddOp("to_global", LayoutAttrs(to, nd_sbp), {value}, {out}).at(0);
   }
   ir::Value Spec(const Shape& shape, const NdSbp& nd_sbp, DType dtype = DType::kFloat32,
                  const Placement* placement = nullptr) const {
