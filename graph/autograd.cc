@@ -15,6 +15,7 @@ namespace tessel {
 
 namespace {
 thread_local bool g_grad_mode = true;
+thread_local LeafGradientWatch* g_leaf_gradient_watch = nullptr;
 
 // Sum of two gradients that may be undefined.
 Tensor Accumulate(const Tensor& a, const Tensor& b) {
@@ -47,6 +48,12 @@ bool SharesImpl(const Tensor& t, const std::vector<Tensor>& inputs, const std::v
 }  // namespace
 
 bool GradModeEnabled() { return g_grad_mode; }
+
+LeafGradientWatch::LeafGradientWatch(Callback on_gradient)
+    : on_gradient_(std::move(on_gradient)), previous_(g_leaf_gradient_watch) {
+  g_leaf_gradient_watch = this;
+}
+LeafGradientWatch::~LeafGradientWatch() { g_leaf_gradient_watch = previous_; }
 NoGradGuard::NoGradGuard() : previous_(g_grad_mode) { g_grad_mode = false; }
 NoGradGuard::~NoGradGuard() { g_grad_mode = previous_; }
 
@@ -98,8 +105,20 @@ void Tensor::backward(const Tensor& gradient) const {
       << "backward() gradient of shape " << seed.shape() << " for a tensor of shape " << shape();
   NoGradGuard no_grad;  // backward ops are not recorded (no double backward yet)
   Edge root = EdgeOf(*this);
+  // Leaves that got a gradient, for a LeafGradientWatch.
+  std::vector<AutogradMeta*> reached;
+  auto add_to_leaf = [&](AutogradMeta& leaf, const Tensor& grad) {
+    if (g_leaf_gradient_watch && std::find(reached.begin(), reached.end(), &leaf) == reached.end())
+      reached.push_back(&leaf);
+    leaf.grad = Accumulate(leaf.grad, grad);
+  };
+  auto tell_watch = [&] {
+    if (g_leaf_gradient_watch)
+      for (AutogradMeta* leaf : reached) g_leaf_gradient_watch->on_gradient_(leaf, leaf->grad);
+  };
   if (root.leaf) {
-    root.leaf->grad = Accumulate(root.leaf->grad, seed);
+    add_to_leaf(*root.leaf, seed);
+    tell_watch();
     return;
   }
   // Count, for every reachable node, the edges that feed it.
@@ -132,7 +151,7 @@ void Tensor::backward(const Tensor& gradient) const {
       const Edge& e = n->next[i];
       if (!e.valid()) continue;
       if (e.leaf) {
-        if (in_grads[i].defined()) e.leaf->grad = Accumulate(e.leaf->grad, in_grads[i]);
+        if (in_grads[i].defined()) add_to_leaf(*e.leaf, in_grads[i]);
         continue;
       }
       auto& slot = grads[e.node.get()];
@@ -141,6 +160,7 @@ void Tensor::backward(const Tensor& gradient) const {
       if (--pending[e.node.get()] == 0) ready.push_back(e.node);
     }
   }
+  tell_watch();
 }
 
 std::vector<Tensor> AutogradInterpreter::Apply(const OpDef& op, const std::vector<Tensor>& inputs,

@@ -6,6 +6,7 @@
 // reduced only when something needs it reduced).
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -24,6 +25,25 @@ class NoGradGuard {
 
  private:
   bool previous_;
+};
+
+// While alive, on this thread: at the end of each backward(), `on_gradient`
+// gets every leaf that backward gave a gradient, in the order they first got
+// one, with the leaf's accumulated gradient (its grad()); `leaf` identifies
+// the leaf across calls. A graph trace uses it to learn which traced values
+// are the variables' gradients (gradient accumulation cuts a step there).
+class LeafGradientWatch {
+ public:
+  using Callback = std::function<void(const void* leaf, const Tensor& grad)>;
+  explicit LeafGradientWatch(Callback on_gradient);
+  ~LeafGradientWatch();
+  LeafGradientWatch(const LeafGradientWatch&) = delete;
+  LeafGradientWatch& operator=(const LeafGradientWatch&) = delete;
+
+ private:
+  friend class Tensor;
+  Callback on_gradient_;
+  LeafGradientWatch* previous_;
 };
 
 // Autograd as a layer: applies each op through `inner`, then, when an input

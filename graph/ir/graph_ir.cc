@@ -136,6 +136,12 @@ void Graph::MarkOutput(const std::string& name, int value) {
   outputs_[name] = value;
 }
 
+void Graph::MarkGradient(int value) {
+  TESSEL_CHECK_CODE(value >= 0 && value < static_cast<int>(values_.size()), StatusCode::kInternal)
+      << "graph '" << name_ << "': gradient %" << value << " does not exist";
+  gradients_.insert(value);
+}
+
 int Graph::InputId(const std::string& name) const {
   auto it = inputs_by_name_.find(name);
   if (it != inputs_by_name_.end()) return it->second;
@@ -259,11 +265,14 @@ std::string Graph::ToText() const {
       first = false;
     }
     if (!first) os << "}";
+    if (op.micro_batch >= 0) os << " [micro-batch " << op.micro_batch << "]";
     for (size_t o = 0; o < op.outputs.size(); ++o)
       os << (o ? ", " : " : ") << values_[static_cast<size_t>(op.outputs[o])].SpecString();
     os << "\n";
   }
   for (const auto& [name, id] : outputs_) os << "  output \"" << name << "\" = %" << id << "\n";
+  for (int id : gradients_)
+    if (IsLive(id)) os << "  gradient %" << id << "\n";
   os << "}\n";
   return os.str();
 }
@@ -284,8 +293,9 @@ std::string Graph::ToDot() const {
        << "];\n";
   }
   for (const Op& op : ops_) {
-    os << "  op" << op.id << " [shape=box, label=" << Quoted(std::to_string(op.id) + ": " + op.name)
-       << "];\n";
+    std::string label = std::to_string(op.id) + ": " + op.name;
+    if (op.micro_batch >= 0) label += " [mb " + std::to_string(op.micro_batch) + "]";
+    os << "  op" << op.id << " [shape=box, label=" << Quoted(label) << "];\n";
     for (int i : op.inputs)
       os << "  " << source(i) << " -> op" << op.id << " [label=" << Quoted(values_[i].SpecString()) << "];\n";
   }
@@ -347,7 +357,10 @@ void Graph::ToProto(proto::GraphProto* out) const {
     for (int o : op.outputs) p->add_outputs(o);
     for (const NdSbp& s : op.input_sbp) p->add_input_sbp(s.ToString());
     for (const NdSbp& s : op.output_sbp) p->add_output_sbp(s.ToString());
+    if (op.micro_batch >= 0) p->set_micro_batch(op.micro_batch);
   }
+  for (int id : gradients_)
+    if (IsLive(id)) out->add_gradients(id);
   for (const auto& [name, id] : outputs_) {
     proto::NamedOutput* o = out->add_outputs();
     o->set_name(name);

@@ -12,6 +12,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,10 @@ struct Op {
   // The chosen layouts of a global op's inputs and outputs (empty if local).
   std::vector<NdSbp> input_sbp;
   std::vector<NdSbp> output_sbp;
+  // Which micro-batch the op works on when gradient accumulation copied it
+  // once per micro-batch (graph/passes: gradient_accumulation); -1: the op
+  // runs once per step.
+  int micro_batch = -1;
 };
 
 class Graph {
@@ -88,6 +93,11 @@ class Graph {
                          std::vector<NdSbp> output_sbp = {});
   // Names a value as a result; throws if the name is taken.
   void MarkOutput(const std::string& name, int value);
+  // Marks a value as a variable's gradient as backward left it (the trace
+  // learns them from autograd); gradient accumulation sums these over the
+  // micro-batches.
+  void MarkGradient(int value);
+  const std::set<int>& gradients() const { return gradients_; }
   int InputId(const std::string& name) const;  // throws naming the inputs if unknown
 
   // For compiler passes (graph/passes), which rewrite the op list:
@@ -117,6 +127,7 @@ class Graph {
   std::vector<Value> values_;
   std::vector<Op> ops_;
   std::map<std::string, int> outputs_;
+  std::set<int> gradients_;
   std::map<std::string, int> inputs_by_name_;
   std::map<int, Tensor> variables_;
 };

@@ -80,6 +80,9 @@ const std::vector<Pass>& PassOrder() {
   static const std::vector<Pass> order = {
       {"dead_code_elimination", "drop ops whose results nothing reads (in-place updates stay)",
        [](ir::Graph& g, const CompileOptions&) { EliminateDeadCode(g); }},
+      {"gradient_accumulation",
+       "run forward and backward once per micro-batch of the inputs; average gradients and scalar results",
+       [](ir::Graph& g, const CompileOptions& o) { AccumulateGradients(g, o.micro_batches); }},
       {"boxing_insertion", "one to_global op per value and layout a reader needs; identity ones removed",
        [](ir::Graph& g, const CompileOptions&) { InsertBoxing(g); }, /*makes_boxing_explicit=*/true},
       {"gradient_bucketing", "fuse partial-to-broadcast reductions along one mesh axis into buckets",

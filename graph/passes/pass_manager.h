@@ -23,6 +23,9 @@ struct CompileOptions {
   // The most logical bytes of gradients one all-reduce bucket holds; <= 0
   // turns gradient bucketing off.
   int64_t grad_bucket_bytes = 25 << 20;
+  // Gradient accumulation: micro-batches per step (1: off). Set by the
+  // Graph from GraphOptions, not by a flag: it changes what a step means.
+  int micro_batches = 1;
   // A pass name, or "ALL", whose input and output graphs are written to
   // debug_dir; empty: none.
   std::string debug_pass;

@@ -14,6 +14,22 @@ namespace tessel::passes {
 // graph result. Ops that update variables in place (OpDef::mutates) stay.
 void EliminateDeadCode(ir::Graph& graph);
 
+// Gradient accumulation as a rewrite of a step traced on one micro-batch
+// (every graph input read through a `micro_batch` op of index 0 and count
+// `micro_batches`, as Graph traces with GraphOptions::micro_batches): the
+// ops that depend on the inputs — forward and backward — are copied once per
+// micro-batch (Op::micro_batch), each copy's micro_batch ops taking the next
+// micro-batch. The variables' gradients (ir::Graph::gradients) and the
+// scalar results computed from the batch are summed as each micro-batch
+// finishes and scaled by 1/micro_batches; the ops that read them (clipping,
+// the optimizer) run once, on the averages. Throws, naming the input,
+// result or op, if an input is read other than through such a micro_batch
+// op, a result computed from the batch is not a floating scalar, an op
+// reads both a micro-batch's values and the averaged gradients, or moving
+// the copies ahead of the step's in-place updates would change what an op
+// reads. micro_batches <= 1 changes nothing.
+void AccumulateGradients(ir::Graph& graph, int micro_batches);
+
 // Makes every layout change an op: where a global op reads a value whose
 // NdSbp differs from the layout its signature chose, a `to_global` op
 // converting it is inserted before its first such reader — exactly one per

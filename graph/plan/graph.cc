@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 
 #include <chrono>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -11,12 +12,36 @@
 #include "graph/ir/tracer.h"
 #include "graph/passes/pass_manager.h"
 #include "graph/plan/in_order_executor.h"
+#include "ops/functional.h"
 #include "sbp/global_tensor.h"
 
 namespace tessel {
 
-Graph::Graph(std::string name, BuildFn build) : name_(std::move(name)), build_(std::move(build)) {
+Graph::Graph(std::string name, BuildFn build, GraphOptions options)
+    : name_(std::move(name)), build_(std::move(build)), options_(options) {
   TESSEL_CHECK(build_ != nullptr) << "graph '" << name_ << "' needs a build function";
+  TESSEL_CHECK(options_.micro_batches >= 1)
+      << "graph '" << name_ << "': micro_batches is " << options_.micro_batches << "; expected 1 or more";
+}
+
+Tensor Graph::MicroBatchOf(const std::string& name, const Tensor& input) const {
+  const int n = options_.micro_batches;
+  if (n == 1) return input;
+  const ir::Value spec = ir::Value::SpecOf(input);
+  TESSEL_CHECK(spec.shape.ndim() >= 1)
+      << "graph '" << name_ << "': input '" << name << "' (" << spec.SpecString() << ") is a scalar; with "
+      << n << " micro-batches every input is cut along dimension 0";
+  // Each rank cuts its own rows: as many blocks as shards of dimension 0.
+  int64_t shards = 1;
+  for (int a = 0; a < spec.nd_sbp.size(); ++a)
+    if (spec.nd_sbp[a].is_split(0)) shards *= spec.placement.hierarchy()[static_cast<size_t>(a)];
+  TESSEL_CHECK(spec.shape[0] % (shards * n) == 0)
+      << "graph '" << name_ << "': input '" << name << "' (" << spec.SpecString() << ") has " << spec.shape[0]
+      << " rows in dimension 0"
+      << (shards > 1 ? std::string(", split over ").append(std::to_string(shards)).append(" ranks") : "")
+      << "; " << n << " micro-batches need a multiple of " << shards * n;
+  return ApplyOp("micro_batch", {input},
+                 {{"index", int64_t{0}}, {"count", int64_t{n}}, {"blocks", shards}})[0];
 }
 
 const ir::Graph& Graph::Trace(const Tensors& inputs) {
@@ -49,8 +74,15 @@ const ir::Graph& Graph::Trace(const Tensors& inputs) {
     TracingInterpreter tracer(*graph);
     AutogradInterpreter autograd(tracer);
     InterpreterScope scope(autograd);
+    // Each leaf's gradient as the last backward left it.
+    std::map<const void*, Tensor> gradients;
+    std::vector<const void*> leaves;
+    LeafGradientWatch watch([&](const void* leaf, const Tensor& grad) {
+      if (gradients.count(leaf) == 0) leaves.push_back(leaf);
+      gradients[leaf] = grad;
+    });
     Tensors lazy;
-    for (const auto& [name, t] : inputs) lazy[name] = tracer.Input(name, t);
+    for (const auto& [name, t] : inputs) lazy[name] = MicroBatchOf(name, tracer.Input(name, t));
     Tensors results;
     try {
       results = build_(lazy);
@@ -68,13 +100,19 @@ const ir::Graph& Graph::Trace(const Tensors& inputs) {
       TESSEL_CHECK(t.defined()) << "graph '" << name_ << "': result '" << name << "' is an undefined tensor";
       graph->MarkOutput(name, tracer.ValueOf(t, "result '" + name + "'"));
     }
+    for (const void* leaf : leaves) {
+      const Tensor& grad = gradients.at(leaf);
+      if (grad.is_lazy()) graph->MarkGradient(tracer.ValueOf(grad, "a gradient"));
+    }
   }
   const size_t traced_ops = graph->ops().size();
-  passes::CompileGraph(*graph, passes::CompileOptions::FromFlags());
+  passes::CompileOptions options = passes::CompileOptions::FromFlags();
+  options.micro_batches = options_.micro_batches;
+  passes::CompileGraph(*graph, options);
   LOG_IF(INFO, CurrentRank() == 0)
-      << "graph '" << name_ << "': traced " << traced_ops << " ops and compiled them to " << graph->ops().size()
-      << " in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * 1e3
-      << " ms";
+      << "graph '" << name_ << "': traced " << traced_ops << " ops and compiled them to "
+      << graph->ops().size() << " in "
+      << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * 1e3 << " ms";
   return *cache_.emplace(key.str(), std::move(graph)).first->second;
 }
 

@@ -11,7 +11,8 @@
 // The first call with a set of input specs (shape, dtype, layout) traces a
 // graph, compiles it (graph/passes/pass_manager.h: dead code removed, every
 // layout change an explicit op, data-parallel gradient reductions bucketed)
-// and caches it; later calls with the same specs run the cached graph;
+// and caches it (with GraphOptions::micro_batches, forward and backward
+// run once per micro-batch); later calls with the same specs run the cached graph;
 // inputs of another shape trace and compile another one, and the log says
 // so; an input whose dtype changes is an error. The graph runs on the in-order executor for now (the actor
 // runtime will take its place).
@@ -35,12 +36,24 @@
 
 namespace tessel {
 
+struct GraphOptions {
+  // Gradient accumulation (OneFlow's set_gradient_accumulation_steps, LiBai's
+  // num_accumulation_steps): each call cuts every input along dimension 0
+  // into this many micro-batches, runs forward and backward once per
+  // micro-batch and the rest of the step (clipping, the optimizer) once, on
+  // the gradients averaged over the micro-batches. With a mean loss that is
+  // the step the whole batch would take at once, in a micro-batch's
+  // activation memory. Results computed from the batch must be scalars and
+  // come back averaged (the loss). 1: off.
+  int micro_batches = 1;
+};
+
 class Graph {
  public:
   using Tensors = std::map<std::string, Tensor>;
   using BuildFn = std::function<Tensors(const Tensors& inputs)>;
 
-  Graph(std::string name, BuildFn build);
+  Graph(std::string name, BuildFn build, GraphOptions options = {});
 
   // Runs the graph traced for these inputs' specs (tracing it first if
   // new) and returns its named results.
@@ -51,8 +64,14 @@ class Graph {
   size_t traced_graphs() const { return cache_.size(); }
 
  private:
+  // The lazy input the build function sees: with micro-batches, the first
+  // micro-batch of `input` (a micro_batch op; the compiler's gradient
+  // accumulation copies the step for the others).
+  Tensor MicroBatchOf(const std::string& name, const Tensor& input) const;
+
   std::string name_;
   BuildFn build_;
+  GraphOptions options_;
   std::map<std::string, std::unique_ptr<ir::Graph>> cache_;  // by the inputs' specs
   std::map<std::string, DType> input_dtypes_;                // by input name, from the first call
 };

@@ -7,6 +7,7 @@ void RegisterCrossEntropyOps();
 void RegisterElementwiseOps();
 void RegisterLayerNormOps();
 void RegisterMatmulOps();
+void RegisterMicroBatchOps();
 void RegisterNnOps();
 void RegisterReduceOps();
 void RegisterShapeOps();
@@ -19,6 +20,7 @@ void RegisterAllOps() {
   RegisterElementwiseOps();
   RegisterLayerNormOps();
   RegisterMatmulOps();
+  RegisterMicroBatchOps();
   RegisterNnOps();
   RegisterReduceOps();
   RegisterShapeOps();

@@ -1,0 +1,189 @@
+// Gradient accumulation (graph/passes/gradient_accumulation.cc): a step
+// traced with GraphOptions::micro_batches runs forward and backward once per
+// micro-batch and the update once, and equals eager mode's step on the
+// whole batch; the rewrite is visible in the IR; what it cannot mean is
+// refused by name. Also the micro_batch op it cuts inputs with.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "graph/plan/graph.h"
+#include "layers/optimizer.h"
+#include "ops/functional.h"
+#include "sbp/global_tensor.h"
+#include "tests/testing/test_util.h"
+
+namespace tessel {
+namespace {
+
+using testing::ErrorOf;
+
+struct Regression {
+  Tensor w1 = randn({8, 16}, 1).set_requires_grad(true);
+  Tensor w2 = randn({16, 3}, 2).set_requires_grad(true);
+  optim::NamedParams params() { return {{"w1", &w1}, {"w2", &w2}}; }
+  // Mean squared error over rows and outputs.
+  Tensor Loss(const Tensor& x, const Tensor& target) const {
+    Tensor err = fn::sub(fn::matmul(fn::tanh(fn::matmul(x, w1)), w2), target);
+    return fn::mean(fn::mul(err, err), {0, 1});
+  }
+};
+
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, double tol,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << what << "[" << i << "]";
+}
+
+TEST(MicroBatch, TakesTheIndexedChunkOfEveryBlock) {
+  std::vector<float> rows;
+  for (int r = 0; r < 8; ++r) rows.insert(rows.end(), {static_cast<float>(r), 10.0f + r});
+  const Tensor x = Tensor::FromVector<float>(rows, {8, 2});
+  // Two blocks of four rows, two micro-batches: micro-batch 1 holds rows 2, 3 and 6, 7.
+  Tensor mb =
+      ApplyOp("micro_batch", {x}, {{"index", int64_t{1}}, {"count", int64_t{2}}, {"blocks", int64_t{2}}})[0];
+  EXPECT_EQ(mb.shape(), Shape({4, 2}));
+  EXPECT_EQ(mb.ToVector<float>(), (std::vector<float>{2, 12, 3, 13, 6, 16, 7, 17}));
+  // One block: plain consecutive chunks.
+  mb = ApplyOp("micro_batch", {x}, {{"index", int64_t{3}}, {"count", int64_t{4}}, {"blocks", int64_t{1}}})[0];
+  EXPECT_EQ(mb.ToVector<float>(), (std::vector<float>{6, 16, 7, 17}));
+  const std::string error = ErrorOf([&] {
+    ApplyOp("micro_batch", {x}, {{"index", int64_t{0}}, {"count", int64_t{3}}, {"blocks", int64_t{1}}});
+  });
+  EXPECT_NE(error.find("a batch of 8 rows in 1 block(s) cannot be cut into 3 micro-batches"),
+            std::string::npos)
+      << error;
+}
+
+TEST(GradientAccumulation, FourMicroBatchesEqualOneStepOnTheWholeBatch) {
+  Regression eager, captured;
+  optim::AdamW eager_adamw(eager.params(), {.lr = 0.05}), graph_adamw(captured.params(), {.lr = 0.05});
+  Graph step("accumulated_step",
+             [&](const Graph::Tensors& in) -> Graph::Tensors {
+               Tensor loss = captured.Loss(in.at("x"), in.at("target"));
+               loss.backward();
+               Tensor norm = optim::ClipGradNormTensor(captured.params(), 0.5);
+               graph_adamw.Step();
+               return {{"loss", loss}, {"grad_norm", norm}};
+             },
+             {.micro_batches = 4});
+  for (int i = 0; i < 4; ++i) {
+    const Tensor x = randn({8, 8}, 100 + i), target = randn({8, 3}, 200 + i);
+    Tensor loss = eager.Loss(x, target);
+    loss.backward();
+    const double norm = optim::ClipGradNorm(eager.params(), 0.5);
+    eager_adamw.Step();
+    Graph::Tensors out = step({{"x", x}, {"target", target}});
+    const float want = loss.ToVector<float>()[0];
+    EXPECT_NEAR(out.at("loss").ToVector<float>()[0], want, 1e-6 * (1 + std::abs(want))) << "step " << i;
+    EXPECT_NEAR(out.at("grad_norm").ToVector<float>()[0], norm, 1e-5 * (1 + norm)) << "step " << i;
+    EXPECT_GT(norm, 0.5) << "the test means every step to clip";
+  }
+  ExpectClose(captured.w1.ToVector<float>(), eager.w1.ToVector<float>(), 1e-5, "w1");
+  ExpectClose(captured.w2.ToVector<float>(), eager.w2.ToVector<float>(), 1e-5, "w2");
+
+  // The rewrite in the IR: each input cut four ways; forward and backward,
+  // traced on a micro-batch,
+  // copied once per micro-batch; each gradient and the loss summed over the
+  // micro-batches (three adds) and scaled once; clipping and AdamW once.
+  const ir::Graph& graph = step.Trace({{"x", randn({8, 8}, 1)}, {"target", randn({8, 3}, 2)}});
+  std::vector<int> per_micro_batch(4, 0);
+  int cuts = 0, updates = 0, averages = 0, once = 0;
+  for (const ir::Op& op : graph.ops()) {
+    if (op.micro_batch >= 0)
+      ++per_micro_batch.at(static_cast<size_t>(op.micro_batch));
+    else
+      ++once;
+    cuts += op.name == "micro_batch";
+    updates += op.name == "adamw_update";
+    if (op.name == "mul_scalar" && op.attrs.Get<double>("scalar") == 0.25) ++averages;
+    if (op.name == "micro_batch") {
+      EXPECT_EQ(graph.value(op.outputs[0]).shape[0], 2);
+    }
+  }
+  EXPECT_EQ(cuts, 2 * 4);
+  EXPECT_EQ(updates, 2);
+  EXPECT_EQ(graph.gradients().size(), 2u);
+  EXPECT_EQ(averages, 3);  // two gradients and the loss
+  EXPECT_GT(per_micro_batch[0], 10);
+  EXPECT_EQ(per_micro_batch[1], per_micro_batch[2]);
+  // Copy 0 starts the sums; every later copy adds to the three.
+  EXPECT_EQ(per_micro_batch[1], per_micro_batch[0] + 3);
+  EXPECT_GT(once, updates);
+  const std::string text = graph.ToText();
+  EXPECT_NE(text.find("[micro-batch 3]"), std::string::npos) << text;
+  for (int g : graph.gradients()) EXPECT_NE(text.find("gradient %" + std::to_string(g)), std::string::npos);
+}
+
+TEST(GradientAccumulation, OneMicroBatchChangesNothing) {
+  Regression m;
+  optim::AdamW adamw(m.params(), {.lr = 0.05});
+  Graph step("plain", [&](const Graph::Tensors& in) -> Graph::Tensors {
+    Tensor loss = m.Loss(in.at("x"), in.at("target"));
+    loss.backward();
+    adamw.Step();
+    return {{"loss", loss}};
+  });
+  const ir::Graph& graph = step.Trace({{"x", randn({8, 8}, 1)}, {"target", randn({8, 3}, 2)}});
+  for (const ir::Op& op : graph.ops()) {
+    EXPECT_NE(op.name, "micro_batch");
+    EXPECT_EQ(op.micro_batch, -1);
+  }
+  EXPECT_EQ(graph.gradients().size(), 2u);  // marked all the same
+}
+
+TEST(GradientAccumulation, WhatItCannotMeanIsNamed) {
+  Regression m;
+  optim::AdamW adamw(m.params(), {.lr = 0.05});
+  auto train = [&](const Graph::Tensors& in) {
+    Tensor loss = m.Loss(in.at("x"), in.at("target"));
+    loss.backward();
+    Tensor norm = optim::ClipGradNormTensor(m.params(), 1.0);
+    adamw.Step();
+    return std::make_pair(loss, norm);
+  };
+  const Tensor target6 = randn({6, 3}, 2);
+  Graph uneven("uneven",
+               [&](const Graph::Tensors& in) -> Graph::Tensors {
+                 return {{"loss", train(in).first}};
+               },
+               {.micro_batches = 4});
+  std::string error = ErrorOf([&] { uneven({{"x", randn({6, 8}, 1)}, {"target", target6}}); });
+  EXPECT_NE(error.find("graph 'uneven': input 'target' (f32 [6, 3]) has 6 rows in dimension 0; 4 "
+                       "micro-batches need a multiple of 4"),
+            std::string::npos)
+      << error;
+
+  Graph rows("rows",
+             [&](const Graph::Tensors& in) -> Graph::Tensors {
+               Tensor y = fn::matmul(in.at("x"), m.w1);
+               train(in);
+               return {{"hidden", y}};
+             },
+             {.micro_batches = 2});
+  error = ErrorOf([&] { rows({{"x", randn({8, 8}, 1)}, {"target", randn({8, 3}, 2)}}); });
+  EXPECT_NE(error.find("result 'hidden' (f32 [4, 16] per micro-batch) is computed from the batch"), std::string::npos)
+      << error;
+
+  Graph mixed("mixed",
+              [&](const Graph::Tensors& in) -> Graph::Tensors {
+                auto [loss, norm] = train(in);
+                return {{"loss_plus_norm", fn::add(loss, norm)}};
+              },
+              {.micro_batches = 2});
+  error = ErrorOf([&] { mixed({{"x", randn({8, 8}, 1)}, {"target", randn({8, 3}, 2)}}); });
+  EXPECT_NE(error.find("'add' reads %"), std::string::npos) << error;
+  EXPECT_NE(error.find("ops after backward may read the gradients or the batch's values, not both"),
+            std::string::npos)
+      << error;
+
+  error = ErrorOf(
+      [&] { Graph("bad", [&](const Graph::Tensors&) { return Graph::Tensors{}; }, {.micro_batches = 0}); });
+  EXPECT_NE(error.find("graph 'bad': micro_batches is 0; expected 1 or more"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace tessel
