@@ -2,10 +2,12 @@
 // trained for --steps steps on synthetic next-token data, under the layout
 // the launch gives: world = pp x dp x tp (e.g. 4 ranks with --tp 2 is dp 2 x
 // tp 2). Eagerly by default; with --graph the step (forward, backward,
-// clipping, AdamW) is captured once as a graph and that runs. The losses
-// depend neither on the layout nor on the mode.
+// clipping, AdamW) is captured once as a graph and that runs. With
+// --micro_batches each step accumulates gradients over that many parts of
+// its batch. The losses depend neither on the layout, nor on the mode, nor
+// on the micro-batch count.
 //
-//   tessel-launch --nproc_per_node 4 -- train_gpt --tp 2 [--graph]
+//   tessel-launch --nproc_per_node 4 -- train_gpt --tp 2 [--graph] [--micro_batches 4]
 #include <gflags/gflags.h>
 #include <tessel/tessel.h>
 
@@ -24,6 +26,10 @@ DEFINE_int64(pp, 1, "pipeline parallel size: layers spread over stages, run one 
 DEFINE_int64(steps, 20, "training steps");
 DEFINE_int64(batch, 8, "sequences per step");
 DEFINE_double(lr, 3e-3, "peak learning rate (warmup 3 steps, then cosine)");
+DEFINE_int32(micro_batches, 1,
+             "gradient accumulation: cut each step's batch into this many micro-batches, run forward and "
+             "backward on each and update once with the averaged gradients (the same step as the whole batch, "
+             "in a micro-batch's activation memory); --batch must divide by it");
 DEFINE_bool(graph, false,
             "graph mode: capture the training step (forward, backward, clipping, AdamW) once and run the "
             "captured graph at every step");
@@ -72,14 +78,20 @@ int main(int argc, char** argv) {
   models::GPT gpt(config);
   auto params = gpt.NamedParameters();
   optim::AdamW adamw(params, {.lr = FLAGS_lr, .weight_decay = 0.01});
+  TESSEL_CHECK(FLAGS_micro_batches >= 1 && FLAGS_batch % FLAGS_micro_batches == 0)
+      << "--micro_batches is " << FLAGS_micro_batches << " and --batch " << FLAGS_batch
+      << "; expected a count of 1 or more that divides the batch";
   // The same step as a graph: traced at the first call, run at every call.
-  Graph train_step("train_step", [&](const Graph::Tensors& in) -> Graph::Tensors {
-    Tensor loss = gpt.Loss(in.at("ids"), in.at("labels"));
-    loss.backward();
-    Tensor grad_norm = optim::ClipGradNormTensor(params, 1.0);
-    adamw.Step();
-    return {{"loss", loss}, {"grad_norm", grad_norm}};
-  });
+  Graph train_step(
+      "train_step",
+      [&](const Graph::Tensors& in) -> Graph::Tensors {
+        Tensor loss = gpt.Loss(in.at("ids"), in.at("labels"));
+        loss.backward();
+        Tensor grad_norm = optim::ClipGradNormTensor(params, 1.0);
+        adamw.Step();
+        return {{"loss", loss}, {"grad_norm", grad_norm}};
+      },
+      {.micro_batches = FLAGS_micro_batches});
   if (FLAGS_comm_trace) comm::CommTrace::Get().Start();
   auto start = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < FLAGS_steps; ++step) {
@@ -93,8 +105,16 @@ int main(int argc, char** argv) {
       loss = out.at("loss");
       grad_norm = optim::ScalarValue(out.at("grad_norm"));
     } else {
-      loss = gpt.Loss(ids, labels);
-      loss.backward();
+      // Eagerly, micro-batches are a loop: each backward adds its share
+      // (1/micro_batches of its mean loss) to the gradients.
+      const int64_t n = FLAGS_micro_batches, rows = FLAGS_batch / n;
+      for (int64_t k = 0; k < n; ++k) {
+        Tensor part = gpt.Loss(n == 1 ? ids : fn::slice(ids, 0, k * rows, (k + 1) * rows),
+                               n == 1 ? labels : fn::slice(labels, 0, k * rows, (k + 1) * rows));
+        if (n > 1) part = fn::mul_scalar(part, 1.0 / static_cast<double>(n));
+        part.backward();
+        loss = k == 0 ? part.detach() : fn::add(loss, part.detach());
+      }
       grad_norm = optim::ClipGradNorm(params, 1.0);
       adamw.Step();
     }

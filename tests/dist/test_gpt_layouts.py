@@ -1,8 +1,10 @@
 """The small GPT trained eagerly for 20 steps gives the same losses (1e-5
 relative) under layouts 1x1x1, dp2, tp2, pp2, dp2 x tp2, tp2 x pp2 and tp4,
 and the loss falls; in graph mode (--graph: the step captured once, then run)
-it gives them too under 1x1x1, dp2 x tp2 and tp2 x pp2. (Pipeline stages run
-one after another here: placement and cross-stage transfers, not the 1F1B
+it gives them too under 1x1x1, dp2 x tp2 and tp2 x pp2; and with gradient
+accumulation over 4 micro-batches (--micro_batches 4: a loop eagerly, a
+graph rewrite in graph mode) under dp2 x tp2. (Pipeline stages run one
+after another here: placement and cross-stage transfers, not the 1F1B
 schedule.)"""
 import argparse
 import os
@@ -17,14 +19,17 @@ parser.add_argument("--launcher", required=True)
 parser.add_argument("--program", required=True)
 args = parser.parse_args()
 
-# name: (ranks, tp, pp, graph mode); dp is derived.
-layouts = {"1x1x1": (1, 1, 1, False), "dp2": (2, 1, 1, False), "tp2": (2, 2, 1, False), "pp2": (2, 1, 2, False),
-           "dp2xtp2": (4, 2, 1, False), "tp2xpp2": (4, 2, 2, False), "tp4": (4, 4, 1, False),
-           "graph 1x1x1": (1, 1, 1, True), "graph dp2xtp2": (4, 2, 1, True), "graph tp2xpp2": (4, 2, 2, True)}
+# name: (ranks, tp, pp, graph mode, micro-batches); dp is derived.
+layouts = {"1x1x1": (1, 1, 1, False, 1), "dp2": (2, 1, 1, False, 1), "tp2": (2, 2, 1, False, 1),
+           "pp2": (2, 1, 2, False, 1), "dp2xtp2": (4, 2, 1, False, 1), "tp2xpp2": (4, 2, 2, False, 1),
+           "tp4": (4, 4, 1, False, 1), "graph 1x1x1": (1, 1, 1, True, 1), "graph dp2xtp2": (4, 2, 1, True, 1),
+           "graph tp2xpp2": (4, 2, 2, True, 1), "dp2xtp2 4 micro-batches": (4, 2, 1, False, 4),
+           "graph dp2xtp2 4 micro-batches": (4, 2, 1, True, 4)}
 losses = {}
-for name, (nproc, tp, pp, graph) in layouts.items():
+for name, (nproc, tp, pp, graph, micro_batches) in layouts.items():
     code, out, secs = run([args.launcher, "--nproc_per_node", str(nproc), "--master_port", "0", "--max_run_s", "200",
-                           "--", args.program, f"--tp={tp}", f"--pp={pp}", "--steps=20"]
+                           "--", args.program, f"--tp={tp}", f"--pp={pp}", "--steps=20",
+                           f"--micro_batches={micro_batches}"]
                           + (["--graph"] if graph else []), timeout=240)
     check(f"{name}: training ran ({secs:.1f} s)", code == 0, out)
     losses[name] = [float(v) for v in re.findall(r"\[rank 0\] step \d+ loss ([0-9.]+)", out)]
