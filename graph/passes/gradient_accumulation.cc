@@ -22,9 +22,7 @@
 // ops is only allowed where no in-place update (OpDef::mutates) changes
 // what a moved op reads; otherwise the op pair is named in the error.
 #include <algorithm>
-#include <limits>
 #include <map>
-#include <sstream>
 #include <vector>
 
 #include "core/error.h"
@@ -125,7 +123,8 @@ void AccumulateGradients(ir::Graph& graph, int micro_batches) {
     if (v.kind != ir::Value::Kind::kOpOutput || !per_micro[id] || gradients.count(id) > 0) continue;
     TESSEL_CHECK(v.shape.numel() == 1 && IsFloating(v.dtype))
         << "gradient accumulation: result '" << name << "' (" << v.SpecString()
-        << " per micro-batch) is computed from the batch, so each micro-batch has its own; a result computed from the batch "
+        << " per micro-batch) is computed from the batch, so each micro-batch has its own; a result computed "
+           "from the batch "
            "must be a floating scalar (a mean loss), returned as the average over the "
         << n << " micro-batches";
     if (std::find(averaged.begin(), averaged.end(), id) == averaged.end()) averaged.push_back(id);

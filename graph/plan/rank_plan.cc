@@ -87,6 +87,7 @@ void CompileRankPlan(const ir::Graph& graph, int rank, proto::RankPlanProto* pla
     proto::PlanOpProto* p = plan->add_ops();
     p->set_op(op.id);
     p->set_name(op.name);
+    if (op.micro_batch >= 0) p->set_micro_batch(op.micro_batch);
     for (const auto& [k, a] : op.attrs.values()) p->add_attrs(k + "=" + ir::AttrString(a));
     for (int id : op.inputs) p->add_inputs(id), values.insert(id);
     for (int id : op.outputs) p->add_outputs(id), values.insert(id);
@@ -137,6 +138,7 @@ std::string RankPlanText(const proto::RankPlanProto& plan) {
      << " ops\n";
   for (const proto::PlanOpProto& op : plan.ops()) {
     os << "  " << op.op() << ": " << op.name();
+    if (op.has_micro_batch()) os << " [micro-batch " << op.micro_batch() << "]";
     for (const proto::CommProto& c : op.comms()) {
       os << "  [" << c.kind() << " " << c.elements() << " " << c.dtype();
       if (c.kind() == "send" || c.kind() == "recv") {

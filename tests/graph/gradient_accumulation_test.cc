@@ -165,7 +165,8 @@ TEST(GradientAccumulation, WhatItCannotMeanIsNamed) {
              },
              {.micro_batches = 2});
   error = ErrorOf([&] { rows({{"x", randn({8, 8}, 1)}, {"target", randn({8, 3}, 2)}}); });
-  EXPECT_NE(error.find("result 'hidden' (f32 [4, 16] per micro-batch) is computed from the batch"), std::string::npos)
+  EXPECT_NE(error.find("result 'hidden' (f32 [4, 16] per micro-batch) is computed from the batch"),
+            std::string::npos)
       << error;
 
   Graph mixed("mixed",
@@ -174,6 +175,17 @@ TEST(GradientAccumulation, WhatItCannotMeanIsNamed) {
                 return {{"loss_plus_norm", fn::add(loss, norm)}};
               },
               {.micro_batches = 2});
+  // A forward after the update: its copies would run before the update.
+  Graph again("forward_after_update",
+              [&](const Graph::Tensors& in) -> Graph::Tensors {
+                Tensor loss = train(in).first;
+                return {{"loss", loss}, {"loss_after", m.Loss(in.at("x"), in.at("target"))}};
+              },
+              {.micro_batches = 2});
+  error = ErrorOf([&] { again({{"x", randn({8, 8}, 1)}, {"target", randn({8, 3}, 2)}}); });
+  EXPECT_NE(error.find("'adamw_update' and op "), std::string::npos) << error;
+  EXPECT_NE(error.find("one updates it in place"), std::string::npos) << error;
+
   error = ErrorOf([&] { mixed({{"x", randn({8, 8}, 1)}, {"target", randn({8, 3}, 2)}}); });
   EXPECT_NE(error.find("'add' reads %"), std::string::npos) << error;
   EXPECT_NE(error.find("ops after backward may read the gradients or the batch's values, not both"),
