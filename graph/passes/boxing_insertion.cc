@@ -56,9 +56,9 @@ void InsertBoxing(ir::Graph& graph) {
         box.name = "to_global";
         box.attrs = LayoutAttrs(v.placement, want);
         box.inputs = {v.id};
-        box.outputs = {graph.NewValue(spec)};
         // Converting one micro-batch's value is part of that micro-batch.
         if (v.producer >= 0) box.micro_batch = graph.ops()[static_cast<size_t>(v.producer)].micro_batch;
+        box.outputs = {graph.NewValue(spec)};  // `v` dangles from here: values may move
         it->second = box.outputs[0];
         out.push_back(std::move(box));
       }

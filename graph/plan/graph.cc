@@ -76,11 +76,7 @@ const ir::Graph& Graph::Trace(const Tensors& inputs) {
     InterpreterScope scope(autograd);
     // Each leaf's gradient as the last backward left it.
     std::map<const void*, Tensor> gradients;
-    std::vector<const void*> leaves;
-    LeafGradientWatch watch([&](const void* leaf, const Tensor& grad) {
-      if (gradients.count(leaf) == 0) leaves.push_back(leaf);
-      gradients[leaf] = grad;
-    });
+    LeafGradientWatch watch([&](const void* leaf, const Tensor& grad) { gradients[leaf] = grad; });
     Tensors lazy;
     for (const auto& [name, t] : inputs) lazy[name] = MicroBatchOf(name, tracer.Input(name, t));
     Tensors results;
@@ -100,10 +96,8 @@ const ir::Graph& Graph::Trace(const Tensors& inputs) {
       TESSEL_CHECK(t.defined()) << "graph '" << name_ << "': result '" << name << "' is an undefined tensor";
       graph->MarkOutput(name, tracer.ValueOf(t, "result '" + name + "'"));
     }
-    for (const void* leaf : leaves) {
-      const Tensor& grad = gradients.at(leaf);
+    for (const auto& [leaf, grad] : gradients)
       if (grad.is_lazy()) graph->MarkGradient(tracer.ValueOf(grad, "a gradient"));
-    }
   }
   const size_t traced_ops = graph->ops().size();
   passes::CompileOptions options = passes::CompileOptions::FromFlags();

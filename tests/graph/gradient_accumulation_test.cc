@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/ir/graph_ir.pb.h"
 #include "graph/plan/graph.h"
 #include "layers/optimizer.h"
 #include "ops/functional.h"
@@ -113,6 +114,12 @@ TEST(GradientAccumulation, FourMicroBatchesEqualOneStepOnTheWholeBatch) {
   // Copy 0 starts the sums; every later copy adds to the three.
   EXPECT_EQ(per_micro_batch[1], per_micro_batch[0] + 3);
   EXPECT_GT(once, updates);
+  proto::GraphProto serialised;
+  graph.ToProto(&serialised);
+  EXPECT_EQ(serialised.gradients_size(), 2);
+  int copies = 0;
+  for (const proto::OpProto& op : serialised.ops()) copies += op.has_micro_batch();
+  EXPECT_EQ(copies, per_micro_batch[0] + per_micro_batch[1] + per_micro_batch[2] + per_micro_batch[3]);
   const std::string text = graph.ToText();
   EXPECT_NE(text.find("[micro-batch 3]"), std::string::npos) << text;
   for (int g : graph.gradients()) EXPECT_NE(text.find("gradient %" + std::to_string(g)), std::string::npos);
