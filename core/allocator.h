@@ -29,6 +29,9 @@ class Allocator {
   // Returns every cached block to the system.
   virtual void EmptyCache() = 0;
   virtual AllocatorStats stats() const = 0;
+  // Starts a new peak: peak_allocated_bytes becomes allocated_bytes (how a
+  // caller measures the working memory of one piece of work).
+  virtual void ResetPeak() = 0;
   virtual Device device() const = 0;
 };
 
@@ -46,6 +49,7 @@ class CachingAllocator : public Allocator {
   void Free(void* ptr, size_t bytes) override;
   void EmptyCache() override;
   AllocatorStats stats() const override;
+  void ResetPeak() override;
 
   static size_t RoundToSizeClass(size_t bytes);
 

@@ -78,6 +78,7 @@ void RegisterLayoutOps() {
     const Shape shape(a.Get<std::vector<int64_t>>("shape"));
     return std::vector<Tensor>{FromLocalImpl(in[0], placement, nd_sbp, &shape)};
   };
+  from_local.view = true;  // this rank's shard is the local tensor itself
   from_local.saved = OpDef::SavedForGrad{};
   from_local.grad = LayoutChangeGrad;
   RegisterOp(std::move(from_local));

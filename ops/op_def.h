@@ -148,6 +148,10 @@ struct OpDef {
   // signature inference keeps their layouts; and autograd refuses to update
   // a tensor that requires gradients while recording.
   std::vector<int> mutates;
+  // The result is a view of input 0 (same storage; reshape): memory
+  // planning (graph/passes/memory_planning.h) counts no new bytes for it
+  // and keeps input 0's buffer alive as long as the view.
+  bool view = false;
   std::function<std::vector<Tensor>(const GradContext&)> grad;  // unset: not differentiable
   // Which values the gradient function reads (indices into inputs and
   // outputs). Unset: all of them. Autograd keeps the others as metadata

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "graph/autograd.h"
 #include "graph/ir/tracer.h"
+#include "graph/passes/memory_planning.h"
 #include "graph/passes/pass_manager.h"
 #include "graph/plan/in_order_executor.h"
 #include "ops/functional.h"
@@ -106,7 +107,8 @@ const ir::Graph& Graph::Trace(const Tensors& inputs) {
   LOG_IF(INFO, CurrentRank() == 0)
       << "graph '" << name_ << "': traced " << traced_ops << " ops and compiled them to "
       << graph->ops().size() << " in "
-      << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * 1e3 << " ms";
+      << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * 1e3
+      << " ms; memory on rank 0: " << passes::MemoryPlanText(passes::PlanMemory(*graph, 0));
   return *cache_.emplace(key.str(), std::move(graph)).first->second;
 }
 

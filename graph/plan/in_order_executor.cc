@@ -2,13 +2,15 @@
 
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/error.h"
 #include "graph/eager_interpreter.h"
+#include "graph/passes/memory_planning.h"
 
 namespace tessel {
 
-std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph,
-                                         const std::map<std::string, Tensor>& inputs) {
+std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs,
+                                         RunStats* stats) {
   std::vector<Tensor> env(graph.values().size());
   size_t bound = 0;
   for (const ir::Value& v : graph.values()) {
@@ -31,11 +33,16 @@ std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph,
   if (bound != inputs.size()) {
     for (const auto& [name, t] : inputs) graph.InputId(name);  // throws naming the unknown input
   }
-  // Each op value is dropped after its last reader (outputs are kept).
-  std::vector<int> last_use(env.size(), -1);
-  for (const ir::Op& op : graph.ops())
-    for (int i : op.inputs) last_use[i] = op.id;
-  for (const auto& [name, id] : graph.outputs()) last_use[id] = static_cast<int>(graph.ops().size());
+  // Each op result is dropped after its last reader (right away if nothing
+  // reads it), as memory planning assumes; named results are kept.
+  const std::vector<int> last_use = passes::LastReaders(graph);
+  auto drop_if_done = [&](int id, int op_id) {
+    if (last_use[static_cast<size_t>(id)] == op_id && graph.value(id).kind == ir::Value::Kind::kOpOutput)
+      env[static_cast<size_t>(id)] = Tensor();
+  };
+  Allocator* allocator = GetAllocator(Device::CPU());
+  const int64_t held_before = allocator->stats().allocated_bytes;
+  if (stats != nullptr) allocator->ResetPeak();
   Interpreter& eager = EagerInterpreter();
   for (const ir::Op& op : graph.ops()) {
     std::vector<Tensor> args;
@@ -62,9 +69,10 @@ std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph,
           << outs[o].ToString() << " for %" << want.id << ", compiled as " << want.SpecString();
       env[op.outputs[o]] = std::move(outs[o]);
     }
-    for (int i : op.inputs)
-      if (last_use[i] == op.id && graph.value(i).kind == ir::Value::Kind::kOpOutput) env[i] = Tensor();
+    for (int i : op.inputs) drop_if_done(i, op.id);
+    for (int o : op.outputs) drop_if_done(o, op.id);
   }
+  if (stats != nullptr) stats->peak_bytes = allocator->stats().peak_allocated_bytes - held_before;
   std::map<std::string, Tensor> results;
   for (const auto& [name, id] : graph.outputs()) results[name] = env[id];
   return results;

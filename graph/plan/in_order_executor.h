@@ -6,6 +6,7 @@
 // otherwise).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -13,9 +14,20 @@
 
 namespace tessel {
 
+struct RunStats {
+  // The most CPU memory the run held at once beyond what was held when it
+  // started: op results alive together (graph/passes/memory_planning.h
+  // predicts these) plus whatever kernels and communication allocate for
+  // themselves. Measured by the allocator, so other threads' CPU
+  // allocations during the run count too.
+  int64_t peak_bytes = 0;
+};
+
 // Binds every graph input by name (each must be given, with the shape,
 // dtype and layout it was traced with; errors name the input and both
-// specs) and returns the named outputs.
-std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs);
+// specs) and returns the named outputs. Each op result is freed after its
+// last reader. With `stats`, measures the run's peak memory.
+std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs,
+                                         RunStats* stats = nullptr);
 
 }  // namespace tessel

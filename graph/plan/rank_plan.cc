@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "graph/passes/memory_planning.h"
 #include "graph/plan/rank_plan.pb.h"
 #include "sbp/boxing_plan.h"
 #include "sbp/global_tensor.h"
@@ -130,6 +131,14 @@ void CompileRankPlan(const ir::Graph& graph, int rank, proto::RankPlanProto* pla
     s->set_count(cb.first);
     s->set_bytes(cb.second);
   }
+  const passes::MemoryPlan memory = passes::PlanMemory(graph, rank);
+  proto::MemoryProto* m = plan->mutable_memory();
+  m->set_variable_bytes(memory.variable_bytes);
+  m->set_input_bytes(memory.input_bytes);
+  m->set_peak_bytes(memory.peak_bytes);
+  m->set_peak_op(memory.peak_op);
+  m->set_peak_op_name(memory.peak_op_name);
+  m->set_total_bytes(memory.total_bytes);
 }
 
 std::string RankPlanText(const proto::RankPlanProto& plan) {
@@ -155,6 +164,14 @@ std::string RankPlanText(const proto::RankPlanProto& plan) {
   os << "communication per step:\n";
   for (const proto::CommSummaryProto& s : plan.comm_summary())
     os << "  " << s.kind() << ": " << s.count() << " ops, " << s.bytes() << " bytes\n";
+  passes::MemoryPlan memory;
+  memory.variable_bytes = plan.memory().variable_bytes();
+  memory.input_bytes = plan.memory().input_bytes();
+  memory.peak_bytes = plan.memory().peak_bytes();
+  memory.peak_op = plan.memory().peak_op();
+  memory.peak_op_name = plan.memory().peak_op_name();
+  memory.total_bytes = plan.memory().total_bytes();
+  os << "memory: " << passes::MemoryPlanText(memory) << "\n";
   return os.str();
 }
 

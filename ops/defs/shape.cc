@@ -84,6 +84,7 @@ void RegisterShapeOps() {
     // Kernels never write their inputs, so the result can share the data.
     return std::vector<Tensor>{in[0].Reshape(shape)};
   };
+  reshape.view = true;
   reshape.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
   reshape.grad = [](const GradContext& c) {
     return std::vector<Tensor>{fn::reshape(c.grad_outputs[0], c.inputs[0].shape())};

@@ -78,6 +78,15 @@ TEST(RankPlan, HoldsOnlyTheRanksOwnOpsAndWhatItCommunicates) {
   const std::string text = RankPlanText(r2);
   EXPECT_NE(text.find("[recv 64 f32 from 0]"), std::string::npos) << text;
   EXPECT_NE(text.find("all-gather: 1 ops, 512 bytes"), std::string::npos) << text;
+
+  // Memory (graph/passes/memory_planning.h): rank 0 holds its 256-byte
+  // shard of h (one 512-byte block); rank 2 holds the received shard and
+  // tanh's result at once, then tanh's result and the gathered copy.
+  EXPECT_EQ(r0.memory().peak_bytes(), 512);
+  EXPECT_EQ(r2.memory().peak_bytes(), 1024);
+  EXPECT_EQ(r2.memory().peak_op(), 2);
+  EXPECT_EQ(outside.memory().peak_bytes(), 0);
+  EXPECT_NE(text.find("memory: peak 1.0 KiB of op results (at op 2 'tanh')"), std::string::npos) << text;
 }
 
 TEST(RankPlan, CompilesToTheSameBytesEveryTime) {

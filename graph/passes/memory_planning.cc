@@ -1,0 +1,121 @@
+#include "graph/passes/memory_planning.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/allocator.h"
+#include "graph/global_tensor_ops.h"
+#include "sbp/global_tensor.h"
+
+namespace tessel::passes {
+namespace {
+
+// The value output `o` of `op` shares its storage with (a view, an in-place
+// update, a layout change that changes nothing); -1 if it has its own.
+int StorageSource(const ir::Graph& graph, const ir::Op& op, size_t o) {
+  const OpDef& def = GetOpDef(op.name);
+  if (o < def.mutates.size()) return op.inputs[static_cast<size_t>(def.mutates[o])];
+  if (o == 0 && def.view) return op.inputs[0];
+  if (o == 0 && op.name == "to_global") {
+    const ir::Value& in = graph.value(op.inputs[0]);
+    const ir::Value& out = graph.value(op.outputs[0]);
+    if (in.placement == out.placement && in.nd_sbp == out.nd_sbp) return op.inputs[0];
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::string FormatBytes(int64_t bytes) {
+  char buf[32];
+  if (bytes >= (int64_t{1} << 20)) {
+    std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+  } else if (bytes >= 1024) {
+    std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(bytes) / 1024);
+  } else {
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  }
+  return buf;
+}
+
+std::vector<int> LastReaders(const ir::Graph& graph) {
+  std::vector<int> last(graph.values().size(), -1);
+  for (const ir::Op& op : graph.ops()) {
+    for (int id : op.outputs) last[static_cast<size_t>(id)] = op.id;
+    for (int id : op.inputs) last[static_cast<size_t>(id)] = op.id;
+  }
+  for (const auto& [name, id] : graph.outputs())
+    last[static_cast<size_t>(id)] = static_cast<int>(graph.ops().size());
+  return last;
+}
+
+int64_t ShardBytes(const ir::Value& value, int rank) {
+  if (value.is_global() && !value.placement.Contains(rank)) return 0;
+  const int64_t elements = value.is_global()
+                               ? LocalBox(value.shape, value.placement, value.nd_sbp, rank).numel()
+                               : value.shape.numel();
+  const int64_t bytes = elements * static_cast<int64_t>(ElementSize(value.dtype));
+  return bytes == 0 ? 0
+                    : static_cast<int64_t>(CachingAllocator::RoundToSizeClass(static_cast<size_t>(bytes)));
+}
+
+MemoryPlan PlanMemory(const ir::Graph& graph, int rank) {
+  EnsureLayoutOps();  // StorageSource looks up to_global
+  MemoryPlan plan;
+  plan.rank = rank;
+  const size_t num_ops = graph.ops().size();
+  plan.live_bytes.assign(num_ops, 0);
+  for (const ir::Value& v : graph.values()) {
+    if (v.kind == ir::Value::Kind::kVariable) plan.variable_bytes += ShardBytes(v, rank);
+    if (v.kind == ir::Value::Kind::kInput) plan.input_bytes += ShardBytes(v, rank);
+  }
+  // Each op result's block: its own, or the one it shares (through chains
+  // of views); a block lives until the last reader of any value on it.
+  std::vector<int> block(graph.values().size());
+  for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<int>(i);
+  const std::vector<int> last = LastReaders(graph);
+  std::vector<int> block_end(last);
+  for (const ir::Op& op : graph.ops()) {
+    for (size_t o = 0; o < op.outputs.size(); ++o) {
+      const int source = StorageSource(graph, op, o);
+      if (source < 0) continue;
+      const int b = block[static_cast<size_t>(source)];
+      block[static_cast<size_t>(op.outputs[o])] = b;
+      block_end[static_cast<size_t>(b)] =
+          std::max(block_end[static_cast<size_t>(b)], last[static_cast<size_t>(op.outputs[o])]);
+    }
+  }
+  // Bytes each op allocates, and bytes freed after each op.
+  std::vector<int64_t> born(num_ops, 0), freed(num_ops + 1, 0);
+  for (const ir::Op& op : graph.ops()) {
+    for (int id : op.outputs) {
+      if (block[static_cast<size_t>(id)] != id) continue;  // shares another's block
+      const int64_t bytes = ShardBytes(graph.value(id), rank);
+      born[static_cast<size_t>(op.id)] += bytes;
+      freed[static_cast<size_t>(block_end[static_cast<size_t>(id)])] += bytes;
+      plan.total_bytes += bytes;
+    }
+  }
+  int64_t live = 0;
+  for (size_t k = 0; k < num_ops; ++k) {
+    live += born[k];
+    plan.live_bytes[k] = live;
+    if (live > plan.peak_bytes) plan.peak_bytes = live, plan.peak_op = static_cast<int>(k);
+    live -= freed[k];
+  }
+  if (plan.peak_op >= 0) plan.peak_op_name = graph.ops()[static_cast<size_t>(plan.peak_op)].name;
+  return plan;
+}
+
+std::string MemoryPlanText(const MemoryPlan& plan) {
+  std::string text = "peak " + FormatBytes(plan.peak_bytes) + " of op results";
+  if (plan.peak_op >= 0) text += " (at op " + std::to_string(plan.peak_op) + " '" + plan.peak_op_name + "')";
+  return text.append(", ")
+      .append(FormatBytes(plan.total_bytes))
+      .append(" without reuse; variables ")
+      .append(FormatBytes(plan.variable_bytes))
+      .append(", inputs ")
+      .append(FormatBytes(plan.input_bytes));
+}
+
+}  // namespace tessel::passes
