@@ -26,13 +26,17 @@ DEFINE_int64(pp, 1, "pipeline parallel size: layers spread over stages, run one 
 DEFINE_int64(steps, 20, "training steps");
 DEFINE_int64(batch, 8, "sequences per step");
 DEFINE_double(lr, 3e-3, "peak learning rate (warmup 3 steps, then cosine)");
-DEFINE_int32(micro_batches, 1,
-             "gradient accumulation: cut each step's batch into this many micro-batches, run forward and "
-             "backward on each and update once with the averaged gradients (the same step as the whole batch, "
-             "in a micro-batch's activation memory); --batch must divide by it");
+DEFINE_int32(
+    micro_batches, 1,
+    "gradient accumulation: cut each step's batch into this many micro-batches, run forward and "
+    "backward on each and update once with the averaged gradients (the same step as the whole batch, "
+    "in a micro-batch's activation memory); --batch must divide by it");
 DEFINE_bool(graph, false,
             "graph mode: capture the training step (forward, backward, clipping, AdamW) once and run the "
             "captured graph at every step");
+DEFINE_bool(activation_checkpoint, false,
+            "with --graph: recompute each transformer layer in backward instead of keeping its activations "
+            "(less memory, one more forward of each layer per step)");
 DEFINE_int64(
     report_memory_every, 0,
     "every this many steps, print rank 0's resident memory and the dispatch caches' sizes (0: never)");
@@ -72,6 +76,9 @@ void MakeBatch(int64_t step, int64_t batch, int64_t seq, int64_t vocab, Tensor* 
 int main(int argc, char** argv) {
   tessel::Init(&argc, &argv);
   models::GPTConfig config;
+  TESSEL_CHECK(!FLAGS_activation_checkpoint || FLAGS_graph)
+      << "--activation_checkpoint recomputes layers in a captured step; it needs --graph";
+  config.activation_checkpoint = FLAGS_activation_checkpoint;
   dist::Setup({.tensor_parallel_size = FLAGS_tp,
                .pipeline_parallel_size = FLAGS_pp,
                .pipeline_num_layers = config.layers});
@@ -82,16 +89,15 @@ int main(int argc, char** argv) {
       << "--micro_batches is " << FLAGS_micro_batches << " and --batch " << FLAGS_batch
       << "; expected a count of 1 or more that divides the batch";
   // The same step as a graph: traced at the first call, run at every call.
-  Graph train_step(
-      "train_step",
-      [&](const Graph::Tensors& in) -> Graph::Tensors {
-        Tensor loss = gpt.Loss(in.at("ids"), in.at("labels"));
-        loss.backward();
-        Tensor grad_norm = optim::ClipGradNormTensor(params, 1.0);
-        adamw.Step();
-        return {{"loss", loss}, {"grad_norm", grad_norm}};
-      },
-      {.micro_batches = FLAGS_micro_batches});
+  Graph train_step("train_step",
+                   [&](const Graph::Tensors& in) -> Graph::Tensors {
+                     Tensor loss = gpt.Loss(in.at("ids"), in.at("labels"));
+                     loss.backward();
+                     Tensor grad_norm = optim::ClipGradNormTensor(params, 1.0);
+                     adamw.Step();
+                     return {{"loss", loss}, {"grad_norm", grad_norm}};
+                   },
+                   {.micro_batches = FLAGS_micro_batches});
   if (FLAGS_comm_trace) comm::CommTrace::Get().Start();
   auto start = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < FLAGS_steps; ++step) {

@@ -16,6 +16,9 @@ namespace tessel {
 namespace {
 thread_local bool g_grad_mode = true;
 thread_local LeafGradientWatch* g_leaf_gradient_watch = nullptr;
+thread_local int g_recompute_region = -1;
+thread_local int g_recompute_regions_opened = 0;
+thread_local bool g_in_backward = false;
 
 // Sum of two gradients that may be undefined.
 Tensor Accumulate(const Tensor& a, const Tensor& b) {
@@ -54,6 +57,12 @@ LeafGradientWatch::LeafGradientWatch(Callback on_gradient)
   g_leaf_gradient_watch = this;
 }
 LeafGradientWatch::~LeafGradientWatch() { g_leaf_gradient_watch = previous_; }
+RecomputeScope::RecomputeScope() : previous_(g_recompute_region) {
+  if (g_recompute_region < 0) g_recompute_region = g_recompute_regions_opened++;
+}
+RecomputeScope::~RecomputeScope() { g_recompute_region = previous_; }
+int CurrentRecomputeRegion() { return g_recompute_region; }
+bool InBackward() { return g_in_backward; }
 NoGradGuard::NoGradGuard() : previous_(g_grad_mode) { g_grad_mode = false; }
 NoGradGuard::~NoGradGuard() { g_grad_mode = previous_; }
 
@@ -104,6 +113,11 @@ void Tensor::backward(const Tensor& gradient) const {
   TESSEL_CHECK(seed.shape() == shape())
       << "backward() gradient of shape " << seed.shape() << " for a tensor of shape " << shape();
   NoGradGuard no_grad;  // backward ops are not recorded (no double backward yet)
+  struct InBackwardGuard {
+    bool previous = g_in_backward;
+    InBackwardGuard() { g_in_backward = true; }
+    ~InBackwardGuard() { g_in_backward = previous; }
+  } in_backward;
   Edge root = EdgeOf(*this);
   // Leaves that got a gradient, for a LeafGradientWatch.
   std::vector<AutogradMeta*> reached;

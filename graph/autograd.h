@@ -46,6 +46,30 @@ class LeafGradientWatch {
   LeafGradientWatch* previous_;
 };
 
+// Activation checkpointing: the ops recorded while a RecomputeScope is
+// alive on this thread form one region. A traced step (graph mode) keeps
+// only what flows into the region for backward and recomputes the region's
+// activations there (graph/passes: activation_checkpointing), trading a
+// second forward of the region for its memory. Eager mode keeps its
+// activations (the scope changes nothing there). A scope opened inside
+// another joins the outer one's region.
+class RecomputeScope {
+ public:
+  RecomputeScope();
+  ~RecomputeScope();
+  RecomputeScope(const RecomputeScope&) = delete;
+  RecomputeScope& operator=(const RecomputeScope&) = delete;
+
+ private:
+  int previous_;
+};
+// The region ops recorded now belong to; -1 outside every RecomputeScope.
+int CurrentRecomputeRegion();
+
+// Whether this thread is inside backward(): the ops applied now are
+// gradient ops (a tracer marks them so).
+bool InBackward();
+
 // Autograd as a layer: applies each op through `inner`, then, when an input
 // requires a gradient and grad mode is on, records a node whose backward is
 // the op's gradient function (ops/defs). The node keeps only what the op

@@ -1,8 +1,10 @@
 #include "layers/transformer.h"
 
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
+#include "graph/autograd.h"
 #include "layers/common.h"
 #include "layers/dist.h"
 #include "ops/functional.h"
@@ -73,6 +75,8 @@ TransformerLayer::TransformerLayer(int64_t hidden, int64_t heads, int64_t ffn_hi
 
 Tensor TransformerLayer::operator()(const Tensor& x_in, const Tensor& mask) const {
   Tensor x = ToHidden(x_in, ln1.weight.placement());  // move to this layer's stage
+  std::optional<RecomputeScope> checkpoint;  // not around the move: recomputing it would communicate again
+  if (options_.activation_checkpoint) checkpoint.emplace();
   if (options_.pre_ln) {
     x = fn::add(x, attention(ln1(x), mask));
     return fn::add(x, mlp(ln2(x)));

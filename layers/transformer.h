@@ -51,6 +51,10 @@ struct TransformerLayerOptions {
   bool pre_ln = true;
   bool causal = true;
   uint64_t seed = 1000;
+  // Activation checkpointing (graph mode): the layer's forward after the
+  // move to its stage is one RecomputeScope, recomputed in backward, so only
+  // its input stays alive between forward and backward.
+  bool activation_checkpoint = false;
 };
 
 class TransformerLayer : public nn::Module {

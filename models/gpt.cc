@@ -16,7 +16,8 @@ GPT::GPT(const GPTConfig& c)
     blocks_.push_back(std::make_unique<layers::TransformerLayer>(
         c.hidden, c.heads, c.ffn_hidden ? c.ffn_hidden : 4 * c.hidden,
         layers::TransformerLayerOptions{.layer_idx = i,
-                                        .seed = c.seed + 100 * static_cast<uint64_t>(i + 1)}));
+                                        .seed = c.seed + 100 * static_cast<uint64_t>(i + 1),
+                                        .activation_checkpoint = c.activation_checkpoint}));
     RegisterModule(std::string("h").append(std::to_string(i)), *blocks_.back());
   }
   RegisterModule("ln_f", ln_f_);

@@ -20,6 +20,9 @@ struct GPTConfig {
   int64_t max_seq = 32;
   int64_t ffn_hidden = 0;  // 0: 4 x hidden
   uint64_t seed = 2024;
+  // Recompute each transformer layer in backward instead of keeping its
+  // activations (graph mode; TransformerLayerOptions::activation_checkpoint).
+  bool activation_checkpoint = false;
 };
 
 class GPT : public nn::Module {

@@ -152,6 +152,10 @@ struct OpDef {
   // planning (graph/passes/memory_planning.h) counts no new bytes for it
   // and keeps input 0's buffer alive as long as the view.
   bool view = false;
+  // Bytes the kernel (or `run`) allocates for itself and frees before it
+  // returns, from this rank's shard specs of the inputs: memory planning
+  // counts them while the op runs. Unset: none.
+  std::function<int64_t(const std::vector<TensorSpec>& shards)> workspace_bytes;
   std::function<std::vector<Tensor>(const GradContext&)> grad;  // unset: not differentiable
   // Which values the gradient function reads (indices into inputs and
   // outputs). Unset: all of them. Autograd keeps the others as metadata

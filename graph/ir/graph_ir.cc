@@ -266,6 +266,8 @@ std::string Graph::ToText() const {
     }
     if (!first) os << "}";
     if (op.micro_batch >= 0) os << " [micro-batch " << op.micro_batch << "]";
+    if (op.recompute_region >= 0)
+      os << (op.backward ? " [recompute " : " [checkpoint ") << op.recompute_region << "]";
     for (size_t o = 0; o < op.outputs.size(); ++o)
       os << (o ? ", " : " : ") << values_[static_cast<size_t>(op.outputs[o])].SpecString();
     os << "\n";
@@ -295,6 +297,8 @@ std::string Graph::ToDot() const {
   for (const Op& op : ops_) {
     std::string label = std::to_string(op.id) + ": " + op.name;
     if (op.micro_batch >= 0) label += " [mb " + std::to_string(op.micro_batch) + "]";
+    if (op.recompute_region >= 0)
+      label += (op.backward ? " [recompute " : " [checkpoint ") + std::to_string(op.recompute_region) + "]";
     os << "  op" << op.id << " [shape=box, label=" << Quoted(label) << "];\n";
     for (int i : op.inputs)
       os << "  " << source(i) << " -> op" << op.id << " [label=" << Quoted(values_[i].SpecString()) << "];\n";
@@ -358,6 +362,8 @@ void Graph::ToProto(proto::GraphProto* out) const {
     for (const NdSbp& s : op.input_sbp) p->add_input_sbp(s.ToString());
     for (const NdSbp& s : op.output_sbp) p->add_output_sbp(s.ToString());
     if (op.micro_batch >= 0) p->set_micro_batch(op.micro_batch);
+    p->set_backward(op.backward);
+    if (op.recompute_region >= 0) p->set_recompute_region(op.recompute_region);
   }
   for (int id : gradients_)
     if (IsLive(id)) out->add_gradients(id);

@@ -66,6 +66,12 @@ struct Op {
   // once per micro-batch (graph/passes: gradient_accumulation); -1: the op
   // runs once per step.
   int micro_batch = -1;
+  // A gradient op: recorded while autograd ran backward().
+  bool backward = false;
+  // The activation-checkpoint region (RecomputeScope) a forward op belongs
+  // to, or, on a backward op, the region it recomputes (graph/passes:
+  // activation_checkpointing); -1: none.
+  int recompute_region = -1;
 };
 
 class Graph {
@@ -91,6 +97,8 @@ class Graph {
   std::vector<int> AddOp(const std::string& op, const Attrs& attrs, std::vector<int> inputs,
                          const std::vector<Value>& output_specs, std::vector<NdSbp> input_sbp = {},
                          std::vector<NdSbp> output_sbp = {});
+  // The op with this id, for the tracer to tag the op it just appended.
+  Op& mutable_op(int id) { return ops_.at(static_cast<size_t>(id)); }
   // Names a value as a result; throws if the name is taken.
   void MarkOutput(const std::string& name, int value);
   // Marks a value as a variable's gradient as backward left it (the trace

@@ -1,6 +1,7 @@
 #include "graph/ir/tracer.h"
 
 #include "core/error.h"
+#include "graph/autograd.h"
 #include "graph/sbp_inference.h"
 #include "sbp/global_tensor.h"
 
@@ -37,6 +38,17 @@ int TracingInterpreter::ValueOf(const Tensor& t, const std::string& what) {
   return id;
 }
 
+std::vector<int> TracingInterpreter::Record(const std::string& op, const Attrs& attrs,
+                                            std::vector<int> inputs, const std::vector<ir::Value>& outputs,
+                                            std::vector<NdSbp> input_sbp, std::vector<NdSbp> output_sbp) {
+  std::vector<int> ids =
+      graph_.AddOp(op, attrs, std::move(inputs), outputs, std::move(input_sbp), std::move(output_sbp));
+  ir::Op& recorded = graph_.mutable_op(static_cast<int>(graph_.ops().size()) - 1);
+  recorded.backward = InBackward();
+  recorded.recompute_region = recorded.backward ? -1 : CurrentRecomputeRegion();  // regions are forward
+  return ids;
+}
+
 Tensor TracingInterpreter::LazyResult(int id) {
   const ir::Value& v = graph_.value(id);
   auto link = std::make_shared<const LazyValue>(&graph_, id);
@@ -68,7 +80,7 @@ std::vector<Tensor> TracingInterpreter::TraceLayoutChange(const OpDef& op, const
     out.shape = attrs.Has("shape") ? Shape(attrs.Get<std::vector<int64_t>>("shape")) : inputs[0].shape();
   }
   CheckGlobalLayout(out.shape, out.placement, out.nd_sbp);
-  return {LazyResult(graph_.AddOp(op.name, attrs, std::move(ids), {out}).at(0))};
+  return {LazyResult(Record(op.name, attrs, std::move(ids), {out}, {}, {}).at(0))};
 }
 
 std::vector<Tensor> TracingInterpreter::Apply(const OpDef& op, const std::vector<Tensor>& inputs,
@@ -121,7 +133,7 @@ std::vector<Tensor> TracingInterpreter::Apply(const OpDef& op, const std::vector
     }
   }
   const std::vector<int> out_ids =
-      graph_.AddOp(op.name, attrs, std::move(ids), outs, std::move(in_sbp), std::move(out_sbp));
+      Record(op.name, attrs, std::move(ids), outs, std::move(in_sbp), std::move(out_sbp));
   std::vector<Tensor> results;
   if (!op.mutates.empty()) {
     for (int i : op.mutates) results.push_back(inputs[i]);  // the variables themselves, as eager returns them

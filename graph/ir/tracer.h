@@ -38,6 +38,11 @@ class TracingInterpreter final : public Interpreter {
 
  private:
   Tensor LazyResult(int id);
+  // Appends an op tagged as backward (autograd is running backward()) and
+  // with its activation-checkpoint region (graph/autograd.h).
+  std::vector<int> Record(const std::string& op, const Attrs& attrs, std::vector<int> inputs,
+                          const std::vector<ir::Value>& outputs, std::vector<NdSbp> input_sbp,
+                          std::vector<NdSbp> output_sbp);
   std::vector<Tensor> TraceLayoutChange(const OpDef& op, const std::vector<Tensor>& inputs,
                                         const Attrs& attrs, std::vector<int> ids);
 

@@ -103,6 +103,12 @@ void EnsureBucketOp() {
     def.variadic = true;
     def.infer = [](const std::vector<TensorSpec>& in, const Attrs&) { return in; };
     def.run = RunAllReduceBucket;
+    def.workspace_bytes = [](const std::vector<TensorSpec>& shards) {  // the packed buffer
+      int64_t bytes = 0;
+      for (const TensorSpec& s : shards)
+        bytes += s.shape.numel() * static_cast<int64_t>(ElementSize(s.dtype));
+      return bytes;
+    };
     RegisterOp(std::move(def));
     return true;
   }();

@@ -24,6 +24,22 @@ int StorageSource(const ir::Graph& graph, const ir::Op& op, size_t o) {
   return -1;
 }
 
+// The op's own scratch on `rank` while it runs (OpDef::workspace_bytes).
+int64_t WorkspaceBytes(const ir::Graph& graph, const ir::Op& op, int rank) {
+  const OpDef& def = GetOpDef(op.name);
+  if (!def.workspace_bytes) return 0;
+  std::vector<TensorSpec> shards;
+  for (int id : op.inputs) {
+    const ir::Value& v = graph.value(id);
+    if (v.is_global() && !v.placement.Contains(rank)) return 0;  // the rank takes no part
+    shards.push_back(
+        {v.is_global() ? LocalBox(v.shape, v.placement, v.nd_sbp, rank).shape() : v.shape, v.dtype});
+  }
+  const int64_t bytes = def.workspace_bytes(shards);
+  return bytes <= 0 ? 0
+                    : static_cast<int64_t>(CachingAllocator::RoundToSizeClass(static_cast<size_t>(bytes)));
+}
+
 }  // namespace
 
 std::string FormatBytes(int64_t bytes) {
@@ -85,23 +101,43 @@ MemoryPlan PlanMemory(const ir::Graph& graph, int rank) {
           std::max(block_end[static_cast<size_t>(b)], last[static_cast<size_t>(op.outputs[o])]);
     }
   }
-  // Bytes each op allocates, and bytes freed after each op.
-  std::vector<int64_t> born(num_ops, 0), freed(num_ops + 1, 0);
+  // Activations: what the forward computes (ops before the last backward
+  // op that are not backward ops) and what backward recomputes of it; not
+  // gradients, nor what the optimizer computes after backward.
+  int last_backward = -1;
+  for (const ir::Op& op : graph.ops())
+    if (op.backward) last_backward = op.id;
+  auto is_activation = [&](const ir::Op& op) {
+    return op.backward ? op.recompute_region >= 0 : op.id < last_backward;
+  };
+  // Bytes each op allocates, and bytes freed after each op: all results,
+  // and activations alone.
+  // Indexed by op id; results that outlive the last op are freed after it.
+  std::vector<int64_t> born(num_ops), freed(num_ops), activations_born(num_ops), activations_freed(num_ops);
   for (const ir::Op& op : graph.ops()) {
     for (int id : op.outputs) {
       if (block[static_cast<size_t>(id)] != id) continue;  // shares another's block
       const int64_t bytes = ShardBytes(graph.value(id), rank);
+      const size_t end = std::min(static_cast<size_t>(block_end[static_cast<size_t>(id)]), num_ops - 1);
       born[static_cast<size_t>(op.id)] += bytes;
-      freed[static_cast<size_t>(block_end[static_cast<size_t>(id)])] += bytes;
+      freed[end] += bytes;
+      if (is_activation(op)) {
+        activations_born[static_cast<size_t>(op.id)] += bytes;
+        activations_freed[end] += bytes;
+      }
       plan.total_bytes += bytes;
     }
   }
-  int64_t live = 0;
+  int64_t live = 0, live_activations = 0;
   for (size_t k = 0; k < num_ops; ++k) {
     live += born[k];
-    plan.live_bytes[k] = live;
-    if (live > plan.peak_bytes) plan.peak_bytes = live, plan.peak_op = static_cast<int>(k);
+    live_activations += activations_born[k];
+    plan.live_bytes[k] = live + WorkspaceBytes(graph, graph.ops()[k], rank);
+    if (plan.live_bytes[k] > plan.peak_bytes)
+      plan.peak_bytes = plan.live_bytes[k], plan.peak_op = static_cast<int>(k);
+    plan.peak_activation_bytes = std::max(plan.peak_activation_bytes, live_activations);
     live -= freed[k];
+    live_activations -= activations_freed[k];
   }
   if (plan.peak_op >= 0) plan.peak_op_name = graph.ops()[static_cast<size_t>(plan.peak_op)].name;
   return plan;
@@ -110,7 +146,9 @@ MemoryPlan PlanMemory(const ir::Graph& graph, int rank) {
 std::string MemoryPlanText(const MemoryPlan& plan) {
   std::string text = "peak " + FormatBytes(plan.peak_bytes) + " of op results";
   if (plan.peak_op >= 0) text += " (at op " + std::to_string(plan.peak_op) + " '" + plan.peak_op_name + "')";
-  return text.append(", ")
+  return text.append(", activations at most ")
+      .append(FormatBytes(plan.peak_activation_bytes))
+      .append(", ")
       .append(FormatBytes(plan.total_bytes))
       .append(" without reuse; variables ")
       .append(FormatBytes(plan.variable_bytes))

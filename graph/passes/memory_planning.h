@@ -10,9 +10,10 @@
 // Sizes are each value's shard on the rank, rounded up to the caching
 // allocator's size class, since that is what the executor takes from it.
 //
-// The plan does not see blocks a kernel allocates for itself and frees
-// before it returns (scratch buffers, communication buffers); the measured
-// peak includes them (RunInOrder's RunStats).
+// Blocks a kernel allocates for itself and frees before it returns count
+// while the op runs when its OpDef declares them (workspace_bytes: the
+// packed buffer of a gradient bucket); undeclared scratch is not seen by
+// the plan, but is by the measured peak (RunInOrder's RunStats).
 #pragma once
 
 #include <cstdint>
@@ -41,14 +42,20 @@ struct MemoryPlan {
   // Bound by the caller for the call: the graph inputs.
   int64_t input_bytes = 0;
   // The most bytes of op results alive at once: while op `peak_op` runs,
-  // the results it reads, those later ops still need, and its own.
+  // the results it reads, those later ops still need, its own and its
+  // declared workspace.
   int64_t peak_bytes = 0;
   int peak_op = -1;
   std::string peak_op_name;
+  // The most bytes of activations alive at once: results of forward ops
+  // (those before the last backward op that are not backward ops
+  // themselves) and of ops backward recomputes (activation
+  // checkpointing); gradients and the optimizer's results are not.
+  int64_t peak_activation_bytes = 0;
   // Every op result's bytes added up, as if none were ever freed: what
   // freeing at the last reader saves.
   int64_t total_bytes = 0;
-  // By op id: bytes of op results alive while the op runs.
+  // By op id: bytes of op results (and its workspace) alive while the op runs.
   std::vector<int64_t> live_bytes;
 };
 
@@ -59,8 +66,8 @@ MemoryPlan PlanMemory(const ir::Graph& graph, int rank);
 // "512 B", "1.5 KiB", "2.25 MiB".
 std::string FormatBytes(int64_t bytes);
 
-// "peak 1.2 MiB of op results (at op 57 'matmul'), 3.4 MiB without reuse;
-// variables 5.6 MiB, inputs 2 KiB"
+// "peak 1.20 MiB of op results (at op 57 'matmul'), activations at most
+// 800.0 KiB, 3.40 MiB without reuse; variables 5.60 MiB, inputs 2.0 KiB"
 std::string MemoryPlanText(const MemoryPlan& plan);
 
 }  // namespace tessel::passes

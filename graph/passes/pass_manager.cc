@@ -78,6 +78,9 @@ CompileOptions CompileOptions::FromFlags() {
 
 const std::vector<Pass>& PassOrder() {
   static const std::vector<Pass> order = {
+      {"activation_checkpointing",
+       "recompute checkpointed forward regions in backward instead of keeping them",
+       [](ir::Graph& g, const CompileOptions&) { RecomputeCheckpointedRegions(g); }},
       {"dead_code_elimination", "drop ops whose results nothing reads (in-place updates stay)",
        [](ir::Graph& g, const CompileOptions&) { EliminateDeadCode(g); }},
       {"gradient_accumulation",

@@ -10,6 +10,17 @@
 
 namespace tessel::passes {
 
+// Activation checkpointing: for each region of forward ops traced under a
+// RecomputeScope (Op::recompute_region), the region's ops whose results
+// backward reads are copied, as backward ops of that region, right before
+// the first backward op that reads the region, and every backward read of
+// the region's values takes the copy. What the forward computed inside the
+// region then dies in the forward (dead code elimination removes what
+// nothing reads any more); only the values that flow into the region stay
+// alive until backward. Throws, naming the op, if a region updates a
+// variable in place (recomputing it would update twice).
+void RecomputeCheckpointedRegions(ir::Graph& graph);
+
 // Drops ops whose results nothing reads: neither a later live op nor a
 // graph result. Ops that update variables in place (OpDef::mutates) stay.
 void EliminateDeadCode(ir::Graph& graph);

@@ -139,6 +139,7 @@ void CompileRankPlan(const ir::Graph& graph, int rank, proto::RankPlanProto* pla
   m->set_peak_op(memory.peak_op);
   m->set_peak_op_name(memory.peak_op_name);
   m->set_total_bytes(memory.total_bytes);
+  m->set_peak_activation_bytes(memory.peak_activation_bytes);
 }
 
 std::string RankPlanText(const proto::RankPlanProto& plan) {
@@ -171,6 +172,7 @@ std::string RankPlanText(const proto::RankPlanProto& plan) {
   memory.peak_op = plan.memory().peak_op();
   memory.peak_op_name = plan.memory().peak_op_name();
   memory.total_bytes = plan.memory().total_bytes();
+  memory.peak_activation_bytes = plan.memory().peak_activation_bytes();
   os << "memory: " << passes::MemoryPlanText(memory) << "\n";
   return os.str();
 }

@@ -57,9 +57,9 @@ TEST(MemoryPlanning, LiveBytesPerOpFollowLastReadersAndViews) {
   const passes::MemoryPlan outside = passes::PlanMemory(g.graph, 5);
   EXPECT_EQ(outside.peak_bytes, 0);
   EXPECT_EQ(outside.input_bytes, 0);
-  EXPECT_EQ(
-      passes::MemoryPlanText(passes::PlanMemory(g.graph, 0)),
-      "peak 96.0 KiB of op results (at op 3 'add'), 224.0 KiB without reuse; variables 0 B, inputs 32.0 KiB");
+  EXPECT_EQ(passes::MemoryPlanText(passes::PlanMemory(g.graph, 0)),
+            "peak 96.0 KiB of op results (at op 3 'add'), activations at most 0 B, 224.0 KiB without reuse; "
+            "variables 0 B, inputs 32.0 KiB");
 }
 
 TEST(MemoryPlanning, SizesAreShardsInTheAllocatorsSizeClasses) {

@@ -33,20 +33,21 @@ testing::SmallGraph Graph() {
 }
 
 TEST(PassManager, RunsThePassesInTheirPrintedOrderAndTimesEach) {
-  EXPECT_EQ(passes::DescribePassOrder().substr(0, 26), "1. dead_code_elimination: ");
+  EXPECT_EQ(passes::DescribePassOrder().substr(0, 29), "1. activation_checkpointing: ");
   std::vector<std::string> names;
   for (const passes::Pass& p : passes::PassOrder()) names.push_back(p.name);
   EXPECT_EQ(names,
-            (std::vector<std::string>{"dead_code_elimination", "gradient_accumulation", "boxing_insertion",
-                                      "gradient_bucketing"}));
+            (std::vector<std::string>{"activation_checkpointing", "dead_code_elimination",
+                                      "gradient_accumulation", "boxing_insertion", "gradient_bucketing"}));
   testing::SmallGraph g = Graph();
   const std::vector<passes::PassTiming> t = passes::CompileGraph(g.graph, passes::CompileOptions{});
-  ASSERT_EQ(t.size(), 4u);
-  EXPECT_EQ(t[0].pass, "dead_code_elimination");
-  EXPECT_EQ(t[0].ops_before, 3u);
-  EXPECT_EQ(t[0].ops_after, 2u);
-  EXPECT_EQ(t[1].ops_after, 2u);  // one micro-batch: nothing to copy
-  EXPECT_EQ(t[2].ops_after, 3u);  // the to_global
+  ASSERT_EQ(t.size(), 5u);
+  EXPECT_EQ(t[0].ops_after, 3u);  // no recompute regions
+  EXPECT_EQ(t[1].pass, "dead_code_elimination");
+  EXPECT_EQ(t[1].ops_before, 3u);
+  EXPECT_EQ(t[1].ops_after, 2u);
+  EXPECT_EQ(t[2].ops_after, 2u);  // one micro-batch: nothing to copy
+  EXPECT_EQ(t[3].ops_after, 3u);  // the to_global
   for (const passes::PassTiming& p : t) EXPECT_GE(p.seconds, 0);
   EXPECT_EQ(g.Count("to_global"), 1);
 }
@@ -61,7 +62,7 @@ TEST(PassManager, WritesTheGraphBeforeAndAfterTheNamedPass) {
   testing::SmallGraph g = Graph();
   passes::CompileGraph(g.graph, options);
   // "step/1" is written as step_1; only the named pass is written.
-  const std::string stem = (dir / "step_1.rank0.03-boxing_insertion.").string();
+  const std::string stem = (dir / "step_1.rank0.04-boxing_insertion.").string();
   const std::string before = ReadFile(stem + "before.txt"), after = ReadFile(stem + "after.txt");
   EXPECT_EQ(before.find("to_global"), std::string::npos) << before;
   EXPECT_NE(after.find("to_global"), std::string::npos) << after;
@@ -77,7 +78,7 @@ TEST(PassManager, WritesTheGraphBeforeAndAfterTheNamedPass) {
   passes::CompileGraph(all.graph, options);
   files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) files += entry.is_regular_file();
-  EXPECT_EQ(files, 4 * 4);
+  EXPECT_EQ(files, 5 * 4);
   std::filesystem::remove_all(dir);
 }
 
@@ -87,7 +88,7 @@ TEST(PassManager, AnUnknownDebugPassIsRefusedBeforeAnyPassRuns) {
   testing::SmallGraph g = Graph();
   const std::string msg = testing::ErrorOf([&] { passes::CompileGraph(g.graph, options); });
   EXPECT_NE(msg.find("TESSEL_DEBUG_PASS is 'boxing'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("3. boxing_insertion"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("4. boxing_insertion"), std::string::npos) << msg;
   EXPECT_EQ(g.graph.ops().size(), 3u);  // untouched
 }
 

@@ -1,0 +1,171 @@
+// Activation checkpointing on a small traced step: the region's forward ops
+// are tagged while tracing, the pass recomputes what backward reads of the
+// region right before backward first needs it, every backward read takes
+// the recomputed value, gradients stay bit for bit eager's, and the planned
+// activation peak falls. In-place updates inside a region are refused.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "graph/autograd.h"
+#include "graph/ir/tracer.h"
+#include "graph/passes/memory_planning.h"
+#include "graph/passes/passes.h"
+#include "graph/plan/in_order_executor.h"
+#include "ops/functional.h"
+#include "tests/testing/test_util.h"
+
+namespace tessel {
+namespace {
+
+struct TwoBlocks {
+  Tensor w1 = randn({64, 64}, 1).set_requires_grad(true);
+  Tensor w2 = randn({64, 64}, 2).set_requires_grad(true);
+  // Two blocks of tanh(x w) + x; each block is one region when `checkpoint`.
+  Tensor Loss(const Tensor& x, bool checkpoint) const {
+    Tensor h = x;
+    for (const Tensor* w : {&w1, &w2}) {
+      std::optional<RecomputeScope> scope;
+      if (checkpoint) scope.emplace();
+      h = fn::add(fn::tanh(fn::mul_scalar(fn::matmul(h, *w), 0.1)), h);
+    }
+    return fn::mean(fn::mul(h, h), {0, 1});
+  }
+};
+
+// Traces loss and both weights' gradients for input x of `rows` rows.
+ir::Graph Trace(TwoBlocks& m, bool checkpoint, int64_t rows) {
+  ir::Graph graph(checkpoint ? "checkpointed" : "plain");
+  TracingInterpreter tracer(graph);
+  AutogradInterpreter autograd(tracer);
+  InterpreterScope scope(autograd);
+  Tensor loss = m.Loss(tracer.Input("x", zeros({rows, 64})), checkpoint);
+  loss.backward();
+  graph.MarkOutput("loss", tracer.ValueOf(loss, "loss"));
+  graph.MarkOutput("g1", tracer.ValueOf(m.w1.grad(), "g1"));
+  graph.MarkOutput("g2", tracer.ValueOf(m.w2.grad(), "g2"));
+  m.w1.zero_grad();
+  m.w2.zero_grad();
+  return graph;
+}
+
+TEST(ActivationCheckpointing, NestedScopesJoinTheOuterRegion) {
+  EXPECT_EQ(CurrentRecomputeRegion(), -1);
+  int outer = -1;
+  {
+    RecomputeScope a;
+    outer = CurrentRecomputeRegion();
+    EXPECT_GE(outer, 0);
+    {
+      RecomputeScope b;
+      EXPECT_EQ(CurrentRecomputeRegion(), outer);
+    }
+    EXPECT_EQ(CurrentRecomputeRegion(), outer);
+  }
+  EXPECT_EQ(CurrentRecomputeRegion(), -1);
+  RecomputeScope next;
+  EXPECT_NE(CurrentRecomputeRegion(), outer);  // a new region
+}
+
+TEST(ActivationCheckpointing, BackwardReadsRecomputedValuesAndGradientsStayEagers) {
+  TwoBlocks m;
+  ir::Graph graph = Trace(m, true, 256);
+  // Tagging: forward ops of two regions, backward ops none.
+  std::set<int> regions;
+  for (const ir::Op& op : graph.ops()) {
+    if (op.backward) {
+      EXPECT_EQ(op.recompute_region, -1) << op.id << " " << op.name;
+    } else if (op.name == "matmul" || op.name == "tanh") {
+      EXPECT_GE(op.recompute_region, 0) << op.id << " " << op.name;
+      regions.insert(op.recompute_region);
+    }
+  }
+  ASSERT_EQ(regions.size(), 2u);
+  const size_t traced_ops = graph.ops().size();
+  // What the forward computes inside the regions, less the regions'
+  // outputs (what forward ops after a region read: kept, not recomputed).
+  std::set<int> inside;
+  for (const ir::Op& op : graph.ops())
+    if (!op.backward && op.recompute_region >= 0) inside.insert(op.outputs.begin(), op.outputs.end());
+  for (const ir::Op& op : graph.ops()) {
+    if (op.backward) continue;
+    for (int v : op.inputs) {
+      const int producer = graph.value(v).producer;
+      if (producer >= 0 && graph.ops()[static_cast<size_t>(producer)].recompute_region != op.recompute_region)
+        inside.erase(v);
+    }
+  }
+  ASSERT_FALSE(inside.empty());
+
+  passes::RecomputeCheckpointedRegions(graph);
+  ir::Verify(graph);
+  // Recomputed ops: per region, the ops whose results backward reads (and
+  // what they need of the region), placed before backward first reads it.
+  int clones = 0;
+  bool forward_done = false;  // the loss (a mean) computed
+  for (const ir::Op& op : graph.ops()) {
+    if (op.backward && op.recompute_region >= 0) {
+      ++clones;
+      EXPECT_TRUE(forward_done) << "recomputed inside the forward: op " << op.id;
+    }
+    forward_done |= !op.backward && op.name == "mean";
+    if (!op.backward) continue;
+    for (int v : op.inputs)
+      EXPECT_EQ(inside.count(v), 0u) << "backward op " << op.id << " '" << op.name
+                                     << "' still reads the forward's %" << v;
+  }
+  EXPECT_GT(clones, 0);
+  EXPECT_EQ(graph.ops().size(), traced_ops + static_cast<size_t>(clones));
+  EXPECT_NE(graph.ToText().find("[recompute " + std::to_string(*regions.begin()) + "]"), std::string::npos);
+  EXPECT_NE(graph.ToText().find("[checkpoint " + std::to_string(*regions.rbegin()) + "]"), std::string::npos);
+
+  // The same values as eager, bit for bit (the recomputation repeats the
+  // same ops on the same inputs).
+  const Tensor x = randn({256, 64}, 3);
+  Tensor loss = m.Loss(x, false);
+  loss.backward();
+  const std::map<std::string, Tensor> out = RunInOrder(graph, {{"x", x}});
+  EXPECT_EQ(out.at("loss").ToVector<float>(), loss.ToVector<float>());
+  EXPECT_EQ(out.at("g1").ToVector<float>(), m.w1.grad().ToVector<float>());
+  EXPECT_EQ(out.at("g2").ToVector<float>(), m.w2.grad().ToVector<float>());
+}
+
+TEST(ActivationCheckpointing, ActivationsAliveAtOnceFallAndThePlanMatchesTheRun) {
+  TwoBlocks m;
+  ir::Graph plain = Trace(m, false, 512), checkpointed = Trace(m, true, 512);
+  for (ir::Graph* g : {&plain, &checkpointed}) {
+    passes::RecomputeCheckpointedRegions(*g);
+    passes::EliminateDeadCode(*g);
+  }
+  const passes::MemoryPlan before = passes::PlanMemory(plain, 0), after = passes::PlanMemory(checkpointed, 0);
+  // Plain: each block keeps its matmul, scaled and tanh results (128 KiB
+  // each at 512 x 64 f32) until its backward; checkpointed, only the
+  // blocks' inputs stay, and one block's results exist at a time.
+  EXPECT_LT(after.peak_activation_bytes, before.peak_activation_bytes * 3 / 4)
+      << passes::MemoryPlanText(before) << " vs " << passes::MemoryPlanText(after);
+  const Tensor x = randn({512, 64}, 4);
+  for (const ir::Graph* g : {&plain, &checkpointed}) {
+    const passes::MemoryPlan plan = passes::PlanMemory(*g, 0);
+    RunStats stats;
+    RunInOrder(*g, {{"x", x}}, &stats);
+    EXPECT_EQ(stats.peak_bytes, plan.peak_bytes) << g->name() << ": " << passes::MemoryPlanText(plan);
+  }
+}
+
+TEST(ActivationCheckpointing, AnInPlaceUpdateInsideARegionIsRefused) {
+  Tensor w = randn({8}, 1), buf = zeros({8});
+  ir::Graph graph("update_in_region");
+  {
+    TracingInterpreter tracer(graph);
+    InterpreterScope scope(tracer);
+    Tensor g = tracer.Input("g", zeros({8}));
+    RecomputeScope region;
+    fn::sgd_update(w, fn::tanh(g), buf, 0.1, 0.9, 0.0, false);
+  }
+  const std::string msg = testing::ErrorOf([&] { passes::RecomputeCheckpointedRegions(graph); });
+  EXPECT_NE(msg.find("op 1 'sgd_update'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("updates a variable in place"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace tessel
