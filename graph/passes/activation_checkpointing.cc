@@ -37,34 +37,36 @@ void RecomputeCheckpointedRegions(ir::Graph& graph) {
       for (int v : op.outputs) region_of_value[v] = region;
     }
   }
-  // A region's outputs (values forward ops outside it read) are its
-  // checkpoints: they stay alive for the next region anyway, so backward
-  // reads them as they are.
-  std::set<int> outputs;
+  // A region's outputs (values forward ops outside it read, and results)
+  // are its checkpoints: they stay alive for the next region anyway, so
+  // backward reads them as they are.
+  std::set<int> checkpoints;
   for (const ir::Op& op : ops) {
     if (op.backward) continue;
     for (int v : op.inputs) {
       auto it = region_of_value.find(v);
-      if (it != region_of_value.end() && it->second != op.recompute_region) outputs.insert(v);
+      if (it != region_of_value.end() && it->second != op.recompute_region) checkpoints.insert(v);
     }
   }
-  for (const auto& [name, v] : graph.outputs()) outputs.insert(v);
+  for (const auto& [name, v] : graph.outputs()) checkpoints.insert(v);
+  // Per region: the values inside it that backward reads, and the first
+  // backward op that reads one.
+  std::map<int, std::set<int>> needed_by_region;
+  std::map<int, size_t> first_reader_of;
+  for (size_t j = 0; j < ops.size(); ++j) {
+    if (!ops[j].backward) continue;
+    for (int v : ops[j].inputs) {
+      auto it = region_of_value.find(v);
+      if (it == region_of_value.end() || checkpoints.count(v)) continue;
+      needed_by_region[it->second].insert(v);
+      first_reader_of.try_emplace(it->second, j);
+    }
+  }
   std::vector<Recompute> recomputes;
   std::map<int, int> replacement;  // a region's value -> its recomputed copy, for backward readers
-  for (const auto& [region, members] : regions) {
-    // The region's values backward reads, and where backward first does.
-    std::set<int> needed;
-    size_t first_reader = ops.size();
-    for (size_t j = 0; j < ops.size(); ++j) {
-      if (!ops[j].backward) continue;
-      for (int v : ops[j].inputs) {
-        auto it = region_of_value.find(v);
-        if (it == region_of_value.end() || it->second != region || outputs.count(v)) continue;
-        needed.insert(v);
-        first_reader = std::min(first_reader, j);
-      }
-    }
-    if (needed.empty()) continue;
+  for (auto& [region, needed] : needed_by_region) {
+    const std::vector<size_t>& members = regions.at(region);
+    const size_t first_reader = first_reader_of.at(region);
     // The region's ops those values need, walking back from the last.
     std::vector<bool> cloned(members.size(), false);
     for (size_t m = members.size(); m-- > 0;) {
@@ -75,7 +77,7 @@ void RecomputeCheckpointedRegions(ir::Graph& graph) {
       cloned[m] = true;
       for (int v : op.inputs) {
         auto it = region_of_value.find(v);
-        if (it != region_of_value.end() && it->second == region && !outputs.count(v)) needed.insert(v);
+        if (it != region_of_value.end() && it->second == region && !checkpoints.count(v)) needed.insert(v);
       }
     }
     TESSEL_CHECK_CODE(members[0] < first_reader, StatusCode::kInternal)
