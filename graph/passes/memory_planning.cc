@@ -11,17 +11,12 @@ namespace tessel::passes {
 namespace {
 
 // The value output `o` of `op` shares its storage with (a view, an in-place
-// update, a layout change that changes nothing); -1 if it has its own.
-int StorageSource(const ir::Graph& graph, const ir::Op& op, size_t o) {
+// update); -1 if it has its own.
+int StorageSource(const ir::Op& op, size_t o) {
   const OpDef& def = GetOpDef(op.name);
   if (o < def.mutates.size()) return op.inputs[static_cast<size_t>(def.mutates[o])];
   if (o == 0 && def.view) return op.inputs[0];
-  if (o == 0 && op.name == "to_global") {
-    const ir::Value& in = graph.value(op.inputs[0]);
-    const ir::Value& out = graph.value(op.outputs[0]);
-    if (in.placement == out.placement && in.nd_sbp == out.nd_sbp) return op.inputs[0];
-  }
-  return -1;
+  return -1;  // (a to_global that changes nothing would share too; boxing insertion removed them)
 }
 
 // The op's own scratch on `rank` while it runs (OpDef::workspace_bytes).
@@ -76,7 +71,7 @@ int64_t ShardBytes(const ir::Value& value, int rank) {
 }
 
 MemoryPlan PlanMemory(const ir::Graph& graph, int rank) {
-  EnsureLayoutOps();  // StorageSource looks up to_global
+  EnsureLayoutOps();  // the graph's to_global and from_local ops are looked up
   MemoryPlan plan;
   plan.rank = rank;
   const size_t num_ops = graph.ops().size();
@@ -93,7 +88,7 @@ MemoryPlan PlanMemory(const ir::Graph& graph, int rank) {
   std::vector<int> block_end(last);
   for (const ir::Op& op : graph.ops()) {
     for (size_t o = 0; o < op.outputs.size(); ++o) {
-      const int source = StorageSource(graph, op, o);
+      const int source = StorageSource(op, o);
       if (source < 0) continue;
       const int b = block[static_cast<size_t>(source)];
       block[static_cast<size_t>(op.outputs[o])] = b;

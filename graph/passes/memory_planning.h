@@ -5,8 +5,7 @@
 // the last op that reads it (a result nothing reads, right after its
 // producer), and a freed block goes back to the allocator's cache for the
 // next result of its size class to reuse. Views share their base's block
-// (OpDef::view, from_local, a to_global that changes nothing) and keep it
-// alive as long as they are; in-place updates write into their variables.
+// (OpDef::view: reshape, from_local) and keep it alive as long as they are; in-place updates write into their variables.
 // Sizes are each value's shard on the rank, rounded up to the caching
 // allocator's size class, since that is what the executor takes from it.
 //
