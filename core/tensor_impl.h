@@ -26,7 +26,21 @@ namespace tessel {
 
 class AutogradMeta;  // graph/autograd: a tensor's place in the autograd graph
 class GlobalMeta;    // sbp/global_tensor.h: placement and NdSbp
-class LazyValue;     // graph builder: the traced value a lazy tensor stands for
+namespace ir {
+class Graph;  // graph/ir: a traced graph
+}
+
+// What a lazy tensor stands for: a value of a trace (its graph and value
+// id), or, with no graph, a tensor that has metadata and an identity but no
+// data: one made while planning for another world (sbp/global_tensor.h:
+// MetaWorldScope), which a trace reads as a variable. The identity is this
+// object's: handles that share it (detach()) are one tensor.
+class LazyValue {
+ public:
+  LazyValue(const ir::Graph* graph, int id) : graph(graph), id(id) {}
+  const ir::Graph* const graph;  // null: not a traced value
+  const int id;
+};
 
 enum class TensorKind : uint8_t { kLocal, kGlobal, kLazy };
 

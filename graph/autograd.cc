@@ -19,6 +19,7 @@ thread_local LeafGradientWatch* g_leaf_gradient_watch = nullptr;
 thread_local int g_recompute_region = -1;
 thread_local int g_recompute_regions_opened = 0;
 thread_local bool g_in_backward = false;
+thread_local int64_t g_layer = -1;
 
 // Sum of two gradients that may be undefined.
 Tensor Accumulate(const Tensor& a, const Tensor& b) {
@@ -63,6 +64,9 @@ RecomputeScope::RecomputeScope() : previous_(g_recompute_region) {
 RecomputeScope::~RecomputeScope() { g_recompute_region = previous_; }
 int CurrentRecomputeRegion() { return g_recompute_region; }
 bool InBackward() { return g_in_backward; }
+LayerScope::LayerScope(int64_t layer) : previous_(g_layer) { g_layer = layer; }
+LayerScope::~LayerScope() { g_layer = previous_; }
+int64_t CurrentLayer() { return g_layer; }
 NoGradGuard::NoGradGuard() : previous_(g_grad_mode) { g_grad_mode = false; }
 NoGradGuard::~NoGradGuard() { g_grad_mode = previous_; }
 
@@ -158,6 +162,7 @@ void Tensor::backward(const Tensor& gradient) const {
   while (!ready.empty()) {
     std::shared_ptr<Node> n = ready.back();
     ready.pop_back();
+    LayerScope layer(n->layer);  // the gradient ops and their sums belong to the op's layer
     std::vector<Tensor> in_grads = n->apply(grads[n.get()]);
     grads.erase(n.get());
     n->apply = nullptr;  // release saved tensors: the graph is not retained
@@ -199,6 +204,7 @@ std::vector<Tensor> AutogradInterpreter::Apply(const OpDef& op, const std::vecto
   }
   if (!any) return outs;
   node->name = op.name;
+  node->layer = g_layer;
   node->num_outputs = static_cast<int>(outs.size());
   // Detached: a node must not own its outputs' autograd state. Values the
   // gradient does not read are kept as metadata only.

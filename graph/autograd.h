@@ -70,6 +70,24 @@ int CurrentRecomputeRegion();
 // gradient ops (a tracer marks them so).
 bool InBackward();
 
+// The model layer (its layer_idx) whose code runs while a LayerScope is
+// alive on this thread. A tracer tags the ops it records with it, and
+// autograd hands it to the gradient ops of those ops, so a compiled plan
+// can say what each layer costs (ir::Op::layer; tessel-plan's per-layer
+// table). Nothing else depends on it.
+class LayerScope {
+ public:
+  explicit LayerScope(int64_t layer);
+  ~LayerScope();
+  LayerScope(const LayerScope&) = delete;
+  LayerScope& operator=(const LayerScope&) = delete;
+
+ private:
+  int64_t previous_;
+};
+// The layer of the innermost LayerScope; -1 outside every one.
+int64_t CurrentLayer();
+
 // Autograd as a layer: applies each op through `inner`, then, when an input
 // requires a gradient and grad mode is on, records a node whose backward is
 // the op's gradient function (ops/defs). The node keeps only what the op

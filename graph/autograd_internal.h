@@ -25,6 +25,7 @@ struct Edge {
 struct Node {
   std::string name;  // the op, for messages
   int num_outputs = 1;
+  int64_t layer = -1;  // CurrentLayer() when the op ran: its gradient ops run under it
   std::vector<Edge> next;  // one per op input
   // grad_outputs (undefined where none arrived) -> one gradient per input.
   std::function<std::vector<Tensor>(const std::vector<Tensor>&)> apply;  // released after backward

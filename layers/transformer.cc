@@ -74,6 +74,7 @@ TransformerLayer::TransformerLayer(int64_t hidden, int64_t heads, int64_t ffn_hi
 }
 
 Tensor TransformerLayer::operator()(const Tensor& x_in, const Tensor& mask) const {
+  LayerScope layer(options_.layer_idx);  // a trace tags this layer's ops (and their gradients) with it
   Tensor x = ToHidden(x_in, ln1.weight.placement());  // move to this layer's stage
   std::optional<RecomputeScope> checkpoint;  // not around the move: recomputing it would communicate again
   if (options_.activation_checkpoint) checkpoint.emplace();

@@ -18,8 +18,30 @@ const NdSbp& Tensor::nd_sbp() const {
   return global_meta()->nd_sbp;
 }
 
-int CurrentRank() { return comm::IsWorldInitialized() ? comm::GetDistEnv().rank : 0; }
-int CurrentWorldSize() { return comm::IsWorldInitialized() ? comm::GetDistEnv().world_size : 1; }
+namespace {
+// The planned world of this thread's MetaWorldScope; size 0: none.
+thread_local int g_meta_world_size = 0;
+thread_local int g_meta_rank = 0;
+}  // namespace
+
+MetaWorldScope::MetaWorldScope(int world_size, int rank) {
+  TESSEL_CHECK(g_meta_world_size == 0) << "a MetaWorldScope is already alive on this thread";
+  TESSEL_CHECK(world_size >= 1 && rank >= 0 && rank < world_size)
+      << "planning rank " << rank << " of a world of " << world_size << "; expected 0 <= rank < world size";
+  g_meta_world_size = world_size;
+  g_meta_rank = rank;
+}
+MetaWorldScope::~MetaWorldScope() { g_meta_world_size = 0; }
+bool InMetaWorld() { return g_meta_world_size > 0; }
+
+int CurrentRank() {
+  if (g_meta_world_size > 0) return g_meta_rank;
+  return comm::IsWorldInitialized() ? comm::GetDistEnv().rank : 0;
+}
+int CurrentWorldSize() {
+  if (g_meta_world_size > 0) return g_meta_world_size;
+  return comm::IsWorldInitialized() ? comm::GetDistEnv().world_size : 1;
+}
 
 Box LocalBox(const Shape& logical, const Placement& placement, const NdSbp& nd_sbp, int rank) {
   int index = placement.IndexOf(rank);
@@ -55,6 +77,10 @@ Tensor MakeLazyGlobal(const Shape& logical, DType dtype, const Placement& placem
                                                  std::move(value)));
 }
 
+Tensor MakeMetaGlobal(const Shape& logical, DType dtype, const Placement& placement, const NdSbp& nd_sbp) {
+  return MakeLazyGlobal(logical, dtype, placement, nd_sbp, std::make_shared<const LazyValue>(nullptr, -1));
+}
+
 namespace {
 
 // True if this rank holds the value (rather than zeros) under P(sum): it
@@ -71,6 +97,7 @@ bool HoldsPartialValue(const Placement& placement, const NdSbp& nd_sbp, int rank
 // Builds this rank's shard with element value fn(logical flat index).
 template <typename Fn>
 Tensor MakeShard(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp, DType dtype, Fn fn) {
+  if (InMetaWorld()) return MakeMetaGlobal(shape, dtype, placement, nd_sbp);
   CheckGlobalLayout(shape, placement, nd_sbp);
   const int rank = CurrentRank();
   Box box = LocalBox(shape, placement, nd_sbp, rank);

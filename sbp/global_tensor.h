@@ -25,9 +25,30 @@ class GlobalMeta {
   const NdSbp nd_sbp;
 };
 
-// This process's world rank and the world size (0 and 1 before Init).
+// This process's world rank and the world size (0 and 1 before Init), or
+// the planned ones inside a MetaWorldScope.
 int CurrentRank();
 int CurrentWorldSize();
+
+// Planning for a world this process is not (tessel-plan compiles rank r's
+// plan of a 1,024-rank job on one machine). While a scope is alive on this
+// thread, CurrentWorldSize() and CurrentRank() are `world_size` and `rank`,
+// and the global tensors the factories below make (zeros, randn, ...) are
+// metadata only: lazy, with no storage, each with an identity of its own
+// (LazyValue without a graph) that a trace turns into a variable. Nothing
+// can run on them; graph/ir/meta.h adds the interpreter that gives ops'
+// results on them. Scopes do not nest.
+class MetaWorldScope {
+ public:
+  MetaWorldScope(int world_size, int rank);
+  ~MetaWorldScope();
+  MetaWorldScope(const MetaWorldScope&) = delete;
+  MetaWorldScope& operator=(const MetaWorldScope&) = delete;
+};
+bool InMetaWorld();
+// A metadata-only global tensor with an identity of its own (what the
+// factories make inside a MetaWorldScope).
+Tensor MakeMetaGlobal(const Shape& logical, DType dtype, const Placement& placement, const NdSbp& nd_sbp);
 
 // The logical box `rank` holds (empty if it is outside the placement).
 Box LocalBox(const Shape& logical, const Placement& placement, const NdSbp& nd_sbp, int rank);

@@ -93,9 +93,11 @@ int Graph::AddInput(const std::string& name, const Value& spec) {
 }
 
 int Graph::AddVariable(const std::string& name, const Tensor& tensor) {
-  TESSEL_CHECK(tensor.defined() && !tensor.is_lazy())
-      << "graph '" << name_ << "': variable '" << name << "' must be an eager tensor, got "
-      << tensor.ToString();
+  const bool meta = tensor.defined() && tensor.is_lazy() && tensor.lazy_value() != nullptr &&
+                    tensor.lazy_value()->graph == nullptr;
+  TESSEL_CHECK(tensor.defined() && (!tensor.is_lazy() || meta))
+      << "graph '" << name_ << "': variable '" << name
+      << "' must be an eager tensor (or one built for planning, graph/ir/meta.h), got " << tensor.ToString();
   Value v = Value::SpecOf(tensor);
   v.kind = Value::Kind::kVariable;
   v.name = name;
@@ -265,6 +267,7 @@ std::string Graph::ToText() const {
       first = false;
     }
     if (!first) os << "}";
+    if (op.layer >= 0) os << " [layer " << op.layer << "]";
     if (op.micro_batch >= 0) os << " [micro-batch " << op.micro_batch << "]";
     if (op.recompute_region >= 0)
       os << (op.backward ? " [recompute " : " [checkpoint ") << op.recompute_region << "]";
@@ -296,6 +299,7 @@ std::string Graph::ToDot() const {
   }
   for (const Op& op : ops_) {
     std::string label = std::to_string(op.id) + ": " + op.name;
+    if (op.layer >= 0) label += " [layer " + std::to_string(op.layer) + "]";
     if (op.micro_batch >= 0) label += " [mb " + std::to_string(op.micro_batch) + "]";
     if (op.recompute_region >= 0)
       label += (op.backward ? " [recompute " : " [checkpoint ") + std::to_string(op.recompute_region) + "]";
@@ -364,6 +368,7 @@ void Graph::ToProto(proto::GraphProto* out) const {
     if (op.micro_batch >= 0) p->set_micro_batch(op.micro_batch);
     p->set_backward(op.backward);
     if (op.recompute_region >= 0) p->set_recompute_region(op.recompute_region);
+    if (op.layer >= 0) p->set_layer(op.layer);
   }
   for (int id : gradients_)
     if (IsLive(id)) out->add_gradients(id);

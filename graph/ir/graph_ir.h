@@ -72,6 +72,10 @@ struct Op {
   // to, or, on a backward op, the region it recomputes (graph/passes:
   // activation_checkpointing); -1: none.
   int recompute_region = -1;
+  // The model layer (layer_idx) whose code recorded the op, or whose op
+  // this is the gradient of (graph/autograd.h: LayerScope); a layout change
+  // takes its reader's. -1: outside every layer (embeddings, loss, optimizer).
+  int64_t layer = -1;
 };
 
 class Graph {
@@ -92,6 +96,8 @@ class Graph {
   // The same from a spec (shape, dtype, layout); its placement need not lie
   // in this process's world (a plan compiled for another world size).
   int AddInput(const std::string& name, const Value& spec);
+  // An eager tensor, or a metadata-only one built for planning
+  // (graph/ir/meta.h; the graph then compiles but cannot run).
   int AddVariable(const std::string& name, const Tensor& tensor);
   // Appends an op; returns its output value ids, whose specs are given.
   std::vector<int> AddOp(const std::string& op, const Attrs& attrs, std::vector<int> inputs,
@@ -150,13 +156,5 @@ class Graph {
 void Verify(const Graph& graph, bool explicit_boxing = false);
 
 }  // namespace ir
-
-// What a lazy tensor of a trace links to: its graph and value id.
-class LazyValue {
- public:
-  LazyValue(const ir::Graph* graph, int id) : graph(graph), id(id) {}
-  const ir::Graph* const graph;
-  const int id;
-};
 
 }  // namespace tessel

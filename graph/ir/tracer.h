@@ -8,6 +8,8 @@
 // Eager tensors an op reads while tracing (parameters, optimizer state,
 // constants a model builds) become graph variables: the graph keeps a
 // handle on their storage, so in-place updates persist across calls.
+// Metadata-only tensors with an identity (a model built for planning,
+// graph/ir/meta.h) become variables too; such a graph compiles but cannot run.
 #pragma once
 
 #include <map>
@@ -18,6 +20,19 @@
 #include "ops/interpreter.h"
 
 namespace tessel {
+
+// What an op applied to `inputs` (lazy or eager tensors) gives, without
+// running it: each result's spec (OpDef::infer's shape and dtype; for
+// global ops, the placement and the layouts eager's signature inference
+// picks, which are also the layouts the op reads its inputs in), and, for
+// layout changes (to_global, from_local), the spec their attributes ask
+// for. Errors name `graph` and the op.
+struct OpResults {
+  std::vector<ir::Value> outputs;
+  std::vector<NdSbp> input_sbp, output_sbp;  // empty for local ops and layout changes
+};
+OpResults InferOpResults(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs,
+                         const std::string& graph);
 
 class TracingInterpreter final : public Interpreter {
  public:
@@ -38,18 +53,18 @@ class TracingInterpreter final : public Interpreter {
 
  private:
   Tensor LazyResult(int id);
-  // Appends an op tagged as backward (autograd is running backward()) and
-  // with its activation-checkpoint region (graph/autograd.h).
-  std::vector<int> Record(const std::string& op, const Attrs& attrs, std::vector<int> inputs,
+  // Appends an op tagged as backward (autograd is running backward(), or a
+  // layout change of a gradient), with its activation-checkpoint region and
+  // its layer (graph/autograd.h).
+  std::vector<int> Record(const OpDef& op, const Attrs& attrs, std::vector<int> inputs,
                           const std::vector<ir::Value>& outputs, std::vector<NdSbp> input_sbp,
                           std::vector<NdSbp> output_sbp);
-  std::vector<Tensor> TraceLayoutChange(const OpDef& op, const std::vector<Tensor>& inputs,
-                                        const Attrs& attrs, std::vector<int> ids);
 
   ir::Graph& graph_;
-  // Variables by storage; an entry per (storage, spec): a global tensor and
-  // its local shard share storage but are different values.
-  std::multimap<const Storage*, int> variables_;
+  // Variables by storage, or by identity for metadata-only tensors (a model
+  // built in a MetaWorldScope); an entry per (storage, spec): a global
+  // tensor and its local shard share storage but are different values.
+  std::multimap<const void*, int> variables_;
   int captured_ = 0;
 };
 

@@ -56,8 +56,16 @@ void InsertBoxing(ir::Graph& graph) {
         box.name = "to_global";
         box.attrs = LayoutAttrs(v.placement, want);
         box.inputs = {v.id};
-        // Converting one micro-batch's value is part of that micro-batch.
-        if (v.producer >= 0) box.micro_batch = graph.ops()[static_cast<size_t>(v.producer)].micro_batch;
+        // It belongs to its first reader's layer, and to backward when that
+        // reader or the value's producer is a gradient op (a gradient's
+        // reduction for the optimizer is part of backward).
+        box.layer = op.layer;
+        box.backward = op.backward;
+        if (v.producer >= 0) {
+          const ir::Op& producer = graph.ops()[static_cast<size_t>(v.producer)];
+          box.micro_batch = producer.micro_batch;  // converting one micro-batch's value is part of it
+          box.backward |= producer.backward;
+        }
         box.outputs = {graph.NewValue(spec)};  // `v` dangles from here: values may move
         it->second = box.outputs[0];
         out.push_back(std::move(box));

@@ -51,6 +51,10 @@ int AddSameLayoutOp(ir::Graph& graph, std::vector<ir::Op>& ops, const std::strin
   op.attrs = attrs;
   op.inputs = inputs;
   op.micro_batch = micro_batch;
+  // Summing and scaling gradients is part of backward (like.producer: the
+  // original op, still in graph.ops() while the pass rewrites).
+  op.backward = like.producer >= 0 && graph.ops()[static_cast<size_t>(like.producer)].backward;
+  op.layer = like.producer >= 0 ? graph.ops()[static_cast<size_t>(like.producer)].layer : -1;
   if (like.is_global()) {
     auto sig =
         InferNdSignature(GetOpDef(name), attrs,

@@ -199,6 +199,9 @@ void BucketGradients(ir::Graph& graph, int64_t bucket_bytes) {
       for (size_t m : b.members) {
         fused.inputs.push_back(ops[m].inputs[0]);
         fused.outputs.push_back(ops[m].outputs[0]);
+        // Reducing what backward produced (the gradients) is part of backward.
+        const int producer = graph.value(ops[m].inputs[0]).producer;
+        fused.backward |= ops[m].backward || (producer >= 0 && ops[static_cast<size_t>(producer)].backward);
       }
       out.push_back(std::move(fused));
     }

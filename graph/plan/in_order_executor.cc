@@ -16,6 +16,9 @@ std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph, const std::map<
   for (const ir::Value& v : graph.values()) {
     if (v.kind == ir::Value::Kind::kVariable) {
       env[v.id] = graph.variable(v.id);
+      TESSEL_CHECK(!env[v.id].is_lazy())
+          << "graph '" << graph.name() << "': variable '" << v.name << "' (" << v.SpecString()
+          << ") has no data: the graph was built for planning (graph/ir/meta.h) and can be compiled, not run";
     } else if (v.kind == ir::Value::Kind::kInput) {
       auto it = inputs.find(v.name);
       TESSEL_CHECK(it != inputs.end()) << "graph '" << graph.name() << "': input '" << v.name << "' ("

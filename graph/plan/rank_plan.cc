@@ -89,6 +89,8 @@ void CompileRankPlan(const ir::Graph& graph, int rank, proto::RankPlanProto* pla
     p->set_op(op.id);
     p->set_name(op.name);
     if (op.micro_batch >= 0) p->set_micro_batch(op.micro_batch);
+    if (op.layer >= 0) p->set_layer(op.layer);
+    p->set_backward(op.backward);
     for (const auto& [k, a] : op.attrs.values()) p->add_attrs(k + "=" + ir::AttrString(a));
     for (int id : op.inputs) p->add_inputs(id), values.insert(id);
     for (int id : op.outputs) p->add_outputs(id), values.insert(id);
@@ -148,6 +150,7 @@ std::string RankPlanText(const proto::RankPlanProto& plan) {
      << " ops\n";
   for (const proto::PlanOpProto& op : plan.ops()) {
     os << "  " << op.op() << ": " << op.name();
+    if (op.has_layer()) os << " [layer " << op.layer() << "]";
     if (op.has_micro_batch()) os << " [micro-batch " << op.micro_batch() << "]";
     for (const proto::CommProto& c : op.comms()) {
       os << "  [" << c.kind() << " " << c.elements() << " " << c.dtype();

@@ -1,0 +1,73 @@
+// What one rank of a GPT training job would run and communicate, compiled
+// without the job: the model, AdamW and the training step are built and
+// traced metadata-only for the job's world (graph/ir/meta.h), compiled by
+// the same passes graph mode uses, and the rank's physical plan is
+// compiled from the result (graph/plan/rank_plan.h). tessel-plan prints
+// it; tests check it against the published communication formulas.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "graph/plan/rank_plan.pb.h"
+#include "layers/dist.h"
+#include "models/gpt.h"
+
+namespace tessel::plan {
+
+struct GptPlanOptions {
+  models::GPTConfig model;
+  // Tensor, pipeline and data-parallel sizes; the world is their product.
+  int64_t tensor_parallel_size = 1;
+  int64_t pipeline_parallel_size = 1;
+  int64_t data_parallel_size = 1;
+  int rank = 0;
+  int64_t micro_batch_size = 1;  // sequences per micro-batch on each data-parallel rank
+  int64_t micro_batches = 1;     // gradient accumulation steps (pipeline micro-batches)
+  int64_t seq = 0;               // tokens per sequence; 0: model.max_seq
+  bool want_dot = false;         // keep the compiled logical graph as Graphviz
+};
+
+// The parallel group a communication runs in, seen from the job's layout
+// (world = pp x dp x tp, tp innermost): "tp" (one stage, one data-parallel
+// index), "dp" (one stage, one tensor-parallel index), "pp" (a send or
+// receive to another stage), else "other".
+struct CommKey {
+  int64_t layer = -1;  // the transformer layer (ir::Op::layer); -1: outside every layer
+  bool backward = false;
+  std::string group;
+  std::string kind;  // all-reduce, send, recv, ...
+  auto operator<=>(const CommKey&) const = default;
+};
+struct CommTally {
+  int64_t count = 0;
+  int64_t elements = 0;
+  int64_t bytes = 0;
+};
+
+struct GptPlan {
+  int world_size = 0;
+  int stage = 0;  // the rank's pipeline stage
+  proto::RankPlanProto plan;
+  std::map<CommKey, CommTally> comm;  // the rank's communication per step
+  int64_t logical_ops = 0;            // ops of the compiled logical graph
+  int64_t parameter_bytes = 0;        // the rank's shards of the parameters
+  double compile_seconds = 0;         // build, trace and compile the logical graph
+  double rank_plan_seconds = 0;       // compile the rank's plan from it
+  // Idle fraction of a stage under GPipe and 1F1B with equal stages,
+  // (p - 1) / (m + p - 1).
+  double bubble_fraction = 0;
+  std::string dot;  // with want_dot
+};
+
+// Throws (naming the value) on sizes that do not fit: a rank outside the
+// world, layers fewer than stages, heads or vocabulary tp does not divide.
+GptPlan PlanGpt(const GptPlanOptions& options);
+
+// The per-layer table, the totals by group and the pipeline line, as
+// tessel-plan prints them.
+std::string GptPlanText(const GptPlanOptions& options, const GptPlan& plan);
+
+}  // namespace tessel::plan

@@ -1,0 +1,74 @@
+// tessel-plan: what each rank of a GPT training job would run and
+// communicate, without running it (tools/plan/gpt_plan.h).
+//
+//   tessel-plan --tp 4 --layers 24 --hidden 1024 --heads 16 --vocab 50304 --seq 1024 --rank 0
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "core/error.h"
+#include "graph/plan/rank_plan.h"
+#include "tools/plan/gpt_plan.h"
+
+DEFINE_int64(tp, 1, "tensor parallel size");
+DEFINE_int64(pp, 1, "pipeline parallel size");
+DEFINE_int64(dp, 1, "data parallel size (the world is tp x pp x dp)");
+DEFINE_int32(rank, 0, "the rank whose plan to compile and print");
+DEFINE_int64(layers, 2, "transformer layers");
+DEFINE_int64(hidden, 64, "hidden size");
+DEFINE_int64(heads, 4, "attention heads");
+DEFINE_int64(ffn_hidden, 0, "feed-forward hidden size (0: 4 x hidden)");
+DEFINE_int64(vocab, 1000, "vocabulary size");
+DEFINE_int64(seq, 32, "tokens per sequence (also the position table's size)");
+DEFINE_int64(micro_batch_size, 1, "sequences per micro-batch on each data-parallel rank");
+DEFINE_int64(micro_batches, 1, "micro-batches per step (gradient accumulation, pipeline micro-batches)");
+DEFINE_bool(activation_checkpoint, false, "recompute each transformer layer in backward");
+DEFINE_bool(ops, false, "also list every op of the rank's plan with its communication");
+DEFINE_string(dot, "", "write the compiled logical graph as Graphviz to this file");
+DEFINE_string(plan_out, "", "write the rank's plan (tessel.proto.RankPlanProto, binary) to this file");
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(
+      "prints what one rank of a GPT training job (forward, backward, gradient clipping, AdamW) would run "
+      "and communicate, compiled for the job's world on this machine without running it: communication "
+      "per transformer layer and per parallel group, memory, the pipeline bubble");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  FLAGS_logtostderr = true;  // the compiler's pass timings go to stderr, the plan to stdout
+  google::InitGoogleLogging(argv[0]);
+  try {
+    tessel::plan::GptPlanOptions o;
+    o.model.layers = FLAGS_layers;
+    o.model.hidden = FLAGS_hidden;
+    o.model.heads = FLAGS_heads;
+    o.model.ffn_hidden = FLAGS_ffn_hidden;
+    o.model.vocab_size = FLAGS_vocab;
+    o.model.max_seq = FLAGS_seq;
+    o.model.activation_checkpoint = FLAGS_activation_checkpoint;
+    o.tensor_parallel_size = FLAGS_tp;
+    o.pipeline_parallel_size = FLAGS_pp;
+    o.data_parallel_size = FLAGS_dp;
+    o.rank = FLAGS_rank;
+    o.micro_batch_size = FLAGS_micro_batch_size;
+    o.micro_batches = FLAGS_micro_batches;
+    o.want_dot = !FLAGS_dot.empty();
+    const tessel::plan::GptPlan plan = tessel::plan::PlanGpt(o);
+    if (FLAGS_ops) std::fputs(tessel::RankPlanText(plan.plan).c_str(), stdout);
+    std::fputs(tessel::plan::GptPlanText(o, plan).c_str(), stdout);
+    if (!FLAGS_dot.empty()) {
+      std::ofstream f(FLAGS_dot);
+      f << plan.dot;
+      TESSEL_CHECK(f.good()) << "could not write --dot=" << FLAGS_dot;
+    }
+    if (!FLAGS_plan_out.empty()) {
+      std::ofstream f(FLAGS_plan_out, std::ios::binary);
+      TESSEL_CHECK(plan.plan.SerializeToOstream(&f) && f.good())
+          << "could not write --plan_out=" << FLAGS_plan_out;
+    }
+  } catch (const tessel::Error& e) {
+    std::fprintf(stderr, "tessel-plan: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
