@@ -1,0 +1,189 @@
+// tessel-plan's GPT plans against Megatron-LM's communication formulas
+// (Narayanan et al., 2021: per transformer layer, two all-reduces of the
+// b*s*h activations on the tensor-parallel group in forward and two in
+// backward; the data-parallel gradient all-reduce moves the rank's
+// parameters; a pipeline boundary sends b*s*h per micro-batch each way).
+#include "tools/plan/gpt_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "core/error.h"
+
+namespace tessel::plan {
+namespace {
+
+// GPT-2 124M's sizes (vocabulary padded to 50304, as Megatron and LiBai pad it).
+models::GPTConfig Gpt2Small() {
+  return {.vocab_size = 50304, .hidden = 768, .heads = 12, .layers = 12, .max_seq = 1024};
+}
+
+CommTally Tally(const GptPlan& plan, int64_t layer, bool backward, const std::string& group,
+                const std::string& kind) {
+  auto it = plan.comm.find({layer, backward, group, kind});
+  return it == plan.comm.end() ? CommTally{} : it->second;
+}
+
+// The layers whose computation the rank's plan holds (not counting the
+// layout change that sends the hidden states into the next stage's first
+// layer, which belongs to that layer).
+std::set<int64_t> LayersOf(const GptPlan& plan) {
+  std::set<int64_t> layers;
+  for (const auto& op : plan.plan.ops())
+    if (op.has_layer() && op.name() != "to_global") layers.insert(op.layer());
+  return layers;
+}
+
+TEST(GptPlan, TensorParallelLayersAllReduceTheActivationsTwiceEachWay) {
+  GptPlanOptions o{.model = Gpt2Small(), .tensor_parallel_size = 4, .micro_batch_size = 2};
+  for (int rank : {0, 3}) {
+    o.rank = rank;
+    const GptPlan plan = PlanGpt(o);
+    const int64_t bsh = 2 * 1024 * 768;
+    EXPECT_EQ(LayersOf(plan).size(), 12u);
+    for (int64_t layer = 0; layer < 12; ++layer) {
+      for (bool backward : {false, true}) {
+        SCOPED_TRACE("rank " + std::to_string(rank) + " layer " + std::to_string(layer) +
+                     (backward ? " backward" : " forward"));
+        const CommTally t = Tally(plan, layer, backward, "tp", "all-reduce");
+        EXPECT_EQ(t.count, 2);
+        EXPECT_EQ(t.elements, 2 * bsh);
+        EXPECT_EQ(t.bytes, 2 * bsh * 4);
+      }
+    }
+    // Nothing else inside the layers: no other kind, no other group.
+    for (const auto& [k, t] : plan.comm) {
+      if (k.layer >= 0) {
+        EXPECT_TRUE(k.group == "tp" && k.kind == "all-reduce") << k.group << " " << k.kind;
+      }
+    }
+  }
+}
+
+TEST(GptPlan, DataParallelGradientsAreReducedOnceAStepInTheRanksParameterBytes) {
+  // dp2 x tp2 with 4 micro-batches: the layers' all-reduces come once per
+  // micro-batch, the gradients' once per step.
+  GptPlanOptions o{.model = {.vocab_size = 1024, .hidden = 128, .heads = 4, .layers = 3, .max_seq = 64},
+                   .tensor_parallel_size = 2,
+                   .data_parallel_size = 2,
+                   .micro_batch_size = 2,
+                   .micro_batches = 4};
+  for (int rank = 0; rank < 4; ++rank) {
+    o.rank = rank;
+    const GptPlan plan = PlanGpt(o);
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    EXPECT_GT(plan.parameter_bytes, 0);
+    EXPECT_EQ(Tally(plan, -1, true, "dp", "all-reduce").bytes, plan.parameter_bytes);
+    for (int64_t layer = 0; layer < 3; ++layer) {
+      EXPECT_EQ(Tally(plan, layer, false, "tp", "all-reduce").count, 2 * 4);
+      EXPECT_EQ(Tally(plan, layer, false, "tp", "all-reduce").elements, 2 * 4 * 2 * 64 * 128);
+      EXPECT_EQ(Tally(plan, layer, true, "tp", "all-reduce").elements, 2 * 4 * 2 * 64 * 128);
+      EXPECT_EQ(Tally(plan, layer, true, "dp", "all-reduce").count, 0);  // not per layer: bucketed
+    }
+  }
+}
+
+TEST(GptPlan, PipelineBoundariesSendTheHiddenStatesOncePerMicroBatchEachWay) {
+  // 8 layers on 4 stages (2 each), tp2, 8 micro-batches.
+  GptPlanOptions o{.model = {.vocab_size = 1024, .hidden = 64, .heads = 4, .layers = 8, .max_seq = 32},
+                   .tensor_parallel_size = 2,
+                   .pipeline_parallel_size = 4,
+                   .micro_batch_size = 2,
+                   .micro_batches = 8};
+  const int64_t bsh = 2 * 32 * 64, m = 8;
+  for (int rank = 0; rank < 8; ++rank) {
+    o.rank = rank;
+    const GptPlan plan = PlanGpt(o);
+    const int stage = rank / 2;
+    SCOPED_TRACE("rank " + std::to_string(rank) + " on stage " + std::to_string(stage));
+    EXPECT_EQ(plan.stage, stage);
+    EXPECT_EQ(LayersOf(plan), (std::set<int64_t>{2 * stage, 2 * stage + 1}));
+    EXPECT_NEAR(plan.bubble_fraction, 3.0 / 11.0, 1e-12);
+    // The boundary into layer 2s+2 (this stage's next): its first op
+    // receives the hidden states there, so the transfer counts in that layer.
+    if (stage < 3) {
+      const CommTally fwd = Tally(plan, 2 * stage + 2, false, "pp", "send");
+      const CommTally bwd = Tally(plan, 2 * stage + 2, true, "pp", "recv");
+      EXPECT_EQ(fwd.count, m);
+      EXPECT_EQ(fwd.elements, m * bsh);
+      EXPECT_EQ(bwd.count, m);
+      EXPECT_EQ(bwd.elements, m * bsh);
+    }
+    if (stage > 0) {
+      EXPECT_EQ(Tally(plan, 2 * stage, false, "pp", "recv").elements, m * bsh);
+      EXPECT_EQ(Tally(plan, 2 * stage, true, "pp", "send").elements, m * bsh);
+    }
+    // Within the layers, only the tensor-parallel all-reduces (2 per micro-batch each way).
+    for (int64_t layer : {2 * stage, 2 * stage + 1}) {
+      EXPECT_EQ(Tally(plan, layer, false, "tp", "all-reduce").count, 2 * m);
+      EXPECT_EQ(Tally(plan, layer, true, "tp", "all-reduce").count, 2 * m);
+    }
+  }
+}
+
+TEST(GptPlan, ThousandRankJobOfTheSameFormCompilesOneRanksPlan) {
+  // tp8 x pp16 x dp8 like the 96-layer, hidden-12288 benchmark
+  // (docs/benchmarks.md), with smaller layers: each rank compiles its own.
+  GptPlanOptions o{.model = {.vocab_size = 4096, .hidden = 512, .heads = 16, .layers = 32, .max_seq = 128},
+                   .tensor_parallel_size = 8,
+                   .pipeline_parallel_size = 16,
+                   .data_parallel_size = 8,
+                   .micro_batch_size = 1,
+                   .micro_batches = 2};
+  for (int rank : {0, 517, 1023}) {
+    o.rank = rank;
+    const GptPlan plan = PlanGpt(o);
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    EXPECT_EQ(plan.world_size, 1024);
+    EXPECT_EQ(plan.stage, rank / 64);
+    EXPECT_EQ(LayersOf(plan), (std::set<int64_t>{2 * (rank / 64), 2 * (rank / 64) + 1}));
+    EXPECT_LT(plan.plan.ops_size(), plan.logical_ops / 4);  // its own stage's ops only
+    for (const auto& op : plan.plan.ops()) {
+      for (const auto& c : op.comms()) {
+        if (c.kind() == "all-reduce" && c.elements() > 1) {
+          EXPECT_EQ(c.ranks_size(), 8);
+        }
+        for (int peer : c.ranks()) EXPECT_TRUE(peer >= 0 && peer < 1024);
+      }
+    }
+    EXPECT_EQ(Tally(plan, 2 * (rank / 64), false, "tp", "all-reduce").elements, 2 * 2 * 128 * 512);
+    EXPECT_EQ(Tally(plan, -1, true, "dp", "all-reduce").bytes, plan.parameter_bytes);
+  }
+}
+
+TEST(GptPlan, RankPlansAreTheSameBytesOnEveryCompile) {
+  GptPlanOptions o{.model = {.vocab_size = 1024, .hidden = 64, .heads = 4, .layers = 4, .max_seq = 32},
+                   .tensor_parallel_size = 2,
+                   .pipeline_parallel_size = 2,
+                   .data_parallel_size = 2,
+                   .rank = 5,
+                   .micro_batches = 2};
+  const std::string first = PlanGpt(o).plan.SerializeAsString();
+  EXPECT_FALSE(first.empty());
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(PlanGpt(o).plan.SerializeAsString(), first);
+}
+
+TEST(GptPlan, SizesThatDoNotFitAreNamed) {
+  GptPlanOptions o{.model = {.layers = 2}, .tensor_parallel_size = 2, .pipeline_parallel_size = 2};
+  o.rank = 4;
+  try {
+    PlanGpt(o);
+    FAIL() << "rank 4 of a world of 4";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("planning rank 4 of a world of 4"), std::string::npos) << e.what();
+  }
+  o.rank = 0;
+  o.pipeline_parallel_size = 4;
+  try {
+    PlanGpt(o);
+    FAIL() << "2 layers on 4 stages";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pipeline_num_layers >= the stage count; got 2"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tessel::plan
