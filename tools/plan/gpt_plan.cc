@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "graph/ir/meta.h"
+#include "graph/passes/memory_planning.h"
 #include "graph/plan/graph.h"
 #include "graph/plan/rank_plan.h"
 #include "layers/optimizer.h"
@@ -139,10 +140,11 @@ std::string GptPlanText(const GptPlanOptions& o, const GptPlan& plan) {
        << std::setw(7) << t.count << " ops" << std::setw(16) << t.bytes << " bytes\n";
   }
   const proto::MemoryProto& m = plan.plan.memory();
-  os << "memory of rank " << o.rank << ": parameters " << plan.parameter_bytes << " bytes; variables "
-     << m.variable_bytes() << " bytes (parameters and AdamW state); peak of op results " << m.peak_bytes()
-     << " bytes (at op " << m.peak_op() << " '" << m.peak_op_name() << "'), of activations "
-     << m.peak_activation_bytes() << " bytes\n";
+  using passes::FormatBytes;
+  os << "memory of rank " << o.rank << ": parameters " << FormatBytes(plan.parameter_bytes)
+     << "; variables (parameters and AdamW state) " << FormatBytes(m.variable_bytes())
+     << "; op results at most " << FormatBytes(m.peak_bytes()) << " (at op " << m.peak_op() << " '"
+     << m.peak_op_name() << "'), activations at most " << FormatBytes(m.peak_activation_bytes()) << "\n";
   os << "pipeline: " << o.pipeline_parallel_size << " stage(s), " << o.micro_batches
      << " micro-batch(es): bubble (p-1)/(m+p-1) = " << std::setprecision(1) << 100 * plan.bubble_fraction
      << "% of a step (GPipe and 1F1B, equal stages)\n";
