@@ -4,6 +4,10 @@
 
 namespace tessel {
 
+Tensor MakeMetaLocal(const Shape& shape, DType dtype) {
+  return Tensor::Lazy(shape, dtype, Device::CPU(), std::make_shared<const LazyValue>(nullptr, -1));
+}
+
 std::vector<Tensor> MetaInterpreter::Apply(const OpDef& op, const std::vector<Tensor>& inputs,
                                            const Attrs& attrs) {
   std::vector<Tensor> results;
@@ -13,8 +17,7 @@ std::vector<Tensor> MetaInterpreter::Apply(const OpDef& op, const std::vector<Te
   }
   for (const ir::Value& v : InferOpResults(op, inputs, attrs, "meta").outputs) {
     results.push_back(v.is_global() ? MakeMetaGlobal(v.shape, v.dtype, v.placement, v.nd_sbp)
-                                    : Tensor::Lazy(v.shape, v.dtype, Device::CPU(),
-                                                   std::make_shared<const LazyValue>(nullptr, -1)));
+                                    : MakeMetaLocal(v.shape, v.dtype));
   }
   return results;
 }

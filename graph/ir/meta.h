@@ -10,7 +10,7 @@
 //   MetaScope meta(/*world_size=*/1024, /*rank=*/0);
 //   dist::Setup({.tensor_parallel_size = 8, .pipeline_parallel_size = 16, ...});
 //   models::GPT gpt(config);           // no parameter memory
-//   const ir::Graph& g = step.Trace({{"ids", Tensor::Lazy({b, s}, DType::kInt64)}, ...});
+//   const ir::Graph& g = step.Trace({{"ids", MakeMetaLocal({b, s}, DType::kInt64)}, ...});
 #pragma once
 
 #include <vector>
@@ -26,6 +26,10 @@ class MetaInterpreter final : public Interpreter {
  public:
   std::vector<Tensor> Apply(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) override;
 };
+
+// A metadata-only local tensor with an identity of its own (a planned
+// graph's input, or a local result of the MetaInterpreter).
+Tensor MakeMetaLocal(const Shape& shape, DType dtype);
 
 // A MetaWorldScope with the MetaInterpreter pushed under it.
 class MetaScope {

@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "graph/ir/meta.h"
 #include "graph/plan/graph.h"
+#include "graph/plan/in_order_executor.h"
 #include "layers/optimizer.h"
 #include "layers/regularization.h"
 #include "ops/functional.h"
@@ -139,6 +141,37 @@ TEST(GraphStep, WhatCannotBeCapturedIsNamed) {
             std::string::npos)
       << error;
   EXPECT_EQ(step.traced_graphs(), 2u);
+}
+
+TEST(GraphStep, AGraphBuiltForAnotherWorldCompilesAndRefusesToRun) {
+  // Built as rank 3 of 4 on this one process: parameters without storage.
+  std::unique_ptr<Graph> step;
+  const ir::Graph* graph = nullptr;
+  Tensor w_local;
+  {
+    MetaScope meta(4, 3);
+    EXPECT_EQ(CurrentWorldSize(), 4);
+    EXPECT_EQ(CurrentRank(), 3);
+    const Placement p(DeviceType::kCPU, {0, 1, 2, 3}, {4});
+    Tensor w = randn({8, 4}, p, NdSbp{S(1)}, 7);
+    EXPECT_TRUE(w.is_lazy());
+    const Tensor y = fn::mul_scalar(w, 2.0);  // ops give their results' specs and run nothing
+    EXPECT_TRUE(y.is_lazy());
+    EXPECT_EQ(ir::Value::SpecOf(y).SpecString(), "f32 [8, 4] [S(1)] on cpu:[0, 1, 2, 3]");
+    w_local = MakeMetaLocal({8, 4}, DType::kFloat32);
+    step = std::make_unique<Graph>("planned", [&](const Graph::Tensors& in) -> Graph::Tensors {
+      return {{"y", fn::matmul(in.at("x"), w_local)}};
+    });
+    graph = &step->Trace({{"x", MakeMetaLocal({2, 8}, DType::kFloat32)}});
+  }
+  EXPECT_EQ(CurrentWorldSize(), 1);  // the scope is gone
+  int variables = 0;
+  for (const ir::Value& v : graph->values()) variables += v.kind == ir::Value::Kind::kVariable;
+  EXPECT_EQ(variables, 1);  // the weight, with no data
+  const std::string error = ErrorOf([&] {
+    RunInOrder(*graph, {{"x", Tensor::FromVector<float>(std::vector<float>(16, 1.0f), {2, 8})}});
+  });
+  EXPECT_NE(error.find("has no data: the graph was built for planning"), std::string::npos) << error;
 }
 
 }  // namespace

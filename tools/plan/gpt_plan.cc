@@ -72,10 +72,8 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
              },
              {.micro_batches = static_cast<int>(o.micro_batches)});
   const Shape batch({o.micro_batch_size * o.data_parallel_size * o.micro_batches, seq});
-  auto meta_tokens = [&] {
-    return Tensor::Lazy(batch, DType::kInt64, Device::CPU(), std::make_shared<const LazyValue>(nullptr, -1));
-  };
-  const ir::Graph& graph = step.Trace({{"ids", meta_tokens()}, {"labels", meta_tokens()}});
+  const ir::Graph& graph = step.Trace(
+      {{"ids", MakeMetaLocal(batch, DType::kInt64)}, {"labels", MakeMetaLocal(batch, DType::kInt64)}});
   out.compile_seconds = SecondsSince(start);
   out.logical_ops = static_cast<int64_t>(graph.ops().size());
   if (o.want_dot) out.dot = graph.ToDot();
