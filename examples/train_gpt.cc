@@ -90,13 +90,7 @@ int main(int argc, char** argv) {
       << "; expected a count of 1 or more that divides the batch";
   // The same step as a graph: traced at the first call, run at every call.
   Graph train_step("train_step",
-                   [&](const Graph::Tensors& in) -> Graph::Tensors {
-                     Tensor loss = gpt.Loss(in.at("ids"), in.at("labels"));
-                     loss.backward();
-                     Tensor grad_norm = optim::ClipGradNormTensor(params, 1.0);
-                     adamw.Step();
-                     return {{"loss", loss}, {"grad_norm", grad_norm}};
-                   },
+                   [&](const Graph::Tensors& in) { return models::TrainStep(gpt, params, adamw, in); },
                    {.micro_batches = FLAGS_micro_batches});
   if (FLAGS_comm_trace) comm::CommTrace::Get().Start();
   auto start = std::chrono::steady_clock::now();

@@ -38,4 +38,13 @@ Tensor GPT::Loss(const Tensor& ids, const Tensor& labels) const {
   return layers::ParallelCrossEntropyLoss(Logits(ids), labels);
 }
 
+std::map<std::string, Tensor> TrainStep(const GPT& gpt, const optim::NamedParams& params, optim::AdamW& adamw,
+                                        const std::map<std::string, Tensor>& batch) {
+  Tensor loss = gpt.Loss(batch.at("ids"), batch.at("labels"));
+  loss.backward();
+  Tensor grad_norm = optim::ClipGradNormTensor(params, 1.0);
+  adamw.Step();
+  return {{"loss", loss}, {"grad_norm", grad_norm}};
+}
+
 }  // namespace tessel::models

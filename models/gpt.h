@@ -3,11 +3,14 @@
 // logits tied to the token embedding.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "layers/embedding.h"
 #include "layers/layer_norm.h"
+#include "layers/optimizer.h"
 #include "layers/transformer.h"
 
 namespace tessel::models {
@@ -40,5 +43,12 @@ class GPT : public nn::Module {
   std::vector<std::unique_ptr<layers::TransformerLayer>> blocks_;
   layers::LayerNorm ln_f_;
 };
+
+// One training step on batch {"ids", "labels"}: the mean loss, backward,
+// gradients clipped to norm 1 (ops only, so a graph can capture it), an
+// AdamW update. Returns {"loss", "grad_norm"}. What train_gpt --graph
+// captures and tessel-plan compiles.
+std::map<std::string, Tensor> TrainStep(const GPT& gpt, const optim::NamedParams& params, optim::AdamW& adamw,
+                                        const std::map<std::string, Tensor>& batch);
 
 }  // namespace tessel::models

@@ -63,13 +63,7 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
   optim::AdamW adamw(params, {});
   // The step train_gpt --graph runs.
   Graph step("train_step",
-             [&](const Graph::Tensors& in) -> Graph::Tensors {
-               Tensor loss = gpt.Loss(in.at("ids"), in.at("labels"));
-               loss.backward();
-               Tensor grad_norm = optim::ClipGradNormTensor(params, 1.0);
-               adamw.Step();
-               return {{"loss", loss}, {"grad_norm", grad_norm}};
-             },
+             [&](const Graph::Tensors& in) { return models::TrainStep(gpt, params, adamw, in); },
              {.micro_batches = static_cast<int>(o.micro_batches)});
   const Shape batch({o.micro_batch_size * o.data_parallel_size * o.micro_batches, seq});
   const ir::Graph& graph = step.Trace(
