@@ -3,6 +3,9 @@
 // before the optimizer reads it — one all-reduce per parameter, each paying
 // a collective's latency. Here those reductions become a few all-reduces
 // over buckets of many gradients (PyTorch DDP's and OneFlow's bucketing).
+// Any reductions along the same axis that do not depend on each other fuse
+// the same way (XLA's all-reduce combiner): in a step with few gradients
+// the forward's independent ones are as many collectives again.
 //
 // All-reducing a member along mesh axis `a` runs on the ranks that differ
 // only in coordinate `a`; they hold shards of the same logical box (the
@@ -13,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <queue>
 #include <sstream>
 #include <tuple>
 #include <vector>
@@ -117,53 +121,129 @@ void EnsureBucketOp() {
 
 struct Bucket {
   std::vector<size_t> members;  // indices of to_global ops
-  int last_producer = -1;       // the latest op among the members' inputs' producers
-  int first_reader = std::numeric_limits<int>::max();
+  int first_member = std::numeric_limits<int>::max();
   int64_t bytes = 0;
   int axis = -1;
 };
+
+// What must run before each op: the producers of its inputs and, around an
+// in-place update, the ops that read the updated value before it (they
+// must see the old data) and those that read it after (the new data).
+std::vector<std::vector<int>> Predecessors(const ir::Graph& graph) {
+  const std::vector<ir::Op>& ops = graph.ops();
+  std::vector<std::vector<int>> preds(ops.size()), readers(graph.values().size());
+  for (const ir::Op& op : ops) {
+    for (int in : op.inputs) {
+      const int producer = graph.value(in).producer;
+      if (producer >= 0) preds[op.id].push_back(producer);
+      readers[in].push_back(op.id);
+    }
+  }
+  for (const ir::Op& op : ops) {
+    for (int i : GetOpDef(op.name).mutates) {
+      for (int reader : readers[op.inputs.at(static_cast<size_t>(i))]) {
+        if (reader < op.id) preds[op.id].push_back(reader);
+        if (reader > op.id) preds[reader].push_back(op.id);
+      }
+    }
+  }
+  return preds;
+}
+
+// Whether op `from` depends on one of `bucket`'s members: a walk back over
+// predecessors, no further back than the bucket's first member.
+class DependenceWalk {
+ public:
+  explicit DependenceWalk(const std::vector<std::vector<int>>& preds)
+      : preds_(preds), seen_(preds.size(), 0), member_(preds.size(), 0) {}
+
+  bool Depends(int from, const Bucket& bucket) {
+    if (from < bucket.first_member) return false;
+    ++stamp_;
+    for (size_t m : bucket.members) member_[m] = stamp_;
+    std::vector<int> stack = {from};
+    seen_[static_cast<size_t>(from)] = stamp_;
+    while (!stack.empty()) {
+      const int op = stack.back();
+      stack.pop_back();
+      if (member_[static_cast<size_t>(op)] == stamp_) return true;
+      for (int pred : preds_[static_cast<size_t>(op)]) {
+        if (pred < bucket.first_member || seen_[static_cast<size_t>(pred)] == stamp_) continue;
+        seen_[static_cast<size_t>(pred)] = stamp_;
+        stack.push_back(pred);
+      }
+    }
+    return false;
+  }
+
+ private:
+  const std::vector<std::vector<int>>& preds_;
+  std::vector<uint32_t> seen_, member_;
+  uint32_t stamp_ = 0;
+};
+
+ir::Op MakeBucketOp(const ir::Graph& graph, const Bucket& b) {
+  const std::vector<ir::Op>& ops = graph.ops();
+  ir::Op fused;
+  fused.name = "all_reduce_bucket";
+  fused.attrs = Attrs{{"mesh_axis", static_cast<int64_t>(b.axis)}, {"bytes", b.bytes}};
+  fused.micro_batch = ops[b.members[0]].micro_batch;
+  fused.layer = ops[b.members[0]].layer;
+  for (size_t m : b.members) {
+    fused.inputs.push_back(ops[m].inputs[0]);
+    fused.outputs.push_back(ops[m].outputs[0]);
+    // Reducing what backward produced (the gradients) is part of backward.
+    const int producer = graph.value(ops[m].inputs[0]).producer;
+    fused.backward |= ops[m].backward || (producer >= 0 && ops[static_cast<size_t>(producer)].backward);
+    if (ops[m].layer != fused.layer) fused.layer = -1;  // gradients of several layers
+  }
+  return fused;
+}
 
 }  // namespace
 
 void BucketGradients(ir::Graph& graph, int64_t bucket_bytes) {
   if (bucket_bytes <= 0) return;
   EnsureBucketOp();
+  EnsureLayoutOps();  // Predecessors looks up every op's definition
   const std::vector<ir::Op>& ops = graph.ops();
-  std::vector<int> first_reader(graph.values().size(), std::numeric_limits<int>::max());
-  for (const ir::Op& op : ops)
-    for (int i : op.inputs) first_reader[i] = std::min(first_reader[i], op.id);
-  for (const auto& [name, id] : graph.outputs())
-    first_reader[id] = std::min(first_reader[id], int(ops.size()));
 
   // Candidates in the order their inputs are produced (backward's order).
   struct Candidate {
     size_t op;
-    int producer, reader, axis;
+    int producer, axis;
   };
   std::vector<Candidate> candidates;
   for (const ir::Op& op : ops) {
     if (op.name != "to_global") continue;
     const ir::Value& in = graph.value(op.inputs[0]);
     const int axis = AllReduceAxis(in, graph.value(op.outputs[0]));
-    if (axis >= 0) candidates.push_back({size_t(op.id), in.producer, first_reader[op.outputs[0]], axis});
+    if (axis >= 0) candidates.push_back({size_t(op.id), in.producer, axis});
   }
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const Candidate& a, const Candidate& b) { return a.producer < b.producer; });
 
-  // Greedy: a bucket takes the next gradient while it fits and can run
-  // after all its members' inputs exist and before any of their readers.
+  // Greedy: a bucket takes the next reduction of its group and micro-batch
+  // while it fits and does not depend on a member's result. Independence is
+  // all a bucket needs: the ops are reordered below so it runs once its
+  // inputs exist and before its members' readers. So independent
+  // reductions outside backward fuse too (a loss's sum and its token count;
+  // cross-entropy's sum of exponentials and its target logits). Different
+  // micro-batches never share one: that would run their forwards together
+  // and keep both micro-batches' activations alive.
+  const std::vector<std::vector<int>> preds = Predecessors(graph);
+  DependenceWalk walk(preds);
   std::vector<Bucket> buckets;
-  std::map<std::tuple<uint64_t, int, DType>, size_t> open;  // (placement id, axis, dtype) -> bucket
+  std::map<std::tuple<uint64_t, int, DType, int>, size_t> open;  // (placement, axis, dtype, micro-batch)
   for (const Candidate& c : candidates) {
     const ir::Value& in = graph.value(ops[c.op].inputs[0]);
     const int64_t bytes = in.shape.numel() * static_cast<int64_t>(ElementSize(in.dtype));
-    const auto key = std::make_tuple(in.placement.id(), c.axis, in.dtype);
+    const auto key = std::make_tuple(in.placement.id(), c.axis, in.dtype, ops[c.op].micro_batch);
     auto it = open.find(key);
     if (it != open.end()) {
       Bucket& b = buckets[it->second];
-      const bool fits = b.bytes + bytes <= bucket_bytes;
-      const bool orderable = std::max(b.last_producer, c.producer) < std::min(b.first_reader, c.reader);
-      if (!fits || !orderable) open.erase(it), it = open.end();
+      if (b.bytes + bytes > bucket_bytes || (c.producer >= 0 && walk.Depends(c.producer, b)))
+        open.erase(it), it = open.end();
     }
     if (it == open.end()) {
       it = open.emplace(key, buckets.size()).first;
@@ -171,46 +251,59 @@ void BucketGradients(ir::Graph& graph, int64_t bucket_bytes) {
     }
     Bucket& b = buckets[it->second];
     b.members.push_back(c.op);
-    b.last_producer = std::max(b.last_producer, c.producer);
-    b.first_reader = std::min(b.first_reader, c.reader);
+    b.first_member = std::min(b.first_member, static_cast<int>(c.op));
     b.bytes += bytes;
     b.axis = c.axis;
   }
 
-  // Rebuild: a bucket of two or more runs right after its last producer
-  // (at the start when all its inputs are graph inputs or variables); a
-  // bucket of one stays a to_global.
-  std::vector<int> bucket_of(ops.size(), -1);
-  std::multimap<int, size_t> after;  // producer op -> buckets placed after it
-  for (size_t b = 0; b < buckets.size(); ++b) {
-    if (buckets[b].members.size() < 2) continue;
-    for (size_t m : buckets[b].members) bucket_of[m] = static_cast<int>(b);
-    after.emplace(buckets[b].last_producer, b);
+  // Rebuild: a bucket of two or more replaces its members (a bucket of one
+  // stays a to_global). The ops are then listed again in dependence order:
+  // a bucket right after its last input is produced, every other op as
+  // early as the original order allows. Ops that read a member wait for
+  // the bucket; the others keep their order.
+  std::vector<int> node_of(ops.size(), -1);  // op -> node
+  std::vector<ir::Op> nodes;
+  std::vector<int> priority;
+  for (const Bucket& b : buckets) {
+    if (b.members.size() < 2) continue;
+    for (size_t m : b.members) node_of[m] = static_cast<int>(nodes.size());
+    nodes.push_back(MakeBucketOp(graph, b));
+    priority.push_back(-1);  // before any other ready op
   }
-  if (after.empty()) return;
-  std::vector<ir::Op> out;
-  auto emit_buckets_after = [&](int producer) {
-    auto [lo, hi] = after.equal_range(producer);
-    for (auto it = lo; it != hi; ++it) {
-      const Bucket& b = buckets[it->second];
-      ir::Op fused;
-      fused.name = "all_reduce_bucket";
-      fused.attrs = Attrs{{"mesh_axis", static_cast<int64_t>(b.axis)}, {"bytes", b.bytes}};
-      for (size_t m : b.members) {
-        fused.inputs.push_back(ops[m].inputs[0]);
-        fused.outputs.push_back(ops[m].outputs[0]);
-        // Reducing what backward produced (the gradients) is part of backward.
-        const int producer = graph.value(ops[m].inputs[0]).producer;
-        fused.backward |= ops[m].backward || (producer >= 0 && ops[static_cast<size_t>(producer)].backward);
-      }
-      out.push_back(std::move(fused));
-    }
-  };
-  emit_buckets_after(-1);
+  if (nodes.empty()) return;
   for (const ir::Op& op : ops) {
-    if (bucket_of[op.id] < 0) out.push_back(op);
-    emit_buckets_after(op.id);
+    if (node_of[op.id] >= 0) continue;
+    node_of[op.id] = static_cast<int>(nodes.size());
+    nodes.push_back(op);
+    priority.push_back(op.id);
   }
+  std::vector<std::vector<int>> successors(nodes.size());
+  std::vector<int> waiting(nodes.size(), 0);
+  for (const ir::Op& op : ops) {
+    const int to = node_of[op.id];
+    for (int pred : preds[op.id]) {
+      const int from = node_of[static_cast<size_t>(pred)];
+      if (from == to) continue;
+      successors[from].push_back(to);
+      ++waiting[to];
+    }
+  }
+  using Ready = std::pair<int, int>;  // (priority, node)
+  std::priority_queue<Ready, std::vector<Ready>, std::greater<>> ready;
+  for (size_t n = 0; n < nodes.size(); ++n)
+    if (waiting[n] == 0) ready.emplace(priority[n], static_cast<int>(n));
+  std::vector<ir::Op> out;
+  out.reserve(nodes.size());
+  while (!ready.empty()) {
+    const int n = ready.top().second;
+    ready.pop();
+    out.push_back(std::move(nodes[static_cast<size_t>(n)]));
+    for (int next : successors[static_cast<size_t>(n)])
+      if (--waiting[static_cast<size_t>(next)] == 0) ready.emplace(priority[next], next);
+  }
+  TESSEL_CHECK(out.size() == nodes.size())
+      << "gradient bucketing made a cycle: a bucket depends on its own result (" << nodes.size() - out.size()
+      << " ops unscheduled)";
   graph.SetOps(std::move(out));
 }
 

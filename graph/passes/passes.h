@@ -53,12 +53,15 @@ void InsertBoxing(ir::Graph& graph);
 // Fuses data-parallel gradient reductions into buckets: `to_global` ops that
 // turn a partial sum into a broadcast along one mesh axis (one all-reduce
 // on each group along that axis) are grouped by (placement, mesh axis,
-// dtype), in the order their inputs are produced, into
+// dtype, micro-batch), in the order their inputs are produced, into
 // `all_reduce_bucket` ops of at most `bucket_bytes` logical bytes each
-// (a single larger tensor gets its own). A bucket runs one all-reduce of
-// its members' shards packed together, right after its last member is
-// produced, so it may overlap the rest of backward once ops run
-// concurrently. bucket_bytes <= 0 turns the pass off.
+// (a single larger tensor gets its own). A bucket never holds a reduction
+// whose input depends on another member's result; independent reductions
+// outside backward fuse as well (a loss and its token count). The ops are
+// then reordered, stably, so each bucket runs right after its last member's
+// input is produced and before any reader of its members, so it may
+// overlap the rest of backward once ops run concurrently. bucket_bytes <= 0
+// turns the pass off.
 void BucketGradients(ir::Graph& graph, int64_t bucket_bytes);
 
 }  // namespace tessel::passes

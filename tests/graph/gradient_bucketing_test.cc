@@ -111,6 +111,62 @@ TEST(GradientBucketing, ABucketNeverWaitsForAGradientProducedAfterAReader) {
   EXPECT_EQ(bucket.inputs, (std::vector<int>{g1, g2}));
 }
 
+TEST(GradientBucketing, IndependentReductionsFuseAndTheirReadersWaitForTheBucket) {
+  SmallGraph g("loss", Placement("cpu", std::vector<int>{0, 1}));
+  const NdSbp p({P()}), b({B()});
+  const int x = g.Input("x", {8}, b);
+  // A loss's sum is reduced and read before its token count is computed:
+  // the two reductions are independent, so they become one bucket and the
+  // sum's reader moves after it. A reduction of what the reader made
+  // depends on the bucket and stays alone.
+  const int sum = g.Op("neg", {x}, {b}, {8}, p);
+  const int sum_reduced = g.ToGlobal(sum, b);
+  const int scaled = g.Op("tanh", {sum_reduced}, {b}, {8}, b);
+  const int count = g.Op("exp", {x}, {b}, {8}, p);
+  const int count_reduced = g.ToGlobal(count, b);
+  const int later = g.Op("neg", {scaled}, {b}, {8}, p);
+  const int later_reduced = g.ToGlobal(later, b);
+  g.graph.MarkOutput("ratio", g.Op("div", {scaled, count_reduced}, {b, b}, {8}, b));
+  g.graph.MarkOutput("later", later_reduced);
+  passes::BucketGradients(g.graph, 1 << 20);
+  ir::Verify(g.graph, true);
+  ASSERT_EQ(g.Count("all_reduce_bucket"), 1);
+  const ir::Op& bucket = g.graph.ops()[g.graph.value(sum_reduced).producer];
+  EXPECT_EQ(bucket.name, "all_reduce_bucket");
+  EXPECT_EQ(bucket.inputs, (std::vector<int>{sum, count}));
+  EXPECT_EQ(bucket.outputs, (std::vector<int>{sum_reduced, count_reduced}));
+  std::vector<std::string> order;
+  for (const ir::Op& op : g.graph.ops()) order.push_back(op.name);
+  EXPECT_EQ(order,
+            (std::vector<std::string>{"neg", "exp", "all_reduce_bucket", "tanh", "neg", "to_global", "div"}));
+  EXPECT_EQ(g.graph.ops()[g.graph.value(later_reduced).producer].name, "to_global");
+}
+
+TEST(GradientBucketing, MicroBatchesNeverShareABucket) {
+  SmallGraph g("micro", Placement("cpu", std::vector<int>{0, 1}));
+  const NdSbp p({P()}), b({B()});
+  const int x = g.Input("x", {8}, b);
+  std::vector<int> reduced;
+  for (int k = 0; k < 4; ++k) reduced.push_back(g.ToGlobal(g.Op("neg", {x}, {b}, {8}, p), b));
+  for (size_t k = 0; k < reduced.size(); ++k)
+    g.graph.MarkOutput(std::string("r").append(std::to_string(k)), reduced[k]);
+  // Reductions 0, 1 belong to micro-batch 0 and 2, 3 to micro-batch 1 (as
+  // gradient accumulation copies a forward): fusing across them would run
+  // the micro-batches' forwards together.
+  std::vector<ir::Op> ops = g.graph.ops();
+  for (size_t k = 0; k < reduced.size(); ++k)
+    ops[static_cast<size_t>(g.graph.value(reduced[k]).producer)].micro_batch = static_cast<int>(k / 2);
+  g.graph.SetOps(std::move(ops));
+  passes::BucketGradients(g.graph, 1 << 20);
+  ASSERT_EQ(g.Count("all_reduce_bucket"), 2);
+  for (const ir::Op& op : g.graph.ops()) {
+    if (op.name != "all_reduce_bucket") continue;
+    EXPECT_EQ(op.outputs.size(), 2u);
+    const int k = op.micro_batch;
+    EXPECT_EQ(op.outputs, (std::vector<int>{reduced[2 * k], reduced[2 * k + 1]}));
+  }
+}
+
 TEST(GradientBucketing, LeavesOtherConversionsAlone) {
   SmallGraph g("others", Placement("cpu", {{0, 1}, {2, 3}}));
   const int x = g.Input("x", {4, 8}, kBB);
