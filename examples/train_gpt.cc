@@ -91,7 +91,9 @@ int main(int argc, char** argv) {
   // The same step as a graph: traced at the first call, run at every call.
   Graph train_step("train_step",
                    [&](const Graph::Tensors& in) { return models::TrainStep(gpt, params, adamw, in); },
-                   {.micro_batches = FLAGS_micro_batches});
+                   {.micro_batches = FLAGS_micro_batches,
+                    .stage_ranks = dist::StageRanks(),
+                    .layer_stages = dist::LayerStages()});
   if (FLAGS_comm_trace) comm::CommTrace::Get().Start();
   auto start = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < FLAGS_steps; ++step) {

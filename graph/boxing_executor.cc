@@ -145,36 +145,51 @@ Shard RunAxisStep(const BoxingStep& step, const Shard& cur, const Shape& shape, 
   TESSEL_THROW(StatusCode::kInternal) << "unexpected boxing step " << step.Describe();
 }
 
+// Posts this rank's sends of `transfers` (parts of `cur`, whose buffers
+// go to `buffers` until the sends complete). Tags count the boxing messages
+// per peer, on both sides in the same (planned) order: unique among
+// concurrent transfers on other channels.
+void PostSends(const std::vector<SliceTransfer>& transfers, const Shard& cur, DType dtype, int rank,
+               std::vector<Tensor>* buffers, std::vector<std::unique_ptr<comm::Work>>* pending) {
+  comm::Communicator& world = comm::World();
+  for (const SliceTransfer& t : transfers) {
+    if (t.src_rank != rank || t.dst_rank == rank) continue;
+    buffers->push_back(Extract(cur, t.box, dtype));
+    const uint32_t tag =
+        world.NextTag(comm::Communicator::kBoxingChannel, t.dst_rank, comm::Communicator::Direction::kSend);
+    pending->push_back(world.ISend(buffers->back().raw_data(), t.box.numel(), dtype, t.dst_rank, tag));
+  }
+}
+
+// Posts this rank's receives of `transfers` into `parts` (buffer, box).
+void PostReceives(const std::vector<SliceTransfer>& transfers, DType dtype, int rank,
+                  std::vector<std::pair<Tensor, Box>>* parts,
+                  std::vector<std::unique_ptr<comm::Work>>* pending) {
+  comm::Communicator& world = comm::World();
+  for (const SliceTransfer& t : transfers) {
+    if (t.dst_rank != rank || t.src_rank == rank) continue;
+    parts->emplace_back(Tensor::Empty(t.box.shape(), dtype), t.box);
+    const uint32_t tag =
+        world.NextTag(comm::Communicator::kBoxingChannel, t.src_rank, comm::Communicator::Direction::kRecv);
+    pending->push_back(world.IRecv(parts->back().first.raw_data(), t.box.numel(), dtype, t.src_rank, tag));
+  }
+}
+
 // Point-to-point slices between placements (or layouts), over the world.
 Shard RunTransfer(const BoxingStep& step, const Shard& cur, const Shape& shape, DType dtype, int rank) {
   Box dst_box = LocalBox(shape, step.to_placement, step.to, rank);
   Shard out{Tensor::Empty(dst_box.shape(), dtype), dst_box};
   std::vector<SliceTransfer> transfers =
       PlanSliceTransfers(step.from_placement, step.from, step.to_placement, step.to, shape);
-  comm::Communicator& world = comm::World();
+  for (const SliceTransfer& t : transfers)
+    if (t.src_rank == rank && t.dst_rank == rank) CopyPart(cur, t.box, out.data.raw_data(), out.box, dtype);
   std::vector<Tensor> send_buffers;
-  std::vector<std::pair<Tensor, Box>> recv_buffers;
+  std::vector<std::pair<Tensor, Box>> parts;
   std::vector<std::unique_ptr<comm::Work>> pending;
-  for (size_t i = 0; i < transfers.size(); ++i) {
-    const SliceTransfer& t = transfers[i];
-    // Tags count the boxing messages per peer, on both sides in the same
-    // (planned) order: unique among concurrent transfers on other channels.
-    using Direction = comm::Communicator::Direction;
-    if (t.src_rank == rank && t.dst_rank == rank) {
-      CopyPart(cur, t.box, out.data.raw_data(), out.box, dtype);
-    } else if (t.src_rank == rank) {
-      send_buffers.push_back(Extract(cur, t.box, dtype));
-      const uint32_t tag = world.NextTag(comm::Communicator::kBoxingChannel, t.dst_rank, Direction::kSend);
-      pending.push_back(world.ISend(send_buffers.back().raw_data(), t.box.numel(), dtype, t.dst_rank, tag));
-    } else if (t.dst_rank == rank) {
-      recv_buffers.emplace_back(Tensor::Empty(t.box.shape(), dtype), t.box);
-      const uint32_t tag = world.NextTag(comm::Communicator::kBoxingChannel, t.src_rank, Direction::kRecv);
-      pending.push_back(
-          world.IRecv(recv_buffers.back().first.raw_data(), t.box.numel(), dtype, t.src_rank, tag));
-    }
-  }
+  PostSends(transfers, cur, dtype, rank, &send_buffers, &pending);
+  PostReceives(transfers, dtype, rank, &parts, &pending);
   for (auto& w : pending) w->Wait();
-  for (auto& [buf, box] : recv_buffers) CopyPart(Shard{buf, box}, box, out.data.raw_data(), out.box, dtype);
+  for (auto& [buf, box] : parts) CopyPart(Shard{buf, box}, box, out.data.raw_data(), out.box, dtype);
   return out;
 }
 
@@ -217,6 +232,40 @@ Tensor ExecuteBoxing(const Tensor& input, const BoxingPlan& plan) {
     cur = RunAxisStep(step, cur, plan.shape, dtype, index);
   }
   return MakeGlobal(cur.data, plan.shape, plan.dst_placement, plan.dst);
+}
+
+void SendSlices(const Tensor& input, const Placement& placement, const NdSbp& nd_sbp) {
+  const int rank = CurrentRank();
+  TESSEL_CHECK(input.is_global() && !input.placement().Overlaps(placement))
+      << "SendSlices of " << input.ToString() << " to " << placement
+      << ": the two sides of a send must have no rank in common";
+  if (!input.placement().Contains(rank)) return;
+  const std::vector<SliceTransfer> transfers =
+      PlanSliceTransfers(input.placement(), input.nd_sbp(), placement, nd_sbp, input.shape());
+  const Shard cur{input.to_local(), LocalBox(input.shape(), input.placement(), input.nd_sbp(), rank)};
+  std::vector<Tensor> buffers;
+  std::vector<std::unique_ptr<comm::Work>> pending;
+  PostSends(transfers, cur, input.dtype(), rank, &buffers, &pending);
+  for (auto& w : pending) w->Wait();
+}
+
+Tensor ReceiveSlices(const Placement& src_placement, const NdSbp& src, const Shape& shape, DType dtype,
+                     const Placement& placement, const NdSbp& nd_sbp) {
+  const int rank = CurrentRank();
+  TESSEL_CHECK(!src_placement.Overlaps(placement))
+      << "ReceiveSlices from " << src_placement << " to " << placement
+      << ": the two sides of a receive must have no rank in common";
+  const Box box = LocalBox(shape, placement, nd_sbp, rank);
+  Shard out{Tensor::Empty(box.shape(), dtype), box};
+  if (placement.Contains(rank)) {
+    std::vector<std::pair<Tensor, Box>> parts;
+    std::vector<std::unique_ptr<comm::Work>> pending;
+    PostReceives(PlanSliceTransfers(src_placement, src, placement, nd_sbp, shape), dtype, rank, &parts,
+                 &pending);
+    for (auto& w : pending) w->Wait();
+    for (auto& [buf, part] : parts) CopyPart(Shard{buf, part}, part, out.data.raw_data(), out.box, dtype);
+  }
+  return MakeGlobal(out.data, shape, placement, nd_sbp);
 }
 
 namespace {

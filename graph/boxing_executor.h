@@ -20,6 +20,18 @@ Tensor ExecuteBoxing(const Tensor& input, const BoxingPlan& plan);
 // returns the input's data, detached.
 Tensor BoxTo(const Tensor& input, const Placement& placement, const NdSbp& nd_sbp);
 
+// The two halves of moving a global tensor to a placement with no rank in
+// common with its own (a pipeline's stage boundary), for the send and recv
+// ops that run on either side: SendSlices sends this rank's parts of
+// `input` to the ranks of `placement` that need them (nothing off
+// `input`'s placement); ReceiveSlices returns the tensor laid out as
+// `nd_sbp` on `placement`, receiving this rank's parts from the ranks of
+// `src_placement` (an empty shard off `placement`). Neither layout may be
+// partial; the slices are those BoxTo would move (sbp/slice_transfer.h).
+void SendSlices(const Tensor& input, const Placement& placement, const NdSbp& nd_sbp);
+Tensor ReceiveSlices(const Placement& src_placement, const NdSbp& src, const Shape& shape, DType dtype,
+                     const Placement& placement, const NdSbp& nd_sbp);
+
 // The plan for a conversion, cached by (layouts, shape, dtype) in a cache of
 // at most kBoxingPlanCacheCapacity plans (least recently used evicted).
 constexpr size_t kBoxingPlanCacheCapacity = 4096;

@@ -74,15 +74,28 @@ int64_t GetLayerStageId(int64_t layer_idx) {
 
 Placement GetLayerPlacement(int64_t layer_idx) {
   const Config& c = Current();
-  const int64_t stage = GetLayerStageId(layer_idx);
-  const int64_t per_stage = c.data_parallel_size * c.tensor_parallel_size;
-  std::vector<int> ranks;
-  for (int64_t r = 0; r < per_stage; ++r) ranks.push_back(static_cast<int>(stage * per_stage + r));
+  std::vector<int> ranks = StageRanks()[static_cast<size_t>(GetLayerStageId(layer_idx))];
   std::vector<int64_t> hierarchy;
   if (c.data_parallel_size > 1) hierarchy.push_back(c.data_parallel_size);
   if (c.tensor_parallel_size > 1) hierarchy.push_back(c.tensor_parallel_size);
   if (hierarchy.empty()) hierarchy.push_back(1);
   return Placement(DeviceType::kCPU, ranks, hierarchy);
+}
+
+std::vector<std::vector<int>> StageRanks() {
+  const Config& c = Current();
+  const int64_t per_stage = c.data_parallel_size * c.tensor_parallel_size;
+  std::vector<std::vector<int>> stages(static_cast<size_t>(c.pipeline_parallel_size));
+  for (int64_t s = 0; s < c.pipeline_parallel_size; ++s)
+    for (int64_t r = 0; r < per_stage; ++r) stages[s].push_back(static_cast<int>(s * per_stage + r));
+  return stages;
+}
+
+std::vector<int64_t> LayerStages() {
+  std::vector<int64_t> stages;
+  for (int64_t l = 0; l < std::max<int64_t>(Current().pipeline_num_layers, 1); ++l)
+    stages.push_back(GetLayerStageId(l));
+  return stages;
 }
 
 NdSbp GetNdSbp(const std::vector<Sbp>& dp_tp) {

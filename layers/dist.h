@@ -39,6 +39,10 @@ int64_t GetLayerStageId(int64_t layer_idx);
 // The placement of a layer's stage: its ranks as [dp, tp], [dp], [tp] or [1]
 // (mesh axes of size 1 are dropped).
 Placement GetLayerPlacement(int64_t layer_idx);
+// For graph mode (GraphOptions): the world ranks of each pipeline stage,
+// and the stage of each of the pipeline_num_layers layers.
+std::vector<std::vector<int>> StageRanks();
+std::vector<int64_t> LayerStages();
 // A [dp, tp] pair of Sbps reduced to the active mesh axes.
 NdSbp GetNdSbp(const std::vector<Sbp>& dp_tp);
 // Activations between layers: split on the batch over dp, B over tp.

@@ -156,6 +156,12 @@ Placement Placement::Parse(std::string_view text) {
   return Placement(type, std::move(ranks), std::move(hierarchy));
 }
 
+bool Placement::Overlaps(const Placement& other) const {
+  for (int r : ranks())
+    if (other.Contains(r)) return true;
+  return false;
+}
+
 int Placement::IndexOf(int rank) const {
   for (size_t i = 0; i < rep_->ranks.size(); ++i)
     if (rep_->ranks[i] == rank) return static_cast<int>(i);

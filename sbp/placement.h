@@ -45,6 +45,8 @@ class Placement {
   // Position of `rank` in ranks(), or -1.
   int IndexOf(int rank) const;
   bool Contains(int rank) const { return IndexOf(rank) >= 0; }
+  // Whether any rank is in both.
+  bool Overlaps(const Placement& other) const;
   std::vector<int64_t> Coord(int index) const;
   int IndexOfCoord(const std::vector<int64_t>& coord) const;
   // World ranks of the mesh line through `index` along `axis`, in order.

@@ -268,6 +268,7 @@ std::string Graph::ToText() const {
     }
     if (!first) os << "}";
     if (op.layer >= 0) os << " [layer " << op.layer << "]";
+    if (op.stage >= 0) os << " [stage " << op.stage << "]";
     if (op.micro_batch >= 0) os << " [micro-batch " << op.micro_batch << "]";
     if (op.recompute_region >= 0)
       os << (op.backward ? " [recompute " : " [checkpoint ") << op.recompute_region << "]";
@@ -300,6 +301,7 @@ std::string Graph::ToDot() const {
   for (const Op& op : ops_) {
     std::string label = std::to_string(op.id) + ": " + op.name;
     if (op.layer >= 0) label += " [layer " + std::to_string(op.layer) + "]";
+    if (op.stage >= 0) label += " [stage " + std::to_string(op.stage) + "]";
     if (op.micro_batch >= 0) label += " [mb " + std::to_string(op.micro_batch) + "]";
     if (op.recompute_region >= 0)
       label += (op.backward ? " [recompute " : " [checkpoint ") + std::to_string(op.recompute_region) + "]";
@@ -369,6 +371,7 @@ void Graph::ToProto(proto::GraphProto* out) const {
     p->set_backward(op.backward);
     if (op.recompute_region >= 0) p->set_recompute_region(op.recompute_region);
     if (op.layer >= 0) p->set_layer(op.layer);
+    if (op.stage >= 0) p->set_stage(op.stage);
   }
   for (int id : gradients_)
     if (IsLive(id)) out->add_gradients(id);

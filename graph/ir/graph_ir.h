@@ -76,6 +76,9 @@ struct Op {
   // this is the gradient of (graph/autograd.h: LayerScope); a layout change
   // takes its reader's. -1: outside every layer (embeddings, loss, optimizer).
   int64_t layer = -1;
+  // The pipeline stage whose ranks run the op (graph/passes:
+  // stage_assignment); -1: every rank (local ops) or stages not assigned.
+  int stage = -1;
 };
 
 class Graph {

@@ -16,7 +16,8 @@ void EliminateDeadCode(ir::Graph& graph) {
   std::vector<bool> keep(ops.size(), false);
   for (size_t n = ops.size(); n-- > 0;) {
     const ir::Op& op = ops[n];
-    bool live = !GetOpDef(op.name).mutates.empty();
+    // In-place updates and sends (no result: their effect is elsewhere) stay.
+    bool live = !GetOpDef(op.name).mutates.empty() || op.outputs.empty();
     for (int o : op.outputs) live |= needed[o];
     if (!live) continue;
     keep[n] = true;

@@ -189,6 +189,7 @@ ir::Op MakeBucketOp(const ir::Graph& graph, const Bucket& b) {
   fused.attrs = Attrs{{"mesh_axis", static_cast<int64_t>(b.axis)}, {"bytes", b.bytes}};
   fused.micro_batch = ops[b.members[0]].micro_batch;
   fused.layer = ops[b.members[0]].layer;
+  fused.stage = ops[b.members[0]].stage;
   for (size_t m : b.members) {
     fused.inputs.push_back(ops[m].inputs[0]);
     fused.outputs.push_back(ops[m].outputs[0]);

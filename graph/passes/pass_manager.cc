@@ -88,6 +88,9 @@ const std::vector<Pass>& PassOrder() {
        [](ir::Graph& g, const CompileOptions& o) { AccumulateGradients(g, o.micro_batches); }},
       {"boxing_insertion", "one to_global op per value and layout a reader needs; identity ones removed",
        [](ir::Graph& g, const CompileOptions&) { InsertBoxing(g); }, /*makes_boxing_explicit=*/true},
+      {"stage_assignment",
+       "give each op its pipeline stage; values crossing stages become send / recv pairs",
+       [](ir::Graph& g, const CompileOptions& o) { AssignStages(g, o.stage_ranks, o.layer_stages); }},
       {"gradient_bucketing", "fuse partial-to-broadcast reductions along one mesh axis into buckets",
        [](ir::Graph& g, const CompileOptions& o) { BucketGradients(g, o.grad_bucket_bytes); }},
   };

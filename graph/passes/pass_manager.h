@@ -26,6 +26,11 @@ struct CompileOptions {
   // Gradient accumulation: micro-batches per step (1: off). Set by the
   // Graph from GraphOptions, not by a flag: it changes what a step means.
   int micro_batches = 1;
+  // Pipeline stages (stage_assignment): the world ranks of each stage, no
+  // rank in two, and the stage of each model layer (layer_idx). Set by the
+  // Graph from GraphOptions. Empty: no pipeline, nothing to assign.
+  std::vector<std::vector<int>> stage_ranks = {};
+  std::vector<int64_t> layer_stages = {};
   // A pass name, or "ALL", whose input and output graphs are written to
   // debug_dir; empty: none.
   std::string debug_pass;

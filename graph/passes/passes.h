@@ -50,6 +50,20 @@ void AccumulateGradients(ir::Graph& graph, int micro_batches);
 // boxes nothing implicitly (ir::Verify with explicit_boxing holds).
 void InsertBoxing(ir::Graph& graph);
 
+// Pipeline stages: `stage_ranks[s]` are stage s's world ranks (no rank in
+// two stages) and `layer_stages[l]` the stage of model layer l. Every op
+// gets the stage whose ranks hold the values it computes (Op::stage; -1
+// for local ops, which run on every rank). A layout change between
+// stages becomes a `send` on the source stage and a `recv` on the
+// destination, with the layout changes each side needs before and after
+// as to_global ops of their own (stage boundaries are then explicit for
+// the executor and the plan). Throws, naming the op, for an op of layer l
+// computed off layer l's stage, an op whose values lie on several stages
+// or off every stage, and a layer beyond `layer_stages`. Empty
+// `stage_ranks`: nothing changes. Runs after boxing insertion.
+void AssignStages(ir::Graph& graph, const std::vector<std::vector<int>>& stage_ranks,
+                  const std::vector<int64_t>& layer_stages);
+
 // Fuses data-parallel gradient reductions into buckets: `to_global` ops that
 // turn a partial sum into a broadcast along one mesh axis (one all-reduce
 // on each group along that axis) are grouped by (placement, mesh axis,

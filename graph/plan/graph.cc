@@ -103,6 +103,8 @@ const ir::Graph& Graph::Trace(const Tensors& inputs) {
   const size_t traced_ops = graph->ops().size();
   passes::CompileOptions options = passes::CompileOptions::FromFlags();
   options.micro_batches = options_.micro_batches;
+  options.stage_ranks = options_.stage_ranks;
+  options.layer_stages = options_.layer_stages;
   passes::CompileGraph(*graph, options);
   LOG_IF(INFO, CurrentRank() == 0)
       << "graph '" << name_ << "': traced " << traced_ops << " ops and compiled them to "

@@ -46,6 +46,13 @@ struct GraphOptions {
   // activation memory. Results computed from the batch must be scalars and
   // come back averaged (the loss). 1: off.
   int micro_batches = 1;
+  // Pipeline stages: the world ranks of each stage and the stage of each
+  // model layer (LayerScope's layer_idx), from the model's dist config
+  // (layers/dist.h: StageRanks, LayerStages). Compiling gives every op its
+  // stage, turns values crossing stages into send / recv pairs and refuses
+  // an op of a layer computed on another stage's ranks. Empty: no check.
+  std::vector<std::vector<int>> stage_ranks = {};
+  std::vector<int64_t> layer_stages = {};
 };
 
 class Graph {

@@ -34,22 +34,44 @@ void AddCollective(proto::PlanOpProto* op, const char* kind, const Placement& pl
   AddComm(op, kind, axis, placement.GroupAlong(placement.IndexOf(rank), axis), elements, dtype);
 }
 
+void AddTransfers(proto::PlanOpProto* op, const std::map<int, int64_t>& sends,
+                  const std::map<int, int64_t>& recvs, DType dtype) {
+  for (const auto& [peer, n] : sends) AddComm(op, "send", -1, {peer}, n, dtype);
+  for (const auto& [peer, n] : recvs) AddComm(op, "recv", -1, {peer}, n, dtype);
+}
+
+// Sends and receives of `rank`, merged per peer, moving `in` to `nd_sbp`
+// on `placement` in slices (sbp/slice_transfer.h).
+void CountSliceTransfers(const Placement& from_placement, const NdSbp& from, const Placement& to_placement,
+                         const NdSbp& to, const Shape& shape, int rank, std::map<int, int64_t>* sends,
+                         std::map<int, int64_t>* recvs) {
+  for (const SliceTransfer& t : PlanSliceTransfers(from_placement, from, to_placement, to, shape)) {
+    if (t.src_rank == t.dst_rank) continue;
+    if (t.src_rank == rank) (*sends)[t.dst_rank] += t.box.numel();
+    if (t.dst_rank == rank) (*recvs)[t.src_rank] += t.box.numel();
+  }
+}
+
+// A stage boundary's half on `rank`: the send side's sends or the recv
+// side's receives.
+void AddStageTransfer(proto::PlanOpProto* op, const ir::Value& in, const Placement& placement,
+                      const NdSbp& nd_sbp, int rank, bool is_send) {
+  std::map<int, int64_t> sends, recvs;
+  CountSliceTransfers(in.placement, in.nd_sbp, placement, nd_sbp, in.shape, rank, &sends, &recvs);
+  (is_send ? recvs : sends).clear();
+  AddTransfers(op, sends, recvs, in.dtype);
+}
+
 // What `rank` communicates to lay `in` out as `out`: the boxing planner's
 // steps, each as this rank sees it.
 void AddLayoutChange(proto::PlanOpProto* op, const ir::Value& in, const ir::Value& out, int rank) {
   const BoxingPlan plan = PlanBoxing(in.placement, in.nd_sbp, out.placement, out.nd_sbp, in.shape, in.dtype);
   for (const BoxingStep& step : plan.steps) {
     if (step.op == BoxingOp::kSliceTransfer) {
-      // Sends and receives of this rank, merged per peer.
       std::map<int, int64_t> sends, recvs;
-      for (const SliceTransfer& t :
-           PlanSliceTransfers(step.from_placement, step.from, step.to_placement, step.to, in.shape)) {
-        if (t.src_rank == t.dst_rank) continue;
-        if (t.src_rank == rank) sends[t.dst_rank] += t.box.numel();
-        if (t.dst_rank == rank) recvs[t.src_rank] += t.box.numel();
-      }
-      for (const auto& [peer, n] : sends) AddComm(op, "send", -1, {peer}, n, in.dtype);
-      for (const auto& [peer, n] : recvs) AddComm(op, "recv", -1, {peer}, n, in.dtype);
+      CountSliceTransfers(step.from_placement, step.from, step.to_placement, step.to, in.shape, rank, &sends,
+                          &recvs);
+      AddTransfers(op, sends, recvs, in.dtype);
       continue;
     }
     if (!step.from_placement.Contains(rank)) continue;
@@ -81,8 +103,9 @@ void CompileRankPlan(const ir::Graph& graph, int rank, proto::RankPlanProto* pla
     }
     for (int id : op.inputs) {
       const ir::Value& v = graph.value(id);
-      // A layout change involves its source's ranks too (they send).
-      member |= layout_change && v.is_global() && v.placement.Contains(rank);
+      // A layout change involves its source's ranks too (they send), and
+      // a send only them.
+      member |= (layout_change || op.outputs.empty()) && v.is_global() && v.placement.Contains(rank);
     }
     if (!member) continue;
     proto::PlanOpProto* p = plan->add_ops();
@@ -90,12 +113,16 @@ void CompileRankPlan(const ir::Graph& graph, int rank, proto::RankPlanProto* pla
     p->set_name(op.name);
     if (op.micro_batch >= 0) p->set_micro_batch(op.micro_batch);
     if (op.layer >= 0) p->set_layer(op.layer);
+    if (op.stage >= 0) p->set_stage(op.stage);
     p->set_backward(op.backward);
     for (const auto& [k, a] : op.attrs.values()) p->add_attrs(k + "=" + ir::AttrString(a));
     for (int id : op.inputs) p->add_inputs(id), values.insert(id);
     for (int id : op.outputs) p->add_outputs(id), values.insert(id);
     if (layout_change) {
       AddLayoutChange(p, graph.value(op.inputs[0]), graph.value(op.outputs[0]), rank);
+    } else if (op.name == "send" || op.name == "recv") {
+      AddStageTransfer(p, graph.value(op.inputs[0]), Placement::Parse(op.attrs.Get<std::string>("placement")),
+                       NdSbp::Parse(op.attrs.Get<std::string>("nd_sbp")), rank, op.name == "send");
     } else if (op.name == "all_reduce_bucket") {
       const ir::Value& first = graph.value(op.inputs.at(0));
       int64_t elements = 0;
@@ -151,6 +178,7 @@ std::string RankPlanText(const proto::RankPlanProto& plan) {
   for (const proto::PlanOpProto& op : plan.ops()) {
     os << "  " << op.op() << ": " << op.name();
     if (op.has_layer()) os << " [layer " << op.layer() << "]";
+    if (op.has_stage()) os << " [stage " << op.stage() << "]";
     if (op.has_micro_batch()) os << " [micro-batch " << op.micro_batch() << "]";
     for (const proto::CommProto& c : op.comms()) {
       os << "  [" << c.kind() << " " << c.elements() << " " << c.dtype();

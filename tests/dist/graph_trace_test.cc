@@ -148,13 +148,15 @@ TEST(GraphTrace, GptTrainStepsMatchEager) {
   const double max_norm = 0.5;  // small enough that every step clips
 
   const int64_t batch = 4, steps = 20;
-  Graph train_step("gpt_train_step", [&](const Graph::Tensors& in) -> Graph::Tensors {
-    Tensor loss = graph_gpt.Loss(in.at("ids"), in.at("labels"));
-    loss.backward();
-    Tensor norm = optim::ClipGradNormTensor(graph_params, max_norm);
-    graph_adamw.Step();
-    return {{"loss", loss}, {"grad_norm", norm}};
-  });
+  Graph train_step("gpt_train_step",
+                   [&](const Graph::Tensors& in) -> Graph::Tensors {
+                     Tensor loss = graph_gpt.Loss(in.at("ids"), in.at("labels"));
+                     loss.backward();
+                     Tensor norm = optim::ClipGradNormTensor(graph_params, max_norm);
+                     graph_adamw.Step();
+                     return {{"loss", loss}, {"grad_norm", norm}};
+                   },
+                   {.stage_ranks = dist::StageRanks(), .layer_stages = dist::LayerStages()});
   for (int64_t step = 0; step < steps; ++step) {
     const double lr = 3e-3 * (1.0 - 0.04 * static_cast<double>(step));
     auto [ids, labels] = Batch(config, step, batch);
@@ -183,7 +185,8 @@ TEST(GraphTrace, GptTrainStepsMatchEager) {
   }
 
   // This rank's plan of the compiled step: only ops on placements that hold
-  // it (layout changes: on either side), the same bytes on every compile.
+  // it (layout changes: on either side; sends: on their source), all on
+  // this rank's pipeline stage, the same bytes on every compile.
   auto [ids0, labels0] = Batch(config, 0, batch);
   const ir::Graph& compiled = train_step.Trace({{"ids", ids0}, {"labels", labels0}});
   std::string first;
@@ -200,9 +203,12 @@ TEST(GraphTrace, GptTrainStepsMatchEager) {
       const ir::Op& logical = compiled.ops().at(op.op());
       bool holds = false;
       for (int v : logical.outputs) holds |= compiled.value(v).placement.Contains(CurrentRank());
-      if (logical.name == "to_global")
+      if (logical.name == "to_global" || logical.name == "send")
         holds |= compiled.value(logical.inputs[0]).placement.Contains(CurrentRank());
       EXPECT_TRUE(holds) << "op " << op.op() << " '" << op.name() << "' is not this rank's";
+      if (op.has_stage())
+        EXPECT_EQ(op.stage(), CurrentRank() / (FLAGS_dp * FLAGS_tp))
+            << "op " << op.op() << " '" << op.name() << "'";
       own += holds;
     }
     int64_t reductions = 0;
@@ -241,7 +247,9 @@ TEST(GraphTrace, GptGradientAccumulationMatchesTheWholeBatch) {
                      graph_adamw.Step();
                      return {{"loss", loss}, {"grad_norm", norm}};
                    },
-                   {.micro_batches = static_cast<int>(micro_batches)});
+                   {.micro_batches = static_cast<int>(micro_batches),
+                    .stage_ranks = dist::StageRanks(),
+                    .layer_stages = dist::LayerStages()});
   for (int64_t step = 0; step < steps; ++step) {
     auto [ids, labels] = Batch(config, step, micro_batches * micro_batch_rows);
     Tensor eager_loss = eager_gpt.Loss(ids, labels);

@@ -36,12 +36,12 @@ TEST(PassManager, RunsThePassesInTheirPrintedOrderAndTimesEach) {
   EXPECT_EQ(passes::DescribePassOrder().substr(0, 29), "1. activation_checkpointing: ");
   std::vector<std::string> names;
   for (const passes::Pass& p : passes::PassOrder()) names.push_back(p.name);
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"activation_checkpointing", "dead_code_elimination",
-                                      "gradient_accumulation", "boxing_insertion", "gradient_bucketing"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"activation_checkpointing", "dead_code_elimination",
+                                             "gradient_accumulation", "boxing_insertion", "stage_assignment",
+                                             "gradient_bucketing"}));
   testing::SmallGraph g = Graph();
   const std::vector<passes::PassTiming> t = passes::CompileGraph(g.graph, passes::CompileOptions{});
-  ASSERT_EQ(t.size(), 5u);
+  ASSERT_EQ(t.size(), 6u);
   EXPECT_EQ(t[0].ops_after, 3u);  // no recompute regions
   EXPECT_EQ(t[1].pass, "dead_code_elimination");
   EXPECT_EQ(t[1].ops_before, 3u);
@@ -78,7 +78,7 @@ TEST(PassManager, WritesTheGraphBeforeAndAfterTheNamedPass) {
   passes::CompileGraph(all.graph, options);
   files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) files += entry.is_regular_file();
-  EXPECT_EQ(files, 5 * 4);
+  EXPECT_EQ(files, 6 * 4);
   std::filesystem::remove_all(dir);
 }
 

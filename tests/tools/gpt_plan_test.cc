@@ -29,10 +29,13 @@ CommTally Tally(const GptPlan& plan, int64_t layer, bool backward, const std::st
 // The layers whose computation the rank's plan holds (not counting the
 // layout change that sends the hidden states into the next stage's first
 // layer, which belongs to that layer).
+// The layers whose ops the rank computes (ops moving data take their
+// reader's layer: a send's is on the next stage).
 std::set<int64_t> LayersOf(const GptPlan& plan) {
   std::set<int64_t> layers;
   for (const auto& op : plan.plan.ops())
-    if (op.has_layer() && op.name() != "to_global") layers.insert(op.layer());
+    if (op.has_layer() && op.name() != "to_global" && op.name() != "send" && op.name() != "recv")
+      layers.insert(op.layer());
   return layers;
 }
 
@@ -100,6 +103,20 @@ TEST(GptPlan, PipelineBoundariesSendTheHiddenStatesOncePerMicroBatchEachWay) {
     SCOPED_TRACE("rank " + std::to_string(rank) + " on stage " + std::to_string(stage));
     EXPECT_EQ(plan.stage, stage);
     EXPECT_EQ(LayersOf(plan), (std::set<int64_t>{2 * stage, 2 * stage + 1}));
+    // Every op of the plan runs on this stage (local ones on every rank);
+    // the boundaries are the stage's sends and receives.
+    int sends = 0, recvs = 0;
+    for (const auto& op : plan.plan.ops()) {
+      if (op.has_stage()) EXPECT_EQ(op.stage(), stage) << "op " << op.op() << " " << op.name();
+      sends += op.name() == "send";
+      recvs += op.name() == "recv";
+      if (op.name() == "send" || op.name() == "recv") {
+        ASSERT_EQ(op.comms_size(), 1);
+        EXPECT_EQ(op.comms(0).kind(), op.name());
+      }
+    }
+    EXPECT_GE(sends, stage < 3 ? m : 1);
+    EXPECT_GE(recvs, stage > 0 ? m : 1);
     EXPECT_NEAR(plan.bubble_fraction, 3.0 / 11.0, 1e-12);
     // The boundary into layer 2s+2 (this stage's next): its first op
     // receives the hidden states there, so the transfer counts in that layer.

@@ -64,7 +64,9 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
   // The step train_gpt --graph runs.
   Graph step("train_step",
              [&](const Graph::Tensors& in) { return models::TrainStep(gpt, params, adamw, in); },
-             {.micro_batches = static_cast<int>(o.micro_batches)});
+             {.micro_batches = static_cast<int>(o.micro_batches),
+              .stage_ranks = dist::StageRanks(),
+              .layer_stages = dist::LayerStages()});
   const Shape batch({o.micro_batch_size * o.data_parallel_size * o.micro_batches, seq});
   const ir::Graph& graph = step.Trace(
       {{"ids", MakeMetaLocal(batch, DType::kInt64)}, {"labels", MakeMetaLocal(batch, DType::kInt64)}});

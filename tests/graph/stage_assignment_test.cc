@@ -1,0 +1,164 @@
+// Stage assignment on small graphs of two pipeline stages, ranks {0, 1} and
+// {2, 3}: ops get their stage, crossings become send / recv pairs (with the
+// layout changes each side needs), and misplaced ops are named.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "graph/passes/passes.h"
+#include "graph/plan/rank_plan.h"
+#include "graph/plan/rank_plan.pb.h"
+#include "tests/graph/small_graph.h"
+
+namespace tessel {
+namespace {
+
+using testing::SmallGraph;
+
+const Placement kStage0("cpu", std::vector<int>{0, 1}), kStage1("cpu", std::vector<int>{2, 3});
+const std::vector<std::vector<int>> kStageRanks = {{0, 1}, {2, 3}};
+const NdSbp kS0({S(0)}), kB({B()}), kP({P()});
+
+// Tags the op producing `value` with model layer `layer`.
+void SetLayer(ir::Graph& graph, int value, int64_t layer) {
+  std::vector<ir::Op> ops = graph.ops();
+  ops[static_cast<size_t>(graph.value(value).producer)].layer = layer;
+  graph.SetOps(std::move(ops));
+}
+
+std::vector<std::string> Names(const ir::Graph& graph) {
+  std::vector<std::string> names;
+  for (const ir::Op& op : graph.ops()) names.push_back(op.name);
+  return names;
+}
+
+// Layer 0 on stage 0 computes `layout` of an [8, 4] activation; layer 1 on
+// stage 1 reads it as `wanted`.
+struct TwoStages {
+  SmallGraph g{"pipeline", kStage0};
+  int x, y, moved, z;
+  TwoStages(const NdSbp& layout, const NdSbp& wanted) {
+    x = g.Input("x", {8, 4}, kS0);
+    y = g.Op("neg", {x}, {kS0}, {8, 4}, layout);
+    moved = g.ToGlobal(y, wanted, &kStage1);
+    z = g.Op("tanh", {moved}, {wanted}, {8, 4}, wanted);
+    g.graph.MarkOutput("z", z);
+    SetLayer(g.graph, y, 0);
+    SetLayer(g.graph, z, 1);
+  }
+};
+
+TEST(StageAssignment, ACrossingBecomesASendOnOneStageAndARecvOnTheOther) {
+  TwoStages t(kS0, kB);
+  passes::AssignStages(t.g.graph, kStageRanks, {0, 1});
+  ir::Verify(t.g.graph, true);
+  EXPECT_EQ(Names(t.g.graph), (std::vector<std::string>{"neg", "send", "recv", "tanh"}));
+  const std::vector<ir::Op>& ops = t.g.graph.ops();
+  EXPECT_EQ(ops[0].stage, 0);
+  EXPECT_EQ(ops[1].stage, 0);
+  EXPECT_EQ(ops[2].stage, 1);
+  EXPECT_EQ(ops[3].stage, 1);
+  // The send reads the activation; the recv gives the same value id the
+  // reader already reads, laid out on stage 1.
+  EXPECT_EQ(ops[1].inputs, std::vector<int>{t.y});
+  EXPECT_TRUE(ops[1].outputs.empty());
+  EXPECT_EQ(ops[2].outputs, std::vector<int>{t.moved});
+  EXPECT_EQ(t.g.graph.value(t.moved).placement, kStage1);
+  // Each rank's plan holds its own half: rank 0 sends its 4 rows to both
+  // of stage 1's ranks (B there), rank 3 receives 4 rows from each of
+  // stage 0's.
+  proto::RankPlanProto plan0, plan3;
+  CompileRankPlan(t.g.graph, 0, &plan0);
+  CompileRankPlan(t.g.graph, 3, &plan3);
+  std::vector<std::string> names0, names3;
+  for (const auto& op : plan0.ops()) names0.push_back(op.name());
+  for (const auto& op : plan3.ops()) names3.push_back(op.name());
+  EXPECT_EQ(names0, (std::vector<std::string>{"neg", "send"}));
+  EXPECT_EQ(names3, (std::vector<std::string>{"recv", "tanh"}));
+  ASSERT_EQ(plan0.ops(1).comms_size(), 2);
+  for (const auto& c : plan0.ops(1).comms()) {
+    EXPECT_EQ(c.kind(), "send");
+    EXPECT_EQ(c.elements(), 16);
+  }
+  ASSERT_EQ(plan3.ops(0).comms_size(), 2);
+  EXPECT_EQ(plan3.ops(0).comms(0).kind(), "recv");
+  EXPECT_EQ(plan3.ops(0).comms(0).ranks(0), 0);
+  EXPECT_EQ(plan3.ops(0).comms(1).ranks(0), 1);
+}
+
+TEST(StageAssignment, APartialSumIsReducedOnItsOwnStageBeforeItIsSent) {
+  // A partial sum cannot travel in slices: stage 0 all-reduces it first.
+  TwoStages t(kP, kB);
+  passes::AssignStages(t.g.graph, kStageRanks, {0, 1});
+  ir::Verify(t.g.graph, true);
+  EXPECT_EQ(Names(t.g.graph), (std::vector<std::string>{"neg", "to_global", "send", "recv", "tanh"}));
+  const ir::Op& reduce = t.g.graph.ops()[1];
+  EXPECT_EQ(reduce.stage, 0);
+  EXPECT_EQ(t.g.graph.value(reduce.outputs[0]).placement, kStage0);
+  // Reduce-scattered (the boxing planner's cheapest), not all-reduced.
+  EXPECT_EQ(t.g.graph.value(reduce.outputs[0]).nd_sbp, kS0) << t.g.graph.ToText();
+  EXPECT_EQ(t.g.graph.ops()[2].inputs, reduce.outputs);
+}
+
+TEST(StageAssignment, WithoutStagesNothingChanges) {
+  TwoStages t(kS0, kB);
+  const std::string before = t.g.graph.ToText();
+  passes::AssignStages(t.g.graph, {}, {});
+  EXPECT_EQ(t.g.graph.ToText(), before);
+}
+
+TEST(StageAssignment, MisplacedOpsAreNamed) {
+  auto message = [](auto&& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // Layer 1's op computes on stage 0's ranks.
+  {
+    TwoStages t(kS0, kB);
+    SetLayer(t.g.graph, t.y, 1);
+    const std::string m = message([&] { passes::AssignStages(t.g.graph, kStageRanks, {0, 1}); });
+    EXPECT_NE(
+        m.find("op 0 'neg' of layer 1 computes on stage 0 (ranks {0, 1}), which is not its stage: layer 1 "
+               "belongs to stage 1 (ranks {2, 3})"),
+        std::string::npos)
+        << m;
+  }
+  // A layer beyond the stages' layers.
+  {
+    TwoStages t(kS0, kB);
+    SetLayer(t.g.graph, t.z, 5);
+    const std::string m = message([&] { passes::AssignStages(t.g.graph, kStageRanks, {0, 1}); });
+    EXPECT_NE(
+        m.find(
+            "'tanh' belongs to layer_idx 5, beyond the pipeline's layers: stages are given for layers 0..1"),
+        std::string::npos)
+        << m;
+  }
+  // An op on ranks of both stages.
+  {
+    const Placement across("cpu", std::vector<int>{1, 2});
+    SmallGraph g("across", across);
+    const int x = g.Input("x", {4}, kB);
+    g.graph.MarkOutput("y", g.Op("neg", {x}, {kB}, {4}, kB));
+    const std::string m = message([&] { passes::AssignStages(g.graph, kStageRanks, {}); });
+    EXPECT_NE(
+        m.find("op 0 'neg' uses %1 on cpu:[1, 2], which is on no single pipeline stage: its ranks lie in "
+               "stage 0: {1}; in stage 1: {2};"),
+        std::string::npos)
+        << m;
+  }
+  // Stages that share a rank.
+  EXPECT_NE(message([&] {
+              TwoStages t(kS0, kB);
+              passes::AssignStages(t.g.graph, {{0, 1}, {1, 2}}, {});
+            }).find("pipeline stages 0 and 1 both hold rank 1"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessel
