@@ -167,8 +167,6 @@ ir::Op Derived(const ir::Op& like, std::string name, int stage) {
   return op;
 }
 
-std::string LayoutAttr(const Placement& placement) { return placement.ToString(); }
-
 // `like`'s shape and dtype laid out as `nd_sbp` on `placement`.
 ir::Value Laid(const ir::Value& like, const Placement& placement, const NdSbp& nd_sbp) {
   ir::Value v = like;
@@ -208,14 +206,13 @@ void AssignStages(ir::Graph& graph, const std::vector<std::vector<int>>& stage_r
         int sent = in.id;
         if (transfer->from != in.nd_sbp) {
           ir::Op before = Derived(op, "to_global", from);
-          before.attrs =
-              Attrs{{"placement", LayoutAttr(in.placement)}, {"nd_sbp", transfer->from.ToString()}};
+          before.attrs = Attrs{{"placement", in.placement.ToString()}, {"nd_sbp", transfer->from.ToString()}};
           before.inputs = {in.id};
           sent = graph.NewValue(Laid(in, in.placement, transfer->from));
           before.outputs = {sent};
           out.push_back(std::move(before));
         }
-        const Attrs destination{{"placement", LayoutAttr(result.placement)},
+        const Attrs destination{{"placement", result.placement.ToString()},
                                 {"nd_sbp", transfer->to.ToString()}};
         ir::Op send = Derived(op, "send", from);
         send.attrs = destination;
