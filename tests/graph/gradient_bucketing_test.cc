@@ -86,12 +86,12 @@ TEST(GradientBucketing, FusesReductionsAlongOneAxisIntoBucketsOfTheGivenSize) {
   EXPECT_EQ(off.Count("to_global"), 3);
 }
 
-TEST(GradientBucketing, ABucketNeverWaitsForAGradientProducedAfterAReader) {
+TEST(GradientBucketing, AReductionNeverSharesABucketWithWhatIsComputedFromIt) {
   SmallGraph g("interleaved", Placement("cpu", std::vector<int>{0, 1}));
   const NdSbp p({P()}), b({B()});
   const int x = g.Input("x", {8}, b);
-  // g0 is produced, reduced and read before g1 and g2 exist: g0 cannot
-  // share their bucket (it would have to wait for them).
+  // g1 and g2 are computed from g0's reduction: g0 cannot share their
+  // bucket (the bucket would wait for its own result).
   const int g0 = g.Op("neg", {x}, {b}, {8}, p);
   const int r0 = g.ToGlobal(g0, b);
   const int y = g.Op("tanh", {r0}, {b}, {8}, b);
