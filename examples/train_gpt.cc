@@ -5,9 +5,12 @@
 // clipping, AdamW) is captured once as a graph and that runs. With
 // --micro_batches each step accumulates gradients over that many parts of
 // its batch. The losses depend neither on the layout, nor on the mode, nor
-// on the micro-batch count.
+// on the micro-batch count. In graph mode the actor runtime runs the step
+// with the --schedule pipeline schedule (1F1B by default).
 //
 //   tessel-launch --nproc_per_node 4 -- train_gpt --tp 2 [--graph] [--micro_batches 4]
+//   tessel-launch --nproc_per_node 4 -- train_gpt --pp 4 --layers 4 --graph --micro_batches 8
+//       --schedule gpipe --timeline_dir timelines --print_actions
 #include <gflags/gflags.h>
 #include <tessel/tessel.h>
 
@@ -20,10 +23,12 @@
 #include "graph/sbp_inference.h"
 #include "layers/optimizer.h"
 #include "models/gpt.h"
+#include "runtime/actor_runtime.h"
 
 DEFINE_int64(tp, 1, "tensor parallel size (dp is derived)");
 DEFINE_int64(pp, 1, "pipeline parallel size: layers spread over stages, run one after another");
 DEFINE_int64(steps, 20, "training steps");
+DEFINE_int64(layers, 2, "transformer layers (at least --pp)");
 DEFINE_int64(batch, 8, "sequences per step");
 DEFINE_double(lr, 3e-3, "peak learning rate (warmup 3 steps, then cosine)");
 DEFINE_int32(
@@ -34,6 +39,16 @@ DEFINE_int32(
 DEFINE_bool(graph, false,
             "graph mode: capture the training step (forward, backward, clipping, AdamW) once and run the "
             "captured graph at every step");
+DEFINE_string(schedule, "1f1b",
+              "with --graph, how the captured step runs: 1f1b or gpipe (also: naive) on the actor runtime "
+              "(communication on its own thread, each pipeline stage in the schedule's order), or in_order "
+              "(the reference executor: one op after another in program order)");
+DEFINE_string(timeline_dir, "",
+              "with --graph on the actor runtime: write each rank's timeline of the last step there "
+              "(timeline_rank<r>.json, Chrome trace; tools/pipeline_timeline.py draws the pipeline)");
+DEFINE_bool(print_actions, false,
+            "with --graph on the actor runtime: print each rank's order of micro-batch forwards and backwards "
+            "(F0 F1 B0 ...) and the most micro-batches it held at once, at every step");
 DEFINE_bool(activation_checkpoint, false,
             "with --graph: recompute each transformer layer in backward instead of keeping its activations "
             "(less memory, one more forward of each layer per step)");
@@ -79,6 +94,7 @@ int main(int argc, char** argv) {
   TESSEL_CHECK(!FLAGS_activation_checkpoint || FLAGS_graph)
       << "--activation_checkpoint recomputes layers in a captured step; it needs --graph";
   config.activation_checkpoint = FLAGS_activation_checkpoint;
+  config.layers = FLAGS_layers;
   dist::Setup({.tensor_parallel_size = FLAGS_tp,
                .pipeline_parallel_size = FLAGS_pp,
                .pipeline_num_layers = config.layers});
@@ -88,12 +104,17 @@ int main(int argc, char** argv) {
   TESSEL_CHECK(FLAGS_micro_batches >= 1 && FLAGS_batch % FLAGS_micro_batches == 0)
       << "--micro_batches is " << FLAGS_micro_batches << " and --batch " << FLAGS_batch
       << "; expected a count of 1 or more that divides the batch";
+  const bool in_order = FLAGS_schedule == "in_order";
+  runtime::ActorRuntime actors(
+      {.schedule = in_order ? runtime::Schedule::kOneFOneB : runtime::ParseSchedule(FLAGS_schedule),
+       .timeline_dir = FLAGS_timeline_dir});
   // The same step as a graph: traced at the first call, run at every call.
   Graph train_step("train_step",
                    [&](const Graph::Tensors& in) { return models::TrainStep(gpt, params, adamw, in); },
                    {.micro_batches = FLAGS_micro_batches,
                     .stage_ranks = dist::StageRanks(),
-                    .layer_stages = dist::LayerStages()});
+                    .layer_stages = dist::LayerStages(),
+                    .executor = in_order ? nullptr : actors.Executor()});
   if (FLAGS_comm_trace) comm::CommTrace::Get().Start();
   auto start = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < FLAGS_steps; ++step) {
@@ -106,6 +127,13 @@ int main(int argc, char** argv) {
       Graph::Tensors out = train_step({{"ids", ids}, {"labels", labels}});
       loss = out.at("loss");
       grad_norm = optim::ScalarValue(out.at("grad_norm"));
+      if (FLAGS_print_actions && !in_order) {
+        const runtime::StepReport& r = actors.last_step();
+        std::printf("step %ld rank %d stage %d actions %s in_flight %d peak_bytes %ld\n", static_cast<long>(step),
+                    r.rank, r.stage, runtime::ActionsText(r.actions).c_str(), r.max_in_flight,
+                    static_cast<long>(r.peak_bytes));
+        std::fflush(stdout);
+      }
     } else {
       // Eagerly, micro-batches are a loop: each backward adds its share
       // (1/micro_batches of its mean loss) to the gradients.

@@ -234,19 +234,28 @@ Tensor ExecuteBoxing(const Tensor& input, const BoxingPlan& plan) {
   return MakeGlobal(cur.data, plan.shape, plan.dst_placement, plan.dst);
 }
 
-void SendSlices(const Tensor& input, const Placement& placement, const NdSbp& nd_sbp) {
+PostedSends PostSendSlices(const Tensor& input, const Placement& placement, const NdSbp& nd_sbp) {
   const int rank = CurrentRank();
   TESSEL_CHECK(input.is_global() && !input.placement().Overlaps(placement))
       << "SendSlices of " << input.ToString() << " to " << placement
       << ": the two sides of a send must have no rank in common";
-  if (!input.placement().Contains(rank)) return;
+  PostedSends posted;
+  if (!input.placement().Contains(rank)) return posted;
   const std::vector<SliceTransfer> transfers =
       PlanSliceTransfers(input.placement(), input.nd_sbp(), placement, nd_sbp, input.shape());
   const Shard cur{input.to_local(), LocalBox(input.shape(), input.placement(), input.nd_sbp(), rank)};
-  std::vector<Tensor> buffers;
-  std::vector<std::unique_ptr<comm::Work>> pending;
-  PostSends(transfers, cur, input.dtype(), rank, &buffers, &pending);
-  for (auto& w : pending) w->Wait();
+  PostSends(transfers, cur, input.dtype(), rank, &posted.slices, &posted.works);
+  return posted;
+}
+
+void PostedSends::Wait() {
+  for (auto& w : works) w->Wait();
+  works.clear();
+  slices.clear();
+}
+
+void SendSlices(const Tensor& input, const Placement& placement, const NdSbp& nd_sbp) {
+  PostSendSlices(input, placement, nd_sbp).Wait();
 }
 
 Tensor ReceiveSlices(const Placement& src_placement, const NdSbp& src, const Shape& shape, DType dtype,

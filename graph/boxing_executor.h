@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "core/comm/communicator.h"
 #include "core/tensor.h"
 #include "sbp/boxing_plan.h"
 
@@ -29,6 +30,16 @@ Tensor BoxTo(const Tensor& input, const Placement& placement, const NdSbp& nd_sb
 // `src_placement` (an empty shard off `placement`). Neither layout may be
 // partial; the slices are those BoxTo would move (sbp/slice_transfer.h).
 void SendSlices(const Tensor& input, const Placement& placement, const NdSbp& nd_sbp);
+// SendSlices without the wait: the sends are posted and complete once the
+// receivers take them (a send waits for its receive), so a pipeline stage
+// goes on computing meanwhile. Wait() finishes them (or throws at the
+// communicator's timeout naming the peer); the slices stay alive until then.
+struct PostedSends {
+  std::vector<Tensor> slices;
+  std::vector<std::unique_ptr<comm::Work>> works;
+  void Wait();
+};
+PostedSends PostSendSlices(const Tensor& input, const Placement& placement, const NdSbp& nd_sbp);
 Tensor ReceiveSlices(const Placement& src_placement, const NdSbp& src, const Shape& shape, DType dtype,
                      const Placement& placement, const NdSbp& nd_sbp);
 

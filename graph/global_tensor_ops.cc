@@ -60,6 +60,7 @@ void RegisterLayoutOps() {
   };
   to_global.saved = OpDef::SavedForGrad{};  // the input's layout only
   to_global.grad = LayoutChangeGrad;
+  to_global.communicates = true;
   RegisterOp(std::move(to_global));
 
   OpDef from_local;
@@ -81,6 +82,7 @@ void RegisterLayoutOps() {
   from_local.view = true;  // this rank's shard is the local tensor itself
   from_local.saved = OpDef::SavedForGrad{};
   from_local.grad = LayoutChangeGrad;
+  from_local.communicates = true;
   RegisterOp(std::move(from_local));
 }
 

@@ -87,10 +87,18 @@ Tensor TransformerLayer::operator()(const Tensor& x_in, const Tensor& mask) cons
 }
 
 Tensor LMLogits(const Tensor& h, const Tensor& embedding_table) {
+  // The logits are computed where the hidden states are (the last pipeline
+  // stage): a table kept on another stage (tied to the first stage's
+  // embedding) comes over, and its gradient goes back, as in LiBai. Moving
+  // the hidden states to the table instead would send activations back to
+  // an earlier stage and forward again, which no pipeline schedule orders.
+  Tensor table = embedding_table;
+  if (h.is_global() && table.is_global() && h.placement() != table.placement())
+    table = table.to_global(h.placement(), table.nd_sbp());
   // The logits are split over the vocabulary (tp); the hidden input's
   // gradient comes back partial over tp and is all-reduced here.
-  Tensor x = ToHidden(h, embedding_table.placement());
-  return fn::matmul(x.to_global(x.placement(), x.nd_sbp(), x.nd_sbp()), embedding_table, false, true);
+  Tensor x = ToHidden(h, table.placement());
+  return fn::matmul(x.to_global(x.placement(), x.nd_sbp(), x.nd_sbp()), table, false, true);
 }
 
 Tensor ParallelCrossEntropyLoss(const Tensor& logits, const Tensor& labels, int64_t ignore_index) {

@@ -72,6 +72,8 @@ class TransformerLayer : public nn::Module {
 
 // h [batch, seq, hidden] x table [vocab, hidden]^T -> [batch, seq, vocab],
 // split on the vocabulary over tp.
+// Computed on h's placement (the last stage), the table moved there if it
+// lives elsewhere.
 Tensor LMLogits(const Tensor& h, const Tensor& embedding_table);
 
 // Mean over counted positions of the cross-entropy of logits [batch, seq,

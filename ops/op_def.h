@@ -152,6 +152,10 @@ struct OpDef {
   // planning (graph/passes/memory_planning.h) counts no new bytes for it
   // and keeps input 0's buffer alive as long as the view.
   bool view = false;
+  // The op exchanges data with other ranks (layout changes, fused
+  // reductions, pipeline sends and receives): the actor runtime runs it on
+  // its communication thread, in the same order on every rank of a group.
+  bool communicates = false;
   // Bytes the kernel (or `run`) allocates for itself and frees before it
   // returns, from this rank's shard specs of the inputs: memory planning
   // counts them while the op runs. Unset: none.

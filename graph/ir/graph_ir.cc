@@ -1,5 +1,6 @@
 #include "graph/ir/graph_ir.h"
 
+#include <queue>
 #include <sstream>
 
 #include "core/error.h"
@@ -380,6 +381,56 @@ void Graph::ToProto(proto::GraphProto* out) const {
     o->set_name(name);
     o->set_value(id);
   }
+}
+
+std::vector<std::vector<int>> Predecessors(const Graph& graph) {
+  const std::vector<Op>& ops = graph.ops();
+  std::vector<std::vector<int>> preds(ops.size()), readers(graph.values().size());
+  for (const Op& op : ops) {
+    for (int in : op.inputs) {
+      const int producer = graph.value(in).producer;
+      if (producer >= 0) preds[op.id].push_back(producer);
+      readers[in].push_back(op.id);
+    }
+  }
+  for (const Op& op : ops) {
+    for (int i : GetOpDef(op.name).mutates) {
+      for (int reader : readers[op.inputs.at(static_cast<size_t>(i))]) {
+        if (reader < op.id) preds[op.id].push_back(reader);
+        if (reader > op.id) preds[reader].push_back(op.id);
+      }
+    }
+  }
+  return preds;
+}
+
+std::vector<int> PriorityTopologicalOrder(const std::vector<std::vector<int>>& preds,
+                                          const std::vector<int64_t>& priority) {
+  const size_t n = preds.size();
+  TESSEL_CHECK_CODE(priority.size() == n, StatusCode::kInternal)
+      << "topological order of " << n << " nodes given " << priority.size() << " priorities";
+  std::vector<std::vector<int>> successors(n);
+  std::vector<int> waiting(n, 0);
+  for (size_t to = 0; to < n; ++to) {
+    for (int from : preds[to]) {
+      successors[static_cast<size_t>(from)].push_back(static_cast<int>(to));
+      ++waiting[to];
+    }
+  }
+  using Ready = std::pair<int64_t, int>;  // (priority, node)
+  std::priority_queue<Ready, std::vector<Ready>, std::greater<>> ready;
+  for (size_t i = 0; i < n; ++i)
+    if (waiting[i] == 0) ready.emplace(priority[i], static_cast<int>(i));
+  std::vector<int> order;
+  order.reserve(n);
+  while (!ready.empty()) {
+    const int i = ready.top().second;
+    ready.pop();
+    order.push_back(i);
+    for (int next : successors[static_cast<size_t>(i)])
+      if (--waiting[static_cast<size_t>(next)] == 0) ready.emplace(priority[static_cast<size_t>(next)], next);
+  }
+  return order;
 }
 
 }  // namespace tessel::ir

@@ -149,6 +149,18 @@ class Graph {
   std::map<int, Tensor> variables_;
 };
 
+// What must run before each op (by op id): the producers of its inputs and,
+// around an in-place update (OpDef::mutates), the ops that read the updated
+// value before it (they must see the old data) and those that read it after
+// (the new data). Every op's definition must be registered.
+std::vector<std::vector<int>> Predecessors(const Graph& graph);
+
+// An order of nodes 0..n-1 that runs each after its `preds`, taking among
+// the ready nodes the one of least `priority` (ties: the lower index) —
+// Kahn's algorithm. Shorter than n when the edges make a cycle.
+std::vector<int> PriorityTopologicalOrder(const std::vector<std::vector<int>>& preds,
+                                          const std::vector<int64_t>& priority);
+
 // Checks the graph is well formed, as each pass must leave it: every op
 // reads only values defined before it (inputs, variables, outputs of earlier
 // ops), each value has one producer, results exist, a global op's inputs

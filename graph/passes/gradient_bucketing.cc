@@ -16,7 +16,6 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <queue>
 #include <sstream>
 #include <tuple>
 #include <vector>
@@ -107,6 +106,7 @@ void EnsureBucketOp() {
     def.variadic = true;
     def.infer = [](const std::vector<TensorSpec>& in, const Attrs&) { return in; };
     def.run = RunAllReduceBucket;
+    def.communicates = true;
     def.workspace_bytes = [](const std::vector<TensorSpec>& shards) {  // the packed buffer
       int64_t bytes = 0;
       for (const TensorSpec& s : shards)
@@ -125,30 +125,6 @@ struct Bucket {
   int64_t bytes = 0;
   int axis = -1;
 };
-
-// What must run before each op: the producers of its inputs and, around an
-// in-place update, the ops that read the updated value before it (they
-// must see the old data) and those that read it after (the new data).
-std::vector<std::vector<int>> Predecessors(const ir::Graph& graph) {
-  const std::vector<ir::Op>& ops = graph.ops();
-  std::vector<std::vector<int>> preds(ops.size()), readers(graph.values().size());
-  for (const ir::Op& op : ops) {
-    for (int in : op.inputs) {
-      const int producer = graph.value(in).producer;
-      if (producer >= 0) preds[op.id].push_back(producer);
-      readers[in].push_back(op.id);
-    }
-  }
-  for (const ir::Op& op : ops) {
-    for (int i : GetOpDef(op.name).mutates) {
-      for (int reader : readers[op.inputs.at(static_cast<size_t>(i))]) {
-        if (reader < op.id) preds[op.id].push_back(reader);
-        if (reader > op.id) preds[reader].push_back(op.id);
-      }
-    }
-  }
-  return preds;
-}
 
 // Whether op `from` depends on one of `bucket`'s members: a walk back over
 // predecessors, no further back than the bucket's first member.
@@ -232,7 +208,7 @@ void BucketGradients(ir::Graph& graph, int64_t bucket_bytes) {
   // cross-entropy's sum of exponentials and its target logits). Different
   // micro-batches never share one: that would run their forwards together
   // and keep both micro-batches' activations alive.
-  const std::vector<std::vector<int>> preds = Predecessors(graph);
+  const std::vector<std::vector<int>> preds = ir::Predecessors(graph);
   DependenceWalk walk(preds);
   std::vector<Bucket> buckets;
   std::map<std::tuple<uint64_t, int, DType, int>, size_t> open;  // (placement, axis, dtype, micro-batch)
@@ -264,7 +240,7 @@ void BucketGradients(ir::Graph& graph, int64_t bucket_bytes) {
   // the bucket; the others keep their order.
   std::vector<int> node_of(ops.size(), -1);  // op -> node
   std::vector<ir::Op> nodes;
-  std::vector<int> priority;
+  std::vector<int64_t> priority;
   for (const Bucket& b : buckets) {
     if (b.members.size() < 2) continue;
     for (size_t m : b.members) node_of[m] = static_cast<int>(nodes.size());
@@ -278,30 +254,17 @@ void BucketGradients(ir::Graph& graph, int64_t bucket_bytes) {
     nodes.push_back(op);
     priority.push_back(op.id);
   }
-  std::vector<std::vector<int>> successors(nodes.size());
-  std::vector<int> waiting(nodes.size(), 0);
+  std::vector<std::vector<int>> node_preds(nodes.size());
   for (const ir::Op& op : ops) {
     const int to = node_of[op.id];
     for (int pred : preds[op.id]) {
       const int from = node_of[static_cast<size_t>(pred)];
-      if (from == to) continue;
-      successors[from].push_back(to);
-      ++waiting[to];
+      if (from != to) node_preds[static_cast<size_t>(to)].push_back(from);
     }
   }
-  using Ready = std::pair<int, int>;  // (priority, node)
-  std::priority_queue<Ready, std::vector<Ready>, std::greater<>> ready;
-  for (size_t n = 0; n < nodes.size(); ++n)
-    if (waiting[n] == 0) ready.emplace(priority[n], static_cast<int>(n));
   std::vector<ir::Op> out;
   out.reserve(nodes.size());
-  while (!ready.empty()) {
-    const int n = ready.top().second;
-    ready.pop();
-    out.push_back(std::move(nodes[static_cast<size_t>(n)]));
-    for (int next : successors[static_cast<size_t>(n)])
-      if (--waiting[static_cast<size_t>(next)] == 0) ready.emplace(priority[next], next);
-  }
+  for (int n : ir::PriorityTopologicalOrder(node_preds, priority)) out.push_back(std::move(nodes[static_cast<size_t>(n)]));
   TESSEL_CHECK(out.size() == nodes.size())
       << "gradient bucketing made a cycle: a bucket depends on its own result (" << nodes.size() - out.size()
       << " ops unscheduled)";

@@ -56,12 +56,14 @@ void EnsureStageTransferOps() {
     send.inputs = {"x"};
     send.infer = [](const std::vector<TensorSpec>&, const Attrs&) { return std::vector<TensorSpec>{}; };
     send.run = RunSend;
+    send.communicates = true;
     RegisterOp(std::move(send));
     OpDef recv;
     recv.name = "recv";
     recv.inputs = {"x"};
     recv.infer = [](const std::vector<TensorSpec>& in, const Attrs&) { return in; };
     recv.run = RunRecv;
+    recv.communicates = true;
     RegisterOp(std::move(recv));
     return true;
   }();

@@ -114,6 +114,9 @@ const ir::Graph& Graph::Trace(const Tensors& inputs) {
   return *cache_.emplace(key.str(), std::move(graph)).first->second;
 }
 
-Graph::Tensors Graph::operator()(const Tensors& inputs) { return RunInOrder(Trace(inputs), inputs); }
+Graph::Tensors Graph::operator()(const Tensors& inputs) {
+  const ir::Graph& graph = Trace(inputs);
+  return options_.executor ? options_.executor(graph, inputs) : RunInOrder(graph, inputs);
+}
 
 }  // namespace tessel

@@ -14,8 +14,9 @@
 // and caches it (with GraphOptions::micro_batches, forward and backward
 // run once per micro-batch); later calls with the same specs run the cached graph;
 // inputs of another shape trace and compile another one, and the log says
-// so; an input whose dtype changes is an error. The graph runs on the in-order executor for now (the actor
-// runtime will take its place).
+// so; an input whose dtype changes is an error. The graph runs on the
+// in-order executor unless GraphOptions::executor names another (the actor
+// runtime's).
 //
 //   Graph step("train_step", [&](const Graph::Tensors& in) -> Graph::Tensors {
 //     Tensor loss = model.Loss(in.at("ids"), in.at("labels"));
@@ -53,6 +54,12 @@ struct GraphOptions {
   // an op of a layer computed on another stage's ranks. Empty: no check.
   std::vector<std::vector<int>> stage_ranks = {};
   std::vector<int64_t> layer_stages = {};
+  // What runs the compiled graph at each call, given the inputs: unset, the
+  // in-order executor (graph/plan/in_order_executor.h); the actor runtime
+  // (runtime/actor_runtime.h: ActorRuntime::Executor) runs pipeline
+  // schedules with communication on its own thread.
+  std::function<std::map<std::string, Tensor>(const ir::Graph&, const std::map<std::string, Tensor>&)>
+      executor = {};
 };
 
 class Graph {

@@ -9,8 +9,7 @@
 
 namespace tessel {
 
-std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs,
-                                         RunStats* stats) {
+std::vector<Tensor> BindGraphValues(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs) {
   std::vector<Tensor> env(graph.values().size());
   size_t bound = 0;
   for (const ir::Value& v : graph.values()) {
@@ -36,6 +35,36 @@ std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph, const std::map<
   if (bound != inputs.size()) {
     for (const auto& [name, t] : inputs) graph.InputId(name);  // throws naming the unknown input
   }
+  return env;
+}
+
+std::vector<Tensor> ApplyGraphOp(const ir::Graph& graph, const ir::Op& op, const std::vector<Tensor>& args) {
+  std::vector<Tensor> outs;
+  try {
+    outs = EagerInterpreter().Apply(GetOpDef(op.name), args, op.attrs);
+  } catch (const Error& e) {
+    TESSEL_THROW(e.code()) << "graph '" << graph.name() << "': op " << op.id << " '" << op.name
+                           << "' failed: " << e.what();
+  }
+  TESSEL_CHECK_CODE(outs.size() == op.outputs.size(), StatusCode::kInternal)
+      << "graph '" << graph.name() << "': op " << op.id << " '" << op.name << "' gave " << outs.size()
+      << " results, the trace recorded " << op.outputs.size();
+  for (size_t o = 0; o < outs.size(); ++o) {
+    // The compiled graph fixed every op's layouts; eager dispatch must
+    // agree (inputs arrive laid out as the signature reads them).
+    const ir::Value& want = graph.value(op.outputs[o]);
+    TESSEL_CHECK_CODE(
+        !want.is_global() || (outs[o].placement() == want.placement && outs[o].nd_sbp() == want.nd_sbp),
+        StatusCode::kInternal)
+        << "graph '" << graph.name() << "': op " << op.id << " '" << op.name << "' gave " << outs[o].ToString()
+        << " for %" << want.id << ", compiled as " << want.SpecString();
+  }
+  return outs;
+}
+
+std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs,
+                                         RunStats* stats) {
+  std::vector<Tensor> env = BindGraphValues(graph, inputs);
   // Each op result is dropped after its last reader (right away if nothing
   // reads it), as memory planning assumes; named results are kept.
   const std::vector<int> last_use = passes::LastReaders(graph);
@@ -46,32 +75,12 @@ std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph, const std::map<
   Allocator* allocator = GetAllocator(Device::CPU());
   const int64_t held_before = allocator->stats().allocated_bytes;
   if (stats != nullptr) allocator->ResetPeak();
-  Interpreter& eager = EagerInterpreter();
   for (const ir::Op& op : graph.ops()) {
     std::vector<Tensor> args;
     args.reserve(op.inputs.size());
     for (int i : op.inputs) args.push_back(env[i]);
-    std::vector<Tensor> outs;
-    try {
-      outs = eager.Apply(GetOpDef(op.name), args, op.attrs);
-    } catch (const Error& e) {
-      TESSEL_THROW(e.code()) << "graph '" << graph.name() << "': op " << op.id << " '" << op.name
-                             << "' failed: " << e.what();
-    }
-    TESSEL_CHECK_CODE(outs.size() == op.outputs.size(), StatusCode::kInternal)
-        << "graph '" << graph.name() << "': op " << op.id << " '" << op.name << "' gave " << outs.size()
-        << " results, the trace recorded " << op.outputs.size();
-    for (size_t o = 0; o < outs.size(); ++o) {
-      // The compiled graph fixed every op's layouts; eager dispatch must
-      // agree (inputs arrive laid out as the signature reads them).
-      const ir::Value& want = graph.value(op.outputs[o]);
-      TESSEL_CHECK_CODE(
-          !want.is_global() || (outs[o].placement() == want.placement && outs[o].nd_sbp() == want.nd_sbp),
-          StatusCode::kInternal)
-          << "graph '" << graph.name() << "': op " << op.id << " '" << op.name << "' gave "
-          << outs[o].ToString() << " for %" << want.id << ", compiled as " << want.SpecString();
-      env[op.outputs[o]] = std::move(outs[o]);
-    }
+    std::vector<Tensor> outs = ApplyGraphOp(graph, op, args);
+    for (size_t o = 0; o < outs.size(); ++o) env[op.outputs[o]] = std::move(outs[o]);
     for (int i : op.inputs) drop_if_done(i, op.id);
     for (int o : op.outputs) drop_if_done(o, op.id);
   }

@@ -27,6 +27,15 @@ struct RunStats {
 // dtype and layout it was traced with; errors name the input and both
 // specs) and returns the named outputs. Each op result is freed after its
 // last reader. With `stats`, measures the run's peak memory.
+// What both executors (this one and the actor runtime) share: the graph's
+// values as a table by value id, with every variable and input bound
+// (checked as RunInOrder says); op results are filled in as ops run.
+std::vector<Tensor> BindGraphValues(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs);
+// Runs one op of the graph through the eager interpreter on `args` and
+// checks its results have the layouts the graph compiled; errors name the
+// graph and the op.
+std::vector<Tensor> ApplyGraphOp(const ir::Graph& graph, const ir::Op& op, const std::vector<Tensor>& args);
+
 std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs,
                                          RunStats* stats = nullptr);
 

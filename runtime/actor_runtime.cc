@@ -1,0 +1,437 @@
+#include "runtime/actor_runtime.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "core/allocator.h"
+#include "core/comm/process_group.h"
+#include "core/error.h"
+#include "core/init.h"
+#include "graph/boxing_executor.h"
+#include "graph/plan/in_order_executor.h"
+#include "sbp/global_tensor.h"
+
+namespace tessel::runtime {
+namespace {
+
+int64_t NowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string UnitName(bool backward, int micro_batch) {
+  return std::string(backward ? "B" : "F").append(std::to_string(micro_batch));
+}
+
+// A global value computed on another stage, as this rank sees it: its
+// layout and no data (the shard of a rank outside the placement is empty).
+Tensor OffRankValue(const ir::Value& v) {
+  const Box box = LocalBox(v.shape, v.placement, v.nd_sbp, CurrentRank());
+  return MakeGlobal(Tensor::Empty(box.shape(), v.dtype), v.shape, v.placement, v.nd_sbp);
+}
+
+}  // namespace
+
+// This rank's part of one compiled graph: which ops it runs, on which
+// stream, in which order.
+struct ActorRuntime::Program {
+  size_t num_ops = 0, num_values = 0;  // of the graph it was built for
+  int stage = 0, stages = 1, micro_batches = 1;
+  std::vector<char> runs;                       // per op
+  std::vector<int> order[2];                    // per stream: op ids
+  std::vector<int> readers;                     // per value: this rank's ops reading it
+  std::vector<char> keep;                       // per value: a named result
+  std::vector<int> off_rank;                    // values read here and computed on another stage
+};
+
+ActorRuntime::ActorRuntime(RuntimeOptions options) : options_(std::move(options)) {}
+ActorRuntime::~ActorRuntime() = default;
+
+std::function<ActorRuntime::Tensors(const ir::Graph&, const ActorRuntime::Tensors&)> ActorRuntime::Executor() {
+  return [this](const ir::Graph& graph, const Tensors& inputs) { return Run(graph, inputs); };
+}
+
+const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
+  auto& cached = programs_[&graph];
+  if (cached && cached->num_ops == graph.ops().size() && cached->num_values == graph.values().size())
+    return *cached;
+  auto p = std::make_unique<Program>();
+  const std::vector<ir::Op>& ops = graph.ops();
+  p->num_ops = ops.size();
+  p->num_values = graph.values().size();
+
+  // This rank's stage: the one whose ops compute on (or, for sends, read
+  // from) a placement holding it.
+  const int rank = CurrentRank();
+  int stage = -1, stages = 0, micro_batches = 1;
+  for (const ir::Op& op : ops) {
+    micro_batches = std::max(micro_batches, op.micro_batch + 1);
+    if (op.stage < 0) continue;
+    stages = std::max(stages, op.stage + 1);
+    bool holds = false;
+    for (int o : op.outputs) holds |= graph.value(o).placement.Contains(rank);
+    if (op.name == "send") holds |= graph.value(op.inputs[0]).placement.Contains(rank);
+    if (!holds) continue;
+    TESSEL_CHECK_CODE(stage < 0 || stage == op.stage, StatusCode::kInternal)
+        << "graph '" << graph.name() << "': rank " << rank << " computes on stages " << stage << " and "
+        << op.stage << " (op " << op.id << " '" << op.name << "')";
+    stage = op.stage;
+  }
+  p->stages = std::max(stages, 1);
+  p->stage = stages == 0 ? 0 : stage;
+  p->micro_batches = micro_batches;
+  if (p->stages > 1 && options_.schedule == Schedule::kOneFOneB && micro_batches < p->stages) {
+    LOG_IF(WARNING, rank == 0) << "graph '" << graph.name() << "': 1F1B over " << micro_batches
+                               << " micro-batches on " << p->stages
+                               << " stages: the warm-up covers every micro-batch, so stages run GPipe's "
+                                  "order (all forwards, then all backwards); use at least "
+                               << p->stages << " micro-batches for 1F1B's memory bound";
+  }
+
+  // The schedule's slot of each (pass, micro-batch) on this stage. Ops of
+  // no micro-batch keep their side of the micro-batches in program order:
+  // those before every micro-batch op (hoisted out of the copies) come
+  // first, the others (averaging, the optimizer, transfers of the gradient
+  // norm) after every unit. Every rank then orders its transfers as its
+  // peers do: a receive with no input on this rank would otherwise be ready
+  // at once and wait, first in its stream, for a send made at the very end.
+  std::vector<int64_t> slot_of(static_cast<size_t>(2 * micro_batches), 0);
+  int first_micro_batch_op = static_cast<int>(ops.size());
+  for (const ir::Op& op : ops)
+    if (op.micro_batch >= 0) first_micro_batch_op = std::min(first_micro_batch_op, op.id);
+  if (p->stage >= 0) {
+    const std::vector<Action> actions = StageActions(options_.schedule, p->stages, p->stage, micro_batches);
+    for (size_t i = 0; i < actions.size(); ++i)
+      slot_of[static_cast<size_t>(2 * actions[i].micro_batch + (actions[i].backward ? 1 : 0))] =
+          static_cast<int64_t>(i);
+  }
+  p->runs.assign(ops.size(), 0);
+  for (const ir::Op& op : ops) p->runs[op.id] = op.stage < 0 || (p->stage >= 0 && op.stage == p->stage);
+
+  const std::vector<std::vector<int>> all_preds = ir::Predecessors(graph);
+  std::vector<int> mine;  // op ids this rank runs, program order
+  for (const ir::Op& op : ops)
+    if (p->runs[op.id]) mine.push_back(op.id);
+  std::vector<int> index_of(ops.size(), -1);
+  for (size_t i = 0; i < mine.size(); ++i) index_of[static_cast<size_t>(mine[i])] = static_cast<int>(i);
+  std::vector<std::vector<int>> preds(mine.size());
+  std::vector<int64_t> priority(mine.size());
+  const int64_t n = static_cast<int64_t>(ops.size());
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const ir::Op& op = ops[static_cast<size_t>(mine[i])];
+    // Edges from other stages' ops are kept by the transfers themselves.
+    for (int pred : all_preds[op.id])
+      if (index_of[static_cast<size_t>(pred)] >= 0) preds[i].push_back(index_of[static_cast<size_t>(pred)]);
+    const int64_t slot = op.micro_batch >= 0 ? slot_of[static_cast<size_t>(2 * op.micro_batch + op.backward)]
+                         : op.id < first_micro_batch_op ? -1
+                                                        : 2 * micro_batches;
+    priority[i] = (slot + 1) * n + op.id;
+  }
+  const std::vector<int> order = ir::PriorityTopologicalOrder(preds, priority);
+  TESSEL_CHECK_CODE(order.size() == mine.size(), StatusCode::kInternal)
+      << "graph '" << graph.name() << "': this rank's ops depend on each other in a cycle";
+  for (int i : order) {
+    const ir::Op& op = ops[static_cast<size_t>(mine[static_cast<size_t>(i)])];
+    const Stream s = GetOpDef(op.name).communicates ? Stream::kCommunication : Stream::kCompute;
+    p->order[static_cast<int>(s)].push_back(op.id);
+  }
+
+  if (VLOG_IS_ON(2)) {
+    for (int id : p->order[1]) {
+      const ir::Op& op = ops[static_cast<size_t>(id)];
+      VLOG(2) << "comm order: op " << id << " " << op.name << " mb " << op.micro_batch << " bw " << op.backward
+              << " in %" << (op.inputs.empty() ? -1 : op.inputs[0]) << " "
+              << (op.inputs.empty() ? "" : graph.value(op.inputs[0]).SpecString());
+    }
+  }
+  p->readers.assign(graph.values().size(), 0);
+  p->keep.assign(graph.values().size(), 0);
+  for (const auto& [name, id] : graph.outputs()) p->keep[static_cast<size_t>(id)] = 1;
+  std::vector<char> off(graph.values().size(), 0);
+  for (int id : mine) {
+    const ir::Op& op = ops[static_cast<size_t>(id)];
+    for (int in : op.inputs) {
+      ++p->readers[static_cast<size_t>(in)];
+      const int producer = graph.value(in).producer;
+      if (producer < 0 || p->runs[static_cast<size_t>(producer)]) continue;
+      // Only a transfer reads a value of another stage, for its layout.
+      TESSEL_CHECK_CODE(GetOpDef(op.name).communicates && graph.value(in).is_global(), StatusCode::kInternal)
+          << "graph '" << graph.name() << "': op " << op.id << " '" << op.name << "' on stage " << op.stage
+          << " reads %" << in << ", computed by op " << producer << " on stage " << ops[producer].stage;
+      if (!off[static_cast<size_t>(in)]) p->off_rank.push_back(in);
+      off[static_cast<size_t>(in)] = 1;
+    }
+  }
+  for (const auto& [name, id] : graph.outputs()) {
+    const int producer = graph.value(id).producer;
+    if (producer >= 0 && !p->runs[static_cast<size_t>(producer)] && !off[static_cast<size_t>(id)]) {
+      p->off_rank.push_back(id);
+      off[static_cast<size_t>(id)] = 1;
+    }
+  }
+  if (rank == 0 || p->stage >= 0) {
+    VLOG(1) << "graph '" << graph.name() << "': rank " << rank << " runs " << mine.size() << " of " << ops.size()
+            << " ops on stage " << p->stage << " of " << p->stages << " (" << p->order[0].size() << " compute, "
+            << p->order[1].size() << " communication), " << ScheduleName(options_.schedule) << " over "
+            << micro_batches << " micro-batches";
+  }
+  cached = std::move(p);
+  return *cached;
+}
+
+namespace {
+
+// What the streams of one step share: the value registers, and the first
+// failure.
+struct StepState {
+  std::mutex mu;
+  std::condition_variable changed;
+  std::vector<Tensor> env;
+  std::vector<char> ready;
+  std::vector<int> readers_left;
+  std::string error;  // the first failure; the streams stop at their next actor
+  StatusCode error_code = StatusCode::kInternal;
+  // Posted sends the completion thread waits for, in order; null: no more.
+  std::deque<std::unique_ptr<PostedSends>> sends;
+  bool sends_done = false;
+
+  void Fail(StatusCode code, const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (error.empty()) {
+      error = what;
+      error_code = code;
+    }
+    changed.notify_all();
+  }
+};
+
+std::string Describe(const ir::Graph& graph, const ir::Op& op) {
+  std::ostringstream os;
+  os << "graph '" << graph.name() << "': op " << op.id << " '" << op.name << "' (stage " << op.stage;
+  if (op.micro_batch >= 0) os << ", micro-batch " << op.micro_batch;
+  os << ", " << (op.backward ? "backward" : "forward") << ") on rank " << CurrentRank();
+  return os.str();
+}
+
+}  // namespace
+
+ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& inputs) {
+  const Program& program = ProgramFor(graph);
+  TESSEL_CHECK(program.stages == 1 || !LockstepChecksEnabled())
+      << "graph '" << graph.name() << "': lockstep checks (--check_lockstep, TESSEL_CHECK_LOCKSTEP) compare "
+      << "every rank's calls, and the " << program.stages
+      << " pipeline stages run different ops by design; turn them off to run the pipeline";
+  const std::vector<ir::Op>& ops = graph.ops();
+  StepState state;
+  state.env = BindGraphValues(graph, inputs);
+  state.ready.assign(graph.values().size(), 0);
+  for (const ir::Value& v : graph.values()) state.ready[v.id] = v.kind != ir::Value::Kind::kOpOutput;
+  for (int v : program.off_rank) {
+    state.env[static_cast<size_t>(v)] = OffRankValue(graph.value(v));
+    state.ready[static_cast<size_t>(v)] = 1;
+  }
+  state.readers_left = program.readers;
+  const std::chrono::milliseconds timeout =
+      options_.input_timeout.count() > 0
+          ? options_.input_timeout
+          : (comm::IsWorldInitialized() ? comm::World().timeout() : std::chrono::milliseconds(300000));
+
+  Allocator* allocator = GetAllocator(Device::CPU());
+  const int64_t held_before = allocator->stats().allocated_bytes;
+  allocator->ResetPeak();
+  std::vector<ActorEvent> events[2];
+
+  auto run_stream = [&](Stream stream) {
+    const std::vector<int>& order = program.order[static_cast<int>(stream)];
+    std::vector<ActorEvent>& log = events[static_cast<int>(stream)];
+    log.reserve(order.size());
+    for (int id : order) {
+      const ir::Op& op = ops[static_cast<size_t>(id)];
+      std::vector<Tensor> args;
+      {
+        std::unique_lock<std::mutex> lock(state.mu);
+        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        for (int in : op.inputs) {
+          if (!state.changed.wait_until(lock, deadline, [&] { return state.ready[in] || !state.error.empty(); })) {
+            const int producer = graph.value(in).producer;
+            state.error = Describe(graph, op) + " waited " + std::to_string(timeout.count()) + " ms for %" +
+                          std::to_string(in) + " from op " + std::to_string(producer) + " '" +
+                          ops[static_cast<size_t>(producer)].name + "', which did not run";
+            state.error_code = StatusCode::kTimeout;
+            state.changed.notify_all();
+          }
+          if (!state.error.empty()) return;
+        }
+        args.reserve(op.inputs.size());
+        for (int in : op.inputs) args.push_back(state.env[static_cast<size_t>(in)]);
+      }
+      ActorEvent event{.op = id, .stream = stream, .micro_batch = op.micro_batch, .backward = op.backward,
+                       .start_us = NowMicros()};
+      std::vector<Tensor> outs;
+      try {
+        if (op.name == "send") {
+          // Posted, not waited for: the completion thread waits.
+          auto posted = std::make_unique<PostedSends>(
+              PostSendSlices(args.at(0), Placement::Parse(op.attrs.Get<std::string>("placement")),
+                             NdSbp::Parse(op.attrs.Get<std::string>("nd_sbp"))));
+          std::lock_guard<std::mutex> lock(state.mu);
+          state.sends.push_back(std::move(posted));
+          state.changed.notify_all();
+        } else {
+          outs = ApplyGraphOp(graph, op, args);
+        }
+      } catch (const Error& e) {
+        state.Fail(e.code(), Describe(graph, op) + " failed: " + e.what());
+        return;
+      } catch (const std::exception& e) {
+        state.Fail(StatusCode::kInternal, Describe(graph, op) + " failed: " + e.what());
+        return;
+      }
+      args.clear();
+      event.end_us = NowMicros();
+      log.push_back(event);
+      std::lock_guard<std::mutex> lock(state.mu);
+      for (size_t o = 0; o < outs.size(); ++o) {
+        const size_t v = static_cast<size_t>(op.outputs[o]);
+        if (program.readers[v] > 0 || program.keep[v]) state.env[v] = std::move(outs[o]);
+        state.ready[v] = 1;
+      }
+      // A result is freed after this rank's last reader (named results stay).
+      for (int in : op.inputs) {
+        const size_t v = static_cast<size_t>(in);
+        if (--state.readers_left[v] == 0 && !program.keep[v] && graph.value(in).kind == ir::Value::Kind::kOpOutput)
+          state.env[v] = Tensor();
+      }
+      state.changed.notify_all();
+    }
+  };
+
+  // Waits for posted sends in order, until both streams are done.
+  auto complete_sends = [&] {
+    for (;;) {
+      std::unique_ptr<PostedSends> next;
+      {
+        std::unique_lock<std::mutex> lock(state.mu);
+        state.changed.wait(lock, [&] { return !state.sends.empty() || state.sends_done; });
+        if (state.sends.empty()) return;
+        next = std::move(state.sends.front());
+        state.sends.pop_front();
+      }
+      try {
+        next->Wait();
+      } catch (const Error& e) {
+        state.Fail(e.code(), "graph '" + graph.name() + "': a send to the next stage failed on rank " +
+                                 std::to_string(CurrentRank()) + ": " + e.what());
+        // The other sends still complete or time out on their own.
+      }
+    }
+  };
+
+  const int64_t start = NowMicros();
+  std::thread sender(complete_sends);
+  std::thread communication([&] { run_stream(Stream::kCommunication); });
+  run_stream(Stream::kCompute);
+  communication.join();
+  {
+    std::lock_guard<std::mutex> lock(state.mu);
+    state.sends_done = true;
+    state.changed.notify_all();
+  }
+  sender.join();
+  if (!state.error.empty()) TESSEL_THROW(state.error_code) << state.error;
+
+  last_ = StepReport{};
+  last_.rank = CurrentRank();
+  last_.stage = program.stage;
+  last_.stages = program.stages;
+  last_.micro_batches = program.micro_batches;
+  last_.schedule = options_.schedule;
+  last_.peak_bytes = allocator->stats().peak_allocated_bytes - held_before;
+  last_.start_us = start;
+  last_.end_us = NowMicros();
+  last_.events = std::move(events[0]);
+  last_.events.insert(last_.events.end(), events[1].begin(), events[1].end());
+  // Units in the order the compute stream began them; in flight: forwards
+  // begun whose backward has not ended.
+  std::vector<char> seen(static_cast<size_t>(2 * program.micro_batches), 0);
+  std::vector<int64_t> backward_end(static_cast<size_t>(program.micro_batches), 0);
+  std::vector<int64_t> forward_start(static_cast<size_t>(program.micro_batches), -1);
+  for (const ActorEvent& e : last_.events) {
+    if (e.stream != Stream::kCompute || e.micro_batch < 0) continue;
+    const size_t k = static_cast<size_t>(e.micro_batch);
+    if (!seen[2 * k + e.backward]) last_.actions.push_back({e.backward, e.micro_batch});
+    seen[2 * k + e.backward] = 1;
+    if (e.backward) backward_end[k] = std::max(backward_end[k], e.end_us);
+    if (!e.backward && forward_start[k] < 0) forward_start[k] = e.start_us;
+  }
+  for (int64_t t : forward_start) {
+    if (t < 0) continue;
+    int live = 0;
+    for (size_t j = 0; j < forward_start.size(); ++j)
+      live += forward_start[j] >= 0 && forward_start[j] <= t && (backward_end[j] == 0 || backward_end[j] > t);
+    last_.max_in_flight = std::max(last_.max_in_flight, live);
+  }
+  if (!options_.timeline_dir.empty()) {
+    std::filesystem::create_directories(options_.timeline_dir);
+    const std::string path =
+        options_.timeline_dir + "/timeline_rank" + std::to_string(CurrentRank()) + ".json";
+    std::ofstream out(path);
+    out << TimelineJson(graph);
+    TESSEL_CHECK(out.good()) << "could not write the timeline to " << path;
+  }
+
+  Tensors results;
+  for (const auto& [name, id] : graph.outputs()) results[name] = state.env[static_cast<size_t>(id)];
+  return results;
+}
+
+std::string ActorRuntime::TimelineJson(const ir::Graph& graph) const {
+  const StepReport& r = last_;
+  std::ostringstream os;
+  os << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  os << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" << r.rank << ",\"args\":{\"name\":\"rank " << r.rank
+     << " (stage " << r.stage << ")\"}},\n";
+  const char* tracks[] = {"compute", "communication", "schedule"};
+  for (int t = 0; t < 3; ++t)
+    os << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << r.rank << ",\"tid\":" << t
+       << ",\"args\":{\"name\":\"" << tracks[t] << "\"}},\n";
+  auto event = [&](const std::string& name, const char* cat, int tid, int64_t start, int64_t end, int micro_batch,
+                   int op) {
+    os << "{\"ph\":\"X\",\"name\":\"" << name << "\",\"cat\":\"" << cat << "\",\"pid\":" << r.rank
+       << ",\"tid\":" << tid << ",\"ts\":" << start << ",\"dur\":" << std::max<int64_t>(end - start, 0)
+       << ",\"args\":{\"stage\":" << r.stage << ",\"micro_batch\":" << micro_batch;
+    if (op >= 0) os << ",\"op\":" << op;
+    os << "}},\n";
+  };
+  // Units: from the first to the last compute actor of (micro-batch, pass).
+  std::map<std::pair<int, int>, std::pair<int64_t, int64_t>> units;  // (backward, micro-batch) -> span
+  for (const ActorEvent& e : r.events) {
+    const char* cat = e.micro_batch < 0 ? "step" : (e.backward ? "backward" : "forward");
+    event(graph.ops().at(static_cast<size_t>(e.op)).name, cat, static_cast<int>(e.stream), e.start_us, e.end_us,
+          e.micro_batch, e.op);
+    if (e.stream != Stream::kCompute || e.micro_batch < 0) continue;
+    auto [it, is_new] = units.try_emplace({e.backward ? 1 : 0, e.micro_batch}, e.start_us, e.end_us);
+    it->second.first = std::min(it->second.first, e.start_us);
+    it->second.second = std::max(it->second.second, e.end_us);
+  }
+  for (const auto& [key, span] : units)
+    event(UnitName(key.first != 0, key.second), key.first ? "backward" : "forward", 2, span.first, span.second,
+          key.second, -1);
+  // The step itself closes the list (no trailing comma to strip).
+  os << "{\"ph\":\"X\",\"name\":\"step\",\"cat\":\"step\",\"pid\":" << r.rank << ",\"tid\":2,\"ts\":" << r.start_us
+     << ",\"dur\":" << r.end_us - r.start_us << ",\"args\":{\"stage\":" << r.stage << ",\"stages\":" << r.stages
+     << ",\"micro_batches\":" << r.micro_batches << ",\"schedule\":\"" << ScheduleName(r.schedule) << "\"}}\n";
+  os << "]}\n";
+  return os.str();
+}
+
+}  // namespace tessel::runtime

@@ -1,0 +1,108 @@
+// The actor runtime: runs this rank's part of a compiled graph (the ops of
+// its pipeline stage, graph/passes: stage_assignment) with one actor per op
+// on two streams, each a thread — compute (this caller's thread) and
+// communication — so layout changes, fused gradient reductions and stage
+// transfers run while compute goes on.
+//
+// Each stream runs its actors in a fixed order: the rank's ops sorted by
+// dependence, and among ready ones by the pipeline schedule's slot of their
+// (micro-batch, forward or backward) on this stage (runtime/
+// pipeline_schedule.h), so GPipe and 1F1B come out of the order. An actor
+// waits for its inputs (registers filled by the actors producing them);
+// every rank of a communication group issues the group's calls in the same
+// order because the orders are computed from the same graph. A send posts
+// its slices and goes on (a third thread waits for the receivers to take
+// them), so stages never wait on each other's sends. A result is freed once
+// this rank's last reader has run.
+//
+// An actor that fails, or waits for an input longer than the timeout, stops
+// the step: the error names the op, its stage, micro-batch and pass, and the
+// other stream stops at its next actor.
+//
+//   runtime::ActorRuntime actors({.schedule = runtime::Schedule::kOneFOneB});
+//   Graph step("step", build, {.micro_batches = 8, ..., .executor = actors.Executor()});
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/ir/graph_ir.h"
+#include "runtime/pipeline_schedule.h"
+
+namespace tessel::runtime {
+
+struct RuntimeOptions {
+  Schedule schedule = Schedule::kOneFOneB;
+  // How long an actor waits for an input this rank produces before the step
+  // fails; 0: the world communicator's timeout.
+  std::chrono::milliseconds input_timeout{0};
+  // When set, every step writes this rank's timeline there as
+  // timeline_rank<r>.json (Chrome trace: open it in Perfetto or
+  // chrome://tracing; tools/pipeline_timeline.py draws the pipeline).
+  std::string timeline_dir = {};
+};
+
+enum class Stream { kCompute = 0, kCommunication = 1 };
+
+// One actor's run on this rank.
+struct ActorEvent {
+  int op = 0;  // id in the compiled graph
+  Stream stream = Stream::kCompute;
+  int micro_batch = -1;
+  bool backward = false;
+  int64_t start_us = 0, end_us = 0;  // steady clock (shared by the processes of a machine)
+};
+
+// What the last step did on this rank.
+struct StepReport {
+  int rank = 0;
+  int stage = 0, stages = 1, micro_batches = 1;
+  Schedule schedule = Schedule::kOneFOneB;
+  // The forward and backward units of this stage in the order the compute
+  // stream began them (a unit is the ops of one micro-batch's forward or
+  // backward on this stage).
+  std::vector<Action> actions;
+  // The most micro-batches whose forward had begun and backward had not
+  // ended: how many micro-batches' activations the stage held at once.
+  int max_in_flight = 0;
+  // The most CPU memory the step held at once beyond what it started with.
+  int64_t peak_bytes = 0;
+  int64_t start_us = 0, end_us = 0;
+  std::vector<ActorEvent> events;  // in each stream's order
+};
+
+class ActorRuntime {
+ public:
+  using Tensors = std::map<std::string, Tensor>;
+  explicit ActorRuntime(RuntimeOptions options = {});
+  ~ActorRuntime();
+
+  // Runs `graph` (compiled: boxing explicit, stages assigned) with these
+  // inputs, bound by name as RunInOrder binds them, and returns its named
+  // results. A result computed on another stage comes back as a global
+  // tensor with no data on this rank.
+  Tensors Run(const ir::Graph& graph, const Tensors& inputs);
+  // For GraphOptions::executor; the runtime must outlive the Graph's calls.
+  std::function<Tensors(const ir::Graph&, const Tensors&)> Executor();
+
+  const StepReport& last_step() const { return last_; }
+  // The last step as Chrome-trace JSON: one track per stream, with each
+  // actor's op, stage and micro-batch, and a "schedule" track of the F and
+  // B units named "F3", "B2".
+  std::string TimelineJson(const ir::Graph& graph) const;
+
+ private:
+  struct Program;
+  const Program& ProgramFor(const ir::Graph& graph);
+
+  RuntimeOptions options_;
+  std::map<const ir::Graph*, std::unique_ptr<Program>> programs_;
+  StepReport last_;
+};
+
+}  // namespace tessel::runtime
