@@ -91,9 +91,10 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   p->micro_batches = micro_batches;
   if (p->stages > 1 && options_.schedule == Schedule::kOneFOneB && micro_batches < p->stages) {
     LOG_IF(WARNING, rank == 0) << "graph '" << graph.name() << "': 1F1B over " << micro_batches
-                               << " micro-batches on " << p->stages
-                               << " stages: the warm-up covers every micro-batch, so stages run GPipe's "
-                                  "order (all forwards, then all backwards); use at least "
+                               << " micro-batches on " << p->stages << " stages: the warm-up of stages 0.."
+                               << p->stages - micro_batches
+                               << " covers every micro-batch, so they run GPipe's order (all forwards, then all "
+                                  "backwards) and hold every micro-batch's activations; use at least "
                                << p->stages << " micro-batches for 1F1B's memory bound";
   }
 

@@ -8,8 +8,8 @@
 // 1F1B ("1f1b"): stage s of p runs min(p - s - 1, m) warm-up forwards, then
 // alternates one forward and one backward, then the cool-down backwards.
 // A stage holds at most min(p - s, m) micro-batches' activations.
-// With fewer micro-batches than stages 1F1B's warm-up covers them all and it
-// is GPipe's order (the runtime logs this).
+// With fewer micro-batches than stages, the first stages' warm-up covers
+// every micro-batch, so they run GPipe's order (the runtime logs this).
 #pragma once
 
 #include <string>
