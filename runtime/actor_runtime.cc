@@ -195,7 +195,13 @@ namespace {
 // failure.
 struct StepState {
   std::mutex mu;
+  // Signals a register filled or a failure, to the actors waiting (only
+  // when one is: a wake-up per op would cost more than most ops).
   std::condition_variable changed;
+  int waiting = 0;
+  // Signals a posted send, the end of the streams or a failure, to the
+  // completion thread.
+  std::condition_variable sends_changed;
   std::vector<Tensor> env;
   std::vector<char> ready;
   std::vector<int> readers_left;
@@ -212,6 +218,7 @@ struct StepState {
       error_code = code;
     }
     changed.notify_all();
+    sends_changed.notify_all();
   }
 };
 
@@ -262,7 +269,11 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
         std::unique_lock<std::mutex> lock(state.mu);
         const auto deadline = std::chrono::steady_clock::now() + timeout;
         for (int in : op.inputs) {
-          if (!state.changed.wait_until(lock, deadline, [&] { return state.ready[in] || !state.error.empty(); })) {
+          ++state.waiting;
+          const bool arrived =
+              state.changed.wait_until(lock, deadline, [&] { return state.ready[in] || !state.error.empty(); });
+          --state.waiting;
+          if (!arrived) {
             const int producer = graph.value(in).producer;
             state.error = Describe(graph, op) + " waited " + std::to_string(timeout.count()) + " ms for %" +
                           std::to_string(in) + " from op " + std::to_string(producer) + " '" +
@@ -286,7 +297,7 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
                              NdSbp::Parse(op.attrs.Get<std::string>("nd_sbp"))));
           std::lock_guard<std::mutex> lock(state.mu);
           state.sends.push_back(std::move(posted));
-          state.changed.notify_all();
+          state.sends_changed.notify_all();
         } else {
           outs = ApplyGraphOp(graph, op, args);
         }
@@ -312,7 +323,7 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
         if (--state.readers_left[v] == 0 && !program.keep[v] && graph.value(in).kind == ir::Value::Kind::kOpOutput)
           state.env[v] = Tensor();
       }
-      state.changed.notify_all();
+      if (state.waiting > 0) state.changed.notify_all();
     }
   };
 
@@ -322,7 +333,7 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
       std::unique_ptr<PostedSends> next;
       {
         std::unique_lock<std::mutex> lock(state.mu);
-        state.changed.wait(lock, [&] { return !state.sends.empty() || state.sends_done; });
+        state.sends_changed.wait(lock, [&] { return !state.sends.empty() || state.sends_done; });
         if (state.sends.empty()) return;
         next = std::move(state.sends.front());
         state.sends.pop_front();
@@ -345,7 +356,7 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
   {
     std::lock_guard<std::mutex> lock(state.mu);
     state.sends_done = true;
-    state.changed.notify_all();
+    state.sends_changed.notify_all();
   }
   sender.join();
   if (!state.error.empty()) TESSEL_THROW(state.error_code) << state.error;

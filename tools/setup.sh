@@ -12,6 +12,7 @@ packages=(
   clang libclang-rt-14-dev             # libFuzzer and sanitizers (tools/fuzz.sh)
   iproute2 procps                      # ss and pgrep, used by the reliability tests
   python3 python3-torch python3-numpy  # PyTorch 1.13 (CPU): numerical reference and benchmark peer
+  python3-matplotlib                   # tools/pipeline_timeline.py draws pipelines as PNG
   clang-format
 )
 

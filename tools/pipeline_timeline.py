@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Draws a pipeline from the actor runtime's timelines and measures its bubble.
+
+Input: the timeline_rank<r>.json files a run writes with --timeline_dir (the
+Chrome-trace JSON of each rank's last step; Perfetto opens them too). Output:
+a PNG with one row per rank, labelled with its stage: forward units (F<k>)
+blue, backward units (B<k>) green, the micro-batch written on each, and under
+them a thin row of the rank's communication (layout changes, gradient
+buckets, sends and receives). Gaps in the rows are the bubble.
+
+The bubble fraction of a rank is the share of the pipeline's span (the first
+unit to begin on any rank to the last to end) in which its compute stream
+ran nothing; it is printed per rank with their mean, next to the ideal
+(p - 1) / (m + p - 1) of p stages and m micro-batches with even stages.
+
+  python3 tools/pipeline_timeline.py timelines/ --out pipeline.png
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+
+
+def load(paths):
+    ranks = {}
+    for path in paths:
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+        spans = [e for e in events if e.get("ph") == "X"]
+        step = next(e for e in spans if e["name"] == "step" and e["tid"] == 2)
+        rank = step["pid"]
+        ranks[rank] = {
+            "stage": step["args"]["stage"],
+            "stages": step["args"]["stages"],
+            "micro_batches": step["args"]["micro_batches"],
+            "schedule": step["args"]["schedule"],
+            "units": [e for e in spans if e["tid"] == 2 and e["name"] != "step"],
+            "compute": [e for e in spans if e["tid"] == 0],
+            "communication": [e for e in spans if e["tid"] == 1],
+        }
+    return ranks
+
+
+def busy_time(events, lo, hi):
+    """Time within [lo, hi] covered by at least one event."""
+    total, end = 0, lo
+    for e in sorted(events, key=lambda e: e["ts"]):
+        start, stop = max(e["ts"], end), min(e["ts"] + e["dur"], hi)
+        if stop > start:
+            total += stop - start
+            end = stop
+    return total
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("inputs", nargs="+", help="timeline JSON files, or directories holding timeline_rank*.json")
+    parser.add_argument("--out", default="pipeline.png", help="the PNG to write")
+    parser.add_argument("--title", default="", help="the chart's title (default: schedule, stages, micro-batches)")
+    args = parser.parse_args()
+    paths = []
+    for p in args.inputs:
+        paths += sorted(glob.glob(os.path.join(p, "timeline_rank*.json"))) if os.path.isdir(p) else [p]
+    if not paths:
+        sys.exit(f"no timelines in {args.inputs}: run with --timeline_dir first")
+    ranks = load(paths)
+
+    units = [u for r in ranks.values() for u in r["units"]]
+    lo = min(u["ts"] for u in units)
+    hi = max(u["ts"] + u["dur"] for u in units)
+    any_rank = next(iter(ranks.values()))
+    p, m = any_rank["stages"], any_rank["micro_batches"]
+    ideal = (p - 1) / (m + p - 1)
+    bubbles = {}
+    for rank, r in sorted(ranks.items()):
+        bubbles[rank] = 1 - busy_time(r["compute"], lo, hi) / (hi - lo)
+        print(f"rank {rank} (stage {r['stage']}): bubble {100 * bubbles[rank]:.1f}%")
+    mean = sum(bubbles.values()) / len(bubbles)
+    print(f"bubble fraction {100 * mean:.1f}% over {p} stages x {m} micro-batches "
+          f"({any_rank['schedule']}); ideal (p-1)/(m+p-1) = {100 * ideal:.1f}%")
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    order = sorted(ranks, key=lambda k: (ranks[k]["stage"], k))
+    fig, ax = plt.subplots(figsize=(12, 0.9 * len(order) + 1.6))
+    for row, rank in enumerate(order):
+        r = ranks[rank]
+        y = len(order) - 1 - row
+        for u in r["units"]:
+            forward = u["name"].startswith("F")
+            ax.broken_barh([((u["ts"] - lo) / 1e3, u["dur"] / 1e3)], (y + 0.25, 0.6),
+                           facecolors="#4C72B0" if forward else "#55A868", edgecolor="white", linewidth=0.5)
+            ax.text((u["ts"] - lo + u["dur"] / 2) / 1e3, y + 0.55, u["name"][1:], ha="center", va="center",
+                    fontsize=7, color="white")
+        ax.broken_barh([((e["ts"] - lo) / 1e3, max(e["dur"], 1) / 1e3) for e in r["communication"]],
+                       (y + 0.02, 0.16), facecolors="#C44E52")
+    ax.set_yticks([len(order) - 1 - i + 0.5 for i in range(len(order))])
+    ax.set_yticklabels([f"rank {k} (stage {ranks[k]['stage']})" for k in order])
+    ax.set_xlabel("ms since the first unit began")
+    ax.set_xlim(0, (hi - lo) / 1e3)
+    ax.set_title(args.title or f"{any_rank['schedule']}: {p} stages x {m} micro-batches, "
+                 f"bubble {100 * mean:.0f}% (ideal {100 * ideal:.0f}%)")
+    ax.legend(handles=[Patch(color="#4C72B0", label="forward"), Patch(color="#55A868", label="backward"),
+                       Patch(color="#C44E52", label="communication")], loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=110)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
