@@ -46,9 +46,10 @@ DEFINE_string(schedule, "1f1b",
 DEFINE_string(timeline_dir, "",
               "with --graph on the actor runtime: write each rank's timeline of the last step there "
               "(timeline_rank<r>.json, Chrome trace; tools/pipeline_timeline.py draws the pipeline)");
-DEFINE_bool(print_actions, false,
-            "with --graph on the actor runtime: print each rank's order of micro-batch forwards and backwards "
-            "(F0 F1 B0 ...) and the most micro-batches it held at once, at every step");
+DEFINE_bool(
+    print_actions, false,
+    "with --graph on the actor runtime: print each rank's order of micro-batch forwards and backwards "
+    "(F0 F1 B0 ...) and the most micro-batches it held at once, at every step");
 DEFINE_bool(activation_checkpoint, false,
             "with --graph: recompute each transformer layer in backward instead of keeping its activations "
             "(less memory, one more forward of each layer per step)");
@@ -129,9 +130,9 @@ int main(int argc, char** argv) {
       grad_norm = optim::ScalarValue(out.at("grad_norm"));
       if (FLAGS_print_actions && !in_order) {
         const runtime::StepReport& r = actors.last_step();
-        std::printf("step %ld rank %d stage %d actions %s in_flight %d peak_bytes %ld\n", static_cast<long>(step),
-                    r.rank, r.stage, runtime::ActionsText(r.actions).c_str(), r.max_in_flight,
-                    static_cast<long>(r.peak_bytes));
+        std::printf("step %ld rank %d stage %d actions %s in_flight %d peak_bytes %ld\n",
+                    static_cast<long>(step), r.rank, r.stage, runtime::ActionsText(r.actions).c_str(),
+                    r.max_in_flight, static_cast<long>(r.peak_bytes));
         std::fflush(stdout);
       }
     } else {

@@ -46,17 +46,18 @@ Tensor OffRankValue(const ir::Value& v) {
 struct ActorRuntime::Program {
   size_t num_ops = 0, num_values = 0;  // of the graph it was built for
   int stage = 0, stages = 1, micro_batches = 1;
-  std::vector<char> runs;                       // per op
-  std::vector<int> order[2];                    // per stream: op ids
-  std::vector<int> readers;                     // per value: this rank's ops reading it
-  std::vector<char> keep;                       // per value: a named result
-  std::vector<int> off_rank;                    // values read here and computed on another stage
+  std::vector<char> runs;     // per op
+  std::vector<int> order[2];  // per stream: op ids
+  std::vector<int> readers;   // per value: this rank's ops reading it
+  std::vector<char> keep;     // per value: a named result
+  std::vector<int> off_rank;  // values read here and computed on another stage
 };
 
 ActorRuntime::ActorRuntime(RuntimeOptions options) : options_(std::move(options)) {}
 ActorRuntime::~ActorRuntime() = default;
 
-std::function<ActorRuntime::Tensors(const ir::Graph&, const ActorRuntime::Tensors&)> ActorRuntime::Executor() {
+std::function<ActorRuntime::Tensors(const ir::Graph&, const ActorRuntime::Tensors&)>
+ActorRuntime::Executor() {
   return [this](const ir::Graph& graph, const Tensors& inputs) { return Run(graph, inputs); };
 }
 
@@ -90,12 +91,12 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   p->stage = stages == 0 ? 0 : stage;
   p->micro_batches = micro_batches;
   if (p->stages > 1 && options_.schedule == Schedule::kOneFOneB && micro_batches < p->stages) {
-    LOG_IF(WARNING, rank == 0) << "graph '" << graph.name() << "': 1F1B over " << micro_batches
-                               << " micro-batches on " << p->stages << " stages: the warm-up of stages 0.."
-                               << p->stages - micro_batches
-                               << " covers every micro-batch, so they run GPipe's order (all forwards, then all "
-                                  "backwards) and hold every micro-batch's activations; use at least "
-                               << p->stages << " micro-batches for 1F1B's memory bound";
+    LOG_IF(WARNING, rank == 0)
+        << "graph '" << graph.name() << "': 1F1B over " << micro_batches << " micro-batches on " << p->stages
+        << " stages: the warm-up of stages 0.." << p->stages - micro_batches
+        << " covers every micro-batch, so they run GPipe's order (all forwards, then all "
+           "backwards) and hold every micro-batch's activations; use at least "
+        << p->stages << " micro-batches for 1F1B's memory bound";
   }
 
   // The schedule's slot of each (pass, micro-batch) on this stage. Ops of
@@ -146,12 +147,11 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
     p->order[static_cast<int>(s)].push_back(op.id);
   }
 
-  if (VLOG_IS_ON(2)) {
+  if (VLOG_IS_ON(2)) {  // the communication order, to compare between ranks
     for (int id : p->order[1]) {
       const ir::Op& op = ops[static_cast<size_t>(id)];
-      VLOG(2) << "comm order: op " << id << " " << op.name << " mb " << op.micro_batch << " bw " << op.backward
-              << " in %" << (op.inputs.empty() ? -1 : op.inputs[0]) << " "
-              << (op.inputs.empty() ? "" : graph.value(op.inputs[0]).SpecString());
+      VLOG(2) << "graph '" << graph.name() << "': communication " << id << " '" << op.name << "' micro-batch "
+              << op.micro_batch << (op.backward ? " backward" : " forward");
     }
   }
   p->readers.assign(graph.values().size(), 0);
@@ -179,12 +179,10 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
       off[static_cast<size_t>(id)] = 1;
     }
   }
-  if (rank == 0 || p->stage >= 0) {
-    VLOG(1) << "graph '" << graph.name() << "': rank " << rank << " runs " << mine.size() << " of " << ops.size()
-            << " ops on stage " << p->stage << " of " << p->stages << " (" << p->order[0].size() << " compute, "
-            << p->order[1].size() << " communication), " << ScheduleName(options_.schedule) << " over "
-            << micro_batches << " micro-batches";
-  }
+  VLOG(1) << "graph '" << graph.name() << "': rank " << rank << " runs " << mine.size() << " of "
+          << ops.size() << " ops on stage " << p->stage << " of " << p->stages << " (" << p->order[0].size()
+          << " compute, " << p->order[1].size() << " communication), " << ScheduleName(options_.schedule)
+          << " over " << micro_batches << " micro-batches";
   cached = std::move(p);
   return *cached;
 }
@@ -270,8 +268,8 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
         const auto deadline = std::chrono::steady_clock::now() + timeout;
         for (int in : op.inputs) {
           ++state.waiting;
-          const bool arrived =
-              state.changed.wait_until(lock, deadline, [&] { return state.ready[in] || !state.error.empty(); });
+          const bool arrived = state.changed.wait_until(
+              lock, deadline, [&] { return state.ready[in] || !state.error.empty(); });
           --state.waiting;
           if (!arrived) {
             const int producer = graph.value(in).producer;
@@ -286,7 +284,10 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
         args.reserve(op.inputs.size());
         for (int in : op.inputs) args.push_back(state.env[static_cast<size_t>(in)]);
       }
-      ActorEvent event{.op = id, .stream = stream, .micro_batch = op.micro_batch, .backward = op.backward,
+      ActorEvent event{.op = id,
+                       .stream = stream,
+                       .micro_batch = op.micro_batch,
+                       .backward = op.backward,
                        .start_us = NowMicros()};
       std::vector<Tensor> outs;
       try {
@@ -320,7 +321,8 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
       // A result is freed after this rank's last reader (named results stay).
       for (int in : op.inputs) {
         const size_t v = static_cast<size_t>(in);
-        if (--state.readers_left[v] == 0 && !program.keep[v] && graph.value(in).kind == ir::Value::Kind::kOpOutput)
+        if (--state.readers_left[v] == 0 && !program.keep[v] &&
+            graph.value(in).kind == ir::Value::Kind::kOpOutput)
           state.env[v] = Tensor();
       }
       if (state.waiting > 0) state.changed.notify_all();
@@ -410,14 +412,14 @@ std::string ActorRuntime::TimelineJson(const ir::Graph& graph) const {
   const StepReport& r = last_;
   std::ostringstream os;
   os << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-  os << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" << r.rank << ",\"args\":{\"name\":\"rank " << r.rank
-     << " (stage " << r.stage << ")\"}},\n";
+  os << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" << r.rank << ",\"args\":{\"name\":\"rank "
+     << r.rank << " (stage " << r.stage << ")\"}},\n";
   const char* tracks[] = {"compute", "communication", "schedule"};
   for (int t = 0; t < 3; ++t)
     os << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << r.rank << ",\"tid\":" << t
        << ",\"args\":{\"name\":\"" << tracks[t] << "\"}},\n";
-  auto event = [&](const std::string& name, const char* cat, int tid, int64_t start, int64_t end, int micro_batch,
-                   int op) {
+  auto event = [&](const std::string& name, const char* cat, int tid, int64_t start, int64_t end,
+                   int micro_batch, int op) {
     os << "{\"ph\":\"X\",\"name\":\"" << name << "\",\"cat\":\"" << cat << "\",\"pid\":" << r.rank
        << ",\"tid\":" << tid << ",\"ts\":" << start << ",\"dur\":" << std::max<int64_t>(end - start, 0)
        << ",\"args\":{\"stage\":" << r.stage << ",\"micro_batch\":" << micro_batch;
@@ -428,20 +430,22 @@ std::string ActorRuntime::TimelineJson(const ir::Graph& graph) const {
   std::map<std::pair<int, int>, std::pair<int64_t, int64_t>> units;  // (backward, micro-batch) -> span
   for (const ActorEvent& e : r.events) {
     const char* cat = e.micro_batch < 0 ? "step" : (e.backward ? "backward" : "forward");
-    event(graph.ops().at(static_cast<size_t>(e.op)).name, cat, static_cast<int>(e.stream), e.start_us, e.end_us,
-          e.micro_batch, e.op);
+    event(graph.ops().at(static_cast<size_t>(e.op)).name, cat, static_cast<int>(e.stream), e.start_us,
+          e.end_us, e.micro_batch, e.op);
     if (e.stream != Stream::kCompute || e.micro_batch < 0) continue;
     auto [it, is_new] = units.try_emplace({e.backward ? 1 : 0, e.micro_batch}, e.start_us, e.end_us);
     it->second.first = std::min(it->second.first, e.start_us);
     it->second.second = std::max(it->second.second, e.end_us);
   }
   for (const auto& [key, span] : units)
-    event(UnitName(key.first != 0, key.second), key.first ? "backward" : "forward", 2, span.first, span.second,
-          key.second, -1);
+    event(UnitName(key.first != 0, key.second), key.first ? "backward" : "forward", 2, span.first,
+          span.second, key.second, -1);
   // The step itself closes the list (no trailing comma to strip).
-  os << "{\"ph\":\"X\",\"name\":\"step\",\"cat\":\"step\",\"pid\":" << r.rank << ",\"tid\":2,\"ts\":" << r.start_us
-     << ",\"dur\":" << r.end_us - r.start_us << ",\"args\":{\"stage\":" << r.stage << ",\"stages\":" << r.stages
-     << ",\"micro_batches\":" << r.micro_batches << ",\"schedule\":\"" << ScheduleName(r.schedule) << "\"}}\n";
+  os << "{\"ph\":\"X\",\"name\":\"step\",\"cat\":\"step\",\"pid\":" << r.rank
+     << ",\"tid\":2,\"ts\":" << r.start_us << ",\"dur\":" << r.end_us - r.start_us
+     << ",\"args\":{\"stage\":" << r.stage << ",\"stages\":" << r.stages
+     << ",\"micro_batches\":" << r.micro_batches << ",\"schedule\":\"" << ScheduleName(r.schedule)
+     << "\"}}\n";
   os << "]}\n";
   return os.str();
 }

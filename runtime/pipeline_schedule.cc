@@ -22,7 +22,8 @@ std::vector<Action> StageActions(Schedule schedule, int stages, int stage, int m
       << " micro-batches; expected 0 <= stage < stages and at least one micro-batch";
   std::vector<Action> out;
   out.reserve(static_cast<size_t>(2 * micro_batches));
-  const int warmup = schedule == Schedule::kGPipe ? micro_batches : std::min(stages - stage - 1, micro_batches);
+  const int warmup =
+      schedule == Schedule::kGPipe ? micro_batches : std::min(stages - stage - 1, micro_batches);
   int next_forward = 0, next_backward = 0;
   for (; next_forward < warmup; ++next_forward) out.push_back({false, next_forward});
   // Steady state: one forward, one backward (the forward's stash grows by

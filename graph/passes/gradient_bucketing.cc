@@ -264,7 +264,8 @@ void BucketGradients(ir::Graph& graph, int64_t bucket_bytes) {
   }
   std::vector<ir::Op> out;
   out.reserve(nodes.size());
-  for (int n : ir::PriorityTopologicalOrder(node_preds, priority)) out.push_back(std::move(nodes[static_cast<size_t>(n)]));
+  for (int n : ir::PriorityTopologicalOrder(node_preds, priority))
+    out.push_back(std::move(nodes[static_cast<size_t>(n)]));
   TESSEL_CHECK(out.size() == nodes.size())
       << "gradient bucketing made a cycle: a bucket depends on its own result (" << nodes.size() - out.size()
       << " ops unscheduled)";

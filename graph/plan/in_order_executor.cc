@@ -56,8 +56,8 @@ std::vector<Tensor> ApplyGraphOp(const ir::Graph& graph, const ir::Op& op, const
     TESSEL_CHECK_CODE(
         !want.is_global() || (outs[o].placement() == want.placement && outs[o].nd_sbp() == want.nd_sbp),
         StatusCode::kInternal)
-        << "graph '" << graph.name() << "': op " << op.id << " '" << op.name << "' gave " << outs[o].ToString()
-        << " for %" << want.id << ", compiled as " << want.SpecString();
+        << "graph '" << graph.name() << "': op " << op.id << " '" << op.name << "' gave "
+        << outs[o].ToString() << " for %" << want.id << ", compiled as " << want.SpecString();
   }
   return outs;
 }

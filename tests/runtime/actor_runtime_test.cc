@@ -41,17 +41,19 @@ Trained Train(ActorRuntime* actors) {
   optim::AdamW adamw(m.params(), {.lr = 0.05});
   GraphOptions options{.micro_batches = 4};
   if (actors != nullptr) options.executor = actors->Executor();
-  Graph step("mlp_step",
-             [&](const Graph::Tensors& in) -> Graph::Tensors {
-               Tensor loss = m.Loss(in.at("x"));
-               loss.backward();
-               optim::ClipGradNormTensor(m.params(), 1.0);
-               adamw.Step();
-               return {{"loss", loss}};
-             },
-             options);
+  Graph step(
+      "mlp_step",
+      [&](const Graph::Tensors& in) -> Graph::Tensors {
+        Tensor loss = m.Loss(in.at("x"));
+        loss.backward();
+        optim::ClipGradNormTensor(m.params(), 1.0);
+        adamw.Step();
+        return {{"loss", loss}};
+      },
+      options);
   Trained out;
-  for (int i = 0; i < 3; ++i) out.losses.push_back(step({{"x", randn({8, 8}, 100 + i)}}).at("loss").ToVector<float>()[0]);
+  for (int i = 0; i < 3; ++i)
+    out.losses.push_back(step({{"x", randn({8, 8}, 100 + i)}}).at("loss").ToVector<float>()[0]);
   out.w1 = m.w1.ToVector<float>();
   if (actors != nullptr) out.timeline = actors->TimelineJson(step.Trace({{"x", randn({8, 8}, 100)}}));
   return out;
@@ -90,20 +92,29 @@ TEST(ActorRuntime, TheTimelineNamesActorsUnitsAndTheStep) {
   const std::string json = Train(&actors).timeline;
   EXPECT_EQ(json.substr(0, 2), "{\"");
   EXPECT_EQ(json.substr(json.size() - 3), "]}\n");
-  for (const char* want : {"\"name\":\"matmul\"", "\"name\":\"F0\"", "\"name\":\"B3\"", "\"name\":\"compute\"",
-                           "\"schedule\":\"1f1b\"", "\"micro_batches\":4", "\"cat\":\"backward\""})
+  for (const char* want :
+       {"\"name\":\"matmul\"", "\"name\":\"F0\"", "\"name\":\"B3\"", "\"name\":\"compute\"",
+        "\"schedule\":\"1f1b\"", "\"micro_batches\":4", "\"cat\":\"backward\""})
     EXPECT_NE(json.find(want), std::string::npos) << want;
 }
 
 TEST(ActorRuntime, BadInputsAreRefusedBeforeAnyActorRuns) {
   ActorRuntime actors;
   Mlp m;
-  Graph step("mlp_loss", [&](const Graph::Tensors& in) -> Graph::Tensors { return {{"loss", m.Loss(in.at("x"))}}; },
+  Graph step("mlp_loss",
+             [&](const Graph::Tensors& in) -> Graph::Tensors {
+               return {{"loss", m.Loss(in.at("x"))}};
+             },
              {.executor = actors.Executor()});
   const ir::Graph& graph = step.Trace({{"x", randn({4, 8}, 3)}});
-  EXPECT_NE(ErrorOf([&] { actors.Run(graph, {{"x", randn({4, 8}, 3)}, {"y", randn({4, 8}, 3)}}); }).find("'y'"),
+  EXPECT_NE(ErrorOf([&] {
+              actors.Run(graph, {{"x", randn({4, 8}, 3)}, {"y", randn({4, 8}, 3)}});
+            }).find("'y'"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] { actors.Run(graph, {{"x", randn({5, 8}, 3)}}); }).find("traced with"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] {
+              actors.Run(graph, {{"x", randn({5, 8}, 3)}});
+            }).find("traced with"),
+            std::string::npos);
 }
 
 TEST(ActorRuntime, AFailingActorStopsTheStepNamingItsOpMicroBatchAndPass) {
