@@ -5,9 +5,9 @@ it gives them too under 1x1x1, dp2 x tp2 and tp2 x pp2; and with gradient
 accumulation over 4 micro-batches (--micro_batches 4: a loop eagerly, a
 graph rewrite in graph mode) under dp2 x tp2; and in graph mode with
 activation checkpointing (--activation_checkpoint) under tp2 x pp2 and,
-with 4 micro-batches, dp2 x tp2. (Pipeline stages run one
-after another here: placement and cross-stage transfers, not the 1F1B
-schedule.)"""
+with 4 micro-batches, dp2 x tp2. (Graph mode runs on the actor runtime's
+default 1F1B schedule; with one micro-batch its stages still run one after
+another. test_pipeline_schedules.py covers the pipelines.)"""
 import argparse
 import os
 import re
