@@ -17,21 +17,14 @@
 #include "ops/functional.h"
 #include "sbp/global_tensor.h"
 #include "tests/testing/test_util.h"
+#include "tests/testing/tiny_mlp.h"
 
 namespace tessel {
 namespace {
 
 using testing::ErrorOf;
 
-struct Mlp {
-  Tensor w1 = randn({8, 16}, 1).set_requires_grad(true);
-  Tensor w2 = randn({16, 3}, 2).set_requires_grad(true);
-  optim::NamedParams params() { return {{"w1", &w1}, {"w2", &w2}}; }
-  Tensor Loss(const Tensor& x) const {
-    Tensor y = fn::matmul(fn::tanh(fn::matmul(x, w1)), w2);
-    return fn::mean(fn::mul(y, y), {0, 1});
-  }
-};
+using Mlp = testing::TinyMlp;
 
 // One eager training step; returns the loss and the gradient norm.
 std::pair<float, double> EagerStep(Mlp& m, optim::AdamW& adamw, const Tensor& x, double max_norm) {
