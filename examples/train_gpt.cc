@@ -16,6 +16,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "core/comm/comm_trace.h"
 #include "graph/boxing_executor.h"
@@ -29,6 +32,9 @@ DEFINE_int64(tp, 1, "tensor parallel size (dp is derived)");
 DEFINE_int64(pp, 1, "pipeline parallel size: layers spread over stages, run one after another");
 DEFINE_int64(steps, 20, "training steps");
 DEFINE_int64(layers, 2, "transformer layers (at least --pp)");
+DEFINE_string(stage_ids, "",
+              "the pipeline stage of each layer, comma-separated (e.g. 0,0,0,1 for 4 layers on 2 stages); "
+              "empty: the layers are split evenly, earlier stages taking one more when they do not divide");
 DEFINE_int64(batch, 8, "sequences per step");
 DEFINE_double(lr, 3e-3, "peak learning rate (warmup 3 steps, then cosine)");
 DEFINE_int32(
@@ -87,6 +93,25 @@ void MakeBatch(int64_t step, int64_t batch, int64_t seq, int64_t vocab, Tensor* 
   *ids = Tensor::FromVector<int64_t>(x, {batch, seq});
   *labels = Tensor::FromVector<int64_t>(y, {batch, seq});
 }
+// --stage_ids: "0,0,1" -> {0, 0, 1}.
+std::vector<int64_t> StageIds(const std::string& text) {
+  std::vector<int64_t> ids;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    size_t used = 0;
+    int64_t id = -1;
+    try {
+      id = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    TESSEL_CHECK(!item.empty() && used == item.size())
+        << "--stage_ids='" << text << "': '" << item
+        << "' is not an integer; expected stage ids like 0,0,1,1";
+    ids.push_back(id);
+  }
+  return ids;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,7 +123,8 @@ int main(int argc, char** argv) {
   config.layers = FLAGS_layers;
   dist::Setup({.tensor_parallel_size = FLAGS_tp,
                .pipeline_parallel_size = FLAGS_pp,
-               .pipeline_num_layers = config.layers});
+               .pipeline_num_layers = config.layers,
+               .custom_pipeline_stage_ids = StageIds(FLAGS_stage_ids)});
   models::GPT gpt(config);
   auto params = gpt.NamedParameters();
   optim::AdamW adamw(params, {.lr = FLAGS_lr, .weight_decay = 0.01});

@@ -1,6 +1,10 @@
 #include "layers/dist.h"
 
+#include <glog/logging.h>
+
+#include <algorithm>
 #include <mutex>
+#include <sstream>
 
 #include "core/error.h"
 #include "sbp/global_tensor.h"
@@ -14,6 +18,14 @@ Config* g_config = nullptr;
 const Config& Current() {
   TESSEL_CHECK(g_config != nullptr) << "dist::Setup has not been called";
   return *g_config;
+}
+
+std::string IdsString(const std::vector<int64_t>& ids) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < ids.size(); ++i) os << (i ? ", " : "") << ids[i];
+  os << "]";
+  return os.str();
 }
 }  // namespace
 
@@ -37,13 +49,26 @@ void Setup(const Config& in) {
     TESSEL_CHECK(c.pipeline_num_layers == 0 ||
                  c.pipeline_num_layers == static_cast<int64_t>(c.custom_pipeline_stage_ids.size()))
         << "custom_pipeline_stage_ids has " << c.custom_pipeline_stage_ids.size()
-        << " entries but pipeline_num_layers=" << c.pipeline_num_layers;
+        << " entries but pipeline_num_layers=" << c.pipeline_num_layers
+        << "; expected one stage id per layer";
     c.pipeline_num_layers = static_cast<int64_t>(c.custom_pipeline_stage_ids.size());
     for (size_t i = 0; i < c.custom_pipeline_stage_ids.size(); ++i) {
       int64_t s = c.custom_pipeline_stage_ids[i];
       TESSEL_CHECK(s >= 0 && s < c.pipeline_parallel_size)
           << "custom_pipeline_stage_ids[" << i << "]=" << s << " is not a stage (0.."
           << c.pipeline_parallel_size - 1 << ")";
+      // Layer i reads layer i-1's output: a lower stage would send
+      // activations backwards, against the pipeline's flow.
+      TESSEL_CHECK(i == 0 || s >= c.custom_pipeline_stage_ids[i - 1])
+          << "custom_pipeline_stage_ids[" << i << "]=" << s << " puts layer " << i
+          << " on an earlier stage than layer " << i - 1 << " (stage " << c.custom_pipeline_stage_ids[i - 1]
+          << "): its forward would flow back to an earlier stage; expected stage ids that never decrease";
+    }
+    for (int64_t s = 0; s < c.pipeline_parallel_size; ++s) {
+      TESSEL_CHECK(std::find(c.custom_pipeline_stage_ids.begin(), c.custom_pipeline_stage_ids.end(), s) !=
+                   c.custom_pipeline_stage_ids.end())
+          << "custom_pipeline_stage_ids " << IdsString(c.custom_pipeline_stage_ids) << " give stage " << s
+          << " no layers; expected every stage 0.." << c.pipeline_parallel_size - 1 << " to hold one or more";
     }
   }
   TESSEL_CHECK(c.pipeline_parallel_size == 1 || c.pipeline_num_layers >= c.pipeline_parallel_size)
@@ -51,6 +76,31 @@ void Setup(const Config& in) {
       << " needs pipeline_num_layers >= the stage count; got " << c.pipeline_num_layers;
   delete g_config;
   g_config = new Config(c);
+  // Every layer's stage, stated once: a layer lost between the config and
+  // the stages shows here (and graph mode refuses a layer that built nothing).
+  LOG_IF(INFO, c.pipeline_parallel_size > 1 && CurrentRank() == 0) << "pipeline: " << LayerAssignmentText();
+}
+
+std::string LayerAssignmentText() {
+  const Config& c = Current();
+  const std::vector<int64_t> layer_stages = LayerStages();
+  const std::vector<std::vector<int>> stage_ranks = StageRanks();
+  std::ostringstream os;
+  os << layer_stages.size() << " layers on " << c.pipeline_parallel_size << " stages:";
+  for (size_t s = 0; s < stage_ranks.size(); ++s) {
+    std::vector<int64_t> layers;
+    for (size_t l = 0; l < layer_stages.size(); ++l)
+      if (layer_stages[l] == static_cast<int64_t>(s)) layers.push_back(static_cast<int64_t>(l));
+    os << (s ? ";" : "") << " stage " << s << " (ranks " << stage_ranks[s].front() << ".."
+       << stage_ranks[s].back() << "): ";
+    if (layers.empty())
+      os << "no layers";
+    else if (layers.size() == 1)
+      os << "layer " << layers[0];
+    else
+      os << "layers " << layers.front() << ".." << layers.back();
+  }
+  return os.str();
 }
 
 const Config& GetConfig() { return Current(); }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "sbp/placement.h"
@@ -43,6 +44,9 @@ Placement GetLayerPlacement(int64_t layer_idx);
 // and the stage of each of the pipeline_num_layers layers.
 std::vector<std::vector<int>> StageRanks();
 std::vector<int64_t> LayerStages();
+// "4 layers on 2 stages: stage 0 (ranks 0..1): layers 0..1; stage 1 (ranks
+// 2..3): layers 2..3" — what Setup logs (rank 0, pp > 1).
+std::string LayerAssignmentText();
 // A [dp, tp] pair of Sbps reduced to the active mesh axes.
 NdSbp GetNdSbp(const std::vector<Sbp>& dp_tp);
 // Activations between layers: split on the batch over dp, B over tp.

@@ -65,6 +65,7 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   auto& cached = programs_[&graph];
   if (cached && cached->num_ops == graph.ops().size() && cached->num_values == graph.values().size())
     return *cached;
+  ir::Verify(graph);  // e.g. a transfer whose two sides disagree on the tensor's spec
   auto p = std::make_unique<Program>();
   const std::vector<ir::Op>& ops = graph.ops();
   p->num_ops = ops.size();

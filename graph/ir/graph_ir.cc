@@ -219,6 +219,15 @@ void Verify(const Graph& graph, bool explicit_boxing) {
           << where() << "writes %" << id << ", which is defined elsewhere or names another producer";
       defined[id] = true;
     }
+    if (op.name == "to_global" || op.name == "recv") {
+      // A layout change or a stage transfer moves a tensor; it never
+      // reshapes or converts one (both stages read the same spec).
+      const Value& in = graph.value(op.inputs.at(0));
+      const Value& result = graph.value(op.outputs.at(0));
+      TESSEL_CHECK_CODE(in.shape == result.shape && in.dtype == result.dtype, StatusCode::kInternal)
+          << where() << "moves %" << in.id << " (" << in.SpecString() << ") to %" << result.id << " ("
+          << result.SpecString() << "); expected the same shape and dtype on both sides";
+    }
     if (op.input_sbp.empty() && op.output_sbp.empty()) continue;  // local, or a layout change (runs whole)
     TESSEL_CHECK_CODE(op.input_sbp.size() == op.inputs.size() && op.output_sbp.size() == op.outputs.size(),
                       StatusCode::kInternal)

@@ -23,10 +23,12 @@
 namespace tessel::passes {
 namespace {
 
-std::string RanksString(const std::vector<int>& ranks) {
+// "{0, 1}": ranks or layers.
+template <typename T>
+std::string ListString(const std::vector<T>& items) {
   std::ostringstream os;
   os << "{";
-  for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
+  for (size_t i = 0; i < items.size(); ++i) os << (i ? ", " : "") << items[i];
   os << "}";
   return os.str();
 }
@@ -86,6 +88,13 @@ class Stages {
           << "layer " << l << " is given stage " << layer_stages[l] << "; expected 0.."
           << stage_ranks.size() - 1;
     }
+    for (size_t s = 0; s < stage_ranks.size() && !layer_stages.empty(); ++s) {
+      TESSEL_CHECK(std::find(layer_stages.begin(), layer_stages.end(), static_cast<int64_t>(s)) !=
+                   layer_stages.end())
+          << "pipeline stage " << s << " (ranks " << ListString(stage_ranks[s]) << ") is given none of the "
+          << layer_stages.size()
+          << " layers; expected every stage to hold one or more (its ranks would only idle)";
+    }
   }
 
   // The stage holding all of `placement`'s ranks, or -1 (several or none).
@@ -110,7 +119,7 @@ class Stages {
     std::ostringstream os;
     os << "its ranks lie";
     for (const auto& [s, ranks] : by_stage)
-      os << (s < 0 ? " outside every stage: " : " in stage " + std::to_string(s) + ": ") << RanksString(ranks)
+      os << (s < 0 ? " outside every stage: " : " in stage " + std::to_string(s) + ": ") << ListString(ranks)
          << ";";
     return os.str();
   }
@@ -187,11 +196,27 @@ void AssignStages(ir::Graph& graph, const std::vector<std::vector<int>>& stage_r
   std::vector<ir::Op> out;
   out.reserve(graph.ops().size());
   const std::vector<ir::Op> ops = graph.ops();  // NewValue below may grow the graph's tables
+  // The forward pass: ops of a micro-batch's forward, or (without
+  // micro-batches) the ops before the first gradient op. Clipping and the
+  // optimizer come after and may combine values of every stage.
+  int first_backward = static_cast<int>(ops.size());
+  for (const ir::Op& op : ops)
+    if (op.backward) first_backward = std::min(first_backward, op.id);
+  std::vector<char> layer_seen(layer_stages.size(), 0);
   for (const ir::Op& op : ops) {
+    if (op.layer >= 0 && op.layer < static_cast<int64_t>(layer_seen.size()))
+      layer_seen[static_cast<size_t>(op.layer)] = 1;
     if (op.name == "to_global") {
       const ir::Value in = graph.value(op.inputs[0]);
       const ir::Value result = graph.value(op.outputs[0]);
       const int from = stages.Of(in.placement), to = stages.Of(result.placement);
+      const bool forward = !op.backward && (op.micro_batch >= 0 || op.id < first_backward);
+      TESSEL_CHECK(!forward || from < 0 || to < 0 || to >= from)
+          << "graph '" << graph.name() << "': op " << op.id << " moves %" << in.id << " (" << in.SpecString()
+          << ") from stage " << from << " back to stage " << to << " in the forward pass"
+          << (op.layer >= 0 ? " (read by layer " + std::to_string(op.layer) + ")" : std::string())
+          << "; expected activations to flow to the same or a later stage (place each layer on a stage no "
+             "earlier than the layer before it)";
       if (from >= 0 && to >= 0 && from != to) {
         // A crossing: what the source side does first (collectives on its
         // own ranks), the transfer itself, what the destination does after.
@@ -245,12 +270,23 @@ void AssignStages(ir::Graph& graph, const std::vector<std::vector<int>>& stage_r
       const int want = stages.OfLayer(graph, op);
       TESSEL_CHECK(staged.stage < 0 || staged.stage == want)
           << "graph '" << graph.name() << "': op " << op.id << " '" << op.name << "' of layer " << op.layer
-          << " computes on stage " << staged.stage << " (ranks " << RanksString(stages.ranks(staged.stage))
+          << " computes on stage " << staged.stage << " (ranks " << ListString(stages.ranks(staged.stage))
           << "), which is not its stage: layer " << op.layer << " belongs to stage " << want << " (ranks "
-          << RanksString(stages.ranks(want)) << "); place the layer's parameters on its stage's ranks";
+          << ListString(stages.ranks(want)) << "); place the layer's parameters on its stage's ranks";
     }
     out.push_back(std::move(staged));
   }
+  // Every layer the stages were given built ops: a model that builds fewer
+  // layers than its pipeline config says would otherwise train a shorter
+  // model without a word.
+  std::vector<int64_t> missing;
+  for (size_t l = 0; l < layer_seen.size(); ++l)
+    if (!layer_seen[l]) missing.push_back(static_cast<int64_t>(l));
+  TESSEL_CHECK(missing.empty() || missing.size() == layer_seen.size())
+      << "graph '" << graph.name() << "': stages are given for " << layer_seen.size()
+      << " layers but layer(s) " << ListString(missing)
+      << " recorded no ops; expected the model to build every layer of its pipeline config "
+         "(pipeline_num_layers)";
   graph.SetOps(std::move(out));
 }
 

@@ -160,5 +160,82 @@ TEST(StageAssignment, MisplacedOpsAreNamed) {
             std::string::npos);
 }
 
+TEST(StageAssignment, PipelineConfigsThatLoseOrReverseLayersAreRefused) {
+  auto message = [](auto&& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // A stage given no layers.
+  {
+    TwoStages t(kS0, kB);
+    const std::string m = message([&] { passes::AssignStages(t.g.graph, kStageRanks, {0, 0}); });
+    EXPECT_NE(m.find("pipeline stage 1 (ranks {2, 3}) is given none of the 2 layers"), std::string::npos)
+        << m;
+  }
+  // Stages given for three layers; the model built two.
+  {
+    TwoStages t(kS0, kB);
+    const std::string m = message([&] { passes::AssignStages(t.g.graph, kStageRanks, {0, 1, 1}); });
+    EXPECT_NE(m.find("stages are given for 3 layers but layer(s) {2} recorded no ops"), std::string::npos)
+        << m;
+  }
+  // Layer 0 on stage 1 feeds layer 1 on stage 0: the forward flows back.
+  {
+    SmallGraph g("backwards", kStage1);
+    const int x = g.Input("x", {8, 4}, kS0);
+    const int y = g.Op("neg", {x}, {kS0}, {8, 4}, kS0);
+    const int moved = g.ToGlobal(y, kB, &kStage0);
+    const int z = g.Op("tanh", {moved}, {kB}, {8, 4}, kB);
+    g.graph.MarkOutput("z", z);
+    SetLayer(g.graph, y, 0);
+    SetLayer(g.graph, moved, 1);
+    SetLayer(g.graph, z, 1);
+    const std::string m = message([&] { passes::AssignStages(g.graph, kStageRanks, {1, 0}); });
+    EXPECT_NE(m.find("op 1 moves %1 (f32 [8, 4] [S(0)] on cpu:[2, 3]) from stage 1 back to stage 0 in the "
+                     "forward pass (read by layer 1)"),
+              std::string::npos)
+        << m;
+  }
+  // The same move in the backward pass (a gradient) is the pipeline's flow.
+  {
+    SmallGraph g("gradient", kStage1);
+    const int x = g.Input("x", {8, 4}, kS0);
+    const int y = g.Op("neg", {x}, {kS0}, {8, 4}, kS0);
+    const int moved = g.ToGlobal(y, kB, &kStage0);
+    g.graph.MarkOutput("z", g.Op("tanh", {moved}, {kB}, {8, 4}, kB));
+    std::vector<ir::Op> ops = g.graph.ops();
+    for (ir::Op& op : ops) op.backward = true;
+    g.graph.SetOps(std::move(ops));
+    EXPECT_EQ(message([&] { passes::AssignStages(g.graph, kStageRanks, {}); }), "no error");
+  }
+}
+
+TEST(StageAssignment, ATransferWhoseSidesDisagreeOnTheSpecFailsVerification) {
+  TwoStages t(kS0, kB);
+  passes::AssignStages(t.g.graph, kStageRanks, {0, 1});
+  // Stage 1 expects [8, 5] where stage 0 sends [8, 4].
+  std::vector<ir::Op> ops = t.g.graph.ops();
+  ir::Value wider = t.g.graph.value(t.moved);
+  wider.shape = Shape({8, 5});
+  const int received = t.g.graph.NewValue(wider);
+  ops[2].outputs = {received};
+  ops[3].inputs = {received};
+  t.g.graph.SetOps(std::move(ops));
+  try {
+    ir::Verify(t.g.graph, true);
+    ADD_FAILURE() << "verified";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "op 2 'recv' moves %1 (f32 [8, 4] [S(0)] on cpu:[0, 1]) to %" + std::to_string(received) +
+                  " (f32 [8, 5] [B] on cpu:[2, 3]); expected the same shape and dtype"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace tessel
