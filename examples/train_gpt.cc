@@ -49,6 +49,9 @@ DEFINE_string(schedule, "1f1b",
               "with --graph, how the captured step runs: 1f1b or gpipe (also: naive) on the actor runtime "
               "(communication on its own thread, each pipeline stage in the schedule's order), or in_order "
               "(the reference executor: one op after another in program order)");
+DEFINE_int32(max_pending_sends, 0,
+             "actor runtime: how many stage transfers a rank may have waiting for their receivers at once "
+             "(a send beyond it waits: back-pressure between stages); 0: no bound");
 DEFINE_string(timeline_dir, "",
               "with --graph on the actor runtime: write each rank's timeline of the last step there "
               "(timeline_rank<r>.json, Chrome trace; tools/pipeline_timeline.py draws the pipeline)");
@@ -134,6 +137,7 @@ int main(int argc, char** argv) {
   const bool in_order = FLAGS_schedule == "in_order";
   runtime::ActorRuntime actors(
       {.schedule = in_order ? runtime::Schedule::kOneFOneB : runtime::ParseSchedule(FLAGS_schedule),
+       .max_pending_sends = FLAGS_max_pending_sends,
        .timeline_dir = FLAGS_timeline_dir});
   // The same step as a graph: traced at the first call, run at every call.
   Graph train_step("train_step",
@@ -156,9 +160,9 @@ int main(int argc, char** argv) {
       grad_norm = optim::ScalarValue(out.at("grad_norm"));
       if (FLAGS_print_actions && !in_order) {
         const runtime::StepReport& r = actors.last_step();
-        std::printf("step %ld rank %d stage %d actions %s in_flight %d peak_bytes %ld\n",
+        std::printf("step %ld rank %d stage %d actions %s in_flight %d peak_bytes %ld pending_sends %d\n",
                     static_cast<long>(step), r.rank, r.stage, runtime::ActionsText(r.actions).c_str(),
-                    r.max_in_flight, static_cast<long>(r.peak_bytes));
+                    r.max_in_flight, static_cast<long>(r.peak_bytes), r.max_pending_sends);
         std::fflush(stdout);
       }
     } else {

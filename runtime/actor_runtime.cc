@@ -208,6 +208,8 @@ struct StepState {
   StatusCode error_code = StatusCode::kInternal;
   // Posted sends the completion thread waits for, in order; null: no more.
   std::deque<std::unique_ptr<PostedSends>> sends;
+  int pending_sends = 0;  // posted and not yet taken by their receivers
+  int max_pending_sends = 0;
   bool sends_done = false;
 
   void Fail(StatusCode code, const std::string& what) {
@@ -220,6 +222,17 @@ struct StepState {
     sends_changed.notify_all();
   }
 };
+
+// Waits until fewer than max_pending_sends sends are pending; false at the
+// timeout or when the step failed meanwhile.
+bool WaitForSendRoom(StepState& state, int max_pending_sends, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(state.mu);
+  ++state.waiting;
+  const bool room = state.changed.wait_for(
+      lock, timeout, [&] { return state.pending_sends < max_pending_sends || !state.error.empty(); });
+  --state.waiting;
+  return room && state.error.empty();
+}
 
 std::string Describe(const ir::Graph& graph, const ir::Op& op) {
   std::ostringstream os;
@@ -293,12 +306,22 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
       std::vector<Tensor> outs;
       try {
         if (op.name == "send") {
+          if (options_.max_pending_sends > 0 &&
+              !WaitForSendRoom(state, options_.max_pending_sends, timeout)) {
+            // (Fail keeps an earlier failure: then this one is not news.)
+            state.Fail(StatusCode::kTimeout,
+                       Describe(graph, op) + " waited " + std::to_string(timeout.count()) + " ms for the " +
+                           std::to_string(options_.max_pending_sends) +
+                           " earlier send(s) of this rank to be taken by their receivers");
+            return;
+          }
           // Posted, not waited for: the completion thread waits.
           auto posted = std::make_unique<PostedSends>(
               PostSendSlices(args.at(0), Placement::Parse(op.attrs.Get<std::string>("placement")),
                              NdSbp::Parse(op.attrs.Get<std::string>("nd_sbp"))));
           std::lock_guard<std::mutex> lock(state.mu);
           state.sends.push_back(std::move(posted));
+          state.max_pending_sends = std::max(state.max_pending_sends, ++state.pending_sends);
           state.sends_changed.notify_all();
         } else {
           outs = ApplyGraphOp(graph, op, args);
@@ -344,10 +367,14 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
       try {
         next->Wait();
       } catch (const Error& e) {
-        state.Fail(e.code(), "graph '" + graph.name() + "': a send to the next stage failed on rank " +
+        state.Fail(e.code(), "graph '" + graph.name() + "': a send to another stage failed on rank " +
                                  std::to_string(CurrentRank()) + ": " + e.what());
         // The other sends still complete or time out on their own.
       }
+      next.reset();  // the slices' memory goes back before a waiting send posts more
+      std::lock_guard<std::mutex> lock(state.mu);
+      --state.pending_sends;
+      if (state.waiting > 0) state.changed.notify_all();
     }
   };
 
@@ -370,6 +397,7 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
   last_.stages = program.stages;
   last_.micro_batches = program.micro_batches;
   last_.schedule = options_.schedule;
+  last_.max_pending_sends = state.max_pending_sends;
   last_.peak_bytes = allocator->stats().peak_allocated_bytes - held_before;
   last_.start_us = start;
   last_.end_us = NowMicros();

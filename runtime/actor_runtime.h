@@ -41,6 +41,12 @@ struct RuntimeOptions {
   // How long an actor waits for an input this rank produces before the step
   // fails; 0: the world communicator's timeout.
   std::chrono::milliseconds input_timeout{0};
+  // The register count of stage transfers: how many of this rank's sends
+  // may wait for their receivers at once. A send beyond it waits until an
+  // earlier one is taken (up to the input timeout), so a stage cannot run
+  // ahead of the next by more than this many messages nor hold more send
+  // buffers. 0: no bound (the schedule alone bounds them).
+  int max_pending_sends = 0;
   // When set, every step writes this rank's timeline there as
   // timeline_rank<r>.json (Chrome trace: open it in Perfetto or
   // chrome://tracing; tools/pipeline_timeline.py draws the pipeline).
@@ -70,6 +76,9 @@ struct StepReport {
   // The most micro-batches whose forward had begun and backward had not
   // ended: how many micro-batches' activations the stage held at once.
   int max_in_flight = 0;
+  // The most sends waiting for their receivers at once (at most
+  // RuntimeOptions::max_pending_sends when that is set).
+  int max_pending_sends = 0;
   // The most CPU memory the step held at once beyond what it started with.
   int64_t peak_bytes = 0;
   int64_t start_us = 0, end_us = 0;

@@ -16,6 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import check, finish, run  # noqa: E402
+from pipeline_orders import reference  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--launcher", required=True)
@@ -31,17 +32,6 @@ def train(nproc, flags, graph=True, schedule="in_order"):
     code, out, secs = run(cmd, timeout=130)
     losses = [float(v) for v in re.findall(r"\[rank 0\] step \d+ loss ([0-9.]+)", out)]
     return code, out, secs, losses
-
-
-def reference(schedule, stages, stage, micro_batches):
-    """The order of one stage, from the schedules' definitions."""
-    if schedule == "gpipe":
-        return [f"F{k}" for k in range(micro_batches)] + [f"B{k}" for k in range(micro_batches)]
-    warmup = min(stages - stage - 1, micro_batches)
-    order = [f"F{k}" for k in range(warmup)]
-    for k in range(warmup, micro_batches):
-        order += [f"F{k}", f"B{k - warmup}"]
-    return order + [f"B{k}" for k in range(micro_batches - warmup, micro_batches)]
 
 
 def same(a, b):
