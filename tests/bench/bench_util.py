@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 
 
 def run_ranks(launcher, nproc, program, env=None):
@@ -18,6 +19,24 @@ def run_ranks(launcher, nproc, program, env=None):
         if m:
             records.append(json.loads(m.group(1)))
     return records
+
+
+def wall_seconds(launcher, nproc, program):
+    """Wall time of `program` (a list) on `nproc` ranks, start-up included."""
+    cmd = [launcher, "--nproc_per_node", str(nproc), "--master_port", "0", "--"] + program
+    start = time.monotonic()
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if out.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{out.stdout[-3000:]}")
+    return time.monotonic() - start
+
+
+def seconds_per_step(launcher, nproc, program, short, long):
+    """Per-step time of a training program taking --steps: the difference
+    between a long and a short run over the extra steps, so start-up,
+    rendezvous, tracing and the first step's caches do not count."""
+    return (wall_seconds(launcher, nproc, program + [f"--steps={long}"]) -
+            wall_seconds(launcher, nproc, program + [f"--steps={short}"])) / (long - short)
 
 
 def keep_fastest(best, records, key_fields):

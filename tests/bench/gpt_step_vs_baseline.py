@@ -9,9 +9,8 @@ not count. Example (the baseline built from an older commit):
       --program build/examples/train_gpt --baseline /tmp/old/build/examples/train_gpt
 """
 import argparse
-import subprocess
-import sys
-import time
+
+from bench_util import seconds_per_step
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--launcher", required=True)
@@ -25,17 +24,6 @@ args = parser.parse_args()
 
 LAYOUTS = {"tp2": (2, 2), "dp2": (2, 1), "dp2xtp2": (4, 2), "tp4": (4, 4)}
 
-
-def wall(program, nproc, tp, steps):
-    cmd = [args.launcher, "--nproc_per_node", str(nproc), "--master_port", "0", "--", program, f"--tp={tp}",
-           f"--steps={steps}"]
-    start = time.monotonic()
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if out.returncode != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{out.stdout[-3000:]}")
-    return time.monotonic() - start
-
-
 print("| layout | ranks | baseline ms/step | this build ms/step | speed-up |")
 print("| --- | --- | --- | --- | --- |")
 for name in args.layouts.split(","):
@@ -43,8 +31,7 @@ for name in args.layouts.split(","):
     best = {}
     for _ in range(args.rounds):
         for which, program in (("baseline", args.baseline), ("this", args.program)):
-            per_step = (wall(program, nproc, tp, args.long) - wall(program, nproc, tp, args.short)) / (
-                args.long - args.short)
+            per_step = seconds_per_step(args.launcher, nproc, [program, f"--tp={tp}"], args.short, args.long)
             best[which] = min(best.get(which, float("inf")), per_step)
     print(f"| {name} | {nproc} | {best['baseline'] * 1e3:.1f} | {best['this'] * 1e3:.1f} | "
           f"{best['baseline'] / best['this']:.2f}x |", flush=True)
