@@ -2,11 +2,12 @@
 # Builds tessel with a sanitizer and runs tests under it.
 #
 #   bash tools/sanitize.sh asan [CTEST ARGS...]   ASan + UBSan: unit and multi-process tests
-#   bash tools/sanitize.sh tsan [CTEST ARGS...]   TSan: the communication tests
+#   bash tools/sanitize.sh tsan [CTEST ARGS...]   TSan: the communication and actor-runtime tests
 #
 # Each uses its own build directory (build-asan/, build-tsan/; CUDA off).
 # Without CTEST ARGS, asan runs every test labelled unit or dist and tsan
-# the store, collectives and launcher tests. Findings fail the run.
+# the store, collectives, launcher and actor-runtime / pipeline tests.
+# Findings fail the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:?usage: tools/sanitize.sh asan|tsan [ctest args]}
@@ -25,7 +26,7 @@ case "$kind" in
     ;;
   tsan)
     flags="-fsanitize=thread -fno-omit-frame-pointer"
-    default_tests=(-R "TcpStore|StoreProtocol|dist_collectives|dist_launch_failures|dist_probe|dist_global_tensor")
+    default_tests=(-R "TcpStore|StoreProtocol|dist_collectives|dist_launch_failures|dist_probe|dist_global_tensor|ActorRuntime|dist_pipeline_schedules")
     export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tools/sanitizers/tsan.supp}
     ;;
   *)
