@@ -101,12 +101,17 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   }
 
   // The schedule's slot of each (pass, micro-batch) on this stage. Ops of
-  // no micro-batch keep their side of the micro-batches in program order:
-  // those before every micro-batch op (hoisted out of the copies) come
-  // first, the others (averaging, the optimizer, transfers of the gradient
-  // norm) after every unit. Every rank then orders its transfers as its
-  // peers do: a receive with no input on this rank would otherwise be ready
-  // at once and wait, first in its stream, for a send made at the very end.
+  // no micro-batch keep their side of the micro-batches: those before
+  // every micro-batch op (hoisted out of the copies) come first. The others
+  // (averaging, gradient buckets, the gradient norm, the optimizer) rank
+  // with their latest input, so a layer's gradient is averaged and its
+  // bucket reduced while the last backward goes on with earlier layers —
+  // except stage transfers and ops with no input on this rank, which come
+  // after every unit in program order. Every rank then orders its
+  // transfers as its peers do: a receive with no input here would
+  // otherwise be ready at once and wait, first in its stream, for a send
+  // made at the very end, and a send moved ahead would reach a receive
+  // posted for another message.
   std::vector<int64_t> slot_of(static_cast<size_t>(2 * micro_batches), 0);
   int first_micro_batch_op = static_cast<int>(ops.size());
   for (const ir::Op& op : ops)
@@ -134,9 +139,15 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
     // Edges from other stages' ops are kept by the transfers themselves.
     for (int pred : all_preds[op.id])
       if (index_of[static_cast<size_t>(pred)] >= 0) preds[i].push_back(index_of[static_cast<size_t>(pred)]);
+    const bool after_units = op.micro_batch < 0 && op.id > first_micro_batch_op;
+    if (after_units && !preds[i].empty() && op.name != "send" && op.name != "recv") {
+      priority[i] = 0;  // with its latest input (preds come first in program order)
+      for (int pred : preds[i]) priority[i] = std::max(priority[i], priority[static_cast<size_t>(pred)]);
+      continue;
+    }
     const int64_t slot = op.micro_batch >= 0 ? slot_of[static_cast<size_t>(2 * op.micro_batch + op.backward)]
-                         : op.id < first_micro_batch_op ? -1
-                                                        : 2 * micro_batches;
+                         : after_units       ? 2 * micro_batches
+                                             : -1;
     priority[i] = (slot + 1) * n + op.id;
   }
   const std::vector<int> order = ir::PriorityTopologicalOrder(preds, priority);

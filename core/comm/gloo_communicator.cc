@@ -227,11 +227,16 @@ void GlooCommunicator::Guard(const std::string& op, int64_t bytes, Fn&& fn, int 
   FlightRecorder& recorder = FlightRecorder::Get();
   uint64_t token = 0;
   CommTrace& trace = CommTrace::Get();
+  uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(seq_mu_);
+    seq = p2p_peer < 0 ? ++seq_ : ++p2p_seq_[p2p_peer];
+  }
   if (p2p_peer < 0) {
-    token = recorder.Begin(op, world_ranks_, ++seq_, bytes);
+    token = recorder.Begin(op, world_ranks_, seq, bytes);
     if (trace.enabled() && op != "connect") trace.Record(op.c_str(), world_ranks_, bytes);
   } else {
-    token = recorder.Begin(op, {world_ranks_[rank_], world_ranks_[p2p_peer]}, ++p2p_seq_[p2p_peer], bytes);
+    token = recorder.Begin(op, {world_ranks_[rank_], world_ranks_[p2p_peer]}, seq, bytes);
     // Posting is bookkeeping; the transfer is traced when it is waited for.
     if (trace.enabled() && op.rfind("post_", 0) != 0)
       trace.Record(op.c_str(), {world_ranks_[rank_], world_ranks_[p2p_peer]}, bytes);

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 
 #include "core/comm/communicator.h"
 
@@ -56,6 +57,9 @@ class GlooCommunicator final : public Communicator {
   std::vector<int> world_ranks_;
   int rank_;
   std::chrono::milliseconds timeout_;
+  // Call counts for the flight recorder. A pipeline posts transfers on one
+  // thread and waits for them on another, so they are counted under a lock.
+  std::mutex seq_mu_;
   uint64_t seq_ = 0;  // collectives issued on this group
   std::map<int, uint64_t> p2p_seq_;
 };
