@@ -106,8 +106,9 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   // (averaging, gradient buckets, the gradient norm, the optimizer) rank
   // with their latest input, so a layer's gradient is averaged and its
   // bucket reduced while the last backward goes on with earlier layers —
-  // except stage transfers and ops with no input on this rank, which come
-  // after every unit in program order. Every rank then orders its
+  // except stage transfers, ops with no input on this rank and ops reading
+  // a communication's result (placed early, they would stall their stream
+  // until it ends), which come after every unit in program order. Every rank then orders its
   // transfers as its peers do: a receive with no input here would
   // otherwise be ready at once and wait, first in its stream, for a send
   // made at the very end, and a send moved ahead would reach a receive
@@ -140,7 +141,12 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
     for (int pred : all_preds[op.id])
       if (index_of[static_cast<size_t>(pred)] >= 0) preds[i].push_back(index_of[static_cast<size_t>(pred)]);
     const bool after_units = op.micro_batch < 0 && op.id > first_micro_batch_op;
-    if (after_units && !preds[i].empty() && op.name != "send" && op.name != "recv") {
+    bool waits_for_communication = false;  // ranked early, it would stall its stream on the other
+    for (int pred : preds[i])
+      waits_for_communication |=
+          GetOpDef(ops[static_cast<size_t>(mine[static_cast<size_t>(pred)])].name).communicates;
+    if (after_units && !preds[i].empty() && !waits_for_communication && op.name != "send" &&
+        op.name != "recv") {
       priority[i] = 0;  // with its latest input (preds come first in program order)
       for (int pred : preds[i]) priority[i] = std::max(priority[i], priority[static_cast<size_t>(pred)]);
       continue;

@@ -6,12 +6,14 @@ Chrome-trace JSON of each rank's last step; Perfetto opens them too). Output:
 a PNG with one row per rank, labelled with its stage: forward units (F<k>)
 blue, backward units (B<k>) green, the micro-batch written on each, and under
 them a thin row of the rank's communication (layout changes, gradient
-buckets, sends and receives). Gaps in the rows are the bubble.
+buckets in orange, sends and receives). Gaps in the rows are the bubble.
 
 The bubble fraction of a rank is the share of the pipeline's span (the first
 unit to begin on any rank to the last to end) in which its compute stream
 ran nothing; it is printed per rank with their mean, next to the ideal
 (p - 1) / (m + p - 1) of p stages and m micro-batches with even stages.
+Under data parallelism it also prints how long each rank reduced gradient
+buckets and how much of that ran while its backward units computed.
 
   python3 tools/pipeline_timeline.py timelines/ --out pipeline.png
 """
@@ -53,6 +55,24 @@ def busy_time(events, lo, hi):
     return total
 
 
+def overlap_time(events, others):
+    """Time of `events` during which some event of `others` ran too."""
+    return sum(busy_time(others, e["ts"], e["ts"] + e["dur"]) for e in events)
+
+
+def is_gradient_bucket(event):
+    """A fused gradient reduction (buckets of one micro-batch fuse forward
+    reductions, such as the loss's, instead)."""
+    return event["name"] == "all_reduce_bucket" and event["cat"] == "step"
+
+
+def gradient_reduction(rank):
+    """(ms reducing gradient buckets, ms of that while backward computed)."""
+    buckets = [e for e in rank["communication"] if is_gradient_bucket(e)]
+    backward = [e for e in rank["compute"] if e["cat"] == "backward"]
+    return sum(e["dur"] for e in buckets) / 1e3, overlap_time(buckets, backward) / 1e3
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("inputs", nargs="+", help="timeline JSON files, or directories holding timeline_rank*.json")
@@ -75,7 +95,10 @@ def main():
     bubbles = {}
     for rank, r in sorted(ranks.items()):
         bubbles[rank] = 1 - busy_time(r["compute"], lo, hi) / (hi - lo)
-        print(f"rank {rank} (stage {r['stage']}): bubble {100 * bubbles[rank]:.1f}%")
+        reducing, overlapped = gradient_reduction(r)
+        print(f"rank {rank} (stage {r['stage']}): bubble {100 * bubbles[rank]:.1f}%" +
+              (f"; gradient buckets {reducing:.1f} ms, {overlapped:.1f} ms of it during backward"
+               if reducing else ""))
     mean = sum(bubbles.values()) / len(bubbles)
     print(f"bubble fraction {100 * mean:.1f}% over {p} stages x {m} micro-batches "
           f"({any_rank['schedule']}); ideal (p-1)/(m+p-1) = {100 * ideal:.1f}%")
@@ -96,8 +119,10 @@ def main():
                            facecolors="#4C72B0" if forward else "#55A868", edgecolor="white", linewidth=0.5)
             ax.text((u["ts"] - lo + u["dur"] / 2) / 1e3, y + 0.55, u["name"][1:], ha="center", va="center",
                     fontsize=7, color="white")
-        ax.broken_barh([((e["ts"] - lo) / 1e3, max(e["dur"], 1) / 1e3) for e in r["communication"]],
-                       (y + 0.02, 0.16), facecolors="#C44E52")
+        for buckets, colour in ((False, "#C44E52"), (True, "#DD8452")):
+            ax.broken_barh([((e["ts"] - lo) / 1e3, max(e["dur"], 1) / 1e3) for e in r["communication"]
+                            if is_gradient_bucket(e) == buckets], (y + 0.02, 0.16),
+                           facecolors=colour)
     ax.set_yticks([len(order) - 1 - i + 0.5 for i in range(len(order))])
     ax.set_yticklabels([f"rank {k} (stage {ranks[k]['stage']})" for k in order])
     ax.set_xlabel("ms since the first unit began")
@@ -105,7 +130,8 @@ def main():
     ax.set_title(args.title or f"{any_rank['schedule']}: {p} stages x {m} micro-batches, "
                  f"bubble {100 * mean:.0f}% (ideal {100 * ideal:.0f}%)")
     ax.legend(handles=[Patch(color="#4C72B0", label="forward"), Patch(color="#55A868", label="backward"),
-                       Patch(color="#C44E52", label="communication")], loc="upper right", fontsize=8)
+                       Patch(color="#C44E52", label="communication"),
+                       Patch(color="#DD8452", label="gradient buckets")], loc="upper right", fontsize=8)
     fig.tight_layout()
     fig.savefig(args.out, dpi=110)
     print(f"wrote {args.out}")

@@ -198,7 +198,24 @@ void AccumulateGradients(ir::Graph& graph, int micro_batches) {
   std::vector<ir::Op> rewritten;
   for (const ir::Op& op : ops)
     if (!copied[op.id] && !late[op.id]) rewritten.push_back(op);
+  // Each micro-batch's share is added to the running sum right after the
+  // op computing it: the per-micro-batch gradient is freed at once, and
+  // the last micro-batch's sums are final while its backward goes on with
+  // earlier layers (so their buckets can be reduced meanwhile).
+  // (A value some copied op updates in place is summed at the end of its
+  // micro-batch instead, after every update.)
+  std::set<int> updated_in_place;
+  for (const ir::Op& op : ops)
+    if (copied[op.id])
+      for (int w : Written(op)) updated_in_place.insert(w);
+  std::set<int> summed_at_once, summed_at_end;
+  for (int a : averaged) (updated_in_place.count(a) ? summed_at_end : summed_at_once).insert(a);
   std::map<int, int> sums;  // averaged value -> its running sum
+  auto add_share = [&](int a, int k, const std::vector<int>& copy_of) {
+    sums[a] =
+        k == 0 ? copy_of[a]
+               : AddSameLayoutOp(graph, rewritten, "add", {}, {sums[a], copy_of[a]}, graph.value(a), -1, k);
+  };
   for (int k = 0; k < n; ++k) {
     std::vector<int> copy_of(num_values, -1);
     for (const ir::Op& original : ops) {
@@ -210,12 +227,11 @@ void AccumulateGradients(ir::Graph& graph, int micro_batches) {
         if (copy_of[i] >= 0) i = copy_of[i];
       for (int& o : op.outputs) o = copy_of[o] = graph.NewValue(graph.value(o));
       rewritten.push_back(std::move(op));
+      for (int a : original.outputs)
+        if (summed_at_once.count(a)) add_share(a, k, copy_of);
     }
-    for (int a : averaged) {
-      sums[a] =
-          k == 0 ? copy_of[a]
-                 : AddSameLayoutOp(graph, rewritten, "add", {}, {sums[a], copy_of[a]}, graph.value(a), -1, k);
-    }
+    for (int a : averaged)
+      if (summed_at_end.count(a)) add_share(a, k, copy_of);
   }
   for (int a : averaged) {
     AddSameLayoutOp(graph, rewritten, "mul_scalar", {{"scalar", 1.0 / n}}, {sums[a]}, graph.value(a), a, -1);

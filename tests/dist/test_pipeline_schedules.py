@@ -7,16 +7,23 @@
   backwards (B) is the schedule's (computed here from the definitions), no
   1F1B stage s holds more than p - s micro-batches, GPipe's stage 0 holds 8,
   and 1F1B's stage 0 peaks lower in memory than GPipe's;
+- under dp2 x pp2 the last stage reduces gradient buckets before its last
+  backward ends (from the timelines; the overlap is printed);
 - 1, p - 1 and p + 1 micro-batches on 4 stages run under 1F1B and give the
   in-order executor's losses."""
 import argparse
+import glob
 import os
 import re
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import check, finish, run  # noqa: E402
 from pipeline_orders import reference  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
+from pipeline_timeline import gradient_reduction, is_gradient_bucket, load  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--launcher", required=True)
@@ -72,6 +79,35 @@ for name, (nproc, flags) in layouts.items():
                 gpipe_peak = reports.get(0, (0, [], 0, 0))[3]
                 check(f"pp4 m=8: stage 0 peaks lower under 1f1b ({one_f_one_b_peak} B) than gpipe ({gpipe_peak} B)",
                       0 < one_f_one_b_peak < gpipe_peak)
+
+# dp2 x pp2: the data-parallel gradient buckets are reduced while the last
+# backward still computes (from the timelines; buckets of 0.1 MiB, as the
+# small GPT's whole gradient would fill one bucket of the default size).
+with tempfile.TemporaryDirectory() as timelines:
+    code, out, secs, _ = train(4, ["--pp=2", "--micro_batches=4", "--grad_bucket_mb=0.1",
+                                   f"--timeline_dir={timelines}"], schedule="1f1b")
+    ranks = load(sorted(glob.glob(os.path.join(timelines, "timeline_rank*.json"))))
+    check(f"dp2xpp2 timelines: every rank wrote one ({secs:.1f} s)", code == 0 and sorted(ranks) == [0, 1, 2, 3],
+          out)
+    total_overlap = 0
+    for rank, r in sorted(ranks.items()):
+        reducing, overlapped = gradient_reduction(r)
+        total_overlap += overlapped
+        print(f"dp2xpp2 rank {rank} (stage {r['stage']}): gradient buckets {reducing:.1f} ms, "
+              f"{overlapped:.1f} ms during backward")
+        if r["stage"] == 1:
+            # The order, not the timing (4 processes share 2 cores here): the
+            # communication stream reduces its first bucket before it sends
+            # the last backward's gradient to stage 0.
+            names = [(is_gradient_bucket(e), e["cat"], e["name"]) for e in sorted(r["communication"],
+                                                                              key=lambda e: e["ts"])]
+            first_bucket = next((i for i, n in enumerate(names) if n[0]), None)
+            last_backward_send = max((i for i, n in enumerate(names) if n[1:] == ("backward", "send")),
+                                     default=None)
+            check(f"dp2xpp2 rank {rank}: the first gradient bucket is reduced before the last backward's send",
+                  None not in (first_bucket, last_backward_send) and first_bucket < last_backward_send,
+                  f"bucket at {first_bucket}, send at {last_backward_send} in {names}")
+    print(f"dp2xpp2: gradient buckets ran {total_overlap:.1f} ms while backward computed (over the ranks)")
 
 # Micro-batch counts around the stage count (a batch of 60 divides by each).
 for m in (1, 3, 5):
