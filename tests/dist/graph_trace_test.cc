@@ -206,9 +206,10 @@ TEST(GraphTrace, GptTrainStepsMatchEager) {
       if (logical.name == "to_global" || logical.name == "send")
         holds |= compiled.value(logical.inputs[0]).placement.Contains(CurrentRank());
       EXPECT_TRUE(holds) << "op " << op.op() << " '" << op.name() << "' is not this rank's";
-      if (op.has_stage())
+      if (op.has_stage()) {
         EXPECT_EQ(op.stage(), CurrentRank() / (FLAGS_dp * FLAGS_tp))
             << "op " << op.op() << " '" << op.name() << "'";
+      }
       own += holds;
     }
     int64_t reductions = 0;

@@ -107,7 +107,9 @@ TEST(GptPlan, PipelineBoundariesSendTheHiddenStatesOncePerMicroBatchEachWay) {
     // the boundaries are the stage's sends and receives.
     int sends = 0, recvs = 0;
     for (const auto& op : plan.plan.ops()) {
-      if (op.has_stage()) EXPECT_EQ(op.stage(), stage) << "op " << op.op() << " " << op.name();
+      if (op.has_stage()) {
+        EXPECT_EQ(op.stage(), stage) << "op " << op.op() << " " << op.name();
+      }
       sends += op.name() == "send";
       recvs += op.name() == "recv";
       if (op.name() == "send" || op.name() == "recv") {
