@@ -108,11 +108,11 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   // bucket reduced while the last backward goes on with earlier layers —
   // except stage transfers, ops with no input on this rank and ops reading
   // a communication's result (placed early, they would stall their stream
-  // until it ends), which come after every unit in program order. Every rank then orders its
-  // transfers as its peers do: a receive with no input here would
-  // otherwise be ready at once and wait, first in its stream, for a send
-  // made at the very end, and a send moved ahead would reach a receive
-  // posted for another message.
+  // until it ends), which come after every unit in program order. Every
+  // rank then orders its transfers as its peers do: a receive with no
+  // input here would otherwise be ready at once and wait, first in its
+  // stream, for a send made at the very end, and a send moved ahead would
+  // reach a receive posted for another message.
   std::vector<int64_t> slot_of(static_cast<size_t>(2 * micro_batches), 0);
   int first_micro_batch_op = static_cast<int>(ops.size());
   for (const ir::Op& op : ops)
