@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/join.h"
 #include "sbp/global_tensor.h"
 #include "sbp/slice.h"
 
@@ -20,13 +21,6 @@ const Config& Current() {
   return *g_config;
 }
 
-std::string IdsString(const std::vector<int64_t>& ids) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < ids.size(); ++i) os << (i ? ", " : "") << ids[i];
-  os << "]";
-  return os.str();
-}
 }  // namespace
 
 void Setup(const Config& in) {
@@ -67,7 +61,7 @@ void Setup(const Config& in) {
     for (int64_t s = 0; s < c.pipeline_parallel_size; ++s) {
       TESSEL_CHECK(std::find(c.custom_pipeline_stage_ids.begin(), c.custom_pipeline_stage_ids.end(), s) !=
                    c.custom_pipeline_stage_ids.end())
-          << "custom_pipeline_stage_ids " << IdsString(c.custom_pipeline_stage_ids) << " give stage " << s
+          << "custom_pipeline_stage_ids [" << Join(c.custom_pipeline_stage_ids) << "] give stage " << s
           << " no layers; expected every stage 0.." << c.pipeline_parallel_size - 1 << " to hold one or more";
     }
   }

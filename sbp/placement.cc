@@ -8,15 +8,11 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/join.h"
 
 namespace tessel {
 
 namespace {
-std::string JoinRanks(const std::vector<int>& ranks) {
-  std::ostringstream os;
-  for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
-  return os.str();
-}
 // The intern table: one record per live placement value. Records remove
 // themselves when their last Placement goes, so a program that makes many
 // placements (a fuzzer, random tests) does not grow it; ids only increase,
@@ -69,9 +65,9 @@ Placement::Placement(DeviceType type, std::vector<int> ranks, std::vector<int64_
   if (hierarchy.empty()) hierarchy = {static_cast<int64_t>(ranks.size())};
   std::set<int> seen;
   for (int r : ranks) {
-    TESSEL_CHECK(r >= 0) << "placement ranks [" << JoinRanks(ranks) << "] include negative rank " << r;
+    TESSEL_CHECK(r >= 0) << "placement ranks [" << Join(ranks) << "] include negative rank " << r;
     TESSEL_CHECK(seen.insert(r).second)
-        << "placement ranks [" << JoinRanks(ranks) << "] list rank " << r << " twice";
+        << "placement ranks [" << Join(ranks) << "] list rank " << r << " twice";
   }
   int64_t product = 1;
   bool overflow = false;  // sizes from a file or the wire can multiply past int64
@@ -84,7 +80,7 @@ Placement::Placement(DeviceType type, std::vector<int> ranks, std::vector<int64_
   TESSEL_CHECK(!overflow && product == static_cast<int64_t>(ranks.size()))
       << "placement hierarchy [" << dims.str() << "] has "
       << (overflow ? std::string("more than 2^63") : std::to_string(product)) << " slots but " << ranks.size()
-      << " ranks were given ([" << JoinRanks(ranks) << "]); expected the product to equal the rank count";
+      << " ranks were given ([" << Join(ranks) << "]); expected the product to equal the rank count";
   rep_ = Intern(type, std::move(ranks), std::move(hierarchy));
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/join.h"
 #include "graph/boxing_executor.h"
 #include "graph/passes/passes.h"
 #include "sbp/boxing_plan.h"
@@ -26,11 +27,7 @@ namespace {
 // "{0, 1}": ranks or layers.
 template <typename T>
 std::string ListString(const std::vector<T>& items) {
-  std::ostringstream os;
-  os << "{";
-  for (size_t i = 0; i < items.size(); ++i) os << (i ? ", " : "") << items[i];
-  os << "}";
-  return os.str();
+  return std::string("{").append(Join(items)).append("}");
 }
 
 // send: this rank's parts of its input go to the ranks of the destination

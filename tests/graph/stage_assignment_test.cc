@@ -27,6 +27,17 @@ void SetLayer(ir::Graph& graph, int value, int64_t layer) {
   graph.SetOps(std::move(ops));
 }
 
+// What `fn` throws, or "no error".
+template <typename Fn>
+std::string ErrorOf(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
 std::vector<std::string> Names(const ir::Graph& graph) {
   std::vector<std::string> names;
   for (const ir::Op& op : graph.ops()) names.push_back(op.name);
@@ -109,19 +120,11 @@ TEST(StageAssignment, WithoutStagesNothingChanges) {
 }
 
 TEST(StageAssignment, MisplacedOpsAreNamed) {
-  auto message = [](auto&& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   // Layer 1's op computes on stage 0's ranks.
   {
     TwoStages t(kS0, kB);
     SetLayer(t.g.graph, t.y, 1);
-    const std::string m = message([&] { passes::AssignStages(t.g.graph, kStageRanks, {0, 1}); });
+    const std::string m = ErrorOf([&] { passes::AssignStages(t.g.graph, kStageRanks, {0, 1}); });
     EXPECT_NE(
         m.find("op 0 'neg' of layer 1 computes on stage 0 (ranks {0, 1}), which is not its stage: layer 1 "
                "belongs to stage 1 (ranks {2, 3})"),
@@ -132,7 +135,7 @@ TEST(StageAssignment, MisplacedOpsAreNamed) {
   {
     TwoStages t(kS0, kB);
     SetLayer(t.g.graph, t.z, 5);
-    const std::string m = message([&] { passes::AssignStages(t.g.graph, kStageRanks, {0, 1}); });
+    const std::string m = ErrorOf([&] { passes::AssignStages(t.g.graph, kStageRanks, {0, 1}); });
     EXPECT_NE(
         m.find(
             "'tanh' belongs to layer_idx 5, beyond the pipeline's layers: stages are given for layers 0..1"),
@@ -145,7 +148,7 @@ TEST(StageAssignment, MisplacedOpsAreNamed) {
     SmallGraph g("across", across);
     const int x = g.Input("x", {4}, kB);
     g.graph.MarkOutput("y", g.Op("neg", {x}, {kB}, {4}, kB));
-    const std::string m = message([&] { passes::AssignStages(g.graph, kStageRanks, {}); });
+    const std::string m = ErrorOf([&] { passes::AssignStages(g.graph, kStageRanks, {}); });
     EXPECT_NE(
         m.find("op 0 'neg' uses %1 on cpu:[1, 2], which is on no single pipeline stage: its ranks lie in "
                "stage 0: {1}; in stage 1: {2};"),
@@ -153,7 +156,7 @@ TEST(StageAssignment, MisplacedOpsAreNamed) {
         << m;
   }
   // Stages that share a rank.
-  EXPECT_NE(message([&] {
+  EXPECT_NE(ErrorOf([&] {
               TwoStages t(kS0, kB);
               passes::AssignStages(t.g.graph, {{0, 1}, {1, 2}}, {});
             }).find("pipeline stages 0 and 1 both hold rank 1"),
@@ -161,25 +164,17 @@ TEST(StageAssignment, MisplacedOpsAreNamed) {
 }
 
 TEST(StageAssignment, PipelineConfigsThatLoseOrReverseLayersAreRefused) {
-  auto message = [](auto&& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   // A stage given no layers.
   {
     TwoStages t(kS0, kB);
-    const std::string m = message([&] { passes::AssignStages(t.g.graph, kStageRanks, {0, 0}); });
+    const std::string m = ErrorOf([&] { passes::AssignStages(t.g.graph, kStageRanks, {0, 0}); });
     EXPECT_NE(m.find("pipeline stage 1 (ranks {2, 3}) is given none of the 2 layers"), std::string::npos)
         << m;
   }
   // Stages given for three layers; the model built two.
   {
     TwoStages t(kS0, kB);
-    const std::string m = message([&] { passes::AssignStages(t.g.graph, kStageRanks, {0, 1, 1}); });
+    const std::string m = ErrorOf([&] { passes::AssignStages(t.g.graph, kStageRanks, {0, 1, 1}); });
     EXPECT_NE(m.find("stages are given for 3 layers but layer(s) {2} recorded no ops"), std::string::npos)
         << m;
   }
@@ -194,7 +189,7 @@ TEST(StageAssignment, PipelineConfigsThatLoseOrReverseLayersAreRefused) {
     SetLayer(g.graph, y, 0);
     SetLayer(g.graph, moved, 1);
     SetLayer(g.graph, z, 1);
-    const std::string m = message([&] { passes::AssignStages(g.graph, kStageRanks, {1, 0}); });
+    const std::string m = ErrorOf([&] { passes::AssignStages(g.graph, kStageRanks, {1, 0}); });
     EXPECT_NE(m.find("op 1 moves %1 (f32 [8, 4] [S(0)] on cpu:[2, 3]) from stage 1 back to stage 0 in the "
                      "forward pass (read by layer 1)"),
               std::string::npos)
@@ -210,7 +205,7 @@ TEST(StageAssignment, PipelineConfigsThatLoseOrReverseLayersAreRefused) {
     std::vector<ir::Op> ops = g.graph.ops();
     for (ir::Op& op : ops) op.backward = true;
     g.graph.SetOps(std::move(ops));
-    EXPECT_EQ(message([&] { passes::AssignStages(g.graph, kStageRanks, {}); }), "no error");
+    EXPECT_EQ(ErrorOf([&] { passes::AssignStages(g.graph, kStageRanks, {}); }), "no error");
   }
 }
 
