@@ -21,7 +21,8 @@ namespace tessel {
 Tensor FromLocal(const Tensor& local, const Placement& placement, const NdSbp& nd_sbp);
 // The same with the logical shape given: nothing is exchanged (each member
 // checks its own shard against it) unless lockstep checks are on. Ranks
-// outside the placement may pass an undefined tensor. For per-step inputs.
+// outside the placement may pass any tensor of the dtype (an undefined one
+// reads as f32). For per-step inputs.
 Tensor FromLocal(const Tensor& local, const Placement& placement, const NdSbp& nd_sbp,
                  const Shape& logical_shape);
 

@@ -24,9 +24,15 @@ int64_t CheckHeads(int64_t hidden, int64_t heads) {
 
 MultiheadAttention::MultiheadAttention(int64_t hidden, int64_t heads, AttentionOptions options)
     : qkv(CheckHeads(hidden, heads), 3 * hidden,
-          {.parallel = Parallel::kCol, .layer_idx = options.layer_idx, .seed = options.seed}),
+          {.parallel = Parallel::kCol,
+           .layer_idx = options.layer_idx,
+           .seed = options.seed,
+           .init_std = options.init_std}),
       out(hidden, hidden,
-          {.parallel = Parallel::kRow, .layer_idx = options.layer_idx, .seed = options.seed + 1}),
+          {.parallel = Parallel::kRow,
+           .layer_idx = options.layer_idx,
+           .seed = options.seed + 1,
+           .init_std = options.init_std}),
       hidden_(hidden),
       heads_(heads),
       options_(options) {
@@ -51,9 +57,11 @@ Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask) const
   return out(fn::reshape(ctx, {b, s, hidden_}));
 }
 
-MLP::MLP(int64_t hidden, int64_t ffn_hidden, int64_t layer_idx, uint64_t seed)
-    : fc1(hidden, ffn_hidden, {.parallel = Parallel::kCol, .layer_idx = layer_idx, .seed = seed}),
-      fc2(ffn_hidden, hidden, {.parallel = Parallel::kRow, .layer_idx = layer_idx, .seed = seed + 1}) {
+MLP::MLP(int64_t hidden, int64_t ffn_hidden, int64_t layer_idx, uint64_t seed, double init_std)
+    : fc1(hidden, ffn_hidden,
+          {.parallel = Parallel::kCol, .layer_idx = layer_idx, .seed = seed, .init_std = init_std}),
+      fc2(ffn_hidden, hidden,
+          {.parallel = Parallel::kRow, .layer_idx = layer_idx, .seed = seed + 1, .init_std = init_std}) {
   RegisterModule("fc1", fc1);
   RegisterModule("fc2", fc2);
 }
@@ -62,10 +70,11 @@ Tensor MLP::operator()(const Tensor& x) const { return fc2(fn::gelu(fc1(x))); }
 
 TransformerLayer::TransformerLayer(int64_t hidden, int64_t heads, int64_t ffn_hidden,
                                    TransformerLayerOptions o)
-    : ln1(hidden, 1e-5, o.layer_idx),
-      ln2(hidden, 1e-5, o.layer_idx),
-      attention(hidden, heads, {.layer_idx = o.layer_idx, .causal = o.causal, .seed = o.seed}),
-      mlp(hidden, ffn_hidden, o.layer_idx, o.seed + 10),
+    : ln1(hidden, o.layernorm_epsilon, o.layer_idx),
+      ln2(hidden, o.layernorm_epsilon, o.layer_idx),
+      attention(hidden, heads,
+                {.layer_idx = o.layer_idx, .causal = o.causal, .seed = o.seed, .init_std = o.init_std}),
+      mlp(hidden, ffn_hidden, o.layer_idx, o.seed + 10, o.init_std),
       options_(o) {
   RegisterModule("ln1", ln1);
   RegisterModule("attention", attention);

@@ -22,6 +22,7 @@ struct AttentionOptions {
   int64_t layer_idx = 0;
   bool causal = true;
   uint64_t seed = 77;
+  double init_std = 0.02;  // of the normal its weights start from
 };
 
 class MultiheadAttention : public nn::Module {
@@ -41,7 +42,7 @@ class MultiheadAttention : public nn::Module {
 
 class MLP : public nn::Module {
  public:
-  MLP(int64_t hidden, int64_t ffn_hidden, int64_t layer_idx = 0, uint64_t seed = 88);
+  MLP(int64_t hidden, int64_t ffn_hidden, int64_t layer_idx = 0, uint64_t seed = 88, double init_std = 0.02);
   Tensor operator()(const Tensor& x) const;
   Linear fc1, fc2;
 };
@@ -55,6 +56,8 @@ struct TransformerLayerOptions {
   // move to its stage is one RecomputeScope, recomputed in backward, so only
   // its input stays alive between forward and backward.
   bool activation_checkpoint = false;
+  double layernorm_epsilon = 1e-5;
+  double init_std = 0.02;  // of the normal its weights start from
 };
 
 class TransformerLayer : public nn::Module {

@@ -7,9 +7,9 @@ namespace tessel::models {
 
 GPT::GPT(const GPTConfig& c)
     : config_(c),
-      wte_(c.vocab_size, c.hidden, {.layer_idx = 0, .seed = c.seed}),
-      wpe_(c.max_seq, c.hidden, {.layer_idx = 0, .seed = c.seed + 1}),
-      ln_f_(c.hidden, 1e-5, -1) {
+      wte_(c.vocab_size, c.hidden, {.layer_idx = 0, .seed = c.seed, .init_std = c.init_std}),
+      wpe_(c.max_seq, c.hidden, {.layer_idx = 0, .seed = c.seed + 1, .init_std = c.init_std}),
+      ln_f_(c.hidden, c.layernorm_epsilon, -1) {
   RegisterModule("wte", wte_);
   RegisterModule("wpe", wpe_);
   for (int64_t i = 0; i < c.layers; ++i) {
@@ -17,7 +17,9 @@ GPT::GPT(const GPTConfig& c)
         c.hidden, c.heads, c.ffn_hidden ? c.ffn_hidden : 4 * c.hidden,
         layers::TransformerLayerOptions{.layer_idx = i,
                                         .seed = c.seed + 100 * static_cast<uint64_t>(i + 1),
-                                        .activation_checkpoint = c.activation_checkpoint}));
+                                        .activation_checkpoint = c.activation_checkpoint,
+                                        .layernorm_epsilon = c.layernorm_epsilon,
+                                        .init_std = c.init_std}));
     RegisterModule(std::string("h").append(std::to_string(i)), *blocks_.back());
   }
   RegisterModule("ln_f", ln_f_);

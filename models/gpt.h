@@ -22,6 +22,8 @@ struct GPTConfig {
   int64_t layers = 2;
   int64_t max_seq = 32;
   int64_t ffn_hidden = 0;  // 0: 4 x hidden
+  double layernorm_epsilon = 1e-5;
+  double init_std = 0.02;  // of the normal every weight starts from
   uint64_t seed = 2024;
   // Recompute each transformer layer in backward instead of keeping its
   // activations (graph mode; TransformerLayerOptions::activation_checkpoint).

@@ -1,0 +1,358 @@
+#include "zoo/config.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/stubs/strutil.h>
+#include <google/protobuf/text_format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/join.h"
+
+namespace tessel::zoo {
+
+namespace pb = google::protobuf;
+
+namespace {
+
+// "train.dist" for tessel.config.DistConfig: where each message type sits in
+// a config, for error messages (each type appears once).
+std::map<std::string, std::string> MessagePaths() {
+  std::map<std::string, std::string> paths;
+  std::function<void(const pb::Descriptor*, const std::string&)> walk = [&](const pb::Descriptor* d,
+                                                                            const std::string& path) {
+    paths.emplace(d->full_name(), path.empty() ? "the top level" : path);
+    for (int i = 0; i < d->field_count(); ++i) {
+      const pb::FieldDescriptor* f = d->field(i);
+      if (f->type() == pb::FieldDescriptor::TYPE_MESSAGE)
+        walk(f->message_type(), path.empty() ? f->name() : path + "." + f->name());
+    }
+  };
+  walk(config::Config::descriptor(), "");
+  return paths;
+}
+
+std::vector<std::string> FieldNames(const pb::Descriptor* d) {
+  std::vector<std::string> names;
+  for (int i = 0; i < d->field_count(); ++i) names.push_back(d->field(i)->name());
+  return names;
+}
+
+// "unknown field 'x' in train.dist; did you mean 'y'?" (or the fields there).
+std::string UnknownFieldText(const std::string& field, const pb::Descriptor* d, const std::string& where) {
+  std::ostringstream out;
+  out << "unknown field '" << field << "' in " << where;
+  const std::vector<std::string> names = FieldNames(d);
+  const std::string closest = ClosestName(field, names);
+  if (!closest.empty()) {
+    out << "; did you mean '" << closest << "'?";
+  } else {
+    out << "; its fields are " << Join(names);
+  }
+  return out.str();
+}
+
+// Collects the text-format parser's errors, turning "no field named" into
+// the unknown-field text above.
+class ConfigErrors : public pb::io::ErrorCollector {
+ public:
+  explicit ConfigErrors(std::string source) : source_(std::move(source)) {}
+  void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
+    static const std::regex kUnknown(R"re(Message type "([^"]+)" has no field named "([^"]+)")re");
+    std::smatch m;
+    std::string text = message;
+    if (std::regex_search(message, m, kUnknown)) {
+      const pb::Descriptor* d = pb::DescriptorPool::generated_pool()->FindMessageTypeByName(m[1].str());
+      static const std::map<std::string, std::string> kPaths = MessagePaths();
+      auto path = kPaths.find(m[1].str());
+      if (d != nullptr && path != kPaths.end()) text = UnknownFieldText(m[2].str(), d, path->second);
+    }
+    if (first_.empty())
+      first_ = source_ + ":" + std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": " + text;
+  }
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string source_;
+  std::string first_;
+};
+
+// Sets every singular field that is not set to its default, recursively,
+// so the saved config shows every value the job used.
+void FillDefaults(pb::Message* message) {
+  const pb::Descriptor* d = message->GetDescriptor();
+  const pb::Reflection* r = message->GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const pb::FieldDescriptor* f = d->field(i);
+    if (f->is_repeated()) continue;
+    switch (f->cpp_type()) {
+      case pb::FieldDescriptor::CPPTYPE_MESSAGE:
+        FillDefaults(r->MutableMessage(message, f));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_INT64:
+        if (!r->HasField(*message, f)) r->SetInt64(message, f, f->default_value_int64());
+        break;
+      case pb::FieldDescriptor::CPPTYPE_UINT64:
+        if (!r->HasField(*message, f)) r->SetUInt64(message, f, f->default_value_uint64());
+        break;
+      case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+        if (!r->HasField(*message, f)) r->SetDouble(message, f, f->default_value_double());
+        break;
+      case pb::FieldDescriptor::CPPTYPE_BOOL:
+        if (!r->HasField(*message, f)) r->SetBool(message, f, f->default_value_bool());
+        break;
+      case pb::FieldDescriptor::CPPTYPE_STRING:
+        if (!r->HasField(*message, f)) r->SetString(message, f, f->default_value_string());
+        break;
+      default:
+        TESSEL_THROW(StatusCode::kInternal) << "config: field " << f->full_name() << " has a type the "
+                                            << "config reader does not fill in";
+    }
+  }
+}
+
+void CheckOneOf(const std::string& field, const std::string& value, const std::vector<std::string>& allowed) {
+  TESSEL_CHECK(std::find(allowed.begin(), allowed.end(), value) != allowed.end())
+      << "config: " << field << " is '" << value << "'; expected one of " << Join(allowed);
+}
+
+void CheckPositive(const std::string& field, int64_t value) {
+  TESSEL_CHECK(value >= 1) << "config: " << field << " is " << value << "; expected 1 or more";
+}
+
+// Batch sizes: any two of micro, global and accumulation give the third,
+// global = micro x dp x accumulation.
+void ResolveBatchSizes(config::TrainConfig* t, int64_t dp) {
+  const bool has_micro = t->has_micro_batch_size(), has_global = t->has_global_batch_size(),
+             has_acc = t->has_num_accumulation_steps();
+  if (has_micro) CheckPositive("train.micro_batch_size", t->micro_batch_size());
+  if (has_global) CheckPositive("train.global_batch_size", t->global_batch_size());
+  if (has_acc) CheckPositive("train.num_accumulation_steps", t->num_accumulation_steps());
+  if (!has_micro && !has_acc && !has_global) t->set_micro_batch_size(8);
+  if (!has_acc && !(has_micro && has_global)) t->set_num_accumulation_steps(1);
+  if (!t->has_micro_batch_size()) {  // global and accumulation given
+    const int64_t per_micro = dp * t->num_accumulation_steps();
+    TESSEL_CHECK(t->global_batch_size() % per_micro == 0)
+        << "config: train.global_batch_size " << t->global_batch_size()
+        << " is not divisible by data_parallel_size x num_accumulation_steps = " << dp << " x "
+        << t->num_accumulation_steps() << " = " << per_micro
+        << "; expected global = micro x data_parallel_size x accumulation";
+    t->set_micro_batch_size(t->global_batch_size() / per_micro);
+  } else if (!t->has_num_accumulation_steps()) {  // micro and global given
+    const int64_t per_step = t->micro_batch_size() * dp;
+    TESSEL_CHECK(t->global_batch_size() % per_step == 0)
+        << "config: train.global_batch_size " << t->global_batch_size()
+        << " is not divisible by micro_batch_size x data_parallel_size = " << t->micro_batch_size() << " x "
+        << dp << " = " << per_step << "; expected global = micro x data_parallel_size x accumulation";
+    t->set_num_accumulation_steps(t->global_batch_size() / per_step);
+  }
+  const int64_t global = t->micro_batch_size() * dp * t->num_accumulation_steps();
+  if (!t->has_global_batch_size()) t->set_global_batch_size(global);
+  TESSEL_CHECK(t->global_batch_size() == global)
+      << "config: train.global_batch_size is " << t->global_batch_size() << " but micro_batch_size x "
+      << "data_parallel_size x num_accumulation_steps = " << t->micro_batch_size() << " x " << dp << " x "
+      << t->num_accumulation_steps() << " = " << global << "; set two of the three and the third follows";
+}
+
+}  // namespace
+
+std::string ClosestName(const std::string& name, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, name.size() / 3) + 1;  // farther is not a typo
+  for (const std::string& c : candidates) {
+    // Levenshtein distance, one row at a time.
+    std::vector<size_t> row(c.size() + 1);
+    for (size_t j = 0; j <= c.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= name.size(); ++i) {
+      size_t diagonal = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= c.size(); ++j) {
+        const size_t above = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (name[i - 1] == c[j - 1] ? 0 : 1)});
+        diagonal = above;
+      }
+    }
+    if (row[c.size()] < best_distance) {
+      best_distance = row[c.size()];
+      best = c;
+    }
+  }
+  return best;
+}
+
+config::Config ParseConfig(const std::string& text, const std::string& source) {
+  TESSEL_CHECK(text.size() <= kMaxConfigBytes)
+      << "config " << source << ": " << text.size() << " bytes; a config is at most " << kMaxConfigBytes;
+  config::Config config;
+  ConfigErrors errors(source);
+  pb::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &config)) {
+    TESSEL_THROW(StatusCode::kInvalidArgument)
+        << "config " << (errors.first().empty() ? source + ": not a valid config" : errors.first());
+  }
+  return config;
+}
+
+config::Config LoadConfig(const std::string& path) {
+  std::error_code error;
+  const auto size = std::filesystem::file_size(path, error);
+  TESSEL_CHECK(!error) << "config " << path << ": cannot read it (" << error.message() << ")";
+  TESSEL_CHECK(size <= kMaxConfigBytes)
+      << "config " << path << ": " << size << " bytes; a config is at most " << kMaxConfigBytes;
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  TESSEL_CHECK(in.good() || in.eof()) << "config " << path << ": read failed";
+  config::Config config = ParseConfig(text, path);
+  if (config.data().has_data_prefix() && !config.data().data_prefix().empty() &&
+      std::filesystem::path(config.data().data_prefix()).is_relative()) {
+    config.mutable_data()->set_data_prefix(
+        (std::filesystem::path(path).parent_path() / config.data().data_prefix())
+            .lexically_normal()
+            .string());
+  }
+  return config;
+}
+
+void ApplyOverride(config::Config* config, const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  TESSEL_CHECK(eq != std::string::npos && eq > 0)
+      << "--set '" << assignment << "': expected path.to.field=value, e.g. train.dist.tensor_parallel_size=2";
+  const std::string path = assignment.substr(0, eq), value = assignment.substr(eq + 1);
+  pb::Message* message = config;
+  std::string where;
+  std::stringstream parts(path);
+  std::string name;
+  std::vector<std::string> names;
+  while (std::getline(parts, name, '.')) names.push_back(name);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const pb::Descriptor* d = message->GetDescriptor();
+    const pb::FieldDescriptor* f = d->FindFieldByName(names[i]);
+    TESSEL_CHECK(f != nullptr) << "--set '" << assignment << "': "
+                               << UnknownFieldText(names[i], d, where.empty() ? "the top level" : where);
+    where = where.empty() ? names[i] : where + "." + names[i];
+    const bool last = i + 1 == names.size();
+    if (!last) {
+      TESSEL_CHECK(f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE && !f->is_repeated())
+          << "--set '" << assignment << "': " << where << " is a value, not a section";
+      message = message->GetReflection()->MutableMessage(message, f);
+      continue;
+    }
+    message->GetReflection()->ClearField(message, f);
+    std::string literal = value;
+    // Strings may be given bare: --set data.data_prefix=/data/corpus.
+    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING && !f->is_repeated() &&
+        (value.empty() || value.front() != '"'))
+      literal = std::string("\"").append(pb::CEscape(value)).append("\"");
+    ConfigErrors errors(std::string("--set '").append(assignment).append("'"));
+    pb::TextFormat::Parser parser;
+    parser.RecordErrorsTo(&errors);
+    TESSEL_CHECK(parser.MergeFromString(f->name() + ": " + literal, message))
+        << "--set '" << assignment << "': '" << value << "' is not a value of " << where << " ("
+        << f->type_name() << "): " << errors.first();
+  }
+}
+
+void ResolveConfig(config::Config* c, int world_size) {
+  config::ModelConfig& m = *c->mutable_model();
+  config::TrainConfig& t = *c->mutable_train();
+  config::DistConfig& d = *t.mutable_dist();
+  CheckOneOf("model.arch", m.arch(), {"gpt"});
+  CheckPositive("model.hidden_layers", m.hidden_layers());
+  CheckPositive("model.hidden_size", m.hidden_size());
+  CheckPositive("model.num_attention_heads", m.num_attention_heads());
+  CheckPositive("model.vocab_size", m.vocab_size());
+  CheckPositive("model.max_seq_length", m.max_seq_length());
+  TESSEL_CHECK(m.ffn_hidden_size() >= 0) << "config: model.ffn_hidden_size is " << m.ffn_hidden_size()
+                                         << "; expected 0 (4 x hidden_size) or more";
+  if (m.ffn_hidden_size() == 0) m.set_ffn_hidden_size(4 * m.hidden_size());
+  TESSEL_CHECK(m.layernorm_epsilon() > 0)
+      << "config: model.layernorm_epsilon is " << m.layernorm_epsilon() << "; expected a positive number";
+  TESSEL_CHECK(m.initializer_range() > 0) << "config: model.initializer_range is " << m.initializer_range()
+                                          << "; expected a positive standard deviation";
+  TESSEL_CHECK(m.hidden_size() % m.num_attention_heads() == 0)
+      << "config: model.hidden_size " << m.hidden_size() << " is not divisible by model.num_attention_heads "
+      << m.num_attention_heads();
+
+  CheckPositive("train.dist.tensor_parallel_size", d.tensor_parallel_size());
+  CheckPositive("train.dist.pipeline_parallel_size", d.pipeline_parallel_size());
+  const int64_t tp = d.tensor_parallel_size(), pp = d.pipeline_parallel_size();
+  if (d.data_parallel_size() == 0) {
+    TESSEL_CHECK(world_size % (tp * pp) == 0)
+        << "config: " << world_size << " ranks cannot be split into tensor_parallel_size " << tp
+        << " x pipeline_parallel_size " << pp << " = " << tp * pp
+        << " (data_parallel_size is derived as world / (tensor x pipeline)); launch a multiple of " << tp * pp
+        << " ranks";
+    d.set_data_parallel_size(world_size / (tp * pp));
+  }
+  const int64_t dp = d.data_parallel_size();
+  CheckPositive("train.dist.data_parallel_size", dp);
+  TESSEL_CHECK(dp * tp * pp == world_size)
+      << "config: data_parallel_size x tensor_parallel_size x pipeline_parallel_size = " << dp << " x " << tp
+      << " x " << pp << " = " << dp * tp * pp << " but the job has " << world_size << " ranks";
+  TESSEL_CHECK(m.num_attention_heads() % tp == 0)
+      << "config: model.num_attention_heads " << m.num_attention_heads()
+      << " is not divisible by train.dist.tensor_parallel_size " << tp;
+  TESSEL_CHECK(m.ffn_hidden_size() % tp == 0)
+      << "config: model.ffn_hidden_size " << m.ffn_hidden_size()
+      << " is not divisible by train.dist.tensor_parallel_size " << tp;
+  TESSEL_CHECK(m.vocab_size() % tp == 0) << "config: model.vocab_size " << m.vocab_size()
+                                         << " is not divisible by train.dist.tensor_parallel_size " << tp
+                                         << " (padding the vocabulary is not built yet)";
+  if (d.pipeline_num_layers() == 0) d.set_pipeline_num_layers(m.hidden_layers());
+  TESSEL_CHECK(d.pipeline_num_layers() == m.hidden_layers())
+      << "config: train.dist.pipeline_num_layers is " << d.pipeline_num_layers()
+      << " but model.hidden_layers is " << m.hidden_layers()
+      << "; expected them equal (or pipeline_num_layers left out)";
+  TESSEL_CHECK(m.hidden_layers() >= pp)
+      << "config: model.hidden_layers " << m.hidden_layers()
+      << " is fewer than train.dist.pipeline_parallel_size " << pp << "; every stage needs a layer";
+  TESSEL_CHECK(d.custom_pipeline_stage_id_size() == 0 ||
+               d.custom_pipeline_stage_id_size() == m.hidden_layers())
+      << "config: train.dist.custom_pipeline_stage_id has " << d.custom_pipeline_stage_id_size()
+      << " entries; expected one per layer (" << m.hidden_layers() << ") or none";
+
+  ResolveBatchSizes(&t, dp);
+  CheckPositive("train.train_iter", t.train_iter());
+  CheckPositive("train.log_period", t.log_period());
+  CheckOneOf("train.graph.pipeline", t.graph().pipeline(), {"1f1b", "gpipe", "naive", "in_order"});
+  TESSEL_CHECK(!t.activation_checkpoint() || t.graph().enabled())
+      << "config: train.activation_checkpoint is true but train.graph.enabled is false; recomputation runs "
+         "in a captured step (graph mode)";
+  TESSEL_CHECK(!t.output_dir().empty()) << "config: train.output_dir is empty; expected a directory";
+
+  const config::OptimConfig& o = c->optim();
+  CheckOneOf("optim.name", o.name(), {"adamw"});
+  TESSEL_CHECK(o.lr() > 0) << "config: optim.lr is " << o.lr() << "; expected a positive learning rate";
+  TESSEL_CHECK(o.clip_grad_norm() > 0)
+      << "config: optim.clip_grad_norm is " << o.clip_grad_norm() << "; expected a positive norm";
+  const config::SchedulerConfig& s = c->scheduler();
+  CheckOneOf("scheduler.name", s.name(), {"warmup_cosine", "warmup_linear", "constant"});
+  TESSEL_CHECK(s.warmup_iter() >= 0 && s.warmup_iter() <= t.train_iter())
+      << "config: scheduler.warmup_iter is " << s.warmup_iter() << "; expected 0 to train.train_iter ("
+      << t.train_iter() << ")";
+  TESSEL_CHECK(s.min_lr() >= 0 && s.min_lr() <= o.lr())
+      << "config: scheduler.min_lr is " << s.min_lr() << "; expected 0 to optim.lr (" << o.lr() << ")";
+
+  TESSEL_CHECK(!c->data().data_prefix().empty())
+      << "config: data.data_prefix is not set; expected the path prefix of an indexed dataset (<prefix>.bin "
+         "and <prefix>.idx)";
+  const config::EvaluationConfig& e = c->evaluation();
+  CheckPositive("evaluation.eval_period", e.eval_period());
+  CheckPositive("evaluation.eval_iter", e.eval_iter());
+  FillDefaults(c);  // last: the batch sizes above tell given from left out
+}
+
+std::string ConfigText(const config::Config& config) {
+  std::string text;
+  pb::TextFormat::PrintToString(config, &text);
+  return text;
+}
+
+}  // namespace tessel::zoo

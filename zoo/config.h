@@ -1,0 +1,50 @@
+// Training configs: protobuf text files checked against zoo/config.proto,
+// command-line overrides, and the sizes one config field implies for
+// another (batch sizes, data-parallel size) resolved and checked against the
+// world before any work starts.
+//
+//   config::Config c = zoo::LoadConfig("configs/gpt_tiny.prototxt");
+//   zoo::ApplyOverride(&c, "train.dist.tensor_parallel_size=2");
+//   zoo::ResolveConfig(&c, /*world_size=*/4);   // throws naming what disagrees
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "zoo/config.pb.h"
+
+namespace tessel::zoo {
+
+// Configs are small; a file beyond this is refused before it is read.
+inline constexpr size_t kMaxConfigBytes = 1 << 20;
+
+// Parses `text` (protobuf text format). `source` names it in errors. An
+// unknown field is an error naming it, where it is (config path, line and
+// column) and the closest known field.
+config::Config ParseConfig(const std::string& text, const std::string& source);
+// Reads and parses a config file. data.data_prefix, when relative, is made
+// relative to the file's directory.
+config::Config LoadConfig(const std::string& path);
+
+// Applies one override "path.to.field=value" (e.g.
+// "train.dist.tensor_parallel_size=2", "train.dist.custom_pipeline_stage_id=[0,0,1]",
+// "data.data_prefix=/data/corpus"): the field's value is replaced. An
+// unknown path component is an error naming it and the closest field.
+void ApplyOverride(config::Config* config, const std::string& assignment);
+
+// Fills in every derived size for a job of `world_size` ranks
+// (data_parallel_size, pipeline_num_layers, the batch size among micro /
+// global / accumulation left out, the defaults of the sub-messages) and
+// checks the config: sizes that do not divide the world, batch sizes that
+// disagree, model sizes the layout cannot split, unknown names. Throws
+// naming the field, its value and what was expected.
+void ResolveConfig(config::Config* config, int world_size);
+
+// The config as protobuf text (what tessel-train saves as config.prototxt).
+std::string ConfigText(const config::Config& config);
+
+// The name among `candidates` closest to `name` by edit distance, or "" if
+// none is close enough to be a likely typo.
+std::string ClosestName(const std::string& name, const std::vector<std::string>& candidates);
+
+}  // namespace tessel::zoo
