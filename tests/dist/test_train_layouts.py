@@ -1,0 +1,122 @@
+"""tessel-train on the bundled corpus from configs/gpt_tiny.prototxt: the
+same 20 losses (1e-5 relative) under 1x1x1, dp2, tp2, pp2, dp2 x tp2 and
+tp2 x pp2 in graph mode with 1F1B (the global batch of 16 stays; the
+accumulation steps follow from dp), eagerly on 1x1x1 and tp2 x pp2, and the
+loss falls; the output directory holds the resolved config and
+metrics.jsonl; --fast_dev_run writes nothing. Bad input is named before the
+first iteration: an unknown field (with the closest), inconsistent batch
+sizes, dist sizes that do not divide the world, a dataset prefix missing, a
+truncated .idx, a vocabulary smaller than the data's ids."""
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import check, expect, finish, run  # noqa: E402
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--launcher", required=True)
+parser.add_argument("--program", required=True)
+parser.add_argument("--source", required=True)
+args = parser.parse_args()
+config = os.path.join(args.source, "configs", "gpt_tiny.prototxt")
+work = tempfile.mkdtemp(prefix="tessel_train_layouts_")
+ITERS = 20
+LOSS = re.compile(r"\[rank 0\] iteration (\d+)/\d+ loss ([0-9.]+)")
+
+
+def train(nproc, sets, timeout=240):
+    cmd = [args.launcher, "--nproc_per_node", str(nproc), "--master_port", "0", "--max_run_s", str(timeout - 20),
+           "--", args.program, "--config", config]
+    for s in sets:
+        cmd += ["--set", s]
+    return run(cmd, timeout=timeout)
+
+
+common = [f"train.train_iter={ITERS}", "train.log_period=1", "evaluation.enabled=false",
+          "scheduler.warmup_iter=5"]
+# name: (ranks, tp, pp, graph mode)
+layouts = {"1x1x1": (1, 1, 1, True), "dp2": (2, 1, 1, True), "tp2": (2, 2, 1, True), "pp2": (2, 1, 2, True),
+           "dp2xtp2": (4, 2, 1, True), "tp2xpp2": (4, 2, 2, True), "eager 1x1x1": (1, 1, 1, False),
+           "eager tp2xpp2": (4, 2, 2, False)}
+losses = {}
+for name, (nproc, tp, pp, graph) in layouts.items():
+    out_dir = os.path.join(work, name.replace(" ", "_"))
+    code, out, secs = train(nproc, common + [f"train.dist.tensor_parallel_size={tp}",
+                                             f"train.dist.pipeline_parallel_size={pp}",
+                                             f"train.graph.enabled={'true' if graph else 'false'}",
+                                             f"train.output_dir={out_dir}"])
+    check(f"{name}: training ran ({secs:.1f} s)", code == 0, out)
+    losses[name] = [float(v) for i, v in LOSS.findall(out)]
+    check(f"{name}: {ITERS} losses", len(losses[name]) == ITERS, out)
+
+ref = losses["1x1x1"]
+print("1x1x1 losses:", " ".join(f"{v:.5f}" for v in ref))
+check("the loss falls", len(ref) == ITERS and ref[-1] < ref[0] - 0.5, str(ref))
+for name, values in losses.items():
+    worst = max((abs(a - b) / abs(b) for a, b in zip(values, ref)), default=float("inf"))
+    check(f"{name}: losses match 1x1x1 within 1e-5 relative (worst {worst:.2e})",
+          len(values) == ITERS and worst <= 1e-5)
+
+# What a run leaves: the resolved config (every derived size) and the metrics.
+out_dir = os.path.join(work, "tp2xpp2")
+saved = open(os.path.join(out_dir, "config.prototxt")).read() if os.path.exists(
+    os.path.join(out_dir, "config.prototxt")) else ""
+for field in ("data_parallel_size: 1", "num_accumulation_steps: 4", "pipeline_num_layers: 4",
+              "ffn_hidden_size: 512", "global_batch_size: 16"):
+    check(f"resolved config holds {field}", field in saved, saved)
+records = []
+if os.path.exists(os.path.join(out_dir, "metrics.jsonl")):
+    records = [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))]
+check(f"metrics.jsonl has {ITERS} records", len(records) == ITERS, str(records[:3]))
+check("metrics.jsonl holds the losses printed",
+      [round(r.get("loss", -1), 5) for r in records] == [round(v, 5) for v in losses["tp2xpp2"]], str(records[:3]))
+keys = {"iteration", "loss", "lr", "samples_per_s", "tokens_per_s", "time_per_iter_ms", "data_ms", "peak_rss_mib",
+        "eta_s"}
+check("metrics.jsonl records carry " + ", ".join(sorted(keys)), bool(records) and keys <= set(records[0]),
+      str(records[:1]))
+
+# --fast_dev_run: two iterations, one evaluation batch, nothing written.
+fast_dir = os.path.join(work, "fast")
+code, out, _ = run([args.launcher, "--nproc_per_node", "2", "--master_port", "0", "--", args.program, "--config",
+                    config, "--set", "train.dist.pipeline_parallel_size=1", "--set",
+                    f"train.output_dir={fast_dir}", "--fast-dev-run"], timeout=120)
+check("--fast-dev-run runs", code == 0, out)
+expect("--fast-dev-run logs iterations 1 and 2", out, r"iteration 1/2 loss .*\n.*iteration 2/2 loss")
+expect("--fast-dev-run evaluates", out, r"evaluation at iteration 2: loss [0-9.]+ perplexity")
+check("--fast-dev-run writes no output directory", not os.path.exists(fast_dir), str(os.listdir(work)))
+
+# Bad input: named before the first iteration, on a 4-rank launch.
+bad_data = os.path.join(work, "bad")
+os.makedirs(bad_data)
+corpus = os.path.join(args.source, "data", "tiny_corpus", "tiny_corpus_text_document")
+shutil.copy(corpus + ".bin", os.path.join(bad_data, "cut.bin"))
+with open(corpus + ".idx", "rb") as f:
+    idx = f.read()
+with open(os.path.join(bad_data, "cut.idx"), "wb") as f:
+    f.write(idx[: len(idx) // 2])
+cases = {
+    "unknown field": (["train.dist.tensor_paralel_size=2"],
+                      r"unknown field 'tensor_paralel_size' in train\.dist; did you mean 'tensor_parallel_size'"),
+    "inconsistent batch sizes": (["train.num_accumulation_steps=3"],
+                                 r"train\.global_batch_size is 16 but micro_batch_size x data_parallel_size x "
+                                 r"num_accumulation_steps = 4 x 1 x 3 = 12"),
+    "dist sizes that do not divide the world": (["train.dist.tensor_parallel_size=3"],
+                                                r"4 ranks cannot be split into tensor_parallel_size 3"),
+    "dataset prefix missing": ([f"data.data_prefix={bad_data}/nothing"],
+                               r"cannot open " + re.escape(bad_data) + r"/nothing\.idx"),
+    "truncated .idx": ([f"data.data_prefix={bad_data}/cut"], r"cut\.idx.*truncated"),
+    "vocabulary smaller than the data's ids": (["model.vocab_size=1024"],
+                                               r"holds token id 2047 but model\.vocab_size is 1024"),
+}
+for name, (sets, pattern) in cases.items():
+    code, out, _ = train(4, sets + [f"train.output_dir={os.path.join(work, 'never')}"], timeout=60)
+    check(f"{name}: the job fails", code not in (0, None), out)
+    expect(f"{name}: the error says so", out, pattern)
+    check(f"{name}: before the first iteration", "iteration 1/" not in out, out)
+shutil.rmtree(work, ignore_errors=True)
+finish()
