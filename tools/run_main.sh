@@ -1,18 +1,16 @@
 #!/usr/bin/env bash
-# The main job: builds tessel, runs the examples on 4 ranks (global tensors,
-# boxing on a 2x2 mesh, the seed parallel layers), trains the small GPT for
-# 20 steps under dp 2 x tp 2, then the all-reduce and transformer-stack
-# benchmarks against PyTorch. (Config-driven model-zoo training with
-# tessel-train and bundled data is the next step.)
+# The main job: builds tessel, then trains the tiny GPT of
+# configs/gpt_tiny.prototxt on the bundled corpus (data/tiny_corpus) with 4
+# processes — tensor parallel 2 x pipeline parallel 2, 1F1B, graph mode —
+# and draws its loss curves. The run's resolved config, metrics.jsonl and
+# curves.png land in output/gpt_tiny/. Extra arguments go to tessel-train
+# (e.g. --set train.train_iter=100).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/build.sh
 build_dir=${TESSEL_BUILD_DIR:-build}
 "$build_dir/tools/tessel-launch" --nproc_per_node 4 --master_port 0 -- \
-  "$build_dir/examples/global_random_demo" --rows 7 --cols 5
-"$build_dir/tools/tessel-launch" --nproc_per_node 4 --master_port 0 -- "$build_dir/examples/boxing_demo"
-"$build_dir/tools/tessel-launch" --nproc_per_node 2 --master_port 0 -- "$build_dir/examples/linear_col_parallel"
-"$build_dir/tools/tessel-launch" --nproc_per_node 4 --master_port 0 -- "$build_dir/examples/mlp_2d"
-"$build_dir/tools/tessel-launch" --nproc_per_node 4 --master_port 0 -- "$build_dir/examples/train_gpt" --tp 2 --steps 20
-/usr/bin/python3 tests/bench/allreduce_vs_torch.py --build "$build_dir" --nproc 4 --rounds 1 --seconds_per_size 0.2
-/usr/bin/python3 tests/bench/transformer_vs_torch.py --build "$build_dir" --rounds 1
+  "$build_dir/tools/tessel-train" --config configs/gpt_tiny.prototxt "$@"
+if /usr/bin/python3 -c "import matplotlib" 2> /dev/null; then
+  /usr/bin/python3 tools/plot_metrics.py output/gpt_tiny
+fi
