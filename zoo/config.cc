@@ -134,7 +134,7 @@ void ResolveBatchSizes(config::TrainConfig* t, int64_t dp) {
   if (has_micro) CheckPositive("train.micro_batch_size", t->micro_batch_size());
   if (has_global) CheckPositive("train.global_batch_size", t->global_batch_size());
   if (has_acc) CheckPositive("train.num_accumulation_steps", t->num_accumulation_steps());
-  if (!has_micro && !has_acc && !has_global) t->set_micro_batch_size(8);
+  if (!has_micro && !has_global) t->set_micro_batch_size(8);
   if (!has_acc && !(has_micro && has_global)) t->set_num_accumulation_steps(1);
   if (!t->has_micro_batch_size()) {  // global and accumulation given
     const int64_t per_micro = dp * t->num_accumulation_steps();

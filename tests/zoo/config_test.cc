@@ -1,0 +1,232 @@
+#include "zoo/config.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace tessel::zoo {
+namespace {
+
+// The message of the Error `fn` throws ("" if none).
+template <typename Fn>
+std::string ErrorOf(Fn fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+config::Config Minimal() { return ParseConfig("data { data_prefix: \"corpus\" }", "test"); }
+
+TEST(ConfigTest, ParsesFieldsAndLeavesDefaults) {
+  config::Config c = ParseConfig(
+      "model { hidden_layers: 6 hidden_size: 96 }\ntrain { dist { tensor_parallel_size: 2 } train_iter: 7 }",
+      "test");
+  EXPECT_EQ(c.model().hidden_layers(), 6);
+  EXPECT_EQ(c.model().hidden_size(), 96);
+  EXPECT_EQ(c.model().num_attention_heads(), 4);  // default
+  EXPECT_EQ(c.train().dist().tensor_parallel_size(), 2);
+  EXPECT_EQ(c.train().train_iter(), 7);
+  EXPECT_FALSE(c.train().has_micro_batch_size());
+}
+
+TEST(ConfigTest, UnknownFieldIsNamedWithPathLineAndClosest) {
+  const std::string e = ErrorOf([] {
+    ParseConfig("model { hidden_size: 64 }\ntrain {\n  dist { tensor_paralel_size: 2 }\n}", "my.prototxt");
+  });
+  EXPECT_NE(e.find("my.prototxt:3:"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown field 'tensor_paralel_size' in train.dist"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'tensor_parallel_size'?"), std::string::npos) << e;
+  const std::string top = ErrorOf([] { ParseConfig("trian { train_iter: 3 }", "x"); });
+  EXPECT_NE(top.find("unknown field 'trian' in the top level; did you mean 'train'?"), std::string::npos)
+      << top;
+  const std::string far = ErrorOf([] { ParseConfig("optim { momentum_of_doom: 3 }", "x"); });
+  EXPECT_NE(far.find("its fields are name, lr, weight_decay"), std::string::npos) << far;
+  const std::string type = ErrorOf([] { ParseConfig("train { train_iter: \"many\" }", "x"); });
+  EXPECT_NE(type.find("x:1:"), std::string::npos) << type;
+}
+
+TEST(ConfigTest, OverridesReplaceValues) {
+  config::Config c = Minimal();
+  ApplyOverride(&c, "train.dist.tensor_parallel_size=4");
+  ApplyOverride(&c, "data.data_prefix=/data/my corpus");
+  ApplyOverride(&c, "train.dist.custom_pipeline_stage_id=[0,0,1]");
+  ApplyOverride(&c, "train.dist.custom_pipeline_stage_id=[0,1]");  // replaced, not appended
+  ApplyOverride(&c, "optim.lr=3e-4");
+  ApplyOverride(&c, "train.graph.enabled=false");
+  ApplyOverride(&c, "train.graph.pipeline=\"gpipe\"");
+  EXPECT_EQ(c.train().dist().tensor_parallel_size(), 4);
+  EXPECT_EQ(c.data().data_prefix(), "/data/my corpus");
+  ASSERT_EQ(c.train().dist().custom_pipeline_stage_id_size(), 2);
+  EXPECT_EQ(c.train().dist().custom_pipeline_stage_id(1), 1);
+  EXPECT_DOUBLE_EQ(c.optim().lr(), 3e-4);
+  EXPECT_FALSE(c.train().graph().enabled());
+  EXPECT_EQ(c.train().graph().pipeline(), "gpipe");
+}
+
+TEST(ConfigTest, BadOverridesAreNamed) {
+  config::Config c = Minimal();
+  std::string e = ErrorOf([&] { ApplyOverride(&c, "train.dist.tensor_paralel_size=2"); });
+  EXPECT_NE(e.find("unknown field 'tensor_paralel_size' in train.dist; did you mean 'tensor_parallel_size'?"),
+            std::string::npos)
+      << e;
+  e = ErrorOf([&] { ApplyOverride(&c, "trian.train_iter=2"); });
+  EXPECT_NE(e.find("unknown field 'trian' in the top level; did you mean 'train'?"), std::string::npos) << e;
+  e = ErrorOf([&] { ApplyOverride(&c, "train.train_iter=lots"); });
+  EXPECT_NE(e.find("'lots' is not a value of train.train_iter (int64)"), std::string::npos) << e;
+  e = ErrorOf([&] { ApplyOverride(&c, "train.train_iter.x=2"); });
+  EXPECT_NE(e.find("train.train_iter is a value, not a section"), std::string::npos) << e;
+  e = ErrorOf([&] { ApplyOverride(&c, "train.train_iter"); });
+  EXPECT_NE(e.find("expected path.to.field=value"), std::string::npos) << e;
+}
+
+// Resolves micro / global / accumulation for dp 2 (world 2) and returns them.
+std::array<int64_t, 3> Batches(const std::string& train_fields) {
+  config::Config c = ParseConfig("data { data_prefix: \"d\" } train { " + train_fields + " }", "test");
+  ResolveConfig(&c, 2);
+  return {c.train().micro_batch_size(), c.train().global_batch_size(), c.train().num_accumulation_steps()};
+}
+
+TEST(ConfigTest, AnyTwoBatchSizesGiveTheThird) {
+  using B = std::array<int64_t, 3>;
+  EXPECT_EQ(Batches("micro_batch_size: 4 global_batch_size: 32"), (B{4, 32, 4}));
+  EXPECT_EQ(Batches("micro_batch_size: 4 num_accumulation_steps: 3"), (B{4, 24, 3}));
+  EXPECT_EQ(Batches("global_batch_size: 48 num_accumulation_steps: 3"), (B{8, 48, 3}));
+  EXPECT_EQ(Batches("micro_batch_size: 4 global_batch_size: 16 num_accumulation_steps: 2"), (B{4, 16, 2}));
+  EXPECT_EQ(Batches("micro_batch_size: 5"), (B{5, 10, 1}));
+  EXPECT_EQ(Batches("global_batch_size: 12"), (B{6, 12, 1}));
+  EXPECT_EQ(Batches("num_accumulation_steps: 2"), (B{8, 32, 2}));
+  EXPECT_EQ(Batches(""), (B{8, 16, 1}));
+  std::string e =
+      ErrorOf([] { Batches("micro_batch_size: 4 global_batch_size: 16 num_accumulation_steps: 3"); });
+  EXPECT_NE(e.find("train.global_batch_size is 16 but micro_batch_size x data_parallel_size x "
+                   "num_accumulation_steps = 4 x 2 x 3 = 24"),
+            std::string::npos)
+      << e;
+  e = ErrorOf([] { Batches("micro_batch_size: 4 global_batch_size: 20"); });
+  EXPECT_NE(
+      e.find("train.global_batch_size 20 is not divisible by micro_batch_size x data_parallel_size = 4 x 2"),
+      std::string::npos)
+      << e;
+  e = ErrorOf([] { Batches("global_batch_size: 10 num_accumulation_steps: 3"); });
+  EXPECT_NE(e.find("is not divisible by data_parallel_size x num_accumulation_steps = 2 x 3 = 6"),
+            std::string::npos)
+      << e;
+  e = ErrorOf([] { Batches("micro_batch_size: 0"); });
+  EXPECT_NE(e.find("train.micro_batch_size is 0; expected 1 or more"), std::string::npos) << e;
+}
+
+// The error ResolveConfig gives for `text` on `world` ranks.
+std::string ResolveError(const std::string& text, int world) {
+  return ErrorOf([&] {
+    config::Config c = ParseConfig(text, "test");
+    ResolveConfig(&c, world);
+  });
+}
+
+TEST(ConfigTest, DistSizesAreCheckedAgainstTheWorld) {
+  const std::string data = "data { data_prefix: \"d\" } ";
+  config::Config c =
+      ParseConfig(data + "train { dist { tensor_parallel_size: 2 pipeline_parallel_size: 2 } }", "t");
+  ResolveConfig(&c, 8);
+  EXPECT_EQ(c.train().dist().data_parallel_size(), 2);
+  EXPECT_EQ(c.train().dist().pipeline_num_layers(), 2);
+  EXPECT_EQ(c.model().ffn_hidden_size(), 256);
+  std::string e = ResolveError(data + "train { dist { tensor_parallel_size: 3 } }", 4);
+  EXPECT_NE(e.find("4 ranks cannot be split into tensor_parallel_size 3 x pipeline_parallel_size 1 = 3"),
+            std::string::npos)
+      << e;
+  e = ResolveError(data + "train { dist { data_parallel_size: 2 tensor_parallel_size: 2 } }", 8);
+  EXPECT_NE(e.find("= 2 x 2 x 1 = 4 but the job has 8 ranks"), std::string::npos) << e;
+  e = ResolveError(
+      data + "model { num_attention_heads: 3 hidden_size: 48 } train { dist { tensor_parallel_size: 2 } }",
+      2);
+  EXPECT_NE(e.find("model.num_attention_heads 3 is not divisible by train.dist.tensor_parallel_size 2"),
+            std::string::npos)
+      << e;
+  e = ResolveError(data + "model { hidden_layers: 2 } train { dist { pipeline_parallel_size: 4 } }", 4);
+  EXPECT_NE(e.find("model.hidden_layers 2 is fewer than train.dist.pipeline_parallel_size 4"),
+            std::string::npos)
+      << e;
+  e = ResolveError(data +
+                       "model { hidden_layers: 4 } train { dist { pipeline_parallel_size: 2 "
+                       "custom_pipeline_stage_id: [0, 1] } }",
+                   2);
+  EXPECT_NE(e.find("custom_pipeline_stage_id has 2 entries; expected one per layer (4)"), std::string::npos)
+      << e;
+  e = ResolveError(data +
+                       "model { hidden_size: 60 num_attention_heads: 4 vocab_size: 1001 } train { dist { "
+                       "tensor_parallel_size: 2 } }",
+                   2);
+  EXPECT_NE(e.find("model.vocab_size 1001 is not divisible by train.dist.tensor_parallel_size 2"),
+            std::string::npos)
+      << e;
+}
+
+TEST(ConfigTest, NamesAndRangesAreChecked) {
+  const std::string data = "data { data_prefix: \"d\" } ";
+  std::string e = ResolveError(data + "train { graph { pipeline: \"1f2b\" } }", 1);
+  EXPECT_NE(e.find("train.graph.pipeline is '1f2b'; expected one of 1f1b, gpipe, naive, in_order"),
+            std::string::npos)
+      << e;
+  e = ResolveError(data + "scheduler { name: \"cosine\" }", 1);
+  EXPECT_NE(e.find("scheduler.name is 'cosine'; expected one of warmup_cosine, warmup_linear, constant"),
+            std::string::npos)
+      << e;
+  e = ResolveError(data + "model { arch: \"llama\" }", 1);
+  EXPECT_NE(e.find("model.arch is 'llama'; expected one of gpt"), std::string::npos) << e;
+  e = ResolveError("train { train_iter: 5 }", 1);
+  EXPECT_NE(e.find("data.data_prefix is not set"), std::string::npos) << e;
+  e = ResolveError(data + "train { train_iter: 5 } scheduler { warmup_iter: 6 }", 1);
+  EXPECT_NE(e.find("scheduler.warmup_iter is 6; expected 0 to train.train_iter (5)"), std::string::npos) << e;
+  e = ResolveError(data + "train { activation_checkpoint: true graph { enabled: false } }", 1);
+  EXPECT_NE(e.find("train.activation_checkpoint is true but train.graph.enabled is false"), std::string::npos)
+      << e;
+}
+
+TEST(ConfigTest, ResolvedTextRoundTripsWithEveryValue) {
+  config::Config c = Minimal();
+  ResolveConfig(&c, 1);
+  const std::string text = ConfigText(c);
+  for (const char* field : {"hidden_layers: 2", "data_parallel_size: 1", "micro_batch_size: 8",
+                            "num_accumulation_steps: 1", "pipeline: \"1f1b\"", "name: \"warmup_cosine\""})
+    EXPECT_NE(text.find(field), std::string::npos) << field << " not in\n" << text;
+  config::Config again = ParseConfig(text, "resolved");
+  EXPECT_EQ(again.SerializeAsString(), c.SerializeAsString());
+}
+
+TEST(ConfigTest, LoadConfigResolvesTheDataPrefixBesideTheFile) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "tessel_config_test";
+  std::filesystem::create_directories(dir / "configs");
+  std::ofstream(dir / "configs" / "c.prototxt") << "data { data_prefix: \"../data/corpus\" }\n";
+  config::Config c = LoadConfig((dir / "configs" / "c.prototxt").string());
+  EXPECT_EQ(c.data().data_prefix(), (dir / "data" / "corpus").string());
+  const std::string e = ErrorOf([&] { LoadConfig((dir / "missing.prototxt").string()); });
+  EXPECT_NE(e.find("missing.prototxt: cannot read it"), std::string::npos) << e;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ConfigTest, TheBundledConfigResolvesForFourRanks) {
+  config::Config c = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/gpt_tiny.prototxt");
+  ResolveConfig(&c, 4);
+  EXPECT_EQ(c.train().dist().data_parallel_size(), 1);
+  EXPECT_EQ(c.train().num_accumulation_steps(), 4);
+  EXPECT_TRUE(std::filesystem::exists(c.data().data_prefix() + ".idx")) << c.data().data_prefix();
+}
+
+TEST(ConfigTest, ClosestNameIsATypoDistanceAway) {
+  EXPECT_EQ(ClosestName("tensor_paralel_size", {"data_parallel_size", "tensor_parallel_size"}),
+            "tensor_parallel_size");
+  EXPECT_EQ(ClosestName("lr", {"lr", "eps"}), "lr");
+  EXPECT_EQ(ClosestName("learning_rate", {"lr", "eps", "name"}), "");
+  EXPECT_EQ(ClosestName("x", {}), "");
+}
+
+}  // namespace
+}  // namespace tessel::zoo
