@@ -12,7 +12,8 @@ packages=(
   clang libclang-rt-14-dev             # libFuzzer and sanitizers (tools/fuzz.sh)
   iproute2 procps                      # ss and pgrep, used by the reliability tests
   python3 python3-torch python3-numpy  # PyTorch 1.13 (CPU): numerical reference and benchmark peer
-  python3-matplotlib                   # tools/pipeline_timeline.py draws pipelines as PNG
+  python3-matplotlib                   # tools/pipeline_timeline.py and plot_metrics.py draw PNGs
+  python3-pip                          # the data tests install Hugging Face tokenizers into a temp dir
   clang-format
 )
 
