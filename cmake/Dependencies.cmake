@@ -5,6 +5,7 @@ find_package(glog REQUIRED)
 find_package(Gloo REQUIRED)
 find_package(Protobuf REQUIRED)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)  # HMAC-SHA256 for the store's challenge-response
+find_package(Boost 1.74 REQUIRED)  # header-only: boost/crc.hpp (CRC-32C of TensorBoard records)
 if(TESSEL_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

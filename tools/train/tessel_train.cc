@@ -9,8 +9,9 @@
 // token ids against the vocabulary; any mismatch is an error naming the
 // field. Rank 0 saves the resolved config as <output_dir>/config.prototxt,
 // prints a line every train.log_period iterations and appends it to
-// <output_dir>/metrics.jsonl, with an evaluation (loss, perplexity) every
-// evaluation.eval_period iterations and at the end.
+// <output_dir>/metrics.jsonl and as TensorBoard scalars (events.out.tfevents.*),
+// with an evaluation (loss, perplexity) every evaluation.eval_period
+// iterations and at the end.
 #include <gflags/gflags.h>
 #include <tessel/tessel.h>
 
@@ -32,6 +33,7 @@
 #include "models/gpt.h"
 #include "runtime/actor_runtime.h"
 #include "zoo/config.h"
+#include "zoo/event_writer.h"
 #include "zoo/gpt_dataset.h"
 #include "zoo/indexed_dataset.h"
 
@@ -237,12 +239,14 @@ int main(int argc, char** argv) {
 
   const std::filesystem::path out_dir = t.output_dir();
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> metrics(nullptr, &std::fclose);
+  std::unique_ptr<zoo::EventWriter> events;  // TensorBoard scalars, beside metrics.jsonl
   if (rank == 0 && !FLAGS_fast_dev_run) {
     std::filesystem::create_directories(out_dir);
     std::ofstream(out_dir / "config.prototxt") << zoo::ConfigText(c);
     metrics.reset(std::fopen((out_dir / "metrics.jsonl").c_str(), "w"));
     TESSEL_CHECK(metrics != nullptr) << "tessel-train: cannot write " << (out_dir / "metrics.jsonl").string()
                                      << ": " << std::strerror(errno);
+    events = std::make_unique<zoo::EventWriter>(out_dir);
   }
   if (rank == 0) {
     std::printf(
@@ -283,6 +287,11 @@ int main(int argc, char** argv) {
       if (metrics)
         std::fprintf(metrics.get(), "{\"iteration\": %ld, \"eval_loss\": %.7f, \"eval_perplexity\": %.5f}\n",
                      static_cast<long>(iteration), loss, std::exp(loss));
+      if (events) {
+        events->AddScalar("eval/loss", iteration, loss);
+        events->AddScalar("eval/perplexity", iteration, std::exp(loss));
+        events->Flush();
+      }
     }
   };
 
@@ -343,6 +352,18 @@ int main(int argc, char** argv) {
               static_cast<long>(done), loss, adamw.lr(), grad_norm, samples, tokens, 1e3 * per_iter, data_ms,
               peak, eta);
           std::fflush(metrics.get());
+        }
+        if (events) {
+          for (const auto& [tag, value] : {std::pair<const char*, double>{"train/loss", loss},
+                                           {"train/lr", adamw.lr()},
+                                           {"train/grad_norm", grad_norm},
+                                           {"train/samples_per_s", samples},
+                                           {"train/tokens_per_s", tokens},
+                                           {"train/time_per_iter_ms", 1e3 * per_iter},
+                                           {"train/data_ms", data_ms},
+                                           {"train/peak_rss_mib", peak}})
+            events->AddScalar(tag, done, value);
+          events->Flush();
         }
       }
       period_start = now;
