@@ -35,9 +35,11 @@ MultiheadAttention::MultiheadAttention(int64_t hidden, int64_t heads, AttentionO
            .init_std = options.init_std}),
       hidden_(hidden),
       heads_(heads),
-      options_(options) {
+      options_(options),
+      probs_dropout_(options.dropout, options.seed + 2) {
   RegisterModule("qkv", qkv);
   RegisterModule("out", out);
+  RegisterModule("probs_dropout", probs_dropout_);
 }
 
 Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask) const {
@@ -47,39 +49,51 @@ Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask) const
   t = fn::permute(t, {0, 2, 1, 3});  // [b, heads, s, 3 hd]
   Tensor q = fn::slice(t, 3, 0, hd), k = fn::slice(t, 3, hd, 2 * hd), v = fn::slice(t, 3, 2 * hd, 3 * hd);
   Tensor m = mask;
-  if (m.defined() && !m.is_global()) {
-    const Placement& p = qkv.weight.placement();
-    m = m.to_global(p, dist::GetNdSbp({B(), B()}));
-  }
+  const Placement& p = qkv.weight.placement();
+  if (m.defined() && !m.is_global()) m = m.to_global(p, dist::GetNdSbp({B(), B()}));
+  if (m.defined() && m.placement() != p) m = m.to_global(p, m.nd_sbp());  // to this layer's stage
   Tensor probs =
       fn::scale_mask_softmax(fn::matmul(q, k, false, true), m, 1.0 / std::sqrt(double(hd)), options_.causal);
-  Tensor ctx = fn::permute(fn::matmul(probs, v), {0, 2, 1, 3});  // [b, s, heads, hd]
+  Tensor ctx = fn::permute(fn::matmul(probs_dropout_(probs), v), {0, 2, 1, 3});  // [b, s, heads, hd]
   return out(fn::reshape(ctx, {b, s, hidden_}));
 }
 
-MLP::MLP(int64_t hidden, int64_t ffn_hidden, int64_t layer_idx, uint64_t seed, double init_std)
+MLP::MLP(int64_t hidden, int64_t ffn_hidden, int64_t layer_idx, uint64_t seed, double init_std,
+         Activation activation)
     : fc1(hidden, ffn_hidden,
           {.parallel = Parallel::kCol, .layer_idx = layer_idx, .seed = seed, .init_std = init_std}),
       fc2(ffn_hidden, hidden,
-          {.parallel = Parallel::kRow, .layer_idx = layer_idx, .seed = seed + 1, .init_std = init_std}) {
+          {.parallel = Parallel::kRow, .layer_idx = layer_idx, .seed = seed + 1, .init_std = init_std}),
+      activation_(activation) {
   RegisterModule("fc1", fc1);
   RegisterModule("fc2", fc2);
 }
 
-Tensor MLP::operator()(const Tensor& x) const { return fc2(fn::gelu(fc1(x))); }
+Tensor MLP::operator()(const Tensor& x) const {
+  const Tensor h = fc1(x);
+  return fc2(activation_ == Activation::kGeluTanh ? fn::gelu_tanh(h) : fn::gelu(h));
+}
 
 TransformerLayer::TransformerLayer(int64_t hidden, int64_t heads, int64_t ffn_hidden,
                                    TransformerLayerOptions o)
     : ln1(hidden, o.layernorm_epsilon, o.layer_idx),
       ln2(hidden, o.layernorm_epsilon, o.layer_idx),
       attention(hidden, heads,
-                {.layer_idx = o.layer_idx, .causal = o.causal, .seed = o.seed, .init_std = o.init_std}),
-      mlp(hidden, ffn_hidden, o.layer_idx, o.seed + 10, o.init_std),
-      options_(o) {
+                {.layer_idx = o.layer_idx,
+                 .causal = o.causal,
+                 .seed = o.seed,
+                 .init_std = o.init_std,
+                 .dropout = o.attention_dropout}),
+      mlp(hidden, ffn_hidden, o.layer_idx, o.seed + 10, o.init_std, o.activation),
+      options_(o),
+      attention_output_dropout_(o.hidden_dropout, o.seed + 20),
+      mlp_output_dropout_(o.hidden_dropout, o.seed + 21) {
   RegisterModule("ln1", ln1);
   RegisterModule("attention", attention);
   RegisterModule("ln2", ln2);
   RegisterModule("mlp", mlp);
+  RegisterModule("attention_output_dropout", attention_output_dropout_);
+  RegisterModule("mlp_output_dropout", mlp_output_dropout_);
 }
 
 Tensor TransformerLayer::operator()(const Tensor& x_in, const Tensor& mask) const {
@@ -88,11 +102,11 @@ Tensor TransformerLayer::operator()(const Tensor& x_in, const Tensor& mask) cons
   std::optional<RecomputeScope> checkpoint;  // not around the move: recomputing it would communicate again
   if (options_.activation_checkpoint) checkpoint.emplace();
   if (options_.pre_ln) {
-    x = fn::add(x, attention(ln1(x), mask));
-    return fn::add(x, mlp(ln2(x)));
+    x = fn::add(x, attention_output_dropout_(attention(ln1(x), mask)));
+    return fn::add(x, mlp_output_dropout_(mlp(ln2(x))));
   }
-  x = ln1(fn::add(x, attention(x, mask)));
-  return ln2(fn::add(x, mlp(x)));
+  x = ln1(fn::add(x, attention_output_dropout_(attention(x, mask))));
+  return ln2(fn::add(x, mlp_output_dropout_(mlp(x))));
 }
 
 Tensor LMLogits(const Tensor& h, const Tensor& embedding_table) {

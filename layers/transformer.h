@@ -2,7 +2,8 @@
 //   MultiheadAttention: fused QKV, column-parallel, laid out head-major
 //     ([head][q|k|v][head_dim]) so a column split hands each rank whole
 //     heads; causal or padding masks; row-parallel output projection.
-//   MLP: column-parallel up-projection, GELU, row-parallel down-projection.
+//   MLP: column-parallel up-projection, GELU (exact or tanh form),
+//     row-parallel down-projection.
 //   TransformerLayer: pre-LN (or post-LN) attention and MLP with residuals;
 //     its layer_idx moves the input to the layer's pipeline stage.
 //   LMLogits: logits against a (tied) vocab-parallel embedding table.
@@ -15,6 +16,7 @@
 #include "layers/layer_norm.h"
 #include "layers/linear.h"
 #include "layers/module.h"
+#include "layers/regularization.h"
 
 namespace tessel::layers {
 
@@ -23,6 +25,7 @@ struct AttentionOptions {
   bool causal = true;
   uint64_t seed = 77;
   double init_std = 0.02;  // of the normal its weights start from
+  double dropout = 0;      // on the attention probabilities (training only)
 };
 
 class MultiheadAttention : public nn::Module {
@@ -38,13 +41,22 @@ class MultiheadAttention : public nn::Module {
  private:
   int64_t hidden_, heads_;
   AttentionOptions options_;
+  mutable Dropout probs_dropout_;  // its mask counter advances per call
 };
+
+// GELU's exact (erf) form, BERT's and ViT's, or its tanh approximation,
+// GPT-2's ("gelu_new" in Hugging Face).
+enum class Activation { kGelu, kGeluTanh };
 
 class MLP : public nn::Module {
  public:
-  MLP(int64_t hidden, int64_t ffn_hidden, int64_t layer_idx = 0, uint64_t seed = 88, double init_std = 0.02);
+  MLP(int64_t hidden, int64_t ffn_hidden, int64_t layer_idx = 0, uint64_t seed = 88, double init_std = 0.02,
+      Activation activation = Activation::kGelu);
   Tensor operator()(const Tensor& x) const;
   Linear fc1, fc2;
+
+ private:
+  Activation activation_;
 };
 
 struct TransformerLayerOptions {
@@ -58,6 +70,11 @@ struct TransformerLayerOptions {
   bool activation_checkpoint = false;
   double layernorm_epsilon = 1e-5;
   double init_std = 0.02;  // of the normal its weights start from
+  Activation activation = Activation::kGelu;
+  // Dropout on the attention probabilities, and on the attention and MLP
+  // outputs before each residual add (training only; eager mode only).
+  double attention_dropout = 0;
+  double hidden_dropout = 0;
 };
 
 class TransformerLayer : public nn::Module {
@@ -71,6 +88,7 @@ class TransformerLayer : public nn::Module {
 
  private:
   TransformerLayerOptions options_;
+  mutable Dropout attention_output_dropout_, mlp_output_dropout_;
 };
 
 // h [batch, seq, hidden] x table [vocab, hidden]^T -> [batch, seq, vocab],

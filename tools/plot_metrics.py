@@ -2,7 +2,7 @@
 """Draws the curves of a tessel-train run as a PNG: training and evaluation
 loss against the iteration (left), learning rate and throughput (right).
 
-    /usr/bin/python3 tools/plot_metrics.py output/gpt_tiny [--out curves.png] [--title TEXT]
+    /usr/bin/python3 tools/plot_metrics.py output/gpt2_tiny [--out curves.png] [--title TEXT]
 
 Reads <run>/metrics.jsonl (or a metrics.jsonl path given directly); writes
 <run>/curves.png unless --out says otherwise. Needs matplotlib

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # The main job: builds tessel, then trains the tiny GPT of
-# configs/gpt_tiny.prototxt on the bundled corpus (data/tiny_corpus) with 4
+# configs/gpt2_tiny.prototxt on the bundled corpus (data/tiny_corpus) with 4
 # processes — tensor parallel 2 x pipeline parallel 2, 1F1B, graph mode —
 # and draws its loss curves. The run's resolved config, metrics.jsonl and
-# curves.png land in output/gpt_tiny/. Extra arguments go to tessel-train
+# curves.png land in output/gpt2_tiny/. Extra arguments go to tessel-train
 # (e.g. --set train.train_iter=100).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/build.sh
 build_dir=${TESSEL_BUILD_DIR:-build}
 "$build_dir/tools/tessel-launch" --nproc_per_node 4 --master_port 0 -- \
-  "$build_dir/tools/tessel-train" --config configs/gpt_tiny.prototxt "$@"
+  "$build_dir/tools/tessel-train" --config configs/gpt2_tiny.prototxt "$@"
 if /usr/bin/python3 -c "import matplotlib" 2> /dev/null; then
-  /usr/bin/python3 tools/plot_metrics.py output/gpt_tiny
+  /usr/bin/python3 tools/plot_metrics.py output/gpt2_tiny
 fi

@@ -263,7 +263,14 @@ void ResolveConfig(config::Config* c, int world_size) {
   config::ModelConfig& m = *c->mutable_model();
   config::TrainConfig& t = *c->mutable_train();
   config::DistConfig& d = *t.mutable_dist();
-  CheckOneOf("model.arch", m.arch(), {"gpt"});
+  CheckOneOf("model.arch", m.arch(), {"gpt2", "gpt"});
+  CheckOneOf("model.hidden_act", m.hidden_act(), {"gelu_tanh", "gelu"});
+  for (const auto& [field, p] :
+       {std::pair<const char*, double>{"embedding_dropout_prob", m.embedding_dropout_prob()},
+        {"attention_dropout_prob", m.attention_dropout_prob()},
+        {"hidden_dropout_prob", m.hidden_dropout_prob()}})
+    TESSEL_CHECK(p >= 0 && p < 1) << "config: model." << field << " is " << p << "; expected 0 <= p < 1";
+  CheckPositive("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by());
   CheckPositive("model.hidden_layers", m.hidden_layers());
   CheckPositive("model.hidden_size", m.hidden_size());
   CheckPositive("model.num_attention_heads", m.num_attention_heads());
@@ -302,9 +309,6 @@ void ResolveConfig(config::Config* c, int world_size) {
   TESSEL_CHECK(m.ffn_hidden_size() % tp == 0)
       << "config: model.ffn_hidden_size " << m.ffn_hidden_size()
       << " is not divisible by train.dist.tensor_parallel_size " << tp;
-  TESSEL_CHECK(m.vocab_size() % tp == 0) << "config: model.vocab_size " << m.vocab_size()
-                                         << " is not divisible by train.dist.tensor_parallel_size " << tp
-                                         << " (padding the vocabulary is not built yet)";
   if (d.pipeline_num_layers() == 0) d.set_pipeline_num_layers(m.hidden_layers());
   TESSEL_CHECK(d.pipeline_num_layers() == m.hidden_layers())
       << "config: train.dist.pipeline_num_layers is " << d.pipeline_num_layers()
@@ -325,6 +329,12 @@ void ResolveConfig(config::Config* c, int world_size) {
   TESSEL_CHECK(!t.activation_checkpoint() || t.graph().enabled())
       << "config: train.activation_checkpoint is true but train.graph.enabled is false; recomputation runs "
          "in a captured step (graph mode)";
+  TESSEL_CHECK(!t.graph().enabled() ||
+               m.embedding_dropout_prob() + m.attention_dropout_prob() + m.hidden_dropout_prob() == 0)
+      << "config: model dropout probabilities (embedding " << m.embedding_dropout_prob() << ", attention "
+      << m.attention_dropout_prob() << ", hidden " << m.hidden_dropout_prob()
+      << ") need train.graph.enabled false for now: a captured step would reuse one dropout mask every "
+         "iteration";
   TESSEL_CHECK(!t.output_dir().empty()) << "config: train.output_dir is empty; expected a directory";
 
   const config::OptimConfig& o = c->optim();

@@ -3,7 +3,7 @@
 // another (batch sizes, data-parallel size) resolved and checked against the
 // world before any work starts.
 //
-//   config::Config c = zoo::LoadConfig("configs/gpt_tiny.prototxt");
+//   config::Config c = zoo::LoadConfig("configs/gpt2_tiny.prototxt");
 //   zoo::ApplyOverride(&c, "train.dist.tensor_parallel_size=2");
 //   zoo::ResolveConfig(&c, /*world_size=*/4);   // throws naming what disagrees
 #pragma once

@@ -1,4 +1,4 @@
-"""tessel-train on the bundled corpus from configs/gpt_tiny.prototxt: the
+"""tessel-train on the bundled corpus from configs/gpt2_tiny.prototxt: the
 same 20 losses (1e-5 relative) under 1x1x1, dp2, tp2, pp2, dp2 x tp2 and
 tp2 x pp2 in graph mode with 1F1B (the global batch of 16 stays; the
 accumulation steps follow from dp), eagerly on 1x1x1 and tp2 x pp2, and the
@@ -24,7 +24,7 @@ parser.add_argument("--launcher", required=True)
 parser.add_argument("--program", required=True)
 parser.add_argument("--source", required=True)
 args = parser.parse_args()
-config = os.path.join(args.source, "configs", "gpt_tiny.prototxt")
+config = os.path.join(args.source, "configs", "gpt2_tiny.prototxt")
 work = tempfile.mkdtemp(prefix="tessel_train_layouts_")
 ITERS = 20
 LOSS = re.compile(r"\[rank 0\] iteration (\d+)/\d+ loss ([0-9.]+)")

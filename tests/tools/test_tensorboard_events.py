@@ -29,7 +29,7 @@ check("pip installs tensorboard", pip.returncode == 0, pip.stderr[-2000:])
 
 out_dir = os.path.join(work, "run")
 rc, out, _ = run([args.launch, "--nproc_per_node", "2", "--master_port", "0", "--max_run_s", "240", "--",
-                  args.train, "--config", os.path.join(args.source, "configs", "gpt_tiny.prototxt"),
+                  args.train, "--config", os.path.join(args.source, "configs", "gpt2_tiny.prototxt"),
                   "--set", "train.dist.tensor_parallel_size=1", "--set", "train.dist.pipeline_parallel_size=2",
                   "--set", "train.train_iter=6", "--set", "scheduler.warmup_iter=2", "--set", "train.log_period=2",
                   "--set", "evaluation.eval_period=3", "--set", "evaluation.eval_iter=1",

@@ -160,13 +160,13 @@ TEST(ConfigTest, DistSizesAreCheckedAgainstTheWorld) {
                    2);
   EXPECT_NE(e.find("custom_pipeline_stage_id has 2 entries; expected one per layer (4)"), std::string::npos)
       << e;
-  e = ResolveError(data +
-                       "model { hidden_size: 60 num_attention_heads: 4 vocab_size: 1001 } train { dist { "
-                       "tensor_parallel_size: 2 } }",
-                   2);
-  EXPECT_NE(e.find("model.vocab_size 1001 is not divisible by train.dist.tensor_parallel_size 2"),
-            std::string::npos)
-      << e;
+  // A vocabulary tp does not divide is the model's to pad, not an error.
+  config::Config padded =
+      ParseConfig(data +
+                      "model { hidden_size: 60 num_attention_heads: 4 vocab_size: 1001 } train { dist { "
+                      "tensor_parallel_size: 2 } }",
+                  "padded");
+  EXPECT_NO_THROW(ResolveConfig(&padded, 2));
 }
 
 TEST(ConfigTest, NamesAndRangesAreChecked) {
@@ -180,7 +180,14 @@ TEST(ConfigTest, NamesAndRangesAreChecked) {
             std::string::npos)
       << e;
   e = ResolveError(data + "model { arch: \"llama\" }", 1);
-  EXPECT_NE(e.find("model.arch is 'llama'; expected one of gpt"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.arch is 'llama'; expected one of gpt2, gpt"), std::string::npos) << e;
+  e = ResolveError(data + "model { hidden_act: \"gelu_new\" }", 1);
+  EXPECT_NE(e.find("model.hidden_act is 'gelu_new'; expected one of gelu_tanh, gelu"), std::string::npos)
+      << e;
+  e = ResolveError(data + "model { attention_dropout_prob: 1.5 } train { graph { enabled: false } }", 1);
+  EXPECT_NE(e.find("model.attention_dropout_prob is 1.5; expected 0 <= p < 1"), std::string::npos) << e;
+  e = ResolveError(data + "model { hidden_dropout_prob: 0.1 }", 1);
+  EXPECT_NE(e.find("hidden 0.1) need train.graph.enabled false for now"), std::string::npos) << e;
   e = ResolveError("train { train_iter: 5 }", 1);
   EXPECT_NE(e.find("data.data_prefix is not set"), std::string::npos) << e;
   e = ResolveError(data + "train { train_iter: 5 } scheduler { warmup_iter: 6 }", 1);
@@ -213,7 +220,7 @@ TEST(ConfigTest, LoadConfigResolvesTheDataPrefixBesideTheFile) {
 }
 
 TEST(ConfigTest, TheBundledConfigResolvesForFourRanks) {
-  config::Config c = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/gpt_tiny.prototxt");
+  config::Config c = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/gpt2_tiny.prototxt");
   ResolveConfig(&c, 4);
   EXPECT_EQ(c.train().dist().data_parallel_size(), 1);
   EXPECT_EQ(c.train().num_accumulation_steps(), 4);

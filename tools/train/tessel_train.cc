@@ -1,8 +1,8 @@
 // tessel-train: trains a model of the zoo from a config (configs/*.prototxt,
 // schema zoo/config.proto) under the layout the config and the launch give.
 //
-//   tessel-launch --nproc_per_node 4 -- tessel-train --config configs/gpt_tiny.prototxt
-//   tessel-train --config configs/gpt_tiny.prototxt --set train.train_iter=50 --set optim.lr=3e-4
+//   tessel-launch --nproc_per_node 4 -- tessel-train --config configs/gpt2_tiny.prototxt
+//   tessel-train --config configs/gpt2_tiny.prototxt --set train.train_iter=50 --set optim.lr=3e-4
 //
 // Before the first step it resolves and checks the config against the world
 // (batch sizes, dist sizes, model sizes), opens the dataset and checks its
@@ -37,8 +37,9 @@
 #include "zoo/gpt_dataset.h"
 #include "zoo/indexed_dataset.h"
 
-DEFINE_string(config, "",
-              "the training config (protobuf text, schema zoo/config.proto), e.g. configs/gpt_tiny.prototxt");
+DEFINE_string(
+    config, "",
+    "the training config (protobuf text, schema zoo/config.proto), e.g. configs/gpt2_tiny.prototxt");
 DEFINE_bool(fast_dev_run, false,
             "a smoke run: 2 training iterations and 1 evaluation batch, a log line each, nothing written to "
             "the output directory (also --fast-dev-run)");
@@ -147,7 +148,7 @@ int main(int argc, char** argv) {
       "Trains a model of the zoo from a config; run it under tessel-launch for several ranks.");
   tessel::Init(&argc, &argv);
   TESSEL_CHECK(!FLAGS_config.empty())
-      << "tessel-train: --config is required (e.g. configs/gpt_tiny.prototxt)";
+      << "tessel-train: --config is required (e.g. configs/gpt2_tiny.prototxt)";
   config::Config c = zoo::LoadConfig(FLAGS_config);
   for (const std::string& o : overrides) zoo::ApplyOverride(&c, o);
   const int world = dist::WorldSize(), rank = dist::Rank();
@@ -188,16 +189,22 @@ int main(int argc, char** argv) {
     eval_data = std::make_unique<zoo::GPTDataset>(corpus, splits[1], seq, c.evaluation().eval_iter() * global,
                                                   t.seed() + 1, "validation");
 
-  models::GPTConfig gpt_config{.vocab_size = m.vocab_size(),
-                               .hidden = m.hidden_size(),
-                               .heads = m.num_attention_heads(),
-                               .layers = m.hidden_layers(),
-                               .max_seq = m.max_seq_length(),
-                               .ffn_hidden = m.ffn_hidden_size(),
-                               .layernorm_epsilon = m.layernorm_epsilon(),
-                               .init_std = m.initializer_range(),
-                               .seed = t.seed(),
-                               .activation_checkpoint = t.activation_checkpoint()};
+  models::GPTConfig gpt_config{
+      .vocab_size = m.vocab_size(),
+      .hidden = m.hidden_size(),
+      .heads = m.num_attention_heads(),
+      .layers = m.hidden_layers(),
+      .max_seq = m.max_seq_length(),
+      .ffn_hidden = m.ffn_hidden_size(),
+      .layernorm_epsilon = m.layernorm_epsilon(),
+      .init_std = m.initializer_range(),
+      .seed = t.seed(),
+      .activation = m.hidden_act() == "gelu" ? layers::Activation::kGelu : layers::Activation::kGeluTanh,
+      .embedding_dropout = m.embedding_dropout_prob(),
+      .attention_dropout = m.attention_dropout_prob(),
+      .hidden_dropout = m.hidden_dropout_prob(),
+      .make_vocab_size_divisible_by = m.make_vocab_size_divisible_by(),
+      .activation_checkpoint = t.activation_checkpoint()};
   models::GPT gpt(gpt_config);
   auto params = gpt.NamedParameters();
   const config::OptimConfig& o = c.optim();
@@ -271,12 +278,14 @@ int main(int argc, char** argv) {
         total += optim::ScalarValue(eval_step(reader.Read(k * global)).at("loss"));
       } else {
         NoGradGuard no_grad;
+        gpt.Eval();  // no dropout
         double batch = 0;
         for (int part = 0; part < micro_batches; ++part) {
           auto in = reader.Read(k * global, part, micro_batches);
           batch += optim::ScalarValue(gpt.Loss(in.at("ids"), in.at("labels")));
         }
         total += batch / micro_batches;
+        gpt.Train();
       }
     }
     const double loss = total / static_cast<double>(c.evaluation().eval_iter());
