@@ -10,6 +10,7 @@ packages=(
   libdnnl-dev libopenblas-dev
   libssl-dev                           # HMAC-SHA256 for the rendezvous store's authentication
   libboost-dev                         # boost/crc.hpp: CRC-32C of TensorBoard event records
+  nlohmann-json3-dev                   # JSON headers of safetensors files
   clang libclang-rt-14-dev             # libFuzzer and sanitizers (tools/fuzz.sh)
   iproute2 procps                      # ss and pgrep, used by the reliability tests
   python3 python3-torch python3-numpy  # PyTorch 1.13 (CPU): numerical reference and benchmark peer

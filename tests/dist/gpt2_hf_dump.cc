@@ -1,0 +1,103 @@
+// Builds the GPT-2 of models/gpt.h under the launch's layout (--tp, --pp; dp
+// derived), gives every parameter non-trivial values that are the same
+// logical numbers under every layout, runs two forwards and writes from
+// rank 0 a safetensors file (--out) with the parameters (gathered, under
+// their tessel names), the inputs and the outputs:
+//   input_ids, labels            [batch, seq]   labels[t] = ids[t+1], -100 last
+//   logits, loss                 plain forward
+//   position_ids, attention_mask [batch, seq]   row r: positions r.., its last r keys padding
+//   masked_logits                forward with both
+// test_hf_gpt2.py loads it into Hugging Face's GPT2LMHeadModel and compares.
+#include <gflags/gflags.h>
+
+#include <cstdio>
+#include <functional>
+#include <string>
+
+#include "graph/autograd.h"
+#include "graph/global_tensor_ops.h"
+#include "graph/init.h"
+#include "layers/dist.h"
+#include "models/gpt.h"
+#include "ops/functional.h"
+#include "zoo/safetensors.h"
+
+DEFINE_int64(tp, 1, "tensor parallel size");
+DEFINE_int64(pp, 1, "pipeline parallel size");
+DEFINE_int64(vocab, 1100, "vocabulary size (padded to 128 x tp inside the model)");
+DEFINE_int64(hidden, 32, "hidden size");
+DEFINE_int64(heads, 4, "attention heads");
+DEFINE_int64(layers, 2, "transformer layers");
+DEFINE_int64(seq, 16, "sequence length (and max_seq)");
+DEFINE_int64(batch, 3, "batch rows");
+DEFINE_string(out, "", "safetensors file to write (rank 0)");
+
+using namespace tessel;
+
+int main(int argc, char** argv) {
+  tessel::Init(&argc, &argv);
+  dist::Setup({.tensor_parallel_size = FLAGS_tp,
+               .pipeline_parallel_size = FLAGS_pp,
+               .pipeline_num_layers = FLAGS_layers});
+  models::GPT gpt({.vocab_size = FLAGS_vocab,
+                   .hidden = FLAGS_hidden,
+                   .heads = FLAGS_heads,
+                   .layers = FLAGS_layers,
+                   .max_seq = FLAGS_seq,
+                   .activation = layers::Activation::kGeluTanh});
+  gpt.Eval();
+  std::vector<std::pair<std::string, Tensor>> out;
+  // Every rank takes part in each move to rank 0; only rank 0 keeps it.
+  std::vector<int> all_ranks(dist::WorldSize());
+  for (int r = 0; r < dist::WorldSize(); ++r) all_ranks[r] = r;
+  const Placement world(DeviceType::kCPU, all_ranks);
+  auto keep = [&](const std::string& name, const Tensor& t) {
+    Tensor full = t.is_global() ? GatherLogical(t.detach().to_global(world, NdSbp({B()}))) : t;
+    if (dist::Rank() == 0) out.emplace_back(name, full);
+  };
+  {
+    // Weights and biases get noise, LayerNorm gains 1 + noise: nothing is
+    // zero or one, so a mapping mistake cannot hide.
+    NoGradGuard no_grad;
+    uint64_t seed = 1;
+    for (auto& [name, t] : gpt.NamedParameters()) {
+      *t = fn::add(*t, fn::mul_scalar(randn(t->shape(), t->placement(), t->nd_sbp(), 9000 + seed++), 0.05));
+      keep("param." + name, *t);
+    }
+  }
+  const int64_t b = FLAGS_batch, s = FLAGS_seq;
+  std::vector<int64_t> ids(b * s), labels(b * s), positions(b * s);
+  std::vector<bool> attend(b * s);
+  for (int64_t i = 0; i < b * s; ++i) ids[i] = (i * 7919 + 13) % FLAGS_vocab;
+  for (int64_t r = 0; r < b; ++r)
+    for (int64_t t = 0; t < s; ++t) {
+      labels[r * s + t] = t + 1 < s ? ids[r * s + t + 1] : -100;
+      positions[r * s + t] = r + t < s ? r + t : t;  // shifted rows, within max_seq
+      attend[r * s + t] = t < s - r;                 // row r: its last r keys are padding
+    }
+  const Tensor ids_t = Tensor::FromVector<int64_t>(ids, {b, s});
+  const Tensor labels_t = Tensor::FromVector<int64_t>(labels, {b, s});
+  const Tensor positions_t = Tensor::FromVector<int64_t>(positions, {b, s});
+  const Tensor mask_t = Tensor::FromVector<bool>(attend, {b, s});
+  NoGradGuard no_grad;
+  keep("input_ids", ids_t);
+  keep("labels", labels_t);
+  keep("position_ids", positions_t);
+  keep("attention_mask", mask_t);
+  keep("logits", gpt.Logits(ids_t));
+  keep("loss", gpt.Loss(ids_t, labels_t));
+  keep("masked_logits", gpt.Logits(ids_t, positions_t, mask_t));
+  if (dist::Rank() == 0) {
+    zoo::WriteSafetensors(FLAGS_out, out,
+                          {{"vocab_size", std::to_string(FLAGS_vocab)},
+                           {"padded_vocab_size", std::to_string(gpt.padded_vocab_size())},
+                           {"hidden_size", std::to_string(FLAGS_hidden)},
+                           {"num_attention_heads", std::to_string(FLAGS_heads)},
+                           {"hidden_layers", std::to_string(FLAGS_layers)},
+                           {"max_seq_length", std::to_string(FLAGS_seq)}});
+    std::printf("wrote %zu tensors to %s (tp %ld, pp %ld, vocab %ld padded to %ld)\n", out.size(),
+                FLAGS_out.c_str(), static_cast<long>(FLAGS_tp), static_cast<long>(FLAGS_pp),
+                static_cast<long>(FLAGS_vocab), static_cast<long>(gpt.padded_vocab_size()));
+  }
+  return 0;
+}
