@@ -227,6 +227,25 @@ TEST(ConfigTest, TheBundledConfigResolvesForFourRanks) {
   EXPECT_TRUE(std::filesystem::exists(c.data().data_prefix() + ".idx")) << c.data().data_prefix();
 }
 
+TEST(ConfigTest, TheStandardSizeConfigsResolveForEightRanks) {
+  struct Expected {
+    const char* file;
+    int64_t layers, hidden, dp, accumulation;
+  };
+  for (const Expected& e : {Expected{"gpt2_124m", 12, 768, 8, 4}, Expected{"gpt2_355m", 24, 1024, 4, 8},
+                            Expected{"gpt2_1.3b", 24, 2048, 2, 64}}) {
+    SCOPED_TRACE(e.file);
+    config::Config c = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/" + e.file + ".prototxt");
+    ResolveConfig(&c, 8);
+    EXPECT_EQ(c.model().vocab_size(), 50257);
+    EXPECT_EQ(c.model().hidden_layers(), e.layers);
+    EXPECT_EQ(c.model().hidden_size(), e.hidden);
+    EXPECT_EQ(c.model().ffn_hidden_size(), 4 * e.hidden);
+    EXPECT_EQ(c.train().dist().data_parallel_size(), e.dp);
+    EXPECT_EQ(c.train().num_accumulation_steps(), e.accumulation);
+  }
+}
+
 TEST(ConfigTest, ClosestNameIsATypoDistanceAway) {
   EXPECT_EQ(ClosestName("tensor_paralel_size", {"data_parallel_size", "tensor_parallel_size"}),
             "tensor_parallel_size");
