@@ -30,9 +30,14 @@ LAYERS, HIDDEN, FFN, VOCAB, SEQ, BATCH = 2, 64, 256, 1000, 32, 8
 F32 = 4
 
 
+def padded_vocab(tp):
+    """The table's rows: the vocabulary rounded up to a multiple of 128 x tp."""
+    return -(-VOCAB // (128 * tp)) * 128 * tp
+
+
 def param_shapes(tp):
     """(elements, split over tp) per parameter, as the layers lay them out."""
-    shapes = [(VOCAB * HIDDEN, True), (SEQ * HIDDEN, False)]  # wte (vocab-parallel), wpe
+    shapes = [(padded_vocab(tp) * HIDDEN, True), (SEQ * HIDDEN, False)]  # wte (vocab-parallel), wpe
     for _ in range(LAYERS):
         shapes += [(HIDDEN, False), (HIDDEN, False)]  # ln1
         shapes += [(HIDDEN * 3 * HIDDEN, True), (3 * HIDDEN, True)]  # qkv: column-parallel
