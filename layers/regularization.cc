@@ -49,9 +49,9 @@ Tensor DropPath::operator()(const Tensor& x) {
 }
 
 PatchEmbedding::PatchEmbedding(int64_t in_channels, int64_t hidden, int64_t patch, int64_t layer_idx,
-                               uint64_t seed)
+                               uint64_t seed, double init_std)
     : proj(in_channels * patch * patch, hidden,
-           {.parallel = Parallel::kData, .layer_idx = layer_idx, .seed = seed}),
+           {.parallel = Parallel::kData, .layer_idx = layer_idx, .seed = seed, .init_std = init_std}),
       patch_(patch) {
   RegisterModule("proj", proj);
 }

@@ -38,7 +38,7 @@ class PatchEmbedding : public nn::Module {
   // conv2d(in_channels -> hidden, kernel = stride = patch) as patchify then a
   // replicated Linear; weight [in_channels * patch^2, hidden].
   PatchEmbedding(int64_t in_channels, int64_t hidden, int64_t patch, int64_t layer_idx = 0,
-                 uint64_t seed = 600);
+                 uint64_t seed = 600, double init_std = 0.02);
   // images [batch, channels, height, width] -> [batch, patches, hidden].
   Tensor operator()(const Tensor& images) const;
   Linear proj;

@@ -210,13 +210,16 @@ config::Config LoadConfig(const std::string& path) {
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   TESSEL_CHECK(in.good() || in.eof()) << "config " << path << ": read failed";
   config::Config config = ParseConfig(text, path);
-  if (config.data().has_data_prefix() && !config.data().data_prefix().empty() &&
-      std::filesystem::path(config.data().data_prefix()).is_relative()) {
-    config.mutable_data()->set_data_prefix(
-        (std::filesystem::path(path).parent_path() / config.data().data_prefix())
-            .lexically_normal()
-            .string());
-  }
+  // Data paths are relative to the config file.
+  auto relative_to_config = [&](const std::string& p) {
+    return (std::filesystem::path(path).parent_path() / p).lexically_normal().string();
+  };
+  const config::DataConfig& data = config.data();
+  if (!data.data_prefix().empty() && std::filesystem::path(data.data_prefix()).is_relative())
+    config.mutable_data()->set_data_prefix(relative_to_config(data.data_prefix()));
+  if (!data.image_dataset().empty() && data.image_dataset() != "synthetic" &&
+      std::filesystem::path(data.image_dataset()).is_relative())
+    config.mutable_data()->set_image_dataset(relative_to_config(data.image_dataset()));
   return config;
 }
 
@@ -263,7 +266,8 @@ void ResolveConfig(config::Config* c, int world_size) {
   config::ModelConfig& m = *c->mutable_model();
   config::TrainConfig& t = *c->mutable_train();
   config::DistConfig& d = *t.mutable_dist();
-  CheckOneOf("model.arch", m.arch(), {"gpt2", "gpt"});
+  CheckOneOf("model.arch", m.arch(), {"gpt2", "gpt", "vit"});
+  const bool vision = m.arch() == "vit";
   CheckOneOf("model.hidden_act", m.hidden_act(), {"gelu_tanh", "gelu"});
   for (const auto& [field, p] :
        {std::pair<const char*, double>{"embedding_dropout_prob", m.embedding_dropout_prob()},
@@ -276,6 +280,16 @@ void ResolveConfig(config::Config* c, int world_size) {
   CheckPositive("model.num_attention_heads", m.num_attention_heads());
   CheckPositive("model.vocab_size", m.vocab_size());
   CheckPositive("model.max_seq_length", m.max_seq_length());
+  if (vision) {
+    CheckPositive("model.image_size", m.image_size());
+    CheckPositive("model.patch_size", m.patch_size());
+    CheckPositive("model.num_channels", m.num_channels());
+    TESSEL_CHECK(m.image_size() % m.patch_size() == 0)
+        << "config: model.image_size " << m.image_size() << " is not a multiple of model.patch_size "
+        << m.patch_size() << "; expected whole patches";
+    TESSEL_CHECK(m.num_classes() >= 0)
+        << "config: model.num_classes is " << m.num_classes() << "; expected 0 (the dataset's count) or more";
+  }
   TESSEL_CHECK(m.ffn_hidden_size() >= 0) << "config: model.ffn_hidden_size is " << m.ffn_hidden_size()
                                          << "; expected 0 (4 x hidden_size) or more";
   if (m.ffn_hidden_size() == 0) m.set_ffn_hidden_size(4 * m.hidden_size());
@@ -350,12 +364,26 @@ void ResolveConfig(config::Config* c, int world_size) {
   TESSEL_CHECK(s.min_lr() >= 0 && s.min_lr() <= o.lr())
       << "config: scheduler.min_lr is " << s.min_lr() << "; expected 0 to optim.lr (" << o.lr() << ")";
 
-  TESSEL_CHECK(!c->data().data_prefix().empty())
-      << "config: data.data_prefix is not set; expected the path prefix of an indexed dataset (<prefix>.bin "
-         "and <prefix>.idx)";
+  const config::DataConfig& data = c->data();
+  if (vision) {
+    TESSEL_CHECK(!data.image_dataset().empty())
+        << "config: data.image_dataset is not set; expected a safetensors file of images and labels, or "
+           "\"synthetic\"";
+    TESSEL_CHECK(data.image_dataset() != "synthetic" || (m.num_classes() > 0 && data.synthetic_samples() > 0))
+        << "config: data.image_dataset \"synthetic\" needs model.num_classes (" << m.num_classes()
+        << ") and data.synthetic_samples (" << data.synthetic_samples() << ") positive";
+  } else {
+    TESSEL_CHECK(!data.data_prefix().empty()) << "config: data.data_prefix is not set; expected the path "
+                                                 "prefix of an indexed dataset (<prefix>.bin "
+                                                 "and <prefix>.idx)";
+  }
   const config::EvaluationConfig& e = c->evaluation();
   CheckPositive("evaluation.eval_period", e.eval_period());
-  CheckPositive("evaluation.eval_iter", e.eval_iter());
+  if (vision)
+    TESSEL_CHECK(e.eval_iter() >= 0) << "config: evaluation.eval_iter is " << e.eval_iter()
+                                     << "; expected 0 (the whole validation split) or more";
+  else
+    CheckPositive("evaluation.eval_iter", e.eval_iter());
   FillDefaults(c);  // last: the batch sizes above tell given from left out
 }
 

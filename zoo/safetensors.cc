@@ -1,8 +1,10 @@
 #include "zoo/safetensors.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -66,6 +68,148 @@ void WriteSafetensors(const std::filesystem::path& path,
     write(t.raw_data(), static_cast<size_t>(t.numel()) * ElementSize(t.dtype()));
   TESSEL_CHECK(std::fflush(file.get()) == 0)
       << "safetensors: writing " << path.string() << " failed: " << std::strerror(errno);
+}
+
+size_t SafetensorsElementSize(const std::string& dtype) {
+  static const std::map<std::string, size_t> kSizes = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
+      {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4},     {"F64", 8},     {"I64", 8}, {"U64", 8}};
+  auto it = kSizes.find(dtype);
+  TESSEL_CHECK(it != kSizes.end()) << "safetensors: unknown dtype '" << dtype
+                                   << "'; expected one of BOOL, U8, I8, I16, U16, F16, BF16, I32, U32, F32, "
+                                      "F64, I64, U64, F8_E5M2, F8_E4M3";
+  return it->second;
+}
+
+int64_t SafetensorsEntry::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+namespace {
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the format's own limit
+constexpr uint64_t kMaxDim = uint64_t{1} << 48;
+}  // namespace
+
+SafetensorsHeader ParseSafetensorsHeader(const uint8_t* data, size_t size, const std::string& name) {
+  TESSEL_CHECK(size >= 8) << "safetensors: " << name << " is " << size
+                          << " bytes; expected at least the 8-byte header size";
+  uint64_t header_bytes = 0;
+  for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | data[i];
+  TESSEL_CHECK(header_bytes <= kMaxHeaderBytes && header_bytes <= size - 8)
+      << "safetensors: " << name << " declares a header of " << header_bytes << " bytes; expected at most "
+      << std::min<uint64_t>(kMaxHeaderBytes, size - 8) << " (the file's size less 8, and 100 MB)";
+  const char* text = reinterpret_cast<const char*>(data + 8);
+  const nlohmann::json json =
+      nlohmann::json::parse(text, text + header_bytes, nullptr, /*allow_exceptions=*/false);
+  TESSEL_CHECK(json.is_object()) << "safetensors: the header of " << name
+                                 << " is not a JSON object (malformed JSON or another format)";
+  SafetensorsHeader header;
+  header.data_offset = 8 + header_bytes;
+  const uint64_t data_bytes = size - header.data_offset;
+  std::vector<std::pair<uint64_t, const std::string*>> ranges;
+  for (const auto& [key, value] : json.items()) {
+    if (key == "__metadata__") {
+      TESSEL_CHECK(value.is_object()) << "safetensors: __metadata__ of " << name << " is not a JSON object";
+      for (const auto& [k, v] : value.items()) {
+        TESSEL_CHECK(v.is_string()) << "safetensors: metadata '" << k << "' of " << name
+                                    << " is not a string; expected a map of strings";
+        header.metadata[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    auto where = [&] { return "safetensors: tensor '" + key + "' of " + name; };
+    TESSEL_CHECK(value.is_object() && value.contains("dtype") && value.contains("shape") &&
+                 value.contains("data_offsets"))
+        << where() << " needs an object with dtype, shape and data_offsets";
+    const nlohmann::json &dtype = value["dtype"], &shape = value["shape"], &offsets = value["data_offsets"];
+    TESSEL_CHECK(dtype.is_string()) << where() << ": dtype is not a string";
+    SafetensorsEntry entry;
+    entry.dtype = dtype.get<std::string>();
+    const uint64_t element = SafetensorsElementSize(entry.dtype);
+    TESSEL_CHECK(shape.is_array()) << where() << ": shape is not an array";
+    uint64_t numel = 1;
+    for (const nlohmann::json& d : shape) {
+      TESSEL_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= kMaxDim)
+          << where() << ": shape " << shape.dump() << " holds " << d.dump()
+          << "; expected non-negative integers below 2^48";
+      TESSEL_CHECK(!__builtin_mul_overflow(numel, d.get<uint64_t>(), &numel))
+          << where() << ": shape " << shape.dump() << " has more elements than fit 64 bits";
+      entry.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
+    }
+    TESSEL_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
+                 offsets[1].is_number_unsigned())
+        << where() << ": data_offsets " << offsets.dump() << "; expected [begin, end], non-negative integers";
+    entry.begin = offsets[0].get<uint64_t>();
+    entry.end = offsets[1].get<uint64_t>();
+    uint64_t bytes = 0;
+    TESSEL_CHECK(!__builtin_mul_overflow(numel, element, &bytes) && entry.begin <= entry.end &&
+                 entry.end - entry.begin == bytes)
+        << where() << ": data_offsets " << offsets.dump() << " span " << entry.end - entry.begin
+        << " bytes; expected " << numel << " elements x " << element << " bytes of " << entry.dtype;
+    TESSEL_CHECK(entry.end <= data_bytes) << where() << ": data_offsets " << offsets.dump()
+                                          << " end past the data section of " << data_bytes << " bytes";
+    auto [it, inserted] = header.entries.emplace(key, std::move(entry));
+    TESSEL_CHECK(inserted) << where() << " is listed twice";
+    ranges.emplace_back(it->second.begin, &it->first);
+  }
+  // The data section is the tensors one after another: no holes, no overlap.
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t next = 0;
+  for (const auto& [begin, key] : ranges) {
+    TESSEL_CHECK(begin == next) << "safetensors: tensor '" << *key << "' of " << name << " starts at byte "
+                                << begin << " of the data; expected " << next
+                                << " (tensors are packed without holes or overlap)";
+    next = header.entries.at(*key).end;
+  }
+  TESSEL_CHECK(next == data_bytes) << "safetensors: the tensors of " << name << " cover " << next
+                                   << " bytes of a data section of " << data_bytes
+                                   << " (a truncated or padded file)";
+  return header;
+}
+
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path) {
+  std::ifstream in(path, std::ios::binary);
+  TESSEL_CHECK(in.good()) << "safetensors: cannot open " << path.string() << ": " << std::strerror(errno);
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  TESSEL_CHECK(size >= 0) << "safetensors: cannot read " << path.string();
+  data_.resize(static_cast<size_t>(size));
+  in.seekg(0);
+  TESSEL_CHECK(in.read(reinterpret_cast<char*>(data_.data()), size).good() || size == 0)
+      << "safetensors: reading " << path.string() << " failed";
+  header_ = ParseSafetensorsHeader(data_.data(), data_.size(), path.string());
+}
+
+const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
+  auto it = header_.entries.find(name);
+  if (it == header_.entries.end()) {
+    std::string names;
+    for (const auto& [k, e] : header_.entries) names += (names.empty() ? "" : ", ") + k;
+    TESSEL_THROW(StatusCode::kInvalidArgument)
+        << "safetensors: " << path_.string() << " holds no tensor '" << name << "'; it holds: " << names;
+  }
+  return it->second;
+}
+
+std::span<const uint8_t> SafetensorsFile::bytes(const std::string& name) const {
+  const SafetensorsEntry& e = entry(name);
+  return {data_.data() + header_.data_offset + e.begin, static_cast<size_t>(e.end - e.begin)};
+}
+
+Tensor SafetensorsFile::tensor(const std::string& name) const {
+  const SafetensorsEntry& e = entry(name);
+  static const std::map<std::string, DType> kDTypes = {{"F32", DType::kFloat32},   {"F16", DType::kFloat16},
+                                                       {"BF16", DType::kBFloat16}, {"I32", DType::kInt32},
+                                                       {"I64", DType::kInt64},     {"BOOL", DType::kBool}};
+  auto it = kDTypes.find(e.dtype);
+  TESSEL_CHECK(it != kDTypes.end()) << "safetensors: tensor '" << name << "' of " << path_.string() << " is "
+                                    << e.dtype << "; a tensor is F32, F16, BF16, I32, I64 or BOOL";
+  Tensor t = Tensor::Empty(Shape(e.shape), it->second);
+  const std::span<const uint8_t> b = bytes(name);
+  if (!b.empty()) std::memcpy(t.raw_data(), b.data(), b.size());
+  return t;
 }
 
 }  // namespace tessel::zoo

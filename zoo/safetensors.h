@@ -3,11 +3,12 @@
 // range [begin, end) in the data that follows, then the data, row-major,
 // little-endian. The header may hold "__metadata__", a map of strings.
 // Readers elsewhere (the `safetensors` package, transformers) load what this
-// writes.
+// writes; ReadSafetensors reads what they write.
 #pragma once
 
 #include <filesystem>
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,5 +29,55 @@ std::string SafetensorsDType(DType dtype);
 void WriteSafetensors(const std::filesystem::path& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
+
+// One tensor's entry in a header: its dtype as the file names it ("F32",
+// "U8", ... any of the format's), its shape and its bytes [begin, end) in
+// the data section.
+struct SafetensorsEntry {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;
+  int64_t numel() const;
+};
+struct SafetensorsHeader {
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, SafetensorsEntry> entries;
+  uint64_t data_offset = 0;  // where the data section starts in the file
+};
+// Bytes per element of a safetensors dtype name; throws naming it if unknown.
+size_t SafetensorsElementSize(const std::string& dtype);
+
+// Parses the header of a safetensors image of `size` bytes and checks it
+// against the format: a header size that fits the file (and at most 100
+// MB, the format's limit), a JSON object, each tensor with a known dtype,
+// non-negative dims whose product times the element size is its byte range,
+// the ranges packed one after another from 0 without holes or overlap up to
+// the end of the file, metadata of strings. Throws naming `name`, the tensor
+// and the expected value for anything else. Allocates by the header's text
+// only, never by its counts.
+SafetensorsHeader ParseSafetensorsHeader(const uint8_t* data, size_t size, const std::string& name);
+
+// A safetensors file read into memory and checked (ParseSafetensorsHeader).
+class SafetensorsFile {
+ public:
+  // Throws naming the path if it is missing, unreadable or malformed.
+  explicit SafetensorsFile(const std::filesystem::path& path);
+  const std::filesystem::path& path() const { return path_; }
+  const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
+  const std::map<std::string, SafetensorsEntry>& entries() const { return header_.entries; }
+  bool contains(const std::string& name) const { return header_.entries.count(name) > 0; }
+  // The entry of `name`; throws naming the file and the names it holds if absent.
+  const SafetensorsEntry& entry(const std::string& name) const;
+  // The bytes of `name` (little-endian, row-major).
+  std::span<const uint8_t> bytes(const std::string& name) const;
+  // `name` as a host tensor (F32, F16, BF16, I32, I64, BOOL); throws naming
+  // the dtype for the others (read those through bytes()).
+  Tensor tensor(const std::string& name) const;
+
+ private:
+  std::filesystem::path path_;
+  std::vector<uint8_t> data_;
+  SafetensorsHeader header_;
+};
 
 }  // namespace tessel::zoo

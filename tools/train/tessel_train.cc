@@ -26,16 +26,14 @@
 #include <vector>
 
 #include "graph/autograd.h"
-#include "graph/global_tensor_ops.h"
 #include "graph/plan/graph.h"
 #include "layers/dist.h"
 #include "layers/optimizer.h"
-#include "models/gpt.h"
+#include "ops/functional.h"
 #include "runtime/actor_runtime.h"
+#include "tools/train/task.h"
 #include "zoo/config.h"
 #include "zoo/event_writer.h"
-#include "zoo/gpt_dataset.h"
-#include "zoo/indexed_dataset.h"
 
 DEFINE_string(
     config, "",
@@ -99,46 +97,6 @@ double LearningRate(const config::Config& c, int64_t iteration) {
   return optim::WarmupCosineLr(iteration, lr, s.warmup_iter(), c.train().train_iter(), s.min_lr());
 }
 
-// One global batch as this rank's inputs: the rows of its data-parallel
-// index, ids on the first stage's ranks and labels on the last's (a rank
-// of neither reads nothing). Rows are samples first + r·L .. first + (r+1)·L
-// of a global batch of `rows` samples split over dp (L = rows / dp).
-struct BatchReader {
-  const zoo::GPTDataset& data;
-  int64_t rows, dp, seq;
-  Placement first, last;
-  NdSbp first_sbp, last_sbp;
-
-  int DataParallelIndex() const {
-    const int64_t tp = dist::GetConfig().tensor_parallel_size;
-    return static_cast<int>(dist::Rank() % (dp * tp) / tp);
-  }
-  // The micro-batch `part` of `parts` of this rank's rows, as global inputs.
-  std::map<std::string, Tensor> Read(int64_t first_sample, int part = 0, int parts = 1) const {
-    const int me = dist::Rank();
-    const bool needs_ids = first.Contains(me), needs_labels = last.Contains(me);
-    const int64_t local_rows = rows / dp / parts;
-    std::vector<int64_t> ids, labels, tokens;
-    if (needs_ids || needs_labels) {
-      const int64_t begin = first_sample + DataParallelIndex() * (rows / dp) + part * local_rows;
-      for (int64_t i = 0; i < local_rows; ++i) {
-        tokens.clear();
-        data.Sample((begin + i) % data.size(), &tokens);
-        ids.insert(ids.end(), tokens.begin(), tokens.end() - 1);
-        labels.insert(labels.end(), tokens.begin() + 1, tokens.end());
-      }
-    }
-    const Shape shape({rows / parts, seq});
-    // A rank outside a placement gives no rows, but in the inputs' dtype
-    // (an undefined tensor would read as f32 and change the graph's specs).
-    const Tensor none = Tensor::FromVector<int64_t>({}, {0, seq});
-    Tensor local_ids = needs_ids ? Tensor::FromVector<int64_t>(ids, {local_rows, seq}) : none;
-    Tensor local_labels = needs_labels ? Tensor::FromVector<int64_t>(labels, {local_rows, seq}) : none;
-    return {{"ids", FromLocal(local_ids, first, first_sbp, shape)},
-            {"labels", FromLocal(local_labels, last, last_sbp, shape)}};
-  }
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -170,57 +128,32 @@ int main(int argc, char** argv) {
                .custom_pipeline_stage_ids = {d.custom_pipeline_stage_id().begin(),
                                              d.custom_pipeline_stage_id().end()}});
 
-  // Data: checked before the model is built.
-  zoo::IndexedDataset corpus(c.data().data_prefix());
-  const int64_t max_token = corpus.MaxToken();
-  TESSEL_CHECK(max_token < m.vocab_size())
-      << "tessel-train: dataset " << c.data().data_prefix() << " holds token id " << max_token
-      << " but model.vocab_size is " << m.vocab_size() << "; expected a vocabulary larger than every id";
-  const std::vector<zoo::DocumentRange> splits =
-      zoo::SplitDocuments(c.data().split(), corpus.num_documents());
-  const int64_t global = t.global_batch_size(), seq = m.max_seq_length();
-  zoo::GPTDataset train_data(corpus, splits[0], seq, t.train_iter() * global, t.seed(), "train");
+  const int micro_batches = static_cast<int>(t.num_accumulation_steps());
+  // Data and model: the data is checked against the config before the
+  // model is built.
+  const train::TaskContext context{.config = c,
+                                   .eval_graph = {.micro_batches = micro_batches,
+                                                  .stage_ranks = dist::StageRanks(),
+                                                  .layer_stages = dist::LayerStages()},
+                                   .micro_batches = micro_batches};
+  std::unique_ptr<train::Task> task =
+      m.arch() == "vit" ? train::MakeViTTask(context) : train::MakeGPTTask(context);
+  const int64_t global = t.global_batch_size(), tokens_per_sample = task->tokens_per_sample();
   const bool evaluate = c.evaluation().enabled();
-  TESSEL_CHECK(!evaluate || splits[1].size() > 0)
-      << "tessel-train: data.split '" << c.data().split() << "' gives the validation split no documents of "
-      << corpus.num_documents() << "; give it a share or set evaluation.enabled false";
-  std::unique_ptr<zoo::GPTDataset> eval_data;
-  if (evaluate)
-    eval_data = std::make_unique<zoo::GPTDataset>(corpus, splits[1], seq, c.evaluation().eval_iter() * global,
-                                                  t.seed() + 1, "validation");
-
-  models::GPTConfig gpt_config{
-      .vocab_size = m.vocab_size(),
-      .hidden = m.hidden_size(),
-      .heads = m.num_attention_heads(),
-      .layers = m.hidden_layers(),
-      .max_seq = m.max_seq_length(),
-      .ffn_hidden = m.ffn_hidden_size(),
-      .layernorm_epsilon = m.layernorm_epsilon(),
-      .init_std = m.initializer_range(),
-      .seed = t.seed(),
-      .activation = m.hidden_act() == "gelu" ? layers::Activation::kGelu : layers::Activation::kGeluTanh,
-      .embedding_dropout = m.embedding_dropout_prob(),
-      .attention_dropout = m.attention_dropout_prob(),
-      .hidden_dropout = m.hidden_dropout_prob(),
-      .make_vocab_size_divisible_by = m.make_vocab_size_divisible_by(),
-      .activation_checkpoint = t.activation_checkpoint()};
-  models::GPT gpt(gpt_config);
-  auto params = gpt.NamedParameters();
+  auto params = task->model().NamedParameters();
   const config::OptimConfig& o = c.optim();
   optim::AdamW adamw(params, {.lr = o.lr(),
                               .beta1 = o.beta1(),
                               .beta2 = o.beta2(),
                               .eps = o.eps(),
                               .weight_decay = o.weight_decay()});
-  const int micro_batches = static_cast<int>(t.num_accumulation_steps());
   const bool graph = t.graph().enabled(), in_order = t.graph().pipeline() == "in_order";
   runtime::ActorRuntime actors(
       {.schedule = in_order ? runtime::Schedule::kOneFOneB : runtime::ParseSchedule(t.graph().pipeline())});
   const double clip = o.clip_grad_norm();
   Graph train_step("train_step",
                    [&](const Graph::Tensors& in) {
-                     Tensor loss = gpt.Loss(in.at("ids"), in.at("labels"));
+                     Tensor loss = task->Loss(in);
                      loss.backward();
                      Tensor grad_norm = optim::ClipGradNormTensor(params, clip);
                      adamw.Step();
@@ -230,20 +163,7 @@ int main(int argc, char** argv) {
                     .stage_ranks = dist::StageRanks(),
                     .layer_stages = dist::LayerStages(),
                     .executor = in_order ? nullptr : actors.Executor()});
-  // Evaluation runs forward only, one op after another.
-  Graph eval_step("eval_step",
-                  [&](const Graph::Tensors& in) {
-                    return Graph::Tensors{{"loss", gpt.Loss(in.at("ids"), in.at("labels"))}};
-                  },
-                  {.micro_batches = micro_batches,
-                   .stage_ranks = dist::StageRanks(),
-                   .layer_stages = dist::LayerStages()});
-
   const int64_t dp = d.data_parallel_size();
-  const Placement first = dist::GetLayerPlacement(0), last = dist::GetLayerPlacement(-1);
-  const NdSbp hidden = dist::GetHiddenSbp();
-  const BatchReader train_reader{train_data, global, dp, seq, first, last, hidden, hidden};
-
   const std::filesystem::path out_dir = t.output_dir();
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> metrics(nullptr, &std::fclose);
   std::unique_ptr<zoo::EventWriter> events;  // TensorBoard scalars, beside metrics.jsonl
@@ -257,51 +177,37 @@ int main(int argc, char** argv) {
   }
   if (rank == 0) {
     std::printf(
-        "tessel-train: %s, %ld layers, hidden %ld, vocab %ld, sequence %ld; world %d = dp %ld x tp %ld x "
-        "pp %ld; global batch %ld = micro %ld x dp %ld x accumulation %d; %s%s; %ld iterations; "
-        "train %ld samples (%d epochs of %zu documents), validation %zu documents\n",
-        m.arch().c_str(), static_cast<long>(m.hidden_layers()), static_cast<long>(m.hidden_size()),
-        static_cast<long>(m.vocab_size()), static_cast<long>(seq), world, static_cast<long>(dp),
-        static_cast<long>(d.tensor_parallel_size()), static_cast<long>(d.pipeline_parallel_size()),
-        static_cast<long>(global), static_cast<long>(t.micro_batch_size()), static_cast<long>(dp),
-        micro_batches, graph ? "graph mode, " : "eager", graph ? t.graph().pipeline().c_str() : "",
-        static_cast<long>(t.train_iter()), static_cast<long>(train_data.size()), train_data.epochs(),
-        splits[0].size(), splits[1].size());
+        "tessel-train: %s, %ld layers, hidden %ld; world %d = dp %ld x tp %ld x "
+        "pp %ld; global batch %ld = micro %ld x dp %ld x accumulation %d; %s%s; %ld iterations; %s\n",
+        m.arch().c_str(), static_cast<long>(m.hidden_layers()), static_cast<long>(m.hidden_size()), world,
+        static_cast<long>(dp), static_cast<long>(d.tensor_parallel_size()),
+        static_cast<long>(d.pipeline_parallel_size()), static_cast<long>(global),
+        static_cast<long>(t.micro_batch_size()), static_cast<long>(dp), micro_batches,
+        graph ? "graph mode, " : "eager", graph ? t.graph().pipeline().c_str() : "",
+        static_cast<long>(t.train_iter()), task->DataSummary().c_str());
     std::fflush(stdout);
   }
 
   auto evaluate_now = [&](int64_t iteration) {
-    double total = 0;
-    const BatchReader reader{*eval_data, global, dp, seq, first, last, hidden, hidden};
-    for (int64_t k = 0; k < c.evaluation().eval_iter(); ++k) {
-      if (graph) {
-        total += optim::ScalarValue(eval_step(reader.Read(k * global)).at("loss"));
-      } else {
-        NoGradGuard no_grad;
-        gpt.Eval();  // no dropout
-        double batch = 0;
-        for (int part = 0; part < micro_batches; ++part) {
-          auto in = reader.Read(k * global, part, micro_batches);
-          batch += optim::ScalarValue(gpt.Loss(in.at("ids"), in.at("labels")));
-        }
-        total += batch / micro_batches;
-        gpt.Train();
-      }
+    const std::vector<train::Metric> metrics_now = task->Evaluate(graph);
+    if (rank != 0) return;
+    std::string line = "evaluation at iteration " + std::to_string(iteration) + ":";
+    std::string json = "{\"iteration\": " + std::to_string(iteration);
+    char value[64];
+    for (const train::Metric& metric : metrics_now) {
+      std::snprintf(value, sizeof(value), "%.6f", metric.value);
+      line.append(" ").append(metric.name).append(" ").append(value);
+      std::snprintf(value, sizeof(value), "%.7g", metric.value);
+      json.append(", \"eval_").append(metric.name).append("\": ").append(value);
+      if (events) events->AddScalar("eval/" + metric.name, iteration, metric.value);
     }
-    const double loss = total / static_cast<double>(c.evaluation().eval_iter());
-    if (rank == 0) {
-      std::printf("evaluation at iteration %ld: loss %.6f perplexity %.3f\n", static_cast<long>(iteration),
-                  loss, std::exp(loss));
-      std::fflush(stdout);
-      if (metrics)
-        std::fprintf(metrics.get(), "{\"iteration\": %ld, \"eval_loss\": %.7f, \"eval_perplexity\": %.5f}\n",
-                     static_cast<long>(iteration), loss, std::exp(loss));
-      if (events) {
-        events->AddScalar("eval/loss", iteration, loss);
-        events->AddScalar("eval/perplexity", iteration, std::exp(loss));
-        events->Flush();
-      }
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    if (metrics) {
+      std::fprintf(metrics.get(), "%s}\n", json.c_str());
+      std::fflush(metrics.get());
     }
+    if (events) events->Flush();
   };
 
   using Clock = std::chrono::steady_clock;
@@ -314,7 +220,7 @@ int main(int argc, char** argv) {
     double loss = 0, grad_norm = 0;
     if (graph) {
       const auto data_start = Clock::now();
-      auto in = train_reader.Read(it * global);
+      auto in = task->ReadTrain(it, 0, 1);
       period_data_seconds += std::chrono::duration<double>(Clock::now() - data_start).count();
       Graph::Tensors out = train_step(in);
       loss = optim::ScalarValue(out.at("loss"));
@@ -323,9 +229,9 @@ int main(int argc, char** argv) {
       // Eagerly, micro-batches are a loop: each backward adds its share.
       for (int part = 0; part < micro_batches; ++part) {
         const auto data_start = Clock::now();
-        auto in = train_reader.Read(it * global, part, micro_batches);
+        auto in = task->ReadTrain(it, part, micro_batches);
         period_data_seconds += std::chrono::duration<double>(Clock::now() - data_start).count();
-        Tensor part_loss = gpt.Loss(in.at("ids"), in.at("labels"));
+        Tensor part_loss = task->Loss(in);
         if (micro_batches > 1) part_loss = fn::mul_scalar(part_loss, 1.0 / micro_batches);
         part_loss.backward();
         loss += optim::ScalarValue(part_loss);
@@ -342,7 +248,7 @@ int main(int argc, char** argv) {
       const double elapsed = std::chrono::duration<double>(now - start).count();
       const double eta = elapsed / static_cast<double>(done) * static_cast<double>(t.train_iter() - done);
       const double samples = static_cast<double>(global) / per_iter,
-                   tokens = samples * static_cast<double>(seq);
+                   tokens = samples * static_cast<double>(tokens_per_sample);
       const double data_ms = 1e3 * period_data_seconds / static_cast<double>(period_iterations);
       const double peak = PeakResidentMiB();
       if (rank == 0) {

@@ -1,0 +1,150 @@
+// GPT-2 (models/gpt.h) on a Megatron-format indexed dataset: samples of
+// max_seq_length + 1 tokens (zoo/gpt_dataset.h), ids in and the next
+// tokens as labels; evaluation reports the loss and perplexity.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "graph/autograd.h"
+#include "layers/dist.h"
+#include "layers/optimizer.h"
+#include "models/gpt.h"
+#include "ops/functional.h"
+#include "tools/train/task.h"
+#include "zoo/gpt_dataset.h"
+#include "zoo/indexed_dataset.h"
+
+namespace tessel::train {
+namespace {
+
+class GPTTask : public Task {
+ public:
+  explicit GPTTask(const TaskContext& context)
+      : c_(context.config),
+        micro_batches_(context.micro_batches),
+        corpus_(c_.data().data_prefix()),
+        splits_(zoo::SplitDocuments(c_.data().split(), corpus_.num_documents())),
+        seq_(c_.model().max_seq_length()),
+        global_(c_.train().global_batch_size()) {
+    const config::ModelConfig& m = c_.model();
+    const int64_t max_token = corpus_.MaxToken();
+    TESSEL_CHECK(max_token < m.vocab_size())
+        << "tessel-train: dataset " << c_.data().data_prefix() << " holds token id " << max_token
+        << " but model.vocab_size is " << m.vocab_size() << "; expected a vocabulary larger than every id";
+    const config::TrainConfig& t = c_.train();
+    train_ = std::make_unique<zoo::GPTDataset>(corpus_, splits_[0], seq_, t.train_iter() * global_, t.seed(),
+                                               "train");
+    if (c_.evaluation().enabled()) {
+      TESSEL_CHECK(splits_[1].size() > 0)
+          << "tessel-train: data.split '" << c_.data().split()
+          << "' gives the validation split no documents of " << corpus_.num_documents()
+          << "; give it a share or set evaluation.enabled false";
+      eval_ = std::make_unique<zoo::GPTDataset>(
+          corpus_, splits_[1], seq_, c_.evaluation().eval_iter() * global_, t.seed() + 1, "validation");
+    }
+    gpt_ = std::make_unique<models::GPT>(models::GPTConfig{
+        .vocab_size = m.vocab_size(),
+        .hidden = m.hidden_size(),
+        .heads = m.num_attention_heads(),
+        .layers = m.hidden_layers(),
+        .max_seq = m.max_seq_length(),
+        .ffn_hidden = m.ffn_hidden_size(),
+        .layernorm_epsilon = m.layernorm_epsilon(),
+        .init_std = m.initializer_range(),
+        .seed = t.seed(),
+        .activation = m.hidden_act() == "gelu" ? layers::Activation::kGelu : layers::Activation::kGeluTanh,
+        .embedding_dropout = m.embedding_dropout_prob(),
+        .attention_dropout = m.attention_dropout_prob(),
+        .hidden_dropout = m.hidden_dropout_prob(),
+        .make_vocab_size_divisible_by = m.make_vocab_size_divisible_by(),
+        .activation_checkpoint = t.activation_checkpoint()});
+    // Evaluation runs forward only, one op after another.
+    eval_step_ = std::make_unique<Graph>(
+        "eval_step",
+        [this](const Graph::Tensors& in) {
+          return Graph::Tensors{{"loss", Loss(in)}};
+        },
+        context.eval_graph);
+  }
+
+  nn::Module& model() override { return *gpt_; }
+  Tensor Loss(const Graph::Tensors& in) const override { return gpt_->Loss(in.at("ids"), in.at("labels")); }
+  int64_t tokens_per_sample() const override { return seq_; }
+
+  Graph::Tensors ReadTrain(int64_t iteration, int part, int parts) const override {
+    return Read(*train_, iteration * global_, part, parts);
+  }
+
+  std::vector<Metric> Evaluate(bool graph_mode) override {
+    double total = 0;
+    const int64_t batches = c_.evaluation().eval_iter();
+    for (int64_t k = 0; k < batches; ++k) {
+      if (graph_mode) {
+        total += optim::ScalarValue((*eval_step_)(Read(*eval_, k * global_, 0, 1)).at("loss"));
+        continue;
+      }
+      NoGradGuard no_grad;
+      gpt_->Eval();  // no dropout
+      double batch = 0;
+      for (int part = 0; part < micro_batches_; ++part)
+        batch += optim::ScalarValue(Loss(Read(*eval_, k * global_, part, micro_batches_)));
+      total += batch / micro_batches_;
+      gpt_->Train();
+    }
+    const double loss = total / static_cast<double>(batches);
+    return {{"loss", loss}, {"perplexity", std::exp(loss)}};
+  }
+
+  std::string DataSummary() const override {
+    char line[256];
+    std::snprintf(
+        line, sizeof(line),
+        "vocab %ld, sequence %ld; train %ld samples (%d epochs of %zu documents), validation %zu documents",
+        static_cast<long>(c_.model().vocab_size()), static_cast<long>(seq_),
+        static_cast<long>(train_->size()), train_->epochs(), splits_[0].size(), splits_[1].size());
+    return line;
+  }
+
+ private:
+  // Rows first_sample + FirstRow .. of `data`: ids on the first stage,
+  // labels on the last.
+  Graph::Tensors Read(const zoo::GPTDataset& data, int64_t first_sample, int part, int parts) const {
+    const BatchLayout layout = BatchLayout::ForWorld(global_);
+    const bool needs_ids = layout.ReadsInputs(), needs_labels = layout.ReadsLabels();
+    const int64_t local_rows = layout.LocalRows(parts);
+    std::vector<int64_t> ids, labels, tokens;
+    if (needs_ids || needs_labels) {
+      const int64_t begin = first_sample + layout.FirstRow(part, parts);
+      for (int64_t i = 0; i < local_rows; ++i) {
+        tokens.clear();
+        data.Sample((begin + i) % data.size(), &tokens);
+        ids.insert(ids.end(), tokens.begin(), tokens.end() - 1);
+        labels.insert(labels.end(), tokens.begin() + 1, tokens.end());
+      }
+    }
+    const Shape shape({global_ / parts, seq_});
+    // A rank outside a placement gives no rows, but in the inputs' dtype
+    // (an undefined tensor would read as f32 and change the graph's specs).
+    const Tensor none = Tensor::FromVector<int64_t>({}, {0, seq_});
+    return {{"ids",
+             layout.OnFirst(needs_ids ? Tensor::FromVector<int64_t>(ids, {local_rows, seq_}) : none, shape)},
+            {"labels",
+             layout.OnLast(needs_labels ? Tensor::FromVector<int64_t>(labels, {local_rows, seq_}) : none,
+                           shape)}};
+  }
+
+  const config::Config& c_;
+  int micro_batches_;
+  zoo::IndexedDataset corpus_;
+  std::vector<zoo::DocumentRange> splits_;
+  int64_t seq_, global_;
+  std::unique_ptr<zoo::GPTDataset> train_, eval_;
+  std::unique_ptr<models::GPT> gpt_;
+  std::unique_ptr<Graph> eval_step_;
+};
+
+}  // namespace
+
+std::unique_ptr<Task> MakeGPTTask(const TaskContext& context) { return std::make_unique<GPTTask>(context); }
+
+}  // namespace tessel::train

@@ -1,0 +1,78 @@
+// What tessel-train trains: a model of the zoo with its data, behind one
+// interface so the training loop (tessel_train.cc) is the same for every
+// model. One task per model, one file each: gpt_task.cc (GPT-2 on an
+// indexed dataset), vit_task.cc (ViT on an image dataset).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "graph/plan/graph.h"
+#include "layers/module.h"
+#include "sbp/placement.h"
+#include "zoo/config.pb.h"
+
+namespace tessel::train {
+
+// How a global batch reaches the ranks: each data-parallel rank reads its
+// rows (rows / dp of them, cut again into micro-batches eagerly); inputs go
+// to the first stage's ranks and labels to the last's, so a rank of
+// neither reads nothing.
+struct BatchLayout {
+  int64_t rows = 0;  // the global batch
+  int64_t dp = 1;
+  Placement first, last;
+  NdSbp sbp;  // batch split over dp, replicated over tp
+
+  static BatchLayout ForWorld(int64_t rows);
+  int DataParallelIndex() const;
+  // Rows this rank reads for micro-batch `part` of `parts`.
+  int64_t LocalRows(int parts) const { return rows / dp / parts; }
+  // The position in the global batch of this rank's first row of `part`.
+  int64_t FirstRow(int part, int parts) const;
+  bool ReadsInputs() const;
+  bool ReadsLabels() const;
+  // This rank's rows (`local`; empty of shape [0, ...] off the placement) as
+  // the global input of `global_shape` on the first (or last) stage.
+  Tensor OnFirst(const Tensor& local, const Shape& global_shape) const;
+  Tensor OnLast(const Tensor& local, const Shape& global_shape) const;
+};
+
+struct Metric {
+  std::string name;  // "loss", "perplexity", "accuracy"
+  double value;
+};
+
+class Task {
+ public:
+  virtual ~Task() = default;
+  virtual nn::Module& model() = 0;
+  // The mean loss of a batch of this task's inputs (micro-batch or whole).
+  virtual Tensor Loss(const Graph::Tensors& inputs) const = 0;
+  // This rank's inputs for micro-batch `part` of `parts` of training
+  // iteration `iteration`.
+  virtual Graph::Tensors ReadTrain(int64_t iteration, int part, int parts) const = 0;
+  // Evaluation over the validation split: the loss and the task's metric.
+  // In graph mode it runs a forward-only graph (options: the training
+  // graph's stages, micro-batches); eagerly, one micro-batch after another.
+  virtual std::vector<Metric> Evaluate(bool graph_mode) = 0;
+  // Tokens in a sample, for tokens/s (a sequence's length, a ViT's patches).
+  virtual int64_t tokens_per_sample() const = 0;
+  // One line on the data for the start of the log.
+  virtual std::string DataSummary() const = 0;
+};
+
+struct TaskContext {
+  const config::Config& config;
+  GraphOptions eval_graph;  // forward only: stages and micro-batches, in-order executor
+  int micro_batches = 1;
+};
+
+// Checks the data against the model's config and builds the model, before
+// any training; throws naming the field or file.
+std::unique_ptr<Task> MakeGPTTask(const TaskContext& context);
+std::unique_ptr<Task> MakeViTTask(const TaskContext& context);
+
+}  // namespace tessel::train
