@@ -18,6 +18,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import check, expect, finish, run  # noqa: E402
+from train_checks import Trainer, check_long_runs, check_same_losses  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--launcher", required=True)
@@ -27,53 +28,11 @@ args = parser.parse_args()
 config = os.path.join(args.source, "configs", "gpt2_tiny.prototxt")
 work = tempfile.mkdtemp(prefix="tessel_train_layouts_")
 ITERS = 20
-LOSS = re.compile(r"\[rank 0\] iteration (\d+)/\d+ loss ([0-9.]+)")
-
-
-def train(nproc, sets, timeout=240):
-    cmd = [args.launcher, "--nproc_per_node", str(nproc), "--master_port", "0", "--max_run_s", str(timeout - 20),
-           "--", args.program, "--config", config]
-    for s in sets:
-        cmd += ["--set", s]
-    return run(cmd, timeout=timeout)
-
-
+train = Trainer(args.launcher, args.program, config)
 common = [f"train.train_iter={ITERS}", "train.log_period=1", "evaluation.enabled=false",
           "scheduler.warmup_iter=5"]
-# name: (ranks, tp, pp, graph mode)
-layouts = {"1x1x1": (1, 1, 1, True), "dp2": (2, 1, 1, True), "tp2": (2, 2, 1, True), "pp2": (2, 1, 2, True),
-           "dp2xtp2": (4, 2, 1, True), "tp2xpp2": (4, 2, 2, True), "eager 1x1x1": (1, 1, 1, False),
-           "eager tp2xpp2": (4, 2, 2, False)}
-losses = {}
-for name, (nproc, tp, pp, graph) in layouts.items():
-    out_dir = os.path.join(work, name.replace(" ", "_"))
-    code, out, secs = train(nproc, common + [f"train.dist.tensor_parallel_size={tp}",
-                                             f"train.dist.pipeline_parallel_size={pp}",
-                                             f"train.graph.enabled={'true' if graph else 'false'}",
-                                             f"train.output_dir={out_dir}"])
-    check(f"{name}: training ran ({secs:.1f} s)", code == 0, out)
-    losses[name] = [float(v) for i, v in LOSS.findall(out)]
-    check(f"{name}: {ITERS} losses", len(losses[name]) == ITERS, out)
-
-ref = losses["1x1x1"]
-print("1x1x1 losses:", " ".join(f"{v:.5f}" for v in ref))
-check("the loss falls", len(ref) == ITERS and ref[-1] < ref[0] - 0.5, str(ref))
-for name, values in losses.items():
-    worst = max((abs(a - b) / abs(b) for a, b in zip(values, ref)), default=float("inf"))
-    check(f"{name}: losses match 1x1x1 within 1e-5 relative (worst {worst:.2e})",
-          len(values) == ITERS and worst <= 1e-5)
-
-# 100 iterations with a falling loss eagerly, in graph mode and under pp2.
-for name, (nproc, pp, graph) in {"eager": (1, 1, False), "graph": (1, 1, True), "graph pp2": (2, 2, True)}.items():
-    code, out, secs = train(nproc, ["train.train_iter=100", "train.log_period=10", "evaluation.enabled=false",
-                                    "train.dist.tensor_parallel_size=1", f"train.dist.pipeline_parallel_size={pp}",
-                                    f"train.graph.enabled={'true' if graph else 'false'}",
-                                    f"train.output_dir={os.path.join(work, 'long_' + name.replace(' ', '_'))}"])
-    values = [float(v) for i, v in LOSS.findall(out)]
-    check(f"100 iterations {name}: ran ({secs:.1f} s), loss {values[0] if values else 0:.3f} -> "
-          f"{values[-1] if values else 0:.3f}", code == 0 and len(values) == 11, out)
-    check(f"100 iterations {name}: the loss falls by more than 1.5 nats",
-          len(values) == 11 and values[-1] < values[0] - 1.5, str(values))
+losses = check_same_losses(train, work, ITERS, common, min_drop=0.5)
+check_long_runs(train, work, [], min_drop=1.5)
 
 # What a run leaves: the resolved config (every derived size) and the metrics.
 out_dir = os.path.join(work, "tp2xpp2")

@@ -1,0 +1,70 @@
+"""What every model of the zoo must show under tessel-train (used by
+test_train_layouts.py for GPT-2 and test_train_vit.py for ViT): the same
+losses under every layout, and a falling loss over 100 iterations eagerly,
+in graph mode and under pp2."""
+import os
+import re
+
+from harness import check, run
+
+LOSS = re.compile(r"\[rank 0\] iteration (\d+)/\d+ loss ([0-9.]+)")
+
+# name: (ranks, tp, pp, graph mode)
+LAYOUTS = {"1x1x1": (1, 1, 1, True), "dp2": (2, 1, 1, True), "tp2": (2, 2, 1, True), "pp2": (2, 1, 2, True),
+           "dp2xtp2": (4, 2, 1, True), "tp2xpp2": (4, 2, 2, True), "eager 1x1x1": (1, 1, 1, False),
+           "eager tp2xpp2": (4, 2, 2, False)}
+
+
+class Trainer:
+    """Runs tessel-train under tessel-launch on one config with --set overrides."""
+
+    def __init__(self, launcher, program, config):
+        self.launcher, self.program, self.config = launcher, program, config
+
+    def __call__(self, nproc, sets, timeout=240):
+        cmd = [self.launcher, "--nproc_per_node", str(nproc), "--master_port", "0", "--max_run_s",
+               str(timeout - 20), "--", self.program, "--config", self.config]
+        for s in sets:
+            cmd += ["--set", s]
+        return run(cmd, timeout=timeout)
+
+
+def layout_sets(tp, pp, graph):
+    return [f"train.dist.tensor_parallel_size={tp}", f"train.dist.pipeline_parallel_size={pp}",
+            f"train.graph.enabled={'true' if graph else 'false'}"]
+
+
+def check_same_losses(train, work, iters, common, min_drop):
+    """Trains `iters` iterations under every layout of LAYOUTS; checks each
+    gives the losses of 1x1x1 within 1e-5 relative and that they fall by
+    min_drop. Returns the losses by layout name."""
+    losses = {}
+    for name, (nproc, tp, pp, graph) in LAYOUTS.items():
+        out_dir = os.path.join(work, name.replace(" ", "_"))
+        code, out, secs = train(nproc, common + layout_sets(tp, pp, graph) + [f"train.output_dir={out_dir}"])
+        check(f"{name}: training ran ({secs:.1f} s)", code == 0, out)
+        losses[name] = [float(v) for i, v in LOSS.findall(out)]
+        check(f"{name}: {iters} losses", len(losses[name]) == iters, out)
+    ref = losses["1x1x1"]
+    print("1x1x1 losses:", " ".join(f"{v:.5f}" for v in ref))
+    check(f"the loss falls by more than {min_drop}", len(ref) == iters and ref[-1] < ref[0] - min_drop, str(ref))
+    for name, values in losses.items():
+        worst = max((abs(a - b) / abs(b) for a, b in zip(values, ref)), default=float("inf"))
+        check(f"{name}: losses match 1x1x1 within 1e-5 relative (worst {worst:.2e})",
+              len(values) == iters and worst <= 1e-5)
+    return losses
+
+
+def check_long_runs(train, work, common, min_drop):
+    """100 iterations with a loss falling by min_drop (first logged
+    iteration to the last) eagerly, in graph mode and under pp2."""
+    for name, (nproc, pp, graph) in {"eager": (1, 1, False), "graph": (1, 1, True),
+                                     "graph pp2": (2, 2, True)}.items():
+        code, out, secs = train(nproc, common + ["train.train_iter=100", "train.log_period=10",
+                                                 "evaluation.enabled=false"] + layout_sets(1, pp, graph) +
+                                [f"train.output_dir={os.path.join(work, 'long_' + name.replace(' ', '_'))}"])
+        values = [float(v) for i, v in LOSS.findall(out)]
+        check(f"100 iterations {name}: ran ({secs:.1f} s), loss {values[0] if values else 0:.3f} -> "
+              f"{values[-1] if values else 0:.3f}", code == 0 and len(values) == 11, out)
+        check(f"100 iterations {name}: the loss falls by more than {min_drop}",
+              len(values) == 11 and values[-1] < values[0] - min_drop, str(values))
