@@ -95,9 +95,10 @@ ImageDataset ImageDataset::Load(const std::string& path) {
         << "image dataset " << path << ": metadata num_classes '" << it->second
         << "'; expected an integer above the largest label " << largest;
   }
-  // Pixels outside [0, pixel_max] mean the file's scale is not what it says.
+  // Pixels outside [0, pixel_max] mean the file's scale is not what it says
+  // (nothing to check for bytes against 255 and more).
   const std::span<const uint8_t> pixels = f.bytes("images");
-  const int64_t count = images.numel();
+  const int64_t count = d.u8_ && d.pixel_max_ >= 255 ? 0 : images.numel();
   for (int64_t k = 0; k < count; ++k) {
     double v;
     if (d.u8_) {

@@ -1,10 +1,14 @@
 #include "zoo/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -170,16 +174,32 @@ SafetensorsHeader ParseSafetensorsHeader(const uint8_t* data, size_t size, const
 }
 
 SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path) {
-  std::ifstream in(path, std::ios::binary);
-  TESSEL_CHECK(in.good()) << "safetensors: cannot open " << path.string() << ": " << std::strerror(errno);
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  TESSEL_CHECK(size >= 0) << "safetensors: cannot read " << path.string();
-  data_.resize(static_cast<size_t>(size));
-  in.seekg(0);
-  TESSEL_CHECK(in.read(reinterpret_cast<char*>(data_.data()), size).good() || size == 0)
-      << "safetensors: reading " << path.string() << " failed";
-  header_ = ParseSafetensorsHeader(data_.data(), data_.size(), path.string());
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TESSEL_CHECK(fd >= 0) << "safetensors: cannot open " << path.string() << ": " << std::strerror(errno);
+  struct stat st {};
+  const bool stat_ok = ::fstat(fd, &st) == 0;
+  const int stat_error = errno;
+  if (stat_ok && st.st_size > 0) {
+    size_ = static_cast<size_t>(st.st_size);
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
+    data_ = p == MAP_FAILED ? nullptr : static_cast<const uint8_t*>(p);
+  }
+  const int map_error = errno;
+  ::close(fd);
+  TESSEL_CHECK(stat_ok) << "safetensors: cannot stat " << path.string() << ": " << std::strerror(stat_error);
+  TESSEL_CHECK(size_ == 0 || data_ != nullptr)
+      << "safetensors: cannot map " << path.string() << ": " << std::strerror(map_error);
+  static const uint8_t kEmpty[1] = {0};
+  try {
+    header_ = ParseSafetensorsHeader(data_ != nullptr ? data_ : kEmpty, size_, path.string());
+  } catch (...) {
+    if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+    throw;
+  }
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
 const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
@@ -195,7 +215,7 @@ const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
 
 std::span<const uint8_t> SafetensorsFile::bytes(const std::string& name) const {
   const SafetensorsEntry& e = entry(name);
-  return {data_.data() + header_.data_offset + e.begin, static_cast<size_t>(e.end - e.begin)};
+  return {data_ + header_.data_offset + e.begin, static_cast<size_t>(e.end - e.begin)};
 }
 
 Tensor SafetensorsFile::tensor(const std::string& name) const {

@@ -57,11 +57,16 @@ size_t SafetensorsElementSize(const std::string& dtype);
 // only, never by its counts.
 SafetensorsHeader ParseSafetensorsHeader(const uint8_t* data, size_t size, const std::string& name);
 
-// A safetensors file read into memory and checked (ParseSafetensorsHeader).
+// A safetensors file, memory-mapped (nothing is read until asked for, so a
+// dataset or checkpoint larger than memory opens) and checked
+// (ParseSafetensorsHeader).
 class SafetensorsFile {
  public:
   // Throws naming the path if it is missing, unreadable or malformed.
   explicit SafetensorsFile(const std::filesystem::path& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
   const std::filesystem::path& path() const { return path_; }
   const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
   const std::map<std::string, SafetensorsEntry>& entries() const { return header_.entries; }
@@ -76,7 +81,8 @@ class SafetensorsFile {
 
  private:
   std::filesystem::path path_;
-  std::vector<uint8_t> data_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
   SafetensorsHeader header_;
 };
 

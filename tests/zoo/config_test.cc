@@ -246,6 +246,55 @@ TEST(ConfigTest, TheStandardSizeConfigsResolveForEightRanks) {
   }
 }
 
+TEST(ConfigTest, TheViTConfigsResolve) {
+  config::Config tiny = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/vit_tiny.prototxt");
+  ResolveConfig(&tiny, 1);
+  EXPECT_EQ(tiny.train().num_accumulation_steps(), 2);
+  EXPECT_TRUE(std::filesystem::exists(tiny.data().image_dataset())) << tiny.data().image_dataset();
+  struct Expected {
+    const char* file;
+    int64_t hidden, heads, dp;
+  };
+  for (const Expected& e : {Expected{"vit_ti16_224", 192, 3, 8}, Expected{"vit_s16_224", 384, 6, 4},
+                            Expected{"vit_b16_224", 768, 12, 4}}) {
+    SCOPED_TRACE(e.file);
+    config::Config c = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/" + e.file + ".prototxt");
+    ResolveConfig(&c, 8);
+    EXPECT_EQ(c.model().hidden_size(), e.hidden);
+    EXPECT_EQ(c.model().num_attention_heads(), e.heads);
+    EXPECT_EQ(c.model().ffn_hidden_size(), 4 * e.hidden);
+    EXPECT_EQ(c.model().image_size() / c.model().patch_size(), 14);
+    EXPECT_EQ(c.train().dist().data_parallel_size(), e.dp);
+    EXPECT_EQ(c.data().image_dataset(), "synthetic");
+  }
+}
+
+TEST(ConfigTest, VisionFieldsAreChecked) {
+  const std::string vit = "model { arch: \"vit\" image_size: 8 patch_size: 2 num_classes: 10 } ";
+  std::string e = ResolveError(vit, 1);
+  EXPECT_NE(e.find("data.image_dataset is not set"), std::string::npos) << e;
+  e = ResolveError("model { arch: \"vit\" image_size: 8 patch_size: 3 } data { image_dataset: \"x\" }", 1);
+  EXPECT_NE(e.find("model.image_size 8 is not a multiple of model.patch_size 3"), std::string::npos) << e;
+  e = ResolveError(
+      "model { arch: \"vit\" image_size: 8 patch_size: 2 } data { image_dataset: \"synthetic\" }", 1);
+  EXPECT_NE(e.find("\"synthetic\" needs model.num_classes (0)"), std::string::npos) << e;
+  // eval_iter 0 is the whole validation split for images, an error for text.
+  config::Config whole =
+      ParseConfig(vit + "data { image_dataset: \"x\" } evaluation { eval_iter: 0 }", "vit");
+  EXPECT_NO_THROW(ResolveConfig(&whole, 1));
+  e = ResolveError("data { data_prefix: \"d\" } evaluation { eval_iter: 0 }", 1);
+  EXPECT_NE(e.find("evaluation.eval_iter"), std::string::npos) << e;
+  // The image file is found beside the config, like the data prefix.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "tessel_config_vit_test";
+  std::filesystem::create_directories(dir / "configs");
+  std::ofstream(dir / "configs" / "v.prototxt") << "data { image_dataset: \"../data/x.safetensors\" }\n";
+  EXPECT_EQ(LoadConfig((dir / "configs" / "v.prototxt").string()).data().image_dataset(),
+            (dir / "data" / "x.safetensors").string());
+  std::ofstream(dir / "configs" / "s.prototxt") << "data { image_dataset: \"synthetic\" }\n";
+  EXPECT_EQ(LoadConfig((dir / "configs" / "s.prototxt").string()).data().image_dataset(), "synthetic");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ConfigTest, ClosestNameIsATypoDistanceAway) {
   EXPECT_EQ(ClosestName("tensor_paralel_size", {"data_parallel_size", "tensor_parallel_size"}),
             "tensor_parallel_size");
