@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Draws the curves of a tessel-train run as a PNG: training and evaluation
-loss against the iteration (left), learning rate and throughput (right).
+loss against the iteration (left; with the evaluation accuracy of a
+classifier on a second axis), learning rate and throughput (right).
 
     /usr/bin/python3 tools/plot_metrics.py output/gpt2_tiny [--out curves.png] [--title TEXT]
 
@@ -53,7 +54,17 @@ def main():
     left.set_xlabel("iteration")
     left.set_ylabel("cross-entropy (nats)")
     left.grid(alpha=0.3)
-    left.legend()
+    accuracy = [r for r in evals if "eval_accuracy" in r]
+    if accuracy:
+        acc = left.twinx()
+        acc.plot([r["iteration"] for r in accuracy], [100 * r["eval_accuracy"] for r in accuracy], "s--",
+                 color="#9467bd", label="evaluation accuracy")
+        acc.set_ylabel("accuracy (%)")
+        acc.set_ylim(0, 100)
+        lines = left.get_legend_handles_labels()[0] + acc.get_legend_handles_labels()[0]
+        left.legend(lines, [line.get_label() for line in lines], loc="center right")
+    else:
+        left.legend()
     right.plot([r["iteration"] for r in train], [r["lr"] for r in train], color="#2ca02c", label="learning rate")
     right.set_xlabel("iteration")
     right.set_ylabel("learning rate")
