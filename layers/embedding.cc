@@ -1,5 +1,9 @@
 #include "layers/embedding.h"
 
+#include <glog/logging.h>
+
+#include <algorithm>
+
 #include "core/error.h"
 #include "graph/autograd.h"
 #include "layers/common.h"
@@ -43,6 +47,22 @@ Tensor Embedding::operator()(const Tensor& ids) const {
   const NdSbp all_b = dist::GetNdSbp({B(), B()});
   Tensor g = ids.is_global() ? ids.to_global(p, all_b) : ids.to_global(p, all_b);
   return fn::embedding(weight, g);
+}
+
+int64_t PaddedVocabSize(int64_t vocab_size, int64_t multiple, int64_t tp) {
+  TESSEL_CHECK(vocab_size > 0) << "vocab_size=" << vocab_size << "; expected a positive size";
+  const int64_t unit = std::max<int64_t>(multiple, 1) * tp;
+  return (vocab_size + unit - 1) / unit * unit;
+}
+
+int64_t PaddedVocabSizeLogged(const std::string& model, int64_t vocab_size, int64_t multiple) {
+  const int64_t tp = dist::GetConfig().tensor_parallel_size;
+  const int64_t padded = PaddedVocabSize(vocab_size, multiple, tp);
+  if (padded != vocab_size && dist::Rank() == 0)
+    LOG(INFO) << model << ": vocabulary of " << vocab_size << " padded to " << padded
+              << " rows (a multiple of " << std::max<int64_t>(multiple, 1) << " x tp " << tp
+              << "); the padded logits are masked out";
+  return padded;
 }
 
 }  // namespace tessel::layers

@@ -3,6 +3,8 @@
 // hidden layout); Embedding (positions, token types) is replicated.
 #pragma once
 
+#include <string>
+
 #include "layers/module.h"
 
 namespace tessel::layers {
@@ -30,5 +32,12 @@ class Embedding : public nn::Module {
   Tensor operator()(const Tensor& ids) const;
   Tensor weight;  // [num, hidden], replicated
 };
+
+// vocab_size rounded up to a multiple of multiple x tp (multiple <= 1: of
+// tp), as Megatron pads: each tp rank then holds an equal slice of the table.
+int64_t PaddedVocabSize(int64_t vocab_size, int64_t multiple, int64_t tp);
+// PaddedVocabSize under the current tp, logged on rank 0 (naming `model`)
+// when it pads.
+int64_t PaddedVocabSizeLogged(const std::string& model, int64_t vocab_size, int64_t multiple);
 
 }  // namespace tessel::layers

@@ -1,5 +1,6 @@
 #include "layers/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -122,6 +123,21 @@ Tensor LMLogits(const Tensor& h, const Tensor& embedding_table) {
   // gradient comes back partial over tp and is all-reduced here.
   Tensor x = ToHidden(h, table.placement());
   return fn::matmul(x.to_global(x.placement(), x.nd_sbp(), x.nd_sbp()), table, false, true);
+}
+
+Tensor MaskPaddedLogits(const Tensor& logits, int64_t vocab_size) {
+  const int64_t padded = logits.shape()[-1];
+  if (padded == vocab_size) return logits;
+  std::vector<bool> padding(padded, false);
+  std::fill(padding.begin() + vocab_size, padding.end(), true);
+  Tensor mask = Tensor::FromVector<bool>(padding, {padded});
+  if (logits.is_global()) {
+    // Replicated from each rank's full copy, then sliced like the
+    // vocabulary-split logits.
+    const Placement& p = logits.placement();
+    mask = mask.to_global(p, dist::GetNdSbp({B(), B()})).to_global(p, dist::GetNdSbp({B(), S(0)}));
+  }
+  return fn::masked_fill(logits, mask, kMaskedLogit);
 }
 
 Tensor ParallelCrossEntropyLoss(const Tensor& logits, const Tensor& labels, int64_t ignore_index) {

@@ -97,6 +97,12 @@ class TransformerLayer : public nn::Module {
 // lives elsewhere.
 Tensor LMLogits(const Tensor& h, const Tensor& embedding_table);
 
+// Fills what a padded vocabulary adds (columns vocab_size .. of logits [...,
+// padded], split on the vocabulary or not) with kMaskedLogit, so softmax
+// and loss never see it. Finite, as a tp slice may be all padding.
+constexpr double kMaskedLogit = -1e30;
+Tensor MaskPaddedLogits(const Tensor& logits, int64_t vocab_size);
+
 // Mean over counted positions of the cross-entropy of logits [batch, seq,
 // vocab] (split on vocab or not) against labels [batch, seq].
 Tensor ParallelCrossEntropyLoss(const Tensor& logits, const Tensor& labels, int64_t ignore_index = -100);

@@ -1,36 +1,14 @@
 #include "models/gpt.h"
 
-#include <glog/logging.h>
-
-#include <algorithm>
-
 #include "core/error.h"
 #include "layers/dist.h"
 #include "ops/functional.h"
 
 namespace tessel::models {
 
-int64_t PaddedVocabSize(int64_t vocab_size, int64_t multiple, int64_t tp) {
-  TESSEL_CHECK(vocab_size > 0) << "GPT: vocab_size=" << vocab_size << "; expected a positive size";
-  const int64_t unit = std::max<int64_t>(multiple, 1) * tp;
-  return (vocab_size + unit - 1) / unit * unit;
-}
-
-namespace {
-int64_t PaddedVocabLogged(const GPTConfig& c) {
-  const int64_t tp = dist::GetConfig().tensor_parallel_size;
-  const int64_t padded = PaddedVocabSize(c.vocab_size, c.make_vocab_size_divisible_by, tp);
-  if (padded != c.vocab_size && dist::Rank() == 0)
-    LOG(INFO) << "GPT: vocabulary of " << c.vocab_size << " padded to " << padded << " rows (a multiple of "
-              << std::max<int64_t>(c.make_vocab_size_divisible_by, 1) << " x tp " << tp
-              << "); the padded logits are masked out";
-  return padded;
-}
-}  // namespace
-
 GPT::GPT(const GPTConfig& c)
     : config_(c),
-      padded_vocab_(PaddedVocabLogged(c)),
+      padded_vocab_(layers::PaddedVocabSizeLogged("GPT", c.vocab_size, c.make_vocab_size_divisible_by)),
       wte_(padded_vocab_, c.hidden, {.layer_idx = 0, .seed = c.seed, .init_std = c.init_std}),
       wpe_(c.max_seq, c.hidden, {.layer_idx = 0, .seed = c.seed + 1, .init_std = c.init_std}),
       embedding_dropout_(c.embedding_dropout, c.seed + 2),
@@ -73,16 +51,7 @@ Tensor GPT::Logits(const Tensor& ids, const Tensor& position_ids, const Tensor& 
   // query of its row and every head.
   const Tensor mask = attention_mask.defined() ? fn::reshape(attention_mask, {batch, 1, 1, seq}) : Tensor();
   for (const auto& block : blocks_) h = (*block)(h, mask);
-  Tensor logits = layers::LMLogits(ln_f_(h), wte_.weight);
-  if (padded_vocab_ == config_.vocab_size) return logits;
-  std::vector<bool> padding(padded_vocab_, false);
-  std::fill(padding.begin() + config_.vocab_size, padding.end(), true);
-  // Replicated from each rank's full copy, then sliced like the logits.
-  const Placement& p = logits.placement();
-  Tensor padded = Tensor::FromVector<bool>(padding, {padded_vocab_})
-                      .to_global(p, dist::GetNdSbp({B(), B()}))
-                      .to_global(p, dist::GetNdSbp({B(), S(0)}));
-  return fn::masked_fill(logits, padded, kMaskedLogit);
+  return layers::MaskPaddedLogits(layers::LMLogits(ln_f_(h), wte_.weight), config_.vocab_size);
 }
 
 Tensor GPT::Loss(const Tensor& ids, const Tensor& labels, const Tensor& position_ids,

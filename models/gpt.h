@@ -59,7 +59,7 @@ class GPT : public nn::Module {
   Tensor Loss(const Tensor& ids, const Tensor& labels, const Tensor& position_ids = Tensor(),
               const Tensor& attention_mask = Tensor()) const;
   int64_t padded_vocab_size() const { return padded_vocab_; }
-  static constexpr double kMaskedLogit = -1e30;  // finite: a tp slice may be all padding
+  static constexpr double kMaskedLogit = layers::kMaskedLogit;
 
  private:
   GPTConfig config_;
@@ -71,8 +71,7 @@ class GPT : public nn::Module {
   layers::LayerNorm ln_f_;
 };
 
-// vocab_size rounded up to a multiple of multiple x tp (multiple <= 1: of tp).
-int64_t PaddedVocabSize(int64_t vocab_size, int64_t multiple, int64_t tp);
+using layers::PaddedVocabSize;
 
 // One training step on batch {"ids", "labels"}: the mean loss, backward,
 // gradients clipped to norm 1 (ops only, so a graph can capture it), an

@@ -1,0 +1,101 @@
+#include "models/bert.h"
+
+#include "core/error.h"
+#include "graph/autograd.h"
+#include "layers/common.h"
+#include "layers/dist.h"
+#include "ops/functional.h"
+#include "sbp/global_tensor.h"
+
+namespace tessel::models {
+
+namespace {
+Tensor Activate(const Tensor& x, layers::Activation a) {
+  return a == layers::Activation::kGelu ? fn::gelu(x) : fn::gelu_tanh(x);
+}
+}  // namespace
+
+Bert::Bert(const BertConfig& c)
+    : config_(c),
+      padded_vocab_(layers::PaddedVocabSizeLogged("BERT", c.vocab_size, c.make_vocab_size_divisible_by)),
+      word_embeddings_(padded_vocab_, c.hidden, {.layer_idx = 0, .seed = c.seed, .init_std = c.init_std}),
+      position_embeddings_(c.max_seq, c.hidden, {.layer_idx = 0, .seed = c.seed + 1, .init_std = c.init_std}),
+      token_type_embeddings_(c.type_vocab_size, c.hidden,
+                             {.layer_idx = 0, .seed = c.seed + 2, .init_std = c.init_std}),
+      embedding_ln_(c.hidden, c.layernorm_epsilon, 0),
+      embedding_dropout_(c.embedding_dropout, c.seed + 3),
+      pooler_(c.hidden, c.hidden, {.layer_idx = -1, .seed = c.seed + 4, .init_std = c.init_std}),
+      mlm_transform_(c.hidden, c.hidden, {.layer_idx = -1, .seed = c.seed + 5, .init_std = c.init_std}),
+      sentence_head_(c.hidden, 2, {.layer_idx = -1, .seed = c.seed + 6, .init_std = c.init_std}),
+      mlm_ln_(c.hidden, c.layernorm_epsilon, -1) {
+  {
+    NoGradGuard no_grad;
+    mlm_bias_ = zeros({padded_vocab_}, dist::GetLayerPlacement(-1), dist::GetNdSbp({B(), S(0)}));
+  }
+  RegisterModule("word_embeddings", word_embeddings_);
+  RegisterModule("position_embeddings", position_embeddings_);
+  RegisterModule("token_type_embeddings", token_type_embeddings_);
+  RegisterModule("embedding_ln", embedding_ln_);
+  RegisterModule("embedding_dropout", embedding_dropout_);
+  for (int64_t i = 0; i < c.layers; ++i) {
+    blocks_.push_back(std::make_unique<layers::TransformerLayer>(
+        c.hidden, c.heads, c.ffn_hidden ? c.ffn_hidden : 4 * c.hidden,
+        layers::TransformerLayerOptions{.layer_idx = i,
+                                        .pre_ln = false,
+                                        .causal = false,
+                                        .seed = c.seed + 100 * static_cast<uint64_t>(i + 1),
+                                        .activation_checkpoint = c.activation_checkpoint,
+                                        .layernorm_epsilon = c.layernorm_epsilon,
+                                        .init_std = c.init_std,
+                                        .activation = c.activation,
+                                        .attention_dropout = c.attention_dropout,
+                                        .hidden_dropout = c.hidden_dropout}));
+    RegisterModule(std::string("h").append(std::to_string(i)), *blocks_.back());
+  }
+  RegisterModule("pooler", pooler_);
+  RegisterModule("mlm_transform", mlm_transform_);
+  RegisterModule("mlm_ln", mlm_ln_);
+  RegisterParameter("mlm_bias", mlm_bias_);
+  RegisterModule("sentence_head", sentence_head_);
+}
+
+BertOutputs Bert::Forward(const Tensor& ids, const Tensor& token_type_ids,
+                          const Tensor& attention_mask) const {
+  const int64_t batch = ids.shape()[0], seq = ids.shape()[1];
+  TESSEL_CHECK(seq <= config_.max_seq)
+      << "BERT: sequence of " << seq << " tokens exceeds max_seq=" << config_.max_seq;
+  for (const Tensor* t : {&token_type_ids, &attention_mask})
+    TESSEL_CHECK(!t->defined() || t->shape() == ids.shape())
+        << "BERT: " << (t == &token_type_ids ? "token_type_ids" : "attention_mask") << " of shape "
+        << t->shape() << "; expected the ids' shape " << ids.shape();
+  std::vector<int64_t> range(seq);
+  for (int64_t i = 0; i < seq; ++i) range[i] = i;
+  const Tensor positions = Tensor::FromVector<int64_t>(range, {seq});
+  Tensor types = token_type_ids;
+  if (!types.defined())
+    types = Tensor::FromVector<int64_t>(std::vector<int64_t>(batch * seq, 0), {batch, seq});
+  // Token types are looked up in the ids' layout (batch split over dp).
+  const Tensor& type_table = token_type_embeddings_.weight;
+  const Tensor type_vectors = fn::embedding(type_table, layers::ToHidden(types, type_table.placement()));
+  Tensor h = fn::add(fn::add(word_embeddings_(ids), position_embeddings_(positions)), type_vectors);
+  h = embedding_dropout_(embedding_ln_(h));
+  const Tensor mask = attention_mask.defined() ? fn::reshape(attention_mask, {batch, 1, 1, seq}) : Tensor();
+  for (const auto& block : blocks_) h = (*block)(h, mask);
+  const int64_t hidden = config_.hidden;
+  const Tensor first_token = fn::reshape(fn::slice(h, 1, 0, 1), {batch, hidden});
+  const Tensor pooled = fn::tanh(pooler_(first_token));
+  const Tensor t = mlm_ln_(Activate(mlm_transform_(h), config_.activation));
+  const Tensor logits = fn::add(layers::LMLogits(t, word_embeddings_.weight), mlm_bias_);
+  return {layers::MaskPaddedLogits(logits, config_.vocab_size), sentence_head_(pooled)};
+}
+
+Tensor Bert::Loss(const Tensor& ids, const Tensor& token_type_ids, const Tensor& attention_mask,
+                  const Tensor& mlm_labels, const Tensor& sentence_labels) const {
+  const BertOutputs out = Forward(ids, token_type_ids, attention_mask);
+  const Tensor mlm = layers::ParallelCrossEntropyLoss(out.mlm_logits, mlm_labels);
+  const Tensor sentence = fn::cross_entropy(
+      out.sentence_logits, layers::ToHidden(sentence_labels, out.sentence_logits.placement()));
+  return fn::add(mlm, sentence);
+}
+
+}  // namespace tessel::models

@@ -1,0 +1,74 @@
+// BERT (Devlin et al.) for pre-training: token (vocab-parallel), position
+// and token-type embeddings summed and normalised, post-LN transformer
+// layers without a causal mask, a pooler (dense + tanh on the first token),
+// a masked-LM head (dense, GELU, LayerNorm, logits tied to the token
+// embedding plus a bias) and a two-way sentence head (next-sentence or
+// sentence-order prediction). The same function as Hugging Face's
+// BertForPreTraining (exact GELU and epsilon 1e-12 by default there).
+//
+// The vocabulary is padded as GPT-2's (models/gpt.h) and the padded logits
+// masked out. The pooler, heads and their LayerNorm are replicated over tp
+// and live on the last stage; the embeddings on the first.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "layers/embedding.h"
+#include "layers/layer_norm.h"
+#include "layers/linear.h"
+#include "layers/regularization.h"
+#include "layers/transformer.h"
+
+namespace tessel::models {
+
+struct BertConfig {
+  int64_t vocab_size = 1000;
+  int64_t hidden = 64;
+  int64_t heads = 4;
+  int64_t layers = 2;
+  int64_t max_seq = 64;    // position embeddings
+  int64_t ffn_hidden = 0;  // 0: 4 x hidden
+  int64_t type_vocab_size = 2;
+  double layernorm_epsilon = 1e-12;
+  double init_std = 0.02;
+  uint64_t seed = 2024;
+  layers::Activation activation = layers::Activation::kGelu;
+  double embedding_dropout = 0, attention_dropout = 0, hidden_dropout = 0;
+  int64_t make_vocab_size_divisible_by = 128;
+  bool activation_checkpoint = false;
+};
+
+struct BertOutputs {
+  Tensor mlm_logits;       // [batch, seq, padded vocab], split on the vocabulary over tp
+  Tensor sentence_logits;  // [batch, 2]
+};
+
+class Bert : public nn::Module {
+ public:
+  explicit Bert(const BertConfig& config);
+  // ids, token_type_ids [batch, seq] (i64; undefined types: all 0);
+  // attention_mask [batch, seq] (bool, false for padding; undefined: none).
+  BertOutputs Forward(const Tensor& ids, const Tensor& token_type_ids = Tensor(),
+                      const Tensor& attention_mask = Tensor()) const;
+  // The pre-training loss: the masked-LM cross-entropy over positions whose
+  // mlm_labels are not -100, plus the sentence head's cross-entropy against
+  // sentence_labels [batch] (0 / 1).
+  Tensor Loss(const Tensor& ids, const Tensor& token_type_ids, const Tensor& attention_mask,
+              const Tensor& mlm_labels, const Tensor& sentence_labels) const;
+  int64_t padded_vocab_size() const { return padded_vocab_; }
+
+ private:
+  BertConfig config_;
+  int64_t padded_vocab_;
+  layers::VocabEmbedding word_embeddings_;
+  layers::Embedding position_embeddings_, token_type_embeddings_;
+  layers::LayerNorm embedding_ln_;
+  mutable layers::Dropout embedding_dropout_;
+  std::vector<std::unique_ptr<layers::TransformerLayer>> blocks_;
+  layers::Linear pooler_, mlm_transform_, sentence_head_;
+  layers::LayerNorm mlm_ln_;
+  Tensor mlm_bias_;  // [padded vocab], split over tp like the logits
+};
+
+}  // namespace tessel::models

@@ -1,0 +1,111 @@
+// Builds the BERT of models/bert.h under the launch's layout (--tp, --pp;
+// dp derived), gives every parameter non-trivial values that are the same
+// logical numbers under every layout, runs two forwards and writes from
+// rank 0 a safetensors file (--out) with the parameters (gathered, under
+// their tessel names), the inputs and the outputs:
+//   input_ids, token_type_ids, attention_mask  [batch, seq]
+//   mlm_labels [batch, seq] (-100 but every third position), sentence_labels [batch]
+//   plain_mlm_logits, plain_sentence_logits    forward on the ids alone
+//   mlm_logits, sentence_logits, loss          forward with every input
+// test_hf_bert.py loads it into Hugging Face's BertForPreTraining and
+// compares.
+#include <gflags/gflags.h>
+#include <tessel/tessel.h>
+
+#include <cstdio>
+#include <string>
+
+#include "graph/autograd.h"
+#include "graph/global_tensor_ops.h"
+#include "layers/dist.h"
+#include "models/bert.h"
+#include "ops/functional.h"
+#include "sbp/global_tensor.h"
+#include "zoo/safetensors.h"
+
+DEFINE_int64(tp, 1, "tensor parallel size");
+DEFINE_int64(pp, 1, "pipeline parallel size");
+DEFINE_int64(vocab, 1100, "vocabulary size (padded to 128 x tp inside the model)");
+DEFINE_int64(hidden, 32, "hidden size");
+DEFINE_int64(heads, 4, "attention heads");
+DEFINE_int64(layers, 2, "transformer layers");
+DEFINE_int64(seq, 16, "sequence length (and max_seq)");
+DEFINE_int64(batch, 3, "batch rows");
+DEFINE_string(out, "", "safetensors file to write (rank 0)");
+
+using namespace tessel;
+
+int main(int argc, char** argv) {
+  tessel::Init(&argc, &argv);
+  dist::Setup({.tensor_parallel_size = FLAGS_tp,
+               .pipeline_parallel_size = FLAGS_pp,
+               .pipeline_num_layers = FLAGS_layers});
+  // Hugging Face's BertConfig defaults: exact GELU, epsilon 1e-12.
+  models::Bert bert({.vocab_size = FLAGS_vocab,
+                     .hidden = FLAGS_hidden,
+                     .heads = FLAGS_heads,
+                     .layers = FLAGS_layers,
+                     .max_seq = FLAGS_seq});
+  bert.Eval();
+  std::vector<std::pair<std::string, Tensor>> out;
+  std::vector<int> all_ranks(dist::WorldSize());
+  for (int r = 0; r < dist::WorldSize(); ++r) all_ranks[r] = r;
+  const Placement world(DeviceType::kCPU, all_ranks);
+  auto keep = [&](const std::string& name, const Tensor& t) {
+    Tensor full = t.is_global() ? GatherLogical(t.detach().to_global(world, NdSbp({B()}))) : t;
+    if (dist::Rank() == 0) out.emplace_back(name, full);
+  };
+  {
+    // Noise on every parameter: a mapping mistake cannot hide.
+    NoGradGuard no_grad;
+    uint64_t seed = 1;
+    for (auto& [name, t] : bert.NamedParameters()) {
+      *t = fn::add(*t, fn::mul_scalar(randn(t->shape(), t->placement(), t->nd_sbp(), 5000 + seed++), 0.05));
+      keep("param." + name, *t);
+    }
+  }
+  const int64_t b = FLAGS_batch, s = FLAGS_seq;
+  std::vector<int64_t> ids(b * s), types(b * s), mlm_labels(b * s), sentence_labels(b);
+  std::vector<bool> attend(b * s);
+  for (int64_t r = 0; r < b; ++r) {
+    sentence_labels[r] = r % 2;
+    for (int64_t t = 0; t < s; ++t) {
+      const int64_t i = r * s + t;
+      ids[i] = (i * 7919 + 13) % FLAGS_vocab;
+      types[i] = t < s / 2 ? 0 : 1;
+      attend[i] = t < s - r;  // row r: its last r keys are padding
+      mlm_labels[i] = t % 3 == 1 && attend[i] ? (i * 31 + 7) % FLAGS_vocab : -100;
+    }
+  }
+  const Tensor ids_t = Tensor::FromVector<int64_t>(ids, {b, s});
+  const Tensor types_t = Tensor::FromVector<int64_t>(types, {b, s});
+  const Tensor mask_t = Tensor::FromVector<bool>(attend, {b, s});
+  const Tensor mlm_t = Tensor::FromVector<int64_t>(mlm_labels, {b, s});
+  const Tensor sentence_t = Tensor::FromVector<int64_t>(sentence_labels, {b});
+  NoGradGuard no_grad;
+  keep("input_ids", ids_t);
+  keep("token_type_ids", types_t);
+  keep("attention_mask", mask_t);
+  keep("mlm_labels", mlm_t);
+  keep("sentence_labels", sentence_t);
+  const models::BertOutputs plain = bert.Forward(ids_t);
+  keep("plain_mlm_logits", plain.mlm_logits);
+  keep("plain_sentence_logits", plain.sentence_logits);
+  const models::BertOutputs full = bert.Forward(ids_t, types_t, mask_t);
+  keep("mlm_logits", full.mlm_logits);
+  keep("sentence_logits", full.sentence_logits);
+  keep("loss", bert.Loss(ids_t, types_t, mask_t, mlm_t, sentence_t));
+  if (dist::Rank() == 0) {
+    zoo::WriteSafetensors(FLAGS_out, out,
+                          {{"vocab_size", std::to_string(FLAGS_vocab)},
+                           {"padded_vocab_size", std::to_string(bert.padded_vocab_size())},
+                           {"hidden_size", std::to_string(FLAGS_hidden)},
+                           {"num_attention_heads", std::to_string(FLAGS_heads)},
+                           {"hidden_layers", std::to_string(FLAGS_layers)},
+                           {"max_seq_length", std::to_string(FLAGS_seq)}});
+    std::printf("wrote %zu tensors to %s (tp %ld, pp %ld, vocab %ld padded to %ld)\n", out.size(),
+                FLAGS_out.c_str(), static_cast<long>(FLAGS_tp), static_cast<long>(FLAGS_pp),
+                static_cast<long>(FLAGS_vocab), static_cast<long>(bert.padded_vocab_size()));
+  }
+  return 0;
+}
