@@ -123,7 +123,9 @@ SafetensorsHeader ParseSafetensorsHeader(const uint8_t* data, size_t size, const
       }
       continue;
     }
-    auto where = [&] { return "safetensors: tensor '" + key + "' of " + name; };
+    // A named copy: lambdas may not capture structured bindings before C++20 in clang 14.
+    const std::string tensor_name = key;
+    auto where = [&] { return "safetensors: tensor '" + tensor_name + "' of " + name; };
     TESSEL_CHECK(value.is_object() && value.contains("dtype") && value.contains("shape") &&
                  value.contains("data_offsets"))
         << where() << " needs an object with dtype, shape and data_offsets";
