@@ -98,4 +98,21 @@ Tensor Bert::Loss(const Tensor& ids, const Tensor& token_type_ids, const Tensor&
   return fn::add(mlm, sentence);
 }
 
+BertLosses Bert::WeightedLosses(const Tensor& ids, const Tensor& token_type_ids, const Tensor& attention_mask,
+                                const Tensor& mlm_labels, const Tensor& mlm_weights,
+                                const Tensor& sentence_labels) const {
+  TESSEL_CHECK(mlm_weights.shape() == mlm_labels.shape() && mlm_weights.dtype() == DType::kFloat32)
+      << "BERT: mlm_weights " << mlm_weights.dtype() << " " << mlm_weights.shape()
+      << "; expected f32 of the labels' shape " << mlm_labels.shape();
+  const BertOutputs out = Forward(ids, token_type_ids, attention_mask);
+  const Shape& s = out.mlm_logits.shape();
+  const Placement& last = out.mlm_logits.placement();
+  const Tensor rows = fn::cross_entropy_rows(fn::reshape(out.mlm_logits, {s[0] * s[1], s[2]}),
+                                             fn::reshape(layers::ToHidden(mlm_labels, last), {s[0] * s[1]}));
+  const Tensor weights = fn::reshape(layers::ToHidden(mlm_weights, last), {s[0] * s[1]});
+  const Tensor sentence = fn::cross_entropy(
+      out.sentence_logits, layers::ToHidden(sentence_labels, out.sentence_logits.placement()));
+  return {fn::sum(fn::mul(rows, weights), {}), sentence};
+}
+
 }  // namespace tessel::models

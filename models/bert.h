@@ -44,6 +44,11 @@ struct BertOutputs {
   Tensor sentence_logits;  // [batch, 2]
 };
 
+struct BertLosses {
+  Tensor mlm;       // scalar: the masked-LM term
+  Tensor sentence;  // scalar: the sentence head's mean cross-entropy
+};
+
 class Bert : public nn::Module {
  public:
   explicit Bert(const BertConfig& config);
@@ -56,6 +61,15 @@ class Bert : public nn::Module {
   // sentence_labels [batch] (0 / 1).
   Tensor Loss(const Tensor& ids, const Tensor& token_type_ids, const Tensor& attention_mask,
               const Tensor& mlm_labels, const Tensor& sentence_labels) const;
+  // The same terms for training, the masked-LM one weighted per position:
+  // sum over positions of mlm_weights [batch, seq] (f32, 0 where not
+  // predicted) x cross-entropy. The caller picks the normalisation:
+  // tessel-train weighs each predicted position by micro-batches / (the
+  // global batch's predicted positions), so that a step's loss is the mean
+  // over the whole batch under any layout and accumulation, as on one device.
+  BertLosses WeightedLosses(const Tensor& ids, const Tensor& token_type_ids, const Tensor& attention_mask,
+                            const Tensor& mlm_labels, const Tensor& mlm_weights,
+                            const Tensor& sentence_labels) const;
   int64_t padded_vocab_size() const { return padded_vocab_; }
 
  private:

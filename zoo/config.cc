@@ -262,11 +262,41 @@ void ApplyOverride(config::Config* config, const std::string& assignment) {
   }
 }
 
+namespace {
+// BERT's sample options against the model: probabilities in range, the
+// special tokens distinct ids of the vocabulary, room for [CLS] A [SEP] B [SEP].
+void CheckBertData(const config::Config& c) {
+  const config::DataConfig& data = c.data();
+  const config::ModelConfig& m = c.model();
+  TESSEL_CHECK(data.masked_lm_prob() > 0 && data.masked_lm_prob() < 1)
+      << "config: data.masked_lm_prob is " << data.masked_lm_prob() << "; expected 0 < p < 1";
+  TESSEL_CHECK(data.short_seq_prob() >= 0 && data.short_seq_prob() <= 1)
+      << "config: data.short_seq_prob is " << data.short_seq_prob() << "; expected 0 <= p <= 1";
+  TESSEL_CHECK(m.max_seq_length() >= 5) << "config: model.max_seq_length is " << m.max_seq_length()
+                                        << "; BERT needs at least 5 ([CLS] A [SEP] B [SEP])";
+  TESSEL_CHECK(m.type_vocab_size() >= 2)
+      << "config: model.type_vocab_size is " << m.type_vocab_size() << "; BERT's pairs need at least 2";
+  const std::pair<const char*, int64_t> ids[] = {{"cls_token_id", data.cls_token_id()},
+                                                 {"sep_token_id", data.sep_token_id()},
+                                                 {"mask_token_id", data.mask_token_id()},
+                                                 {"pad_token_id", data.pad_token_id()}};
+  for (const auto& [field, id] : ids)
+    TESSEL_CHECK(id >= 0 && id < m.vocab_size())
+        << "config: data." << field << " is " << id << "; expected an id below model.vocab_size "
+        << m.vocab_size();
+  for (size_t i = 0; i < 4; ++i)
+    for (size_t j = i + 1; j < 4; ++j)
+      TESSEL_CHECK(ids[i].second != ids[j].second)
+          << "config: data." << ids[i].first << " and data." << ids[j].first << " are both " << ids[i].second
+          << "; expected distinct special tokens";
+}
+}  // namespace
+
 void ResolveConfig(config::Config* c, int world_size) {
   config::ModelConfig& m = *c->mutable_model();
   config::TrainConfig& t = *c->mutable_train();
   config::DistConfig& d = *t.mutable_dist();
-  CheckOneOf("model.arch", m.arch(), {"gpt2", "gpt", "vit"});
+  CheckOneOf("model.arch", m.arch(), {"gpt2", "gpt", "bert", "vit"});
   const bool vision = m.arch() == "vit";
   CheckOneOf("model.hidden_act", m.hidden_act(), {"gelu_tanh", "gelu"});
   for (const auto& [field, p] :
@@ -373,6 +403,7 @@ void ResolveConfig(config::Config* c, int world_size) {
         << "config: data.image_dataset \"synthetic\" needs model.num_classes (" << m.num_classes()
         << ") and data.synthetic_samples (" << data.synthetic_samples() << ") positive";
   } else {
+    if (m.arch() == "bert") CheckBertData(*c);
     TESSEL_CHECK(!data.data_prefix().empty()) << "config: data.data_prefix is not set; expected the path "
                                                  "prefix of an indexed dataset (<prefix>.bin "
                                                  "and <prefix>.idx)";

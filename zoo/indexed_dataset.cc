@@ -208,7 +208,17 @@ IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDType
 }
 
 void IndexedDatasetWriter::AddDocument(std::span<const int64_t> tokens) {
-  TESSEL_CHECK(bin_ != nullptr) << "indexed dataset writer " << prefix_ << ": AddDocument after Finish";
+  AppendSequence(tokens);
+  document_starts_.push_back(static_cast<int64_t>(lengths_.size()));
+}
+
+void IndexedDatasetWriter::AddSentences(const std::vector<std::vector<int64_t>>& sentences) {
+  for (const std::vector<int64_t>& s : sentences) AppendSequence(s);
+  document_starts_.push_back(static_cast<int64_t>(lengths_.size()));
+}
+
+void IndexedDatasetWriter::AppendSequence(std::span<const int64_t> tokens) {
+  TESSEL_CHECK(bin_ != nullptr) << "indexed dataset writer " << prefix_ << ": a document added after Finish";
   TESSEL_CHECK(tokens.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()))
       << "indexed dataset writer " << prefix_ << ": a document of " << tokens.size()
       << " tokens; the format holds at most 2^31 - 1 per sequence";
@@ -266,10 +276,10 @@ void IndexedDatasetWriter::Finish() {
   Append(&idx, static_cast<uint8_t>(dtype_));
   const uint64_t n = lengths_.size();
   Append(&idx, n);
-  Append(&idx, n + 1);  // one document per sequence, plus the leading 0
+  Append(&idx, static_cast<uint64_t>(document_starts_.size()));  // the documents' starts and the end
   for (int32_t length : lengths_) Append(&idx, length);
   for (int64_t offset : offsets_) Append(&idx, offset);
-  for (uint64_t k = 0; k <= n; ++k) Append(&idx, static_cast<int64_t>(k));
+  for (int64_t start : document_starts_) Append(&idx, start);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> out(std::fopen((prefix_ + ".idx").c_str(), "wb"),
                                                       &std::fclose);
   TESSEL_CHECK(out != nullptr) << "indexed dataset writer: cannot create " << prefix_

@@ -91,20 +91,25 @@ class IndexedDataset {
 };
 
 // Writes <prefix>.bin and <prefix>.idx; each AddDocument is one sequence
-// and one document (as Megatron's preprocessing writes text documents).
+// and one document (as Megatron's preprocessing writes text documents),
+// each AddSentences one document of one sequence per sentence (as it writes
+// them with --split-sentences, for BERT).
 class IndexedDatasetWriter {
  public:
   IndexedDatasetWriter(const std::string& prefix, TokenDType dtype);
   // Throws naming the token if it does not fit the dtype.
   void AddDocument(std::span<const int64_t> tokens);
+  void AddSentences(const std::vector<std::vector<int64_t>>& sentences);
   // Writes the index; the files are complete after this.
   void Finish();
 
  private:
+  void AppendSequence(std::span<const int64_t> tokens);
   std::string prefix_;
   TokenDType dtype_;
   std::vector<int32_t> lengths_;
   std::vector<int64_t> offsets_;
+  std::vector<int64_t> document_starts_{0};  // sequence ids where documents begin, and the end
   int64_t bin_bytes_ = 0;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> bin_;
 };

@@ -303,5 +303,24 @@ TEST(ConfigTest, ClosestNameIsATypoDistanceAway) {
   EXPECT_EQ(ClosestName("x", {}), "");
 }
 
+TEST(ConfigTest, BertFieldsAreChecked) {
+  config::Config tiny = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/bert_tiny.prototxt");
+  ResolveConfig(&tiny, 4);
+  EXPECT_EQ(tiny.model().arch(), "bert");
+  EXPECT_EQ(tiny.train().num_accumulation_steps(), 4);
+  EXPECT_TRUE(std::filesystem::exists(tiny.data().data_prefix() + ".idx")) << tiny.data().data_prefix();
+  EXPECT_EQ(tiny.data().mask_token_id(), 103);
+  const std::string bert = "model { arch: \"bert\" vocab_size: 200 } data { data_prefix: \"d\" ";
+  std::string e = ResolveError(bert + "mask_token_id: 200 }", 1);
+  EXPECT_NE(e.find("data.mask_token_id is 200; expected an id below model.vocab_size 200"), std::string::npos)
+      << e;
+  e = ResolveError(bert + "pad_token_id: 102 }", 1);
+  EXPECT_NE(e.find("data.sep_token_id and data.pad_token_id are both 102"), std::string::npos) << e;
+  e = ResolveError(bert + "masked_lm_prob: 0 }", 1);
+  EXPECT_NE(e.find("data.masked_lm_prob is 0"), std::string::npos) << e;
+  e = ResolveError("model { arch: \"bert\" max_seq_length: 4 } data { data_prefix: \"d\" }", 1);
+  EXPECT_NE(e.find("model.max_seq_length is 4; BERT needs at least 5"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace tessel::zoo

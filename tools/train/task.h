@@ -1,7 +1,8 @@
 // What tessel-train trains: a model of the zoo with its data, behind one
 // interface so the training loop (tessel_train.cc) is the same for every
 // model. One task per model, one file each: gpt_task.cc (GPT-2 on an
-// indexed dataset), vit_task.cc (ViT on an image dataset).
+// indexed dataset), bert_task.cc (BERT on an indexed dataset of sentences),
+// vit_task.cc (ViT on an image dataset).
 #pragma once
 
 #include <memory>
@@ -73,6 +74,7 @@ struct TaskContext {
 // Checks the data against the model's config and builds the model, before
 // any training; throws naming the field or file.
 std::unique_ptr<Task> MakeGPTTask(const TaskContext& context);
+std::unique_ptr<Task> MakeBertTask(const TaskContext& context);
 std::unique_ptr<Task> MakeViTTask(const TaskContext& context);
 
 }  // namespace tessel::train

@@ -136,8 +136,9 @@ int main(int argc, char** argv) {
                                                   .stage_ranks = dist::StageRanks(),
                                                   .layer_stages = dist::LayerStages()},
                                    .micro_batches = micro_batches};
-  std::unique_ptr<train::Task> task =
-      m.arch() == "vit" ? train::MakeViTTask(context) : train::MakeGPTTask(context);
+  std::unique_ptr<train::Task> task = m.arch() == "vit"    ? train::MakeViTTask(context)
+                                      : m.arch() == "bert" ? train::MakeBertTask(context)
+                                                           : train::MakeGPTTask(context);
   const int64_t global = t.global_batch_size(), tokens_per_sample = task->tokens_per_sample();
   const bool evaluate = c.evaluation().enabled();
   auto params = task->model().NamedParameters();
