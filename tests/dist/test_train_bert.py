@@ -72,7 +72,8 @@ cases = {
                                         r"model\.max_seq_length is 4; BERT needs at least 5"),
 }
 for name, (sets, pattern) in cases.items():
-    code, out, _ = train(2, sets + [f"train.output_dir={os.path.join(work, 'never')}"], timeout=60)
+    code, out, _ = train(2, sets + ["train.dist.pipeline_parallel_size=1",
+                                    f"train.output_dir={os.path.join(work, 'never')}"], timeout=60)
     check(f"{name}: the job fails", code not in (0, None), out)
     expect(f"{name}: the error says so", out, pattern)
     check(f"{name}: before the first iteration", "iteration 1/" not in out, out)
