@@ -95,6 +95,15 @@ int main(int argc, char** argv) {
   keep("mlm_logits", full.mlm_logits);
   keep("sentence_logits", full.sentence_logits);
   keep("loss", bert.Loss(ids_t, types_t, mask_t, mlm_t, sentence_t));
+  // tessel-train's form: each labelled position weighs 1 / (labelled positions).
+  int64_t labelled = 0;
+  for (int64_t y : mlm_labels) labelled += y != -100;
+  std::vector<float> weights(mlm_labels.size());
+  for (size_t i = 0; i < weights.size(); ++i)
+    weights[i] = mlm_labels[i] == -100 ? 0.0f : 1.0f / static_cast<float>(labelled);
+  const models::BertLosses weighted = bert.WeightedLosses(
+      ids_t, types_t, mask_t, mlm_t, Tensor::FromVector<float>(weights, {b, s}), sentence_t);
+  keep("weighted_loss", fn::add(weighted.mlm, weighted.sentence));
   if (dist::Rank() == 0) {
     zoo::WriteSafetensors(FLAGS_out, out,
                           {{"vocab_size", std::to_string(FLAGS_vocab)},

@@ -1,6 +1,6 @@
 """tessel's BERT (models/bert.h) equals Hugging Face's BertForPreTraining on
 the same weights: masked-LM and sentence logits (on the ids alone, and with
-token types and a padding mask) and the pre-training loss within 1e-5
+token types and a padding mask) and the pre-training loss (also in the weighted form tessel-train uses) within 1e-5
 (f32), on one rank, under tp2 (a vocabulary of 1,100 padded to 1,280, the
 padded logits masked out) and under tp2 x pp2. bert_hf_dump writes the
 weights it drew, the inputs and its outputs as safetensors; this test
@@ -125,6 +125,9 @@ for name, (nproc, flags) in layouts.items():
         check(f"{name}: {label} equal BertForPreTraining's (max error {err:.2e})", err <= TOLERANCE)
     err = abs(tensors["loss"].item() - hf.loss.item())
     check(f"{name}: loss {tensors['loss'].item():.6f} equals BertForPreTraining's {hf.loss.item():.6f} "
+          f"(error {err:.2e})", err <= TOLERANCE)
+    err = abs(tensors["weighted_loss"].item() - hf.loss.item())
+    check(f"{name}: the weighted loss tessel-train uses {tensors['weighted_loss'].item():.6f} equals it too "
           f"(error {err:.2e})", err <= TOLERANCE)
     if padded > vocab:
         check(f"{name}: the {padded - vocab} padded logits are masked out",
