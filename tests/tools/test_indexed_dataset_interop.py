@@ -5,9 +5,11 @@ standard library only) and checks: files tessel-dataset writes read back
 equal here and are byte-identical to what this writer makes of the same
 documents; files this writer makes (several sequences per document, int64
 and uint8 ids) dump equal through tessel-dataset; the bundled corpus reads
-the same both ways. With Hugging Face `tokenizers` installable, also that
-tools/preprocess_data.py rebuilds the bundled corpus byte for byte and that
-its ids are the tokenizer's."""
+the same both ways. With Hugging Face `tokenizers` and NLTK installable,
+also that tools/preprocess_data.py rebuilds the bundled corpus byte for
+byte and that its ids are the tokenizer's, and the same for BERT's
+sentences (--split-sentences, WordPiece) with the special tokens at the
+original BERT vocabularies' ids."""
 import argparse
 import json
 import os
@@ -120,7 +122,7 @@ check("bundled corpus: this reader and tessel agree on every id",
 
 # preprocess_data.py with Hugging Face tokenizers, when it can be installed.
 deps = os.path.join(work, "pydeps")
-pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", deps, "tokenizers"],
+pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", deps, "tokenizers", "nltk"],
                      capture_output=True, text=True)
 if pip.returncode != 0:
     print("skipped: tokenizers not installable here: " + " ".join(pip.stderr.strip().splitlines()[-1:]))
@@ -146,5 +148,35 @@ else:
     expected = json.loads(probe.stdout) if probe.returncode == 0 else None
     check("the bundled ids are the tokenizer's, document by document",
           expected is not None and [d[0] for d in mine] == expected, probe.stderr[-2000:])
+
+    # BERT: sentences (NLTK Punkt trained on the text), WordPiece ids without [CLS]/[SEP].
+    bert = os.path.join(data_dir, "tiny_corpus_bert_sentence")
+    bert_vocab = os.path.join(data_dir, "bert-vocab.txt")
+    out_prefix = os.path.join(work, "rebuilt_bert")
+    proc = subprocess.run([sys.executable, os.path.join(args.source, "tools", "preprocess_data.py"), "--input",
+                           os.path.join(data_dir, "corpus.jsonl"), "--output-prefix", out_prefix,
+                           "--tokenizer-type", "BertWordPieceLowerCase", "--vocab-file", bert_vocab,
+                           "--split-sentences"], env=env, capture_output=True, text=True)
+    check("preprocess_data.py --split-sentences runs", proc.returncode == 0, proc.stderr)
+    for ext in (".bin", ".idx"):
+        check(f"preprocess_data.py rebuilds the bundled BERT sentences' {ext} byte for byte",
+              os.path.exists(out_prefix + ext) and open(out_prefix + ext, "rb").read() == open(bert + ext, "rb").read())
+    probe = subprocess.run([sys.executable, "-c", (
+        "import json\n"
+        "from nltk.tokenize.punkt import PunktSentenceTokenizer\n"
+        "from tokenizers import BertWordPieceTokenizer\n"
+        f"tok = BertWordPieceTokenizer({bert_vocab!r}, lowercase=True)\n"
+        f"docs = [json.loads(l)['text'] for l in open({os.path.join(data_dir, 'corpus.jsonl')!r})]\n"
+        "punkt = PunktSentenceTokenizer('\\n\\n'.join(docs))\n"
+        "out = [[tok.encode(s, add_special_tokens=False).ids for s in punkt.tokenize(t)] for t in docs]\n"
+        "print(json.dumps([[ids for ids in d if ids] for d in out]))\n"
+        "print(json.dumps([tok.token_to_id(t) for t in ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']]))\n")],
+        env=env, capture_output=True, text=True)
+    lines = probe.stdout.splitlines() if probe.returncode == 0 else []
+    code, sentences = read(bert)
+    check("the bundled BERT ids are the WordPiece tokenizer's, sentence by sentence",
+          len(lines) == 2 and sentences == json.loads(lines[0]) and code == 8, probe.stderr[-2000:])
+    check("the bundled BERT vocabulary has [PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103 (tessel-train's "
+          "defaults)", len(lines) == 2 and json.loads(lines[1]) == [0, 100, 101, 102, 103], probe.stdout[-300:])
 shutil.rmtree(work, ignore_errors=True)
 finish()
