@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Draws the curves of a tessel-train run as a PNG: training and evaluation
 loss against the iteration (left; with the evaluation accuracy of a
-classifier on a second axis), learning rate and throughput (right).
+classifier on a second axis, and BERT's two evaluation terms), learning
+rate and throughput (right).
 
     /usr/bin/python3 tools/plot_metrics.py output/gpt2_tiny [--out curves.png] [--title TEXT]
 
@@ -51,6 +52,11 @@ def main():
     if evals:
         left.plot([r["iteration"] for r in evals], [r["eval_loss"] for r in evals], "o-", label="evaluation loss",
                   color="#d62728")
+    for key, label, color in (("eval_mlm_loss", "evaluation masked-LM loss", "#ff7f0e"),
+                              ("eval_sentence_loss", "evaluation sentence-order loss", "#8c564b")):
+        terms = [r for r in evals if key in r]
+        if terms:
+            left.plot([r["iteration"] for r in terms], [r[key] for r in terms], "^--", label=label, color=color)
     left.set_xlabel("iteration")
     left.set_ylabel("cross-entropy (nats)")
     left.grid(alpha=0.3)
