@@ -322,5 +322,28 @@ TEST(ConfigTest, BertFieldsAreChecked) {
   EXPECT_NE(e.find("model.max_seq_length is 4; BERT needs at least 5"), std::string::npos) << e;
 }
 
+TEST(ConfigTest, TheStandardBertConfigsResolveForEightRanks) {
+  struct Expected {
+    const char* file;
+    int64_t layers, hidden, heads, dp, accumulation;
+  };
+  for (const Expected& e :
+       {Expected{"bert_base", 12, 768, 12, 8, 1}, Expected{"bert_large", 24, 1024, 16, 4, 4}}) {
+    SCOPED_TRACE(e.file);
+    config::Config c = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/" + e.file + ".prototxt");
+    ResolveConfig(&c, 8);
+    EXPECT_EQ(c.model().arch(), "bert");
+    EXPECT_EQ(c.model().vocab_size(), 30522);
+    EXPECT_EQ(c.model().max_seq_length(), 512);
+    EXPECT_EQ(c.model().hidden_layers(), e.layers);
+    EXPECT_EQ(c.model().hidden_size(), e.hidden);
+    EXPECT_EQ(c.model().num_attention_heads(), e.heads);
+    EXPECT_EQ(c.model().ffn_hidden_size(), 4 * e.hidden);
+    EXPECT_EQ(c.model().hidden_act(), "gelu");
+    EXPECT_EQ(c.train().dist().data_parallel_size(), e.dp);
+    EXPECT_EQ(c.train().num_accumulation_steps(), e.accumulation);
+  }
+}
+
 }  // namespace
 }  // namespace tessel::zoo
