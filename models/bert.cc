@@ -25,13 +25,9 @@ Bert::Bert(const BertConfig& c)
       embedding_ln_(c.hidden, c.layernorm_epsilon, 0),
       embedding_dropout_(c.embedding_dropout, c.seed + 3),
       pooler_(c.hidden, c.hidden, {.layer_idx = -1, .seed = c.seed + 4, .init_std = c.init_std}),
-      mlm_transform_(c.hidden, c.hidden, {.layer_idx = -1, .seed = c.seed + 5, .init_std = c.init_std}),
-      sentence_head_(c.hidden, 2, {.layer_idx = -1, .seed = c.seed + 6, .init_std = c.init_std}),
-      mlm_ln_(c.hidden, c.layernorm_epsilon, -1) {
-  {
-    NoGradGuard no_grad;
-    mlm_bias_ = zeros({padded_vocab_}, dist::GetLayerPlacement(-1), dist::GetNdSbp({B(), S(0)}));
-  }
+      classifier_dropout_(c.classifier_dropout, c.seed + 8) {
+  TESSEL_CHECK(c.num_labels == 0 || c.num_labels >= 2)
+      << "BERT: num_labels " << c.num_labels << "; expected 0 (pre-training heads) or at least 2 classes";
   RegisterModule("word_embeddings", word_embeddings_);
   RegisterModule("position_embeddings", position_embeddings_);
   RegisterModule("token_type_embeddings", token_type_embeddings_);
@@ -53,14 +49,31 @@ Bert::Bert(const BertConfig& c)
     RegisterModule(std::string("h").append(std::to_string(i)), *blocks_.back());
   }
   RegisterModule("pooler", pooler_);
-  RegisterModule("mlm_transform", mlm_transform_);
-  RegisterModule("mlm_ln", mlm_ln_);
+  if (c.num_labels > 0) {
+    classifier_ = std::make_unique<layers::Linear>(
+        c.hidden, c.num_labels,
+        layers::LinearOptions{.layer_idx = -1, .seed = c.seed + 7, .init_std = c.init_std});
+    RegisterModule("classifier_dropout", classifier_dropout_);
+    RegisterModule("classifier", *classifier_);
+    return;
+  }
+  mlm_transform_ = std::make_unique<layers::Linear>(
+      c.hidden, c.hidden, layers::LinearOptions{.layer_idx = -1, .seed = c.seed + 5, .init_std = c.init_std});
+  sentence_head_ = std::make_unique<layers::Linear>(
+      c.hidden, 2, layers::LinearOptions{.layer_idx = -1, .seed = c.seed + 6, .init_std = c.init_std});
+  mlm_ln_ = std::make_unique<layers::LayerNorm>(c.hidden, c.layernorm_epsilon, -1);
+  {
+    NoGradGuard no_grad;
+    mlm_bias_ = zeros({padded_vocab_}, dist::GetLayerPlacement(-1), dist::GetNdSbp({B(), S(0)}));
+  }
+  RegisterModule("mlm_transform", *mlm_transform_);
+  RegisterModule("mlm_ln", *mlm_ln_);
   RegisterParameter("mlm_bias", mlm_bias_);
-  RegisterModule("sentence_head", sentence_head_);
+  RegisterModule("sentence_head", *sentence_head_);
 }
 
-BertOutputs Bert::Forward(const Tensor& ids, const Tensor& token_type_ids,
-                          const Tensor& attention_mask) const {
+std::pair<Tensor, Tensor> Bert::Encode(const Tensor& ids, const Tensor& token_type_ids,
+                                       const Tensor& attention_mask) const {
   const int64_t batch = ids.shape()[0], seq = ids.shape()[1];
   TESSEL_CHECK(seq <= config_.max_seq)
       << "BERT: sequence of " << seq << " tokens exceeds max_seq=" << config_.max_seq;
@@ -81,12 +94,19 @@ BertOutputs Bert::Forward(const Tensor& ids, const Tensor& token_type_ids,
   h = embedding_dropout_(embedding_ln_(h));
   const Tensor mask = attention_mask.defined() ? fn::reshape(attention_mask, {batch, 1, 1, seq}) : Tensor();
   for (const auto& block : blocks_) h = (*block)(h, mask);
-  const int64_t hidden = config_.hidden;
-  const Tensor first_token = fn::reshape(fn::slice(h, 1, 0, 1), {batch, hidden});
-  const Tensor pooled = fn::tanh(pooler_(first_token));
-  const Tensor t = mlm_ln_(Activate(mlm_transform_(h), config_.activation));
+  const Tensor first_token = fn::reshape(fn::slice(h, 1, 0, 1), {batch, config_.hidden});
+  return {h, fn::tanh(pooler_(first_token))};
+}
+
+BertOutputs Bert::Forward(const Tensor& ids, const Tensor& token_type_ids,
+                          const Tensor& attention_mask) const {
+  TESSEL_CHECK(config_.num_labels == 0)
+      << "BERT: this model is a classifier of " << config_.num_labels
+      << " classes; its outputs are ClassificationLogits, not the pre-training heads";
+  const auto [h, pooled] = Encode(ids, token_type_ids, attention_mask);
+  const Tensor t = (*mlm_ln_)(Activate((*mlm_transform_)(h), config_.activation));
   const Tensor logits = fn::add(layers::LMLogits(t, word_embeddings_.weight), mlm_bias_);
-  return {layers::MaskPaddedLogits(logits, config_.vocab_size), sentence_head_(pooled)};
+  return {layers::MaskPaddedLogits(logits, config_.vocab_size), (*sentence_head_)(pooled)};
 }
 
 Tensor Bert::Loss(const Tensor& ids, const Tensor& token_type_ids, const Tensor& attention_mask,
@@ -96,6 +116,19 @@ Tensor Bert::Loss(const Tensor& ids, const Tensor& token_type_ids, const Tensor&
   const Tensor sentence = fn::cross_entropy(
       out.sentence_logits, layers::ToHidden(sentence_labels, out.sentence_logits.placement()));
   return fn::add(mlm, sentence);
+}
+
+Tensor Bert::ClassificationLogits(const Tensor& ids, const Tensor& token_type_ids,
+                                  const Tensor& attention_mask) const {
+  TESSEL_CHECK(classifier_ != nullptr)
+      << "BERT: this model has the pre-training heads; a classifier needs BertConfig.num_labels >= 2";
+  return (*classifier_)(classifier_dropout_(Encode(ids, token_type_ids, attention_mask).second));
+}
+
+Tensor Bert::ClassificationLoss(const Tensor& ids, const Tensor& token_type_ids, const Tensor& attention_mask,
+                                const Tensor& labels) const {
+  const Tensor logits = ClassificationLogits(ids, token_type_ids, attention_mask);
+  return fn::cross_entropy(logits, layers::ToHidden(labels, logits.placement()));
 }
 
 BertLosses Bert::WeightedLosses(const Tensor& ids, const Tensor& token_type_ids, const Tensor& attention_mask,

@@ -6,12 +6,18 @@
 // sentence-order prediction). The same function as Hugging Face's
 // BertForPreTraining (exact GELU and epsilon 1e-12 by default there).
 //
+// With num_labels > 0 it is a sequence classifier instead (fine-tuning):
+// the same encoder and pooler, then dropout and a linear classifier of
+// num_labels classes in place of the pre-training heads, the same function
+// as BertForSequenceClassification (single-label: cross-entropy).
+//
 // The vocabulary is padded as GPT-2's (models/gpt.h) and the padded logits
 // masked out. The pooler, heads and their LayerNorm are replicated over tp
 // and live on the last stage; the embeddings on the first.
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "layers/embedding.h"
@@ -37,6 +43,8 @@ struct BertConfig {
   double embedding_dropout = 0, attention_dropout = 0, hidden_dropout = 0;
   int64_t make_vocab_size_divisible_by = 128;
   bool activation_checkpoint = false;
+  int64_t num_labels = 0;  // > 0: a sequence classifier of that many classes (at least 2)
+  double classifier_dropout = 0;
 };
 
 struct BertOutputs {
@@ -54,6 +62,7 @@ class Bert : public nn::Module {
   explicit Bert(const BertConfig& config);
   // ids, token_type_ids [batch, seq] (i64; undefined types: all 0);
   // attention_mask [batch, seq] (bool, false for padding; undefined: none).
+  // Pre-training models only (num_labels 0).
   BertOutputs Forward(const Tensor& ids, const Tensor& token_type_ids = Tensor(),
                       const Tensor& attention_mask = Tensor()) const;
   // The pre-training loss: the masked-LM cross-entropy over positions whose
@@ -72,7 +81,20 @@ class Bert : public nn::Module {
                             const Tensor& sentence_labels) const;
   int64_t padded_vocab_size() const { return padded_vocab_; }
 
+  // Sequence classifiers only (num_labels > 0): logits [batch, num_labels]
+  // (replicated over tp, on the last stage) and their mean cross-entropy
+  // against labels [batch] (i64; -100 rows ignored).
+  Tensor ClassificationLogits(const Tensor& ids, const Tensor& token_type_ids = Tensor(),
+                              const Tensor& attention_mask = Tensor()) const;
+  Tensor ClassificationLoss(const Tensor& ids, const Tensor& token_type_ids, const Tensor& attention_mask,
+                            const Tensor& labels) const;
+
  private:
+  // The encoder's last hidden states [batch, seq, hidden] and the pooler's
+  // output [batch, hidden].
+  std::pair<Tensor, Tensor> Encode(const Tensor& ids, const Tensor& token_type_ids,
+                                   const Tensor& attention_mask) const;
+
   BertConfig config_;
   int64_t padded_vocab_;
   layers::VocabEmbedding word_embeddings_;
@@ -80,9 +102,13 @@ class Bert : public nn::Module {
   layers::LayerNorm embedding_ln_;
   mutable layers::Dropout embedding_dropout_;
   std::vector<std::unique_ptr<layers::TransformerLayer>> blocks_;
-  layers::Linear pooler_, mlm_transform_, sentence_head_;
-  layers::LayerNorm mlm_ln_;
+  layers::Linear pooler_;
+  // Pre-training heads (num_labels 0) or the classifier (num_labels > 0).
+  std::unique_ptr<layers::Linear> mlm_transform_, sentence_head_;
+  std::unique_ptr<layers::LayerNorm> mlm_ln_;
   Tensor mlm_bias_;  // [padded vocab], split over tp like the logits
+  mutable layers::Dropout classifier_dropout_;
+  std::unique_ptr<layers::Linear> classifier_;
 };
 
 }  // namespace tessel::models

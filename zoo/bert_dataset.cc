@@ -38,6 +38,9 @@ int64_t PredictionsFor(int64_t length, double masked_lm_prob) {
                            std::max<int64_t>(1, std::llround(static_cast<double>(length) * masked_lm_prob)));
 }
 
+// Sentences longer than this make their document unusable.
+int64_t LongestSentence(const BertSampleOptions& o) { return std::max<int64_t>(512, o.seq_length); }
+
 }  // namespace
 
 BertDataset::BertDataset(const IndexedDataset& data, DocumentRange range, const BertSampleOptions& options,
@@ -55,17 +58,31 @@ BertDataset::BertDataset(const IndexedDataset& data, DocumentRange range, const 
   TESSEL_CHECK(range.end <= data.num_documents() && range.begin <= range.end)
       << "BERT dataset (" << name << "): documents [" << range.begin << ", " << range.end << ") of "
       << data.num_documents();
-  for (size_t d = range.begin; d < range.end; ++d)
-    usable_documents_ += data.document_end(d) - data.document_begin(d) >= 2 ? 1 : 0;
+  // Usable documents: two sentences or more, none longer than a bound (a
+  // document whose "sentences" are whole texts is not split into sentences;
+  // skipping it keeps a sample's reads and trimming within a few samples'
+  // length).
+  const int64_t longest = LongestSentence(o);
+  std::vector<size_t> usable;
+  int64_t long_sentences = 0;
+  for (size_t d = range.begin; d < range.end; ++d) {
+    const int64_t begin = data.document_begin(d), end = data.document_end(d);
+    bool fits = true;
+    for (int64_t s = begin; s < end && fits; ++s)
+      fits = data.sequence_length(static_cast<size_t>(s)) <= longest;
+    long_sentences += fits ? 0 : 1;
+    if (end - begin >= 2 && fits) usable.push_back(d);
+  }
+  usable_documents_ = static_cast<int64_t>(usable.size());
   TESSEL_CHECK(usable_documents_ > 0)
       << "BERT dataset " << data.prefix() << " (" << name << " split, documents " << range.begin << " to "
-      << range.end << "): no document has two sentences; BERT's samples pair sentences (preprocess the "
-      << "text with tools/preprocess_data.py --split-sentences) or give the split more documents";
+      << range.end << "): no document has two sentences of at most " << longest << " tokens ("
+      << long_sentences << " hold a longer one); BERT's samples pair sentences (preprocess the text with "
+      << "tools/preprocess_data.py --split-sentences) or give the split more documents";
   std::mt19937_64 rng(seed);
   while (size() < num_samples || epochs_ == 0) {
-    for (size_t d = range.begin; d < range.end; ++d) {
+    for (size_t d : usable) {
       const int64_t begin = data.document_begin(d), end = data.document_end(d);
-      if (end - begin < 2) continue;
       int64_t first = begin, tokens = 0, target = TargetTokens(o, &rng);
       for (int64_t s = begin; s < end; ++s) {
         tokens += data.sequence_length(static_cast<size_t>(s));
@@ -97,35 +114,31 @@ BertSample BertDataset::Sample(int64_t i) const {
   // Segments A and B: the chunk's sentences cut after a random one.
   const int64_t sentences = chunk.end_sentence - chunk.first_sentence;
   const int64_t cut = chunk.first_sentence + 1 + Below(&rng, sentences - 1);
-  std::vector<int64_t> a, b;
-  for (int64_t s = chunk.first_sentence; s < chunk.end_sentence; ++s) {
-    std::vector<int64_t>* segment = s < cut ? &a : &b;
-    data_.Read(static_cast<size_t>(s), 0, data_.sequence_length(static_cast<size_t>(s)), segment);
-  }
+  Segment a{chunk.first_sentence, cut}, b{cut, chunk.end_sentence};
+  for (Segment* segment : {&a, &b})
+    for (int64_t s = segment->first_sentence; s < segment->end_sentence; ++s)
+      segment->end += data_.sequence_length(static_cast<size_t>(s));
   BertSample out;
   if (Uniform(&rng) < 0.5) {
     std::swap(a, b);
     out.sentence_label = 1;
   }
   // Trim the longer segment, front or back at random, until both fit; each
-  // keeps at least one token (the target is at least 2).
-  int64_t a_begin = 0, a_end = static_cast<int64_t>(a.size()), b_begin = 0,
-          b_end = static_cast<int64_t>(b.size());
-  while ((a_end - a_begin) + (b_end - b_begin) > chunk.target_tokens) {
-    const bool trim_a = a_end - a_begin > b_end - b_begin;
-    int64_t& front = trim_a ? a_begin : b_begin;
-    int64_t& back = trim_a ? a_end : b_end;
+  // keeps at least one token (the target is at least 2). Only lengths move
+  // here: the kept tokens alone are read below.
+  while (a.size() + b.size() > chunk.target_tokens) {
+    Segment& longer = a.size() > b.size() ? a : b;
     if (Uniform(&rng) < 0.5)
-      ++front;
+      ++longer.begin;
     else
-      --back;
+      --longer.end;
   }
   std::vector<int64_t>& ids = out.ids;
   ids.push_back(o.cls_id);
-  ids.insert(ids.end(), a.begin() + a_begin, a.begin() + a_end);
+  ReadSegment(a, &ids);
   ids.push_back(o.sep_id);
   const size_t first_b = ids.size();
-  ids.insert(ids.end(), b.begin() + b_begin, b.begin() + b_end);
+  ReadSegment(b, &ids);
   ids.push_back(o.sep_id);
   const size_t length = ids.size();
   out.token_types.assign(length, 0);
@@ -153,6 +166,16 @@ BertSample BertDataset::Sample(int64_t i) const {
   out.attention_mask.resize(ids.size(), 0);
   out.mlm_labels.resize(ids.size(), -100);
   return out;
+}
+
+void BertDataset::ReadSegment(const Segment& segment, std::vector<int64_t>* out) const {
+  int64_t position = 0;  // of the sentence's first token in the segment
+  for (int64_t s = segment.first_sentence; s < segment.end_sentence; ++s) {
+    const int64_t length = data_.sequence_length(static_cast<size_t>(s));
+    const int64_t from = std::max(segment.begin, position), to = std::min(segment.end, position + length);
+    if (from < to) data_.Read(static_cast<size_t>(s), from - position, to - from, out);
+    position += length;
+  }
 }
 
 int64_t BertDataset::Predictions(int64_t i) const {

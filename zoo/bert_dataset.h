@@ -7,7 +7,9 @@
 //   chunks of at least two sentences that reach a target length (the room
 //   left by [CLS] A [SEP] B [SEP]; with probability short_seq_prob a
 //   shorter, random one). Documents of one sentence give nothing. The chunks
-//   of every epoch are then shuffled together.
+//   of every epoch are then shuffled together. Documents holding a sentence
+//   longer than max(512, seq_length) tokens are skipped, as Megatron skips
+//   them (their "sentences" are not sentences).
 // - Sample i (its own generator, seeded by the seed and i alone, so any rank
 //   builds it the same whatever the layout): its chunk is cut at a random
 //   sentence into segments A and B, swapped with probability 1/2 (the
@@ -65,6 +67,13 @@ class BertDataset {
   int64_t Predictions(int64_t i) const;
 
  private:
+  // Tokens [begin, end) of sentences [first, end) read as one sequence.
+  struct Segment {
+    int64_t first_sentence, end_sentence;
+    int64_t begin = 0, end = 0;
+    int64_t size() const { return end - begin; }
+  };
+  void ReadSegment(const Segment& segment, std::vector<int64_t>* out) const;
   struct Chunk {
     int64_t first_sentence, end_sentence;  // sentences [first, end) of one document
     int64_t target_tokens;                 // what A and B are trimmed to

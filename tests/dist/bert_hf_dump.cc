@@ -7,8 +7,11 @@
 //   mlm_labels [batch, seq] (-100 but every third position), sentence_labels [batch]
 //   plain_mlm_logits, plain_sentence_logits    forward on the ids alone
 //   mlm_logits, sentence_logits, loss          forward with every input
-// test_hf_bert.py loads it into Hugging Face's BertForPreTraining and
-// compares.
+//   weighted_loss                              the same loss as tessel-train weighs it
+// and a sequence classifier of 3 classes (num_labels 3): its parameters
+// (cls_param.*), class_labels [batch], class_logits and class_loss.
+// test_hf_bert.py loads them into Hugging Face's BertForPreTraining and
+// BertForSequenceClassification and compares.
 #include <gflags/gflags.h>
 #include <tessel/tessel.h>
 
@@ -104,6 +107,28 @@ int main(int argc, char** argv) {
   const models::BertLosses weighted = bert.WeightedLosses(
       ids_t, types_t, mask_t, mlm_t, Tensor::FromVector<float>(weights, {b, s}), sentence_t);
   keep("weighted_loss", fn::add(weighted.mlm, weighted.sentence));
+  {
+    // The sequence classifier: its own draws, the same inputs.
+    models::Bert classifier({.vocab_size = FLAGS_vocab,
+                             .hidden = FLAGS_hidden,
+                             .heads = FLAGS_heads,
+                             .layers = FLAGS_layers,
+                             .max_seq = FLAGS_seq,
+                             .seed = 77,
+                             .num_labels = 3});
+    classifier.Eval();
+    uint64_t seed = 1;
+    for (auto& [name, t] : classifier.NamedParameters()) {
+      *t = fn::add(*t, fn::mul_scalar(randn(t->shape(), t->placement(), t->nd_sbp(), 9000 + seed++), 0.05));
+      keep("cls_param." + name, *t);
+    }
+    std::vector<int64_t> classes(b);
+    for (int64_t r = 0; r < b; ++r) classes[r] = (r * 2 + 1) % 3;
+    const Tensor classes_t = Tensor::FromVector<int64_t>(classes, {b});
+    keep("class_labels", classes_t);
+    keep("class_logits", classifier.ClassificationLogits(ids_t, types_t, mask_t));
+    keep("class_loss", classifier.ClassificationLoss(ids_t, types_t, mask_t, classes_t));
+  }
   if (dist::Rank() == 0) {
     zoo::WriteSafetensors(FLAGS_out, out,
                           {{"vocab_size", std::to_string(FLAGS_vocab)},

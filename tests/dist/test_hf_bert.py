@@ -7,7 +7,9 @@ weights it drew, the inputs and its outputs as safetensors; this test
 installs transformers 4.40 (a version that works with PyTorch 1.13) from
 PyPI into a temporary directory, maps tessel's parameters onto Hugging
 Face's names and layouts and runs Hugging Face's model with its default
-BERT configuration (exact GELU, epsilon 1e-12, two token types)."""
+BERT configuration (exact GELU, epsilon 1e-12, two token types). The
+sequence classifier (num_labels 3) likewise equals
+BertForSequenceClassification: logits and loss."""
 import argparse
 import os
 import subprocess
@@ -34,12 +36,13 @@ if pip.returncode != 0:
 sys.path.insert(0, deps)
 import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402
-from transformers import BertConfig, BertForPreTraining  # noqa: E402
+from transformers import BertConfig, BertForPreTraining, BertForSequenceClassification  # noqa: E402
 
 
-def hf_state(tensors, heads, layers, vocab):
-    """tessel's parameters under Hugging Face's names and layouts."""
-    p = {k[len("param."):]: v for k, v in tensors.items() if k.startswith("param.")}
+def hf_state(tensors, heads, layers, vocab, prefix="param."):
+    """tessel's parameters under Hugging Face's names and layouts: those of
+    BertForPreTraining, or with prefix "cls_param." BertForSequenceClassification's."""
+    p = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
     hidden = p["word_embeddings.weight"].shape[1]
     head_dim = hidden // heads
     e = "bert.embeddings."
@@ -48,14 +51,18 @@ def hf_state(tensors, heads, layers, vocab):
              e + "position_embeddings.weight": p["position_embeddings.weight"],
              e + "token_type_embeddings.weight": p["token_type_embeddings.weight"],
              e + "LayerNorm.weight": p["embedding_ln.weight"], e + "LayerNorm.bias": p["embedding_ln.bias"],
-             "bert.pooler.dense.weight": p["pooler.weight"].t(), "bert.pooler.dense.bias": p["pooler.bias"],
-             "cls.predictions.transform.dense.weight": p["mlm_transform.weight"].t(),
-             "cls.predictions.transform.dense.bias": p["mlm_transform.bias"],
-             "cls.predictions.transform.LayerNorm.weight": p["mlm_ln.weight"],
-             "cls.predictions.transform.LayerNorm.bias": p["mlm_ln.bias"],
-             "cls.predictions.bias": p["mlm_bias"][:vocab], "cls.predictions.decoder.bias": p["mlm_bias"][:vocab],
-             "cls.seq_relationship.weight": p["sentence_head.weight"].t(),
-             "cls.seq_relationship.bias": p["sentence_head.bias"]}
+             "bert.pooler.dense.weight": p["pooler.weight"].t(), "bert.pooler.dense.bias": p["pooler.bias"]}
+    if "classifier.weight" in p:
+        state.update({"classifier.weight": p["classifier.weight"].t(), "classifier.bias": p["classifier.bias"]})
+    else:
+        state.update({
+            "cls.predictions.transform.dense.weight": p["mlm_transform.weight"].t(),
+            "cls.predictions.transform.dense.bias": p["mlm_transform.bias"],
+            "cls.predictions.transform.LayerNorm.weight": p["mlm_ln.weight"],
+            "cls.predictions.transform.LayerNorm.bias": p["mlm_ln.bias"],
+            "cls.predictions.bias": p["mlm_bias"][:vocab], "cls.predictions.decoder.bias": p["mlm_bias"][:vocab],
+            "cls.seq_relationship.weight": p["sentence_head.weight"].t(),
+            "cls.seq_relationship.bias": p["sentence_head.bias"]})
     for i in range(layers):
         t, h = f"h{i}.", f"bert.encoder.layer.{i}."
         # tessel's fused QKV is head-major ([head][q|k|v][head_dim]).
@@ -132,6 +139,23 @@ for name, (nproc, flags) in layouts.items():
     if padded > vocab:
         check(f"{name}: the {padded - vocab} padded logits are masked out",
               bool((tensors["mlm_logits"][..., vocab:] <= -1e29).all()))
+
+    # The sequence classifier (num_labels 3) against BertForSequenceClassification.
+    config.num_labels = 3
+    classifier = BertForSequenceClassification(config).eval()
+    missing, unexpected = classifier.load_state_dict(hf_state(tensors, heads, layers, vocab, "cls_param."),
+                                                     strict=False)
+    check(f"{name}: every BertForSequenceClassification parameter comes from tessel", not missing and not unexpected,
+          f"missing {missing} unexpected {unexpected}")
+    with torch.no_grad():
+        hf = classifier(input_ids=tensors["input_ids"], token_type_ids=tensors["token_type_ids"],
+                        attention_mask=tensors["attention_mask"].long(), labels=tensors["class_labels"])
+    err = max_error(tensors["class_logits"], hf.logits)
+    check(f"{name}: classifier logits equal BertForSequenceClassification's (max error {err:.2e})",
+          err <= TOLERANCE)
+    err = abs(tensors["class_loss"].item() - hf.loss.item())
+    check(f"{name}: classifier loss {tensors['class_loss'].item():.6f} equals its {hf.loss.item():.6f} "
+          f"(error {err:.2e})", err <= TOLERANCE)
 
 work.cleanup()
 finish()

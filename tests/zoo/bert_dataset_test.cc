@@ -174,6 +174,28 @@ TEST(BertDatasetTest, LongSentencesAreTrimmedAndShortSamplesDrawn) {
   EXPECT_LT(mean_length(shorter), mean_length(full) - 2);
 }
 
+TEST(BertDatasetTest, DocumentsWithOverlongSentencesAreSkipped) {
+  // Documents 0 and 2: two short sentences; document 1: a sentence of 600
+  // tokens (over max(512, seq_length)), as a text not split into sentences.
+  const std::string prefix = (TempDir() / "overlong").string();
+  IndexedDatasetWriter w(prefix, TokenDType::kInt32);
+  w.AddSentences({{10001, 10002, 10003}, {10101, 10102}});
+  w.AddSentences({std::vector<int64_t>(600, 11000), {11101, 11102}});
+  w.AddSentences({{12001, 12002}, {12101, 12102, 12103}});
+  w.Finish();
+  IndexedDataset data(prefix);
+  BertDataset ds(data, {0, 3}, Options(64), 20, 1, "train");
+  EXPECT_EQ(ds.usable_documents(), 2);
+  for (int64_t i = 0; i < ds.size(); ++i)
+    for (int64_t id : ds.Sample(i).mlm_labels) EXPECT_TRUE(id == -100 || id < 11000 || id >= 12000) << id;
+  BertDataset wide(data, {0, 3}, Options(600), 20, 1, "train");  // 600 fits a 600-token sample
+  EXPECT_EQ(wide.usable_documents(), 3);
+  const std::string e = ErrorOf([&] { BertDataset(data, {1, 2}, Options(64), 20, 1, "validation"); });
+  EXPECT_NE(e.find("no document has two sentences of at most 512 tokens (1 hold a longer one)"),
+            std::string::npos)
+      << e;
+}
+
 TEST(BertDatasetTest, BadDataAndOptionsAreNamed) {
   // One sentence per document: nothing to pair.
   const std::string prefix = (TempDir() / "single").string();
