@@ -90,6 +90,17 @@ AdamW::AdamW(NamedParams params, AdamWConfig config) : params_(std::move(params)
   }
 }
 
+NamedParams AdamW::NamedState() {
+  NamedParams state;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string& name = params_[i].first;
+    state.emplace_back(name + ".exp_avg", &exp_avg_[i]);
+    state.emplace_back(name + ".exp_avg_sq", &exp_avg_sq_[i]);
+    state.emplace_back(name + ".step", &step_[i]);
+  }
+  return state;
+}
+
 Tensor AdamW::LrBeside(const Tensor& param) {
   for (const Tensor& lr : lr_) {
     if (lr.is_global() == param.is_global() && (!lr.is_global() || lr.placement() == param.placement()))

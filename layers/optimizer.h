@@ -34,6 +34,10 @@ class AdamW {
   // steps both read them).
   void set_lr(double lr);
   double lr() const { return config_.lr; }
+  // The state, each in its parameter's layout, named after the parameter:
+  // "<name>.exp_avg", "<name>.exp_avg_sq", "<name>.step" (what a checkpoint
+  // saves and loads in place).
+  NamedParams NamedState();
 
  private:
   // The learning-rate scalar on param's placement (made if new).

@@ -380,6 +380,12 @@ void ResolveConfig(config::Config* c, int world_size) {
       << ") need train.graph.enabled false for now: a captured step would reuse one dropout mask every "
          "iteration";
   TESSEL_CHECK(!t.output_dir().empty()) << "config: train.output_dir is empty; expected a directory";
+  TESSEL_CHECK(t.save_period() >= 0) << "config: train.save_period is " << t.save_period()
+                                     << "; expected 0 (no checkpoints) or a number of iterations";
+  TESSEL_CHECK(t.keep_last_checkpoints() >= 0)
+      << "config: train.keep_last_checkpoints is " << t.keep_last_checkpoints()
+      << "; expected 0 (keep all) or more";
+  if (t.checkpoint_dir().empty()) t.set_checkpoint_dir(t.output_dir() + "/checkpoints");
 
   const config::OptimConfig& o = c->optim();
   CheckOneOf("optim.name", o.name(), {"adamw"});

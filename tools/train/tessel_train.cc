@@ -11,7 +11,9 @@
 // prints a line every train.log_period iterations and appends it to
 // <output_dir>/metrics.jsonl and as TensorBoard scalars (events.out.tfevents.*),
 // with an evaluation (loss, perplexity) every evaluation.eval_period
-// iterations and at the end.
+// iterations and at the end. With train.save_period it saves checkpoints
+// (checkpoint/checkpoint.h); --resume continues from the latest one, under
+// this job's layout whatever the saving job's was.
 #include <gflags/gflags.h>
 #include <tessel/tessel.h>
 
@@ -25,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "graph/autograd.h"
 #include "graph/plan/graph.h"
 #include "layers/dist.h"
@@ -38,6 +41,9 @@
 DEFINE_string(
     config, "",
     "the training config (protobuf text, schema zoo/config.proto), e.g. configs/gpt2_tiny.prototxt");
+DEFINE_bool(resume, false,
+            "continue from the latest complete checkpoint in train.checkpoint_dir (model, optimizer state, "
+            "iteration; any layout); an error if there is none");
 DEFINE_bool(fast_dev_run, false,
             "a smoke run: 2 training iterations and 1 evaluation batch, a log line each, nothing written to "
             "the output directory (also --fast-dev-run)");
@@ -148,6 +154,34 @@ int main(int argc, char** argv) {
                               .beta2 = o.beta2(),
                               .eps = o.eps(),
                               .weight_decay = o.weight_decay()});
+  // What a checkpoint holds: the model's parameters and the optimizer's state.
+  checkpoint::NamedTensors saved;
+  for (auto& [name, p] : params) saved.emplace_back("model." + name, p);
+  for (auto& [name, s] : adamw.NamedState()) saved.emplace_back("optim." + name, s);
+  int64_t start_iteration = 0;
+  if (FLAGS_resume) {
+    const std::filesystem::path found = checkpoint::Find(t.checkpoint_dir());
+    TESSEL_CHECK(!found.empty()) << "tessel-train: --resume but " << t.checkpoint_dir()
+                                 << " holds no complete checkpoint (a directory with index.json, or "
+                                    "`latest` naming one); expected train.checkpoint_dir of an earlier run";
+    const checkpoint::CheckpointIndex index = checkpoint::ReadIndex(found);
+    const auto arch = index.metadata.find("arch");
+    TESSEL_CHECK(arch != index.metadata.end() && arch->second == m.arch())
+        << "tessel-train: checkpoint " << found.string() << " is of model.arch '"
+        << (arch == index.metadata.end() ? "" : arch->second) << "' but this config trains '" << m.arch()
+        << "'";
+    const auto meta = checkpoint::Load(found, saved);
+    start_iteration = std::stoll(meta.at("iteration"));
+    TESSEL_CHECK(start_iteration <= t.train_iter())
+        << "tessel-train: checkpoint " << found.string() << " is at iteration " << start_iteration
+        << ", past train.train_iter " << t.train_iter();
+    if (rank == 0) {
+      std::printf("tessel-train: resumed from %s at iteration %ld (saved by %s ranks as %s)\n", found.c_str(),
+                  static_cast<long>(start_iteration), std::to_string(index.world_size).c_str(),
+                  meta.count("layout") ? meta.at("layout").c_str() : "?");
+      std::fflush(stdout);
+    }
+  }
   const bool graph = t.graph().enabled(), in_order = t.graph().pipeline() == "in_order";
   runtime::ActorRuntime actors(
       {.schedule = in_order ? runtime::Schedule::kOneFOneB : runtime::ParseSchedule(t.graph().pipeline())});
@@ -171,7 +205,8 @@ int main(int argc, char** argv) {
   if (rank == 0 && !FLAGS_fast_dev_run) {
     std::filesystem::create_directories(out_dir);
     std::ofstream(out_dir / "config.prototxt") << zoo::ConfigText(c);
-    metrics.reset(std::fopen((out_dir / "metrics.jsonl").c_str(), "w"));
+    // A resumed run adds to the metrics of the run it continues.
+    metrics.reset(std::fopen((out_dir / "metrics.jsonl").c_str(), FLAGS_resume ? "a" : "w"));
     TESSEL_CHECK(metrics != nullptr) << "tessel-train: cannot write " << (out_dir / "metrics.jsonl").string()
                                      << ": " << std::strerror(errno);
     events = std::make_unique<zoo::EventWriter>(out_dir);
@@ -216,7 +251,8 @@ int main(int argc, char** argv) {
   auto period_start = start;
   double period_data_seconds = 0;
   int64_t period_iterations = 0;
-  for (int64_t it = 0; it < t.train_iter(); ++it) {
+  const bool save = t.save_period() > 0 && !FLAGS_fast_dev_run;
+  for (int64_t it = start_iteration; it < t.train_iter(); ++it) {
     adamw.set_lr(LearningRate(c, it));
     double loss = 0, grad_norm = 0;
     if (graph) {
@@ -247,7 +283,8 @@ int main(int argc, char** argv) {
       const double seconds = std::chrono::duration<double>(now - period_start).count();
       const double per_iter = seconds / static_cast<double>(period_iterations);
       const double elapsed = std::chrono::duration<double>(now - start).count();
-      const double eta = elapsed / static_cast<double>(done) * static_cast<double>(t.train_iter() - done);
+      const double eta =
+          elapsed / static_cast<double>(done - start_iteration) * static_cast<double>(t.train_iter() - done);
       const double samples = static_cast<double>(global) / per_iter,
                    tokens = samples * static_cast<double>(tokens_per_sample);
       const double data_ms = 1e3 * period_data_seconds / static_cast<double>(period_iterations);
@@ -289,6 +326,23 @@ int main(int argc, char** argv) {
     if (evaluate && (done % c.evaluation().eval_period() == 0 || done == t.train_iter())) {
       evaluate_now(done);
       period_start = Clock::now();  // evaluation time is not training time
+    }
+    if (save && (done % t.save_period() == 0 || done == t.train_iter())) {
+      const auto save_start = Clock::now();
+      char layout[96];
+      std::snprintf(layout, sizeof(layout), "dp %ld x tp %ld x pp %ld", static_cast<long>(dp),
+                    static_cast<long>(d.tensor_parallel_size()),
+                    static_cast<long>(d.pipeline_parallel_size()));
+      const std::filesystem::path where =
+          checkpoint::Save(t.checkpoint_dir(), done, saved,
+                           {{"iteration", std::to_string(done)}, {"arch", m.arch()}, {"layout", layout}},
+                           {.keep_last = t.keep_last_checkpoints(), .config_text = zoo::ConfigText(c)});
+      if (rank == 0) {
+        std::printf("saved checkpoint %s in %.2f s\n", where.c_str(),
+                    std::chrono::duration<double>(Clock::now() - save_start).count());
+        std::fflush(stdout);
+      }
+      period_start = Clock::now();  // saving time is not training time
     }
   }
   if (rank == 0) {
