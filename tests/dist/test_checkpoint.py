@@ -1,0 +1,140 @@
+"""tessel-train's checkpoints (checkpoint/checkpoint.h) on the tiny GPT:
+a checkpoint saved at iteration 5 under tp2 x pp2 resumes under tp2 x pp2
+bit-identically (the same losses, and the iteration-10 checkpoint's shards
+byte for byte those of an uninterrupted run), and under dp4 and on one
+process with the uninterrupted run's losses (1e-5); the last
+keep_last_checkpoints are kept; a damaged shard (one flipped byte, a
+truncation), a checkpoint of another model, a shape that disagrees and an
+empty directory are named before the first iteration, and leave the
+checkpoint as it was."""
+import argparse
+import filecmp
+import glob
+import hashlib
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import check, expect, finish, run  # noqa: E402
+from train_checks import LOSS, Trainer, layout_sets  # noqa: E402
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--launcher", required=True)
+parser.add_argument("--program", required=True)
+parser.add_argument("--source", required=True)
+args = parser.parse_args()
+work = tempfile.mkdtemp(prefix="tessel_checkpoint_")
+gpt = Trainer(args.launcher, args.program, os.path.join(args.source, "configs", "gpt2_tiny.prototxt"))
+bert = Trainer(args.launcher, args.program, os.path.join(args.source, "configs", "bert_tiny.prototxt"))
+
+# A constant learning rate: a run of 5 iterations is the first half of one of 10.
+COMMON = ["train.log_period=1", "evaluation.enabled=false", "scheduler.name=constant", "scheduler.warmup_iter=0"]
+
+
+def losses(out):
+    return {int(i): v for i, v in LOSS.findall(out)}
+
+
+def train(trainer, nproc, tp, pp, iters, checkpoints, extra=(), resume=False):
+    sets = COMMON + layout_sets(tp, pp, True) + [f"train.train_iter={iters}", f"train.checkpoint_dir={checkpoints}",
+                                                f"train.output_dir={checkpoints}_out"] + list(extra)
+    cmd = [args.launcher, "--nproc_per_node", str(nproc), "--master_port", "0", "--max_run_s", "220", "--",
+           args.program, "--config", trainer.config] + (["--resume"] if resume else [])
+    for s in sets:
+        cmd += ["--set", s]
+    return run(cmd, timeout=240)
+
+
+def digest(directory):
+    return {os.path.basename(p): hashlib.sha256(open(p, "rb").read()).hexdigest()
+            for p in sorted(glob.glob(os.path.join(directory, "*")))}
+
+
+# Uninterrupted: 10 iterations under tp2 x pp2, a checkpoint at the end.
+full_dir = os.path.join(work, "full")
+code, out, secs = train(gpt, 4, 2, 2, 10, full_dir, ["train.save_period=10"])
+full = losses(out)
+check(f"uninterrupted tp2 x pp2: 10 iterations ({secs:.1f} s)", code == 0 and len(full) == 10, out[-3000:])
+expect("uninterrupted: the save is logged", out, r"saved checkpoint .*iter_0000010 in [0-9.]+ s")
+
+# The first half, saved at iteration 5.
+half_dir = os.path.join(work, "half")
+code, out, _ = train(gpt, 4, 2, 2, 5, half_dir, ["train.save_period=5"])
+check("first half: 5 iterations and a checkpoint", code == 0 and os.path.exists(
+    os.path.join(half_dir, "iter_0000005", "index.json")), out[-3000:])
+check("first half: its losses are the uninterrupted run's", losses(out) == {i: full[i] for i in range(1, 6)},
+      f"{losses(out)} vs {full}")
+check("first half: `latest` names it", open(os.path.join(half_dir, "latest")).read().strip() == "iter_0000005")
+shards = sorted(glob.glob(os.path.join(half_dir, "iter_0000005", "shard-*.safetensors")))
+check("first half: one shard per rank, an index and the config",
+      [os.path.basename(s) for s in shards] == [f"shard-0000{r}-of-00004.safetensors" for r in range(4)] and
+      os.path.exists(os.path.join(half_dir, "iter_0000005", "config.prototxt")))
+saved_state = digest(os.path.join(half_dir, "iter_0000005"))
+
+# Resumed under the same layout: bit-identical.
+same_dir = os.path.join(work, "same")
+shutil.copytree(half_dir, same_dir)
+code, out, _ = train(gpt, 4, 2, 2, 10, same_dir, ["train.save_period=10"], resume=True)
+expect("tp2 x pp2: resumes at iteration 5", out, r"resumed from .*iter_0000005 at iteration 5 \(saved by 4 ranks "
+                                                  r"as dp 1 x tp 2 x pp 2\)")
+resumed = losses(out)
+check(f"tp2 x pp2: iterations 6 to 10 print the uninterrupted losses exactly",
+      code == 0 and resumed == {i: full[i] for i in range(6, 11)}, f"{resumed} vs {full}")
+full_shards = digest(os.path.join(full_dir, "iter_0000010"))
+same_shards = digest(os.path.join(same_dir, "iter_0000010"))
+identical = [name for name in full_shards if name.startswith("shard-") and full_shards[name] == same_shards.get(name)]
+check(f"tp2 x pp2: the iteration-10 shards (model and optimizer state) equal the uninterrupted run's byte for "
+      f"byte ({len(identical)} of 4)", len(identical) == 4)
+
+# Resumed under other layouts: the same losses within 1e-5.
+for name, (nproc, tp, pp) in {"dp4": (4, 1, 1), "1x1x1": (1, 1, 1)}.items():
+    layout_dir = os.path.join(work, name)
+    shutil.copytree(half_dir, layout_dir)
+    code, out, _ = train(gpt, nproc, tp, pp, 10, layout_dir, resume=True)
+    resumed = losses(out)
+    worst = max((abs(float(resumed[i]) - float(full[i])) / abs(float(full[i])) for i in range(6, 11) if i in resumed),
+                default=float("inf"))
+    check(f"{name}: resumed from tp2 x pp2, iterations 6 to 10 match within 1e-5 (worst {worst:.2e})",
+          code == 0 and sorted(resumed) == list(range(6, 11)) and worst <= 1e-5, out[-3000:])
+
+# keep_last_checkpoints: saves at 2, 4, 6 keep the last two.
+keep_dir = os.path.join(work, "keep")
+code, out, _ = train(gpt, 1, 1, 1, 6, keep_dir, ["train.save_period=2", "train.keep_last_checkpoints=2"])
+kept = sorted(os.path.basename(p) for p in glob.glob(os.path.join(keep_dir, "iter_*")))
+check(f"keep_last_checkpoints 2: {kept}", code == 0 and kept == ["iter_0000004", "iter_0000006"], out[-2000:])
+
+# Bad input: named before the first iteration; the checkpoint stays as it was.
+cases = {}
+flipped = os.path.join(work, "flipped")
+shutil.copytree(half_dir, flipped)
+shard = os.path.join(flipped, "iter_0000005", "shard-00000-of-00004.safetensors")
+data = bytearray(open(shard, "rb").read())
+data[-5] ^= 0x40  # in the last tensor's bytes
+open(shard, "wb").write(bytes(data))
+cases["a flipped byte"] = (gpt, flipped, [], r"shard-00000-of-00004\.safetensors: tensor '[^']+': checksum mismatch")
+cut = os.path.join(work, "cut")
+shutil.copytree(half_dir, cut)
+shard = os.path.join(cut, "iter_0000005", "shard-00001-of-00004.safetensors")
+open(shard, "r+b").truncate(os.path.getsize(shard) - 100)
+cases["a truncated shard"] = (gpt, cut, [], r"shard-00001-of-00004\.safetensors")
+cases["a checkpoint of another model"] = (bert, half_dir, [],
+                                          r"checkpoint .*iter_0000005 is of model\.arch 'gpt2' but this config "
+                                          r"trains 'bert'")
+cases["a shape that disagrees"] = (gpt, half_dir, ["model.ffn_hidden_size=256"],
+                                   r"tensor 'model\.h0\.mlp\.fc1\.weight' has shape \[128, 512\] there but "
+                                   r"\[128, 256\] in the model")
+cases["no checkpoint"] = (gpt, os.path.join(work, "nothing"), [], r"--resume but .*nothing holds no complete checkpoint")
+for name, (trainer, directory, extra, pattern) in cases.items():
+    before = digest(os.path.join(directory, "iter_0000005")) if os.path.exists(directory) else {}
+    code, out, _ = train(trainer, 4, 2, 2, 10, directory, extra, resume=True)
+    check(f"{name}: the job fails", code not in (0, None), out[-2000:])
+    expect(f"{name}: the error says so", out, pattern)
+    check(f"{name}: before the first iteration", "iteration 6/" not in out and "iteration 1/" not in out)
+    check(f"{name}: the checkpoint is left as it was",
+          (digest(os.path.join(directory, "iter_0000005")) if os.path.exists(directory) else {}) == before)
+check("the saved checkpoint itself was never changed", digest(os.path.join(half_dir, "iter_0000005")) == saved_state)
+shutil.rmtree(work, ignore_errors=True)
+finish()
