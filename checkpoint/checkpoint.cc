@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -87,6 +89,15 @@ std::vector<std::pair<int, Box>> Writers(const Tensor& t) {
     if (seen.insert(b).second) writers.emplace_back(r, std::move(b));
   }
   return writers;
+}
+
+// Fault injection for the tests of the commit protocol: with
+// TESSEL_CHECKPOINT_KILL=<point> ("shards", "index" or "rename"), rank 0
+// kills itself (SIGKILL, as an out-of-memory killer or a lost node would)
+// at that point of every save.
+void MaybeKill(const char* point, int rank) {
+  const char* wanted = std::getenv("TESSEL_CHECKPOINT_KILL");
+  if (rank == 0 && wanted != nullptr && std::strcmp(wanted, point) == 0) std::raise(SIGKILL);
 }
 
 int64_t IterationOf(const fs::path& p) {
@@ -277,10 +288,12 @@ fs::path Save(const fs::path& dir, int64_t iteration, const NamedTensors& tensor
   zoo::WriteSafetensors(shard, mine, crcs);
   Fsync(shard);
   comm.Barrier();  // every shard is on disk
+  MaybeKill("shards", rank);
   if (rank == 0) {
     WriteDurably(tmp / "index.json", IndexText(index));
     if (!options.config_text.empty()) WriteDurably(tmp / "config.prototxt", options.config_text);
     Fsync(tmp);
+    MaybeKill("index", rank);
     if (fs::exists(final_dir)) {
       const fs::path old = dir / (IterationName(iteration) + ".old");
       fs::remove_all(old);
@@ -291,6 +304,7 @@ fs::path Save(const fs::path& dir, int64_t iteration, const NamedTensors& tensor
       fs::rename(tmp, final_dir);
     }
     Fsync(dir);
+    MaybeKill("rename", rank);
     WriteDurably(dir / "latest.tmp", IterationName(iteration) + "\n");
     fs::rename(dir / "latest.tmp", dir / "latest");
     Fsync(dir);

@@ -2,8 +2,9 @@
 a checkpoint saved at iteration 5 under tp2 x pp2 resumes under tp2 x pp2
 bit-identically (the same losses, and the iteration-10 checkpoint's shards
 byte for byte those of an uninterrupted run), and under dp4 and on one
-process with the uninterrupted run's losses (1e-5); the last
-keep_last_checkpoints are kept; a damaged shard (one flipped byte, a
+process with the uninterrupted run's losses (1e-5); a job killed
+(SIGKILL) at three points of a save leaves the previous checkpoint whole
+and --resume finishes from it; the last keep_last_checkpoints are kept; a damaged shard (one flipped byte, a
 truncation), a checkpoint of another model, a shape that disagrees and an
 empty directory are named before the first iteration, and leave the
 checkpoint as it was."""
@@ -38,14 +39,14 @@ def losses(out):
     return {int(i): v for i, v in LOSS.findall(out)}
 
 
-def train(trainer, nproc, tp, pp, iters, checkpoints, extra=(), resume=False):
+def train(trainer, nproc, tp, pp, iters, checkpoints, extra=(), resume=False, env=None):
     sets = COMMON + layout_sets(tp, pp, True) + [f"train.train_iter={iters}", f"train.checkpoint_dir={checkpoints}",
                                                 f"train.output_dir={checkpoints}_out"] + list(extra)
     cmd = [args.launcher, "--nproc_per_node", str(nproc), "--master_port", "0", "--max_run_s", "220", "--",
            args.program, "--config", trainer.config] + (["--resume"] if resume else [])
     for s in sets:
         cmd += ["--set", s]
-    return run(cmd, timeout=240)
+    return run(cmd, env=env, timeout=240)
 
 
 def digest(directory):
@@ -99,6 +100,26 @@ for name, (nproc, tp, pp) in {"dp4": (4, 1, 1), "1x1x1": (1, 1, 1)}.items():
                 default=float("inf"))
     check(f"{name}: resumed from tp2 x pp2, iterations 6 to 10 match within 1e-5 (worst {worst:.2e})",
           code == 0 and sorted(resumed) == list(range(6, 11)) and worst <= 1e-5, out[-3000:])
+
+# A job killed (SIGKILL on rank 0) at three points of the iteration-10 save
+# leaves `latest` at iteration 5, whole; --resume then finishes the run with
+# the uninterrupted losses.
+for point in ("shards", "index", "rename"):
+    killed_dir = os.path.join(work, "killed_" + point)
+    shutil.copytree(half_dir, killed_dir)
+    code, out, _ = train(gpt, 4, 2, 2, 10, killed_dir, ["train.save_period=5"], resume=True,
+                         env={"TESSEL_CHECKPOINT_KILL": point})
+    check(f"killed at '{point}': the job stops, naming rank 0", code not in (0, None) and
+          re.search(r"rank 0 \(pid \d+\) was killed by signal 9", out) is not None, out[-2000:])
+    check(f"killed at '{point}': `latest` still names iteration 5, unchanged",
+          open(os.path.join(killed_dir, "latest")).read().strip() == "iter_0000005" and
+          digest(os.path.join(killed_dir, "iter_0000005")) == saved_state)
+    code, out, _ = train(gpt, 4, 2, 2, 10, killed_dir, ["train.save_period=5"], resume=True)
+    check(f"killed at '{point}': --resume continues from iteration 5 to the uninterrupted losses",
+          code == 0 and "at iteration 5" in out and losses(out) == {i: full[i] for i in range(6, 11)}, out[-2000:])
+    check(f"killed at '{point}': the second try completes iteration 10",
+          open(os.path.join(killed_dir, "latest")).read().strip() == "iter_0000010" and
+          not glob.glob(os.path.join(killed_dir, "*.tmp")) and not glob.glob(os.path.join(killed_dir, "*.old")))
 
 # keep_last_checkpoints: saves at 2, 4, 6 keep the last two.
 keep_dir = os.path.join(work, "keep")
