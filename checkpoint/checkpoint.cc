@@ -343,7 +343,8 @@ CheckpointIndex ReadIndex(const fs::path& checkpoint) {
   return ParseIndex(text, index_path.string());
 }
 
-std::map<std::string, std::string> Load(const fs::path& checkpoint, const NamedTensors& tensors) {
+std::map<std::string, std::string> Load(const fs::path& checkpoint, const NamedTensors& tensors,
+                                        const LoadOptions& options) {
   const CheckpointIndex index = ReadIndex(checkpoint);
   const int rank = CurrentRank();
   std::map<int, std::unique_ptr<zoo::SafetensorsFile>> shards;
@@ -359,7 +360,14 @@ std::map<std::string, std::string> Load(const fs::path& checkpoint, const NamedT
     TESSEL_CHECK(it != index.tensors.end())
         << "checkpoint " << checkpoint.string() << " has no tensor '" << name << "' (of "
         << index.tensors.size() << " tensors; a checkpoint of another model?)";
-    TESSEL_CHECK(it->second.shape == Dims(t->shape()))
+    std::vector<int64_t> saved_shape = it->second.shape;
+    const std::vector<int64_t> model_shape = Dims(t->shape());
+    const auto padded = options.padded_rows.find(name);
+    // Rows past the real ones are padding: their count may differ.
+    if (padded != options.padded_rows.end() && !saved_shape.empty() && !model_shape.empty() &&
+        saved_shape[0] >= padded->second && model_shape[0] >= padded->second)
+      saved_shape[0] = model_shape[0];
+    TESSEL_CHECK(saved_shape == model_shape)
         << "checkpoint " << checkpoint.string() << ": tensor '" << name << "' has shape "
         << Shape(it->second.shape) << " there but " << t->shape() << " in the model";
     TESSEL_CHECK(it->second.dtype == zoo::SafetensorsDType(t->dtype()))
@@ -369,7 +377,11 @@ std::map<std::string, std::string> Load(const fs::path& checkpoint, const NamedT
   for (const auto& [name, t] : tensors) {
     if (t->is_global() && !t->placement().Contains(rank)) continue;
     const SavedTensor& saved = index.tensors.at(name);
-    const Box need = HeldBox(*t, rank);
+    const Box held = HeldBox(*t, rank);
+    // Padding rows that the checkpoint lacks keep the model's values.
+    Box need = held;
+    if (options.padded_rows.count(name) && need.ndim() > 0)
+      need[0].end = std::max(need[0].begin, std::min(need[0].end, saved.shape[0]));
     const size_t element = ElementSize(t->dtype());
     // The saved boxes this rank reads, checked first.
     std::vector<std::pair<const SavedBox*, std::span<const uint8_t>>> sources;
@@ -398,7 +410,7 @@ std::map<std::string, std::string> Load(const fs::path& checkpoint, const NamedT
     for (const auto& [b, bytes] : sources) {
       const Box overlap = need.Intersect(b->box);
       CopyBox(bytes.data(), Dims(b->box.shape()), overlap.OffsetIn(b->box), local.raw_data(),
-              Dims(need.shape()), overlap.OffsetIn(need), Dims(overlap.shape()), element);
+              Dims(held.shape()), overlap.OffsetIn(held), Dims(overlap.shape()), element);
       copied += overlap.numel();
     }
     TESSEL_CHECK(copied == need.numel())

@@ -75,12 +75,20 @@ std::filesystem::path Find(const std::filesystem::path& path);
 // Reads and checks a checkpoint's index.json.
 CheckpointIndex ReadIndex(const std::filesystem::path& checkpoint);
 
+struct LoadOptions {
+  // Tensors whose rows past a count are padding (a vocabulary padded to a
+  // multiple of 128 x tp): name -> the real row count. Their saved and
+  // model row counts may differ (another tp pads otherwise); the real rows
+  // are loaded and the model's padding rows are left as they are.
+  std::map<std::string, int64_t> padded_rows;
+};
+
 // Loads a checkpoint (a directory holding index.json) into `tensors`, each
 // in its own layout, in place. Every tensor must be in the checkpoint with
-// the same shape and dtype. Returns the saved metadata. Throws naming the
-// file and tensor for a missing tensor, a shape or dtype that disagrees, a
-// truncated shard or a checksum that does not match; nothing is written to
-// a tensor before its boxes are checked.
-std::map<std::string, std::string> Load(const std::filesystem::path& checkpoint, const NamedTensors& tensors);
+// the same shape (but for padding rows, see LoadOptions) and dtype. Returns the saved metadata. Throws naming
+// the file and tensor for a missing tensor, a shape or dtype that disagrees, a truncated shard or a checksum
+// that does not match; nothing is written to a tensor before its boxes are checked.
+std::map<std::string, std::string> Load(const std::filesystem::path& checkpoint, const NamedTensors& tensors,
+                                        const LoadOptions& options = {});
 
 }  // namespace tessel::checkpoint

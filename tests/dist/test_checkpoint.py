@@ -2,16 +2,19 @@
 a checkpoint saved at iteration 5 under tp2 x pp2 resumes under tp2 x pp2
 bit-identically (the same losses, and the iteration-10 checkpoint's shards
 byte for byte those of an uninterrupted run), and under dp4 and on one
-process with the uninterrupted run's losses (1e-5); a job killed
+process with the uninterrupted run's losses (1e-5); a vocabulary that
+another tp pads to other row counts loads its real rows; a job killed
 (SIGKILL) at three points of a save leaves the previous checkpoint whole
-and --resume finishes from it; the last keep_last_checkpoints are kept; a damaged shard (one flipped byte, a
-truncation), a checkpoint of another model, a shape that disagrees and an
-empty directory are named before the first iteration, and leave the
-checkpoint as it was."""
+and --resume finishes from it; the last keep_last_checkpoints are kept; a
+damaged shard (one flipped byte, a truncation), a tensor missing from the
+index, a checkpoint of another model, a shape that disagrees and an empty
+directory are named before the first iteration, and leave the checkpoint
+as it was."""
 import argparse
 import filecmp
 import glob
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -101,6 +104,21 @@ for name, (nproc, tp, pp) in {"dp4": (4, 1, 1), "1x1x1": (1, 1, 1)}.items():
     check(f"{name}: resumed from tp2 x pp2, iterations 6 to 10 match within 1e-5 (worst {worst:.2e})",
           code == 0 and sorted(resumed) == list(range(6, 11)) and worst <= 1e-5, out[-3000:])
 
+# A vocabulary that tp pads otherwise: 2,100 tokens are 2,304 rows under tp2
+# and 2,176 on one process; the real rows load, the losses go on.
+vocab = ["model.vocab_size=2100"]
+code, out, _ = train(gpt, 4, 2, 2, 10, os.path.join(work, "vocab_full"), vocab)
+vocab_full = losses(out)
+vocab_dir = os.path.join(work, "vocab")
+code, out, _ = train(gpt, 4, 2, 2, 5, vocab_dir, vocab + ["train.save_period=5"])
+check("vocab 2100 under tp2 x pp2: saved at iteration 5", code == 0 and len(vocab_full) == 10, out[-2000:])
+code, out, _ = train(gpt, 1, 1, 1, 10, vocab_dir, vocab, resume=True)
+resumed = losses(out)
+worst = max((abs(float(resumed[i]) - float(vocab_full[i])) / abs(float(vocab_full[i])) for i in range(6, 11)
+             if i in resumed), default=float("inf"))
+check(f"vocab 2100: the 2,304-row table resumes as 2,176 rows on one process, iterations 6 to 10 within 1e-5 "
+      f"(worst {worst:.2e})", code == 0 and sorted(resumed) == list(range(6, 11)) and worst <= 1e-5, out[-2000:])
+
 # A job killed (SIGKILL on rank 0) at three points of the iteration-10 save
 # leaves `latest` at iteration 5, whole; --resume then finishes the run with
 # the uninterrupted losses.
@@ -141,6 +159,13 @@ shutil.copytree(half_dir, cut)
 shard = os.path.join(cut, "iter_0000005", "shard-00001-of-00004.safetensors")
 open(shard, "r+b").truncate(os.path.getsize(shard) - 100)
 cases["a truncated shard"] = (gpt, cut, [], r"shard-00001-of-00004\.safetensors")
+missing = os.path.join(work, "missing")
+shutil.copytree(half_dir, missing)
+index_path = os.path.join(missing, "iter_0000005", "index.json")
+index = json.load(open(index_path))
+del index["tensors"]["model.h1.mlp.fc2.bias"]
+json.dump(index, open(index_path, "w"))
+cases["a tensor missing from the index"] = (gpt, missing, [], r"has no tensor 'model\.h1\.mlp\.fc2\.bias'")
 cases["a checkpoint of another model"] = (bert, half_dir, [],
                                           r"checkpoint .*iter_0000005 is of model\.arch 'gpt2' but this config "
                                           r"trains 'bert'")

@@ -98,6 +98,10 @@ class BertTask : public Task {
     return fn::add(l.mlm, l.sentence);
   }
   int64_t tokens_per_sample() const override { return seq_; }
+  std::map<std::string, int64_t> PaddedRows() const override {
+    const int64_t vocab = c_.model().vocab_size();
+    return {{"word_embeddings.weight", vocab}, {"mlm_bias", vocab}};
+  }
 
   Graph::Tensors ReadTrain(int64_t iteration, int part, int parts) const override {
     return Read(*train_, iteration * global_, part, parts);

@@ -70,6 +70,9 @@ class GPTTask : public Task {
   nn::Module& model() override { return *gpt_; }
   Tensor Loss(const Graph::Tensors& in) const override { return gpt_->Loss(in.at("ids"), in.at("labels")); }
   int64_t tokens_per_sample() const override { return seq_; }
+  std::map<std::string, int64_t> PaddedRows() const override {
+    return {{"wte.weight", c_.model().vocab_size()}};
+  }
 
   Graph::Tensors ReadTrain(int64_t iteration, int part, int parts) const override {
     return Read(*train_, iteration * global_, part, parts);

@@ -5,6 +5,7 @@
 // vit_task.cc (ViT on an image dataset).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -63,6 +64,9 @@ class Task {
   virtual int64_t tokens_per_sample() const = 0;
   // One line on the data for the start of the log.
   virtual std::string DataSummary() const = 0;
+  // Parameters whose rows past a count are vocabulary padding (name -> the
+  // real vocabulary), so a checkpoint loads under a tp that pads otherwise.
+  virtual std::map<std::string, int64_t> PaddedRows() const { return {}; }
 };
 
 struct TaskContext {

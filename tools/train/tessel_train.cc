@@ -170,7 +170,12 @@ int main(int argc, char** argv) {
         << "tessel-train: checkpoint " << found.string() << " is of model.arch '"
         << (arch == index.metadata.end() ? "" : arch->second) << "' but this config trains '" << m.arch()
         << "'";
-    const auto meta = checkpoint::Load(found, saved);
+    checkpoint::LoadOptions load;
+    for (const auto& [name, rows] : task->PaddedRows())
+      for (const std::string& key :
+           {"model." + name, "optim." + name + ".exp_avg", "optim." + name + ".exp_avg_sq"})
+        load.padded_rows[key] = rows;
+    const auto meta = checkpoint::Load(found, saved, load);
     start_iteration = std::stoll(meta.at("iteration"));
     TESSEL_CHECK(start_iteration <= t.train_iter())
         << "tessel-train: checkpoint " << found.string() << " is at iteration " << start_iteration
