@@ -29,6 +29,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--launcher", required=True)
 parser.add_argument("--program", required=True)
 parser.add_argument("--source", required=True)
+parser.add_argument("--tool", required=True, help="tessel-checkpoint")
 args = parser.parse_args()
 work = tempfile.mkdtemp(prefix="tessel_checkpoint_")
 gpt = Trainer(args.launcher, args.program, os.path.join(args.source, "configs", "gpt2_tiny.prototxt"))
@@ -103,6 +104,31 @@ for name, (nproc, tp, pp) in {"dp4": (4, 1, 1), "1x1x1": (1, 1, 1)}.items():
                 default=float("inf"))
     check(f"{name}: resumed from tp2 x pp2, iterations 6 to 10 match within 1e-5 (worst {worst:.2e})",
           code == 0 and sorted(resumed) == list(range(6, 11)) and worst <= 1e-5, out[-3000:])
+
+# tessel-checkpoint: info, merge into one safetensors file, split it back as a
+# one-shard checkpoint, which resumes on one process.
+code, out, _ = run([args.tool, "info", half_dir])
+check("tessel-checkpoint info names the iteration, the layout and each tensor's boxes",
+      code == 0 and "iteration: 5" in out and "layout: dp 1 x tp 2 x pp 2" in out and
+      re.search(r"model\.h0\.attention\.qkv\.weight F32 \[128, 384\] on cpu:\[0, 1\] as \[S\(1\)\]: "
+                r"\[0:128, 0:192\]@0 \[0:128, 192:384\]@1", out) is not None, out[-2000:])
+merged = os.path.join(work, "merged.safetensors")
+code, out, _ = run([args.tool, "merge", half_dir, merged])
+check("tessel-checkpoint merge writes one file", code == 0 and os.path.exists(merged), out[-2000:])
+model_only = os.path.join(work, "model_only.safetensors")
+code, out, _ = run([args.tool, "merge", half_dir, model_only, "--model_only"])
+counts = [int(n) for n in re.findall(r"merged (\d+) tensors", out)]
+check("merge --model_only keeps the model's tensors (a third of them, without both moments and the step)",
+      code == 0 and counts and os.path.getsize(model_only) < os.path.getsize(merged) / 2.5, out[-2000:])
+split_dir = os.path.join(work, "split")
+code, out, _ = run([args.tool, "split", merged, split_dir])
+check("tessel-checkpoint split writes a one-shard checkpoint",
+      code == 0 and os.path.exists(os.path.join(split_dir, "iter_0000005", "shard-00000-of-00001.safetensors")),
+      out[-2000:])
+code, out, _ = train(gpt, 1, 1, 1, 10, split_dir, resume=True)
+check("the merged-and-split checkpoint resumes on one process with the uninterrupted losses",
+      code == 0 and {i: float(v) for i, v in losses(out).items()} ==
+      {i: float(full[i]) for i in range(6, 11)}, out[-2000:])
 
 # A vocabulary that tp pads otherwise: 2,100 tokens are 2,304 rows under tp2
 # and 2,176 on one process; the real rows load, the losses go on.
