@@ -165,7 +165,7 @@ Tensor Tensor::FromVector(const std::vector<T>& values, const Shape& shape) {
   Tensor t = Empty(shape, DTypeOf<T>::value);
   if constexpr (std::is_same_v<T, bool>) {
     for (size_t i = 0; i < values.size(); ++i) t.data<bool>()[i] = values[i];
-  } else {
+  } else if (!values.empty()) {  // an empty tensor has no storage: memcpy of null is undefined
     std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
   }
   return t;
