@@ -59,8 +59,9 @@ check("bert_tiny: metrics.jsonl holds the evaluations' terms and perplexity",
 gpt_corpus = os.path.join(args.source, "data", "tiny_corpus", "tiny_corpus_text_document")
 cases = {
     "documents of one sequence": ([f"data.data_prefix={gpt_corpus}"],
-                                  r"no document has two sentences; BERT's samples pair sentences \(preprocess the "
-                                  r"text with tools/preprocess_data\.py --split-sentences\)"),
+                                  r"no document has two sentences of at most 512 tokens \(\d+ hold a longer one\); "
+                                  r"BERT's samples pair sentences \(preprocess the text with "
+                                  r"tools/preprocess_data\.py --split-sentences\)"),
     "a special token outside the vocabulary": (["data.mask_token_id=5000"],
                                                r"data\.mask_token_id is 5000; expected an id below "
                                                r"model\.vocab_size 2048"),
