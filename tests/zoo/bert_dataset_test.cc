@@ -8,19 +8,12 @@
 #include <set>
 
 #include "core/error.h"
+#include "tests/testing/test_util.h"
 
 namespace tessel::zoo {
 namespace {
 
-template <typename Fn>
-std::string ErrorOf(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::ErrorOf;
 
 std::filesystem::path TempDir() {
   const auto dir = std::filesystem::temp_directory_path() / "tessel_bert_dataset_test";

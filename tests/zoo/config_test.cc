@@ -7,21 +7,14 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "tests/testing/test_util.h"
 
 namespace tessel::zoo {
 namespace {
 
-// The message of the Error `fn` throws ("" if none).
-template <typename Fn>
-std::string ErrorOf(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::ErrorOf;
 
+// The message of the Error `fn` throws ("" if none).
 config::Config Minimal() { return ParseConfig("data { data_prefix: \"corpus\" }", "test"); }
 
 TEST(ConfigTest, ParsesFieldsAndLeavesDefaults) {

@@ -6,19 +6,12 @@
 #include <set>
 
 #include "core/error.h"
+#include "tests/testing/test_util.h"
 
 namespace tessel::zoo {
 namespace {
 
-template <typename Fn>
-std::string ErrorOf(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::ErrorOf;
 
 TEST(GPTDatasetTest, SplitsDocumentsByProportion) {
   auto r = SplitDocuments("98,2,0", 100);

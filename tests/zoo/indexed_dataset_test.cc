@@ -7,19 +7,12 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "tests/testing/test_util.h"
 
 namespace tessel::zoo {
 namespace {
 
-template <typename Fn>
-std::string ErrorOf(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::ErrorOf;
 
 std::filesystem::path TempDir() {
   auto dir = std::filesystem::temp_directory_path() / "tessel_indexed_dataset_test";
