@@ -11,7 +11,6 @@ index, a checkpoint of another model, a shape that disagrees and an empty
 directory are named before the first iteration, and leave the checkpoint
 as it was."""
 import argparse
-import filecmp
 import glob
 import hashlib
 import json
@@ -117,9 +116,10 @@ code, out, _ = run([args.tool, "merge", half_dir, merged])
 check("tessel-checkpoint merge writes one file", code == 0 and os.path.exists(merged), out[-2000:])
 model_only = os.path.join(work, "model_only.safetensors")
 code, out, _ = run([args.tool, "merge", half_dir, model_only, "--model_only"])
-counts = [int(n) for n in re.findall(r"merged (\d+) tensors", out)]
-check("merge --model_only keeps the model's tensors (a third of them, without both moments and the step)",
-      code == 0 and counts and os.path.getsize(model_only) < os.path.getsize(merged) / 2.5, out[-2000:])
+model_count = [int(n) for n in re.findall(r"merged (\d+) tensors", out)]
+all_count = len(json.load(open(os.path.join(half_dir, "iter_0000005", "index.json")))["tensors"])
+check(f"merge --model_only keeps the model's tensors ({model_count} of {all_count}: without each one's two "
+      "moments and step)", code == 0 and model_count == [all_count // 4], out[-2000:])
 split_dir = os.path.join(work, "split")
 code, out, _ = run([args.tool, "split", merged, split_dir])
 check("tessel-checkpoint split writes a one-shard checkpoint",
@@ -205,8 +205,8 @@ for name, (trainer, directory, extra, pattern) in cases.items():
     check(f"{name}: the job fails", code not in (0, None), out[-2000:])
     expect(f"{name}: the error says so", out, pattern)
     check(f"{name}: before the first iteration", "iteration 6/" not in out and "iteration 1/" not in out)
-    check(f"{name}: the checkpoint is left as it was",
-          (digest(os.path.join(directory, "iter_0000005")) if os.path.exists(directory) else {}) == before)
+    if before:  # (the case without a checkpoint has nothing to leave)
+        check(f"{name}: the checkpoint is left as it was", digest(os.path.join(directory, "iter_0000005")) == before)
 check("the saved checkpoint itself was never changed", digest(os.path.join(half_dir, "iter_0000005")) == saved_state)
 shutil.rmtree(work, ignore_errors=True)
 finish()

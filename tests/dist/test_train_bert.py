@@ -6,7 +6,6 @@ masked-LM loss is normalised over the global batch); 100 iterations with a
 falling loss eagerly, in graph mode and under pp2; the whole config on 4
 ranks lowers the held-out masked-LM loss; bad input is named before the
 first iteration."""
-import argparse
 import json
 import math
 import os
@@ -17,13 +16,9 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import check, expect, finish  # noqa: E402
-from train_checks import Trainer, check_long_runs, check_same_losses  # noqa: E402
+from train_checks import Trainer, check_bad_inputs, check_long_runs, check_same_losses, train_args  # noqa: E402
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--launcher", required=True)
-parser.add_argument("--program", required=True)
-parser.add_argument("--source", required=True)
-args = parser.parse_args()
+args = train_args()
 config = os.path.join(args.source, "configs", "bert_tiny.prototxt")
 work = tempfile.mkdtemp(prefix="tessel_train_bert_")
 train = Trainer(args.launcher, args.program, config)
@@ -72,11 +67,6 @@ cases = {
     "a sequence too short for a pair": (["model.max_seq_length=4"],
                                         r"model\.max_seq_length is 4; BERT needs at least 5"),
 }
-for name, (sets, pattern) in cases.items():
-    code, out, _ = train(2, sets + ["train.dist.pipeline_parallel_size=1",
-                                    f"train.output_dir={os.path.join(work, 'never')}"], timeout=60)
-    check(f"{name}: the job fails", code not in (0, None), out)
-    expect(f"{name}: the error says so", out, pattern)
-    check(f"{name}: before the first iteration", "iteration 1/" not in out, out)
+check_bad_inputs(train, work, cases, 2, ["train.dist.pipeline_parallel_size=1"])
 shutil.rmtree(work, ignore_errors=True)
 finish()

@@ -8,7 +8,6 @@ mode and under pp2; --fast_dev_run writes nothing. Bad input is named before the
 first iteration: an unknown field (with the closest), inconsistent batch
 sizes, dist sizes that do not divide the world, a dataset prefix missing, a
 truncated .idx, a vocabulary smaller than the data's ids."""
-import argparse
 import json
 import os
 import re
@@ -18,13 +17,9 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import check, expect, finish, run  # noqa: E402
-from train_checks import Trainer, check_long_runs, check_same_losses  # noqa: E402
+from train_checks import Trainer, check_bad_inputs, check_long_runs, check_same_losses, train_args  # noqa: E402
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--launcher", required=True)
-parser.add_argument("--program", required=True)
-parser.add_argument("--source", required=True)
-args = parser.parse_args()
+args = train_args()
 config = os.path.join(args.source, "configs", "gpt2_tiny.prototxt")
 work = tempfile.mkdtemp(prefix="tessel_train_layouts_")
 ITERS = 20
@@ -85,10 +80,6 @@ cases = {
     "vocabulary smaller than the data's ids": (["model.vocab_size=1024"],
                                                r"holds token id 2047 but model\.vocab_size is 1024"),
 }
-for name, (sets, pattern) in cases.items():
-    code, out, _ = train(4, sets + [f"train.output_dir={os.path.join(work, 'never')}"], timeout=60)
-    check(f"{name}: the job fails", code not in (0, None), out)
-    expect(f"{name}: the error says so", out, pattern)
-    check(f"{name}: before the first iteration", "iteration 1/" not in out, out)
+check_bad_inputs(train, work, cases, 4)
 shutil.rmtree(work, ignore_errors=True)
 finish()

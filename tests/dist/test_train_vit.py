@@ -5,7 +5,6 @@ and tp2 x pp2 in graph mode with 1F1B and eagerly on 1x1x1 and tp2 x pp2;
 the whole config on one process reaches at least 93% accuracy on the
 held-out images within 10 minutes; synthetic images train; bad input is
 named before the first iteration."""
-import argparse
 import json
 import os
 import re
@@ -15,13 +14,9 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import check, expect, finish  # noqa: E402
-from train_checks import Trainer, check_long_runs, check_same_losses  # noqa: E402
+from train_checks import Trainer, check_bad_inputs, check_long_runs, check_same_losses, train_args  # noqa: E402
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--launcher", required=True)
-parser.add_argument("--program", required=True)
-parser.add_argument("--source", required=True)
-args = parser.parse_args()
+args = train_args()
 config = os.path.join(args.source, "configs", "vit_tiny.prototxt")
 work = tempfile.mkdtemp(prefix="tessel_train_vit_")
 train = Trainer(args.launcher, args.program, config)
@@ -77,10 +72,6 @@ cases = {
     "synthetic without classes": (["data.image_dataset=synthetic", "model.num_classes=0"],
                                   r"\"synthetic\" needs model\.num_classes \(0\)"),
 }
-for name, (sets, pattern) in cases.items():
-    code, out, _ = train(2, sets + [f"train.output_dir={os.path.join(work, 'never')}"], timeout=60)
-    check(f"{name}: the job fails", code not in (0, None), out)
-    expect(f"{name}: the error says so", out, pattern)
-    check(f"{name}: before the first iteration", "iteration 1/" not in out, out)
+check_bad_inputs(train, work, cases, 2)
 shutil.rmtree(work, ignore_errors=True)
 finish()

@@ -1,11 +1,13 @@
 """What every model of the zoo must show under tessel-train (used by
-test_train_layouts.py for GPT-2 and test_train_vit.py for ViT): the same
-losses under every layout, and a falling loss over 100 iterations eagerly,
-in graph mode and under pp2."""
+test_train_layouts.py for GPT-2, test_train_bert.py for BERT and
+test_train_vit.py for ViT): the same losses under every layout, a falling
+loss over 100 iterations eagerly, in graph mode and under pp2, and bad input
+named before the first iteration."""
+import argparse
 import os
 import re
 
-from harness import check, run
+from harness import check, expect, run
 
 LOSS = re.compile(r"\[rank 0\] iteration (\d+)/\d+ loss ([0-9.]+)")
 
@@ -13,6 +15,15 @@ LOSS = re.compile(r"\[rank 0\] iteration (\d+)/\d+ loss ([0-9.]+)")
 LAYOUTS = {"1x1x1": (1, 1, 1, True), "dp2": (2, 1, 1, True), "tp2": (2, 2, 1, True), "pp2": (2, 1, 2, True),
            "dp2xtp2": (4, 2, 1, True), "tp2xpp2": (4, 2, 2, True), "eager 1x1x1": (1, 1, 1, False),
            "eager tp2xpp2": (4, 2, 2, False)}
+
+
+def train_args():
+    """--launcher, --program (tessel-train) and --source (the checkout), as CTest passes them."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--launcher", required=True)
+    parser.add_argument("--program", required=True)
+    parser.add_argument("--source", required=True)
+    return parser.parse_args()
 
 
 class Trainer:
@@ -68,3 +79,14 @@ def check_long_runs(train, work, common, min_drop):
               f"{values[-1] if values else 0:.3f}", code == 0 and len(values) == 11, out)
         check(f"100 iterations {name}: the loss falls by more than {min_drop}",
               len(values) == 11 and values[-1] < values[0] - min_drop, str(values))
+
+
+def check_bad_inputs(train, work, cases, nproc, common=()):
+    """cases: name -> (--set overrides, pattern). Each run on nproc ranks
+    fails, its output matches the pattern, and no iteration ran."""
+    for name, (sets, pattern) in cases.items():
+        code, out, _ = train(nproc, list(common) + sets + [f"train.output_dir={os.path.join(work, 'never')}"],
+                             timeout=60)
+        check(f"{name}: the job fails", code not in (0, None), out)
+        expect(f"{name}: the error says so", out, pattern)
+        check(f"{name}: before the first iteration", "iteration 1/" not in out, out)

@@ -49,39 +49,33 @@ class BertTask : public Task {
         seq_(c_.model().max_seq_length()),
         global_(c_.train().global_batch_size()) {
     const config::ModelConfig& m = c_.model();
-    const int64_t max_token = corpus_.MaxToken();
-    TESSEL_CHECK(max_token < m.vocab_size())
-        << "tessel-train: dataset " << c_.data().data_prefix() << " holds token id " << max_token
-        << " but model.vocab_size is " << m.vocab_size() << "; expected a vocabulary larger than every id";
+    CheckTokenIds(corpus_, c_);
+    CheckValidationDocuments(splits_, corpus_.num_documents(), c_);
     const config::TrainConfig& t = c_.train();
     const zoo::BertSampleOptions options = SampleOptions(c_);
     train_ = std::make_unique<zoo::BertDataset>(corpus_, splits_[0], options, t.train_iter() * global_,
                                                 t.seed(), "train");
     if (c_.evaluation().enabled()) {
-      TESSEL_CHECK(splits_[1].size() > 0)
-          << "tessel-train: data.split '" << c_.data().split()
-          << "' gives the validation split no documents of " << corpus_.num_documents()
-          << "; give it a share or set evaluation.enabled false";
       eval_ = std::make_unique<zoo::BertDataset>(
           corpus_, splits_[1], options, c_.evaluation().eval_iter() * global_, t.seed() + 1, "validation");
     }
-    bert_ = std::make_unique<models::Bert>(models::BertConfig{
-        .vocab_size = m.vocab_size(),
-        .hidden = m.hidden_size(),
-        .heads = m.num_attention_heads(),
-        .layers = m.hidden_layers(),
-        .max_seq = m.max_seq_length(),
-        .ffn_hidden = m.ffn_hidden_size(),
-        .type_vocab_size = m.type_vocab_size(),
-        .layernorm_epsilon = m.layernorm_epsilon(),
-        .init_std = m.initializer_range(),
-        .seed = t.seed(),
-        .activation = m.hidden_act() == "gelu" ? layers::Activation::kGelu : layers::Activation::kGeluTanh,
-        .embedding_dropout = m.embedding_dropout_prob(),
-        .attention_dropout = m.attention_dropout_prob(),
-        .hidden_dropout = m.hidden_dropout_prob(),
-        .make_vocab_size_divisible_by = m.make_vocab_size_divisible_by(),
-        .activation_checkpoint = t.activation_checkpoint()});
+    bert_ = std::make_unique<models::Bert>(
+        models::BertConfig{.vocab_size = m.vocab_size(),
+                           .hidden = m.hidden_size(),
+                           .heads = m.num_attention_heads(),
+                           .layers = m.hidden_layers(),
+                           .max_seq = m.max_seq_length(),
+                           .ffn_hidden = m.ffn_hidden_size(),
+                           .type_vocab_size = m.type_vocab_size(),
+                           .layernorm_epsilon = m.layernorm_epsilon(),
+                           .init_std = m.initializer_range(),
+                           .seed = t.seed(),
+                           .activation = HiddenActivation(m),
+                           .embedding_dropout = m.embedding_dropout_prob(),
+                           .attention_dropout = m.attention_dropout_prob(),
+                           .hidden_dropout = m.hidden_dropout_prob(),
+                           .make_vocab_size_divisible_by = m.make_vocab_size_divisible_by(),
+                           .activation_checkpoint = t.activation_checkpoint()});
     eval_step_ = std::make_unique<Graph>(
         "eval_step",
         [this](const Graph::Tensors& in) {

@@ -32,4 +32,23 @@ Tensor BatchLayout::OnLast(const Tensor& local, const Shape& global_shape) const
   return FromLocal(local, last, sbp, global_shape);
 }
 
+void CheckTokenIds(const zoo::IndexedDataset& corpus, const config::Config& c) {
+  const int64_t max_token = corpus.MaxToken();
+  TESSEL_CHECK(max_token < c.model().vocab_size())
+      << "tessel-train: dataset " << c.data().data_prefix() << " holds token id " << max_token
+      << " but model.vocab_size is " << c.model().vocab_size()
+      << "; expected a vocabulary larger than every id";
+}
+
+void CheckValidationDocuments(const std::vector<zoo::DocumentRange>& splits, size_t documents,
+                              const config::Config& c) {
+  TESSEL_CHECK(!c.evaluation().enabled() || splits[1].size() > 0)
+      << "tessel-train: data.split '" << c.data().split() << "' gives the validation split no documents of "
+      << documents << "; give it a share or set evaluation.enabled false";
+}
+
+layers::Activation HiddenActivation(const config::ModelConfig& m) {
+  return m.hidden_act() == "gelu" ? layers::Activation::kGelu : layers::Activation::kGeluTanh;
+}
+
 }  // namespace tessel::train

@@ -13,8 +13,11 @@
 
 #include "graph/plan/graph.h"
 #include "layers/module.h"
+#include "layers/transformer.h"
 #include "sbp/placement.h"
 #include "zoo/config.pb.h"
+#include "zoo/gpt_dataset.h"
+#include "zoo/indexed_dataset.h"
 
 namespace tessel::train {
 
@@ -74,6 +77,15 @@ struct TaskContext {
   GraphOptions eval_graph;  // forward only: stages and micro-batches, in-order executor
   int micro_batches = 1;
 };
+
+// The config's checks of token data, shared by the language-model tasks:
+// every id below model.vocab_size, and documents for the validation split
+// when evaluation is on. Throw naming the field.
+void CheckTokenIds(const zoo::IndexedDataset& corpus, const config::Config& c);
+void CheckValidationDocuments(const std::vector<zoo::DocumentRange>& splits, size_t documents,
+                              const config::Config& c);
+// model.hidden_act as the layers' activation.
+layers::Activation HiddenActivation(const config::ModelConfig& m);
 
 // Checks the data against the model's config and builds the model, before
 // any training; throws naming the field or file.

@@ -55,23 +55,23 @@ class ViTTask : public Task {
     TESSEL_CHECK(!c_.evaluation().enabled() || !splits_[1].empty())
         << "tessel-train: data.split '" << c_.data().split() << "' gives the validation split none of "
         << images_.size() << " images; give it a share or set evaluation.enabled false";
-    vit_ = std::make_unique<models::ViT>(models::ViTConfig{
-        .image_size = m.image_size(),
-        .patch_size = m.patch_size(),
-        .num_channels = m.num_channels(),
-        .num_classes = num_classes_,
-        .hidden = m.hidden_size(),
-        .heads = m.num_attention_heads(),
-        .layers = m.hidden_layers(),
-        .ffn_hidden = m.ffn_hidden_size(),
-        .layernorm_epsilon = m.layernorm_epsilon(),
-        .init_std = m.initializer_range(),
-        .seed = t.seed(),
-        .activation = m.hidden_act() == "gelu" ? layers::Activation::kGelu : layers::Activation::kGeluTanh,
-        .embedding_dropout = m.embedding_dropout_prob(),
-        .attention_dropout = m.attention_dropout_prob(),
-        .hidden_dropout = m.hidden_dropout_prob(),
-        .activation_checkpoint = t.activation_checkpoint()});
+    vit_ =
+        std::make_unique<models::ViT>(models::ViTConfig{.image_size = m.image_size(),
+                                                        .patch_size = m.patch_size(),
+                                                        .num_channels = m.num_channels(),
+                                                        .num_classes = num_classes_,
+                                                        .hidden = m.hidden_size(),
+                                                        .heads = m.num_attention_heads(),
+                                                        .layers = m.hidden_layers(),
+                                                        .ffn_hidden = m.ffn_hidden_size(),
+                                                        .layernorm_epsilon = m.layernorm_epsilon(),
+                                                        .init_std = m.initializer_range(),
+                                                        .seed = t.seed(),
+                                                        .activation = HiddenActivation(m),
+                                                        .embedding_dropout = m.embedding_dropout_prob(),
+                                                        .attention_dropout = m.attention_dropout_prob(),
+                                                        .hidden_dropout = m.hidden_dropout_prob(),
+                                                        .activation_checkpoint = t.activation_checkpoint()});
     eval_step_ = std::make_unique<Graph>(
         "eval_step",
         [this](const Graph::Tensors& in) {
