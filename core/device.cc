@@ -1,8 +1,13 @@
 #include "core/device.h"
 
 #include <charconv>
+#include <cstdlib>
 
+#include "core/comm/dist_env.h"
 #include "core/error.h"
+#ifdef TESSEL_HAS_CUDA
+#include "core/cuda/cuda_runtime.h"
+#endif
 
 namespace tessel {
 
@@ -31,6 +36,24 @@ Device Device::Parse(std::string_view text) {
   TESSEL_CHECK(ec == std::errc() && ptr == idx.data() + idx.size() && index >= 0)
       << "bad device '" << text << "'; expected 'cpu', 'cuda' or 'cuda:N' with N >= 0";
   return Device(type, index);
+}
+
+Device RankDevice(DeviceType type) {
+  if (type == DeviceType::kCPU) return Device::CPU();
+#ifdef TESSEL_HAS_CUDA
+  static const int index = [] {
+    const int count = cuda::DeviceCount();
+    TESSEL_CHECK_CODE(count > 0, StatusCode::kUnavailable)
+        << "a cuda placement needs a CUDA device, but none is visible (CUDA_VISIBLE_DEVICES='"
+        << (std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "") << "')";
+    return comm::ReadDistEnv().local_rank % count;
+  }();
+  return Device::CUDA(index);
+#else
+  TESSEL_THROW(StatusCode::kUnavailable)
+      << "a cuda placement needs the CUDA backend, and this build of tessel has none (nvcc was not found "
+         "when it was configured); use cpu placements";
+#endif
 }
 
 std::string Device::ToString() const {

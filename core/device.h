@@ -31,6 +31,12 @@ class Device {
 };
 
 std::string_view DeviceTypeName(DeviceType type);
+// This process's device of `type`, where a rank of a placement of that type
+// keeps its shards: the host for cpu; for cuda, visible GPU LOCAL_RANK modulo
+// the number of visible GPUs, so ranks on one node spread over its GPUs and
+// several ranks may share one (their collectives then go through the host).
+// Throws, naming the type, when the build has no CUDA backend.
+Device RankDevice(DeviceType type);
 DeviceType ParseDeviceType(std::string_view text);
 std::ostream& operator<<(std::ostream& os, const Device& device);
 

@@ -27,6 +27,9 @@ struct Shard {
   Box box;
 };
 
+// This rank's shard of a global tensor, on the host.
+Tensor HostShard(const Tensor& input) { return input.to_local().To(Device::CPU()); }
+
 void CopyPart(const Shard& from, const Box& part, void* dst, const Box& dst_box, DType dtype) {
   CopyBox(from.data.raw_data(), from.box.shape().dims(), part.OffsetIn(from.box), dst, dst_box.shape().dims(),
           part.OffsetIn(dst_box), part.shape().dims(), ElementSize(dtype));
@@ -217,7 +220,10 @@ Tensor ExecuteBoxing(const Tensor& input, const BoxingPlan& plan) {
       << " applied to " << input.ToString();
   const int rank = CurrentRank();
   const DType dtype = plan.dtype;
-  Shard cur{input.to_local(), LocalBox(plan.shape, plan.src_placement, plan.src, rank)};
+  // Boxing runs on the host: a device shard is copied out first, and
+  // MakeGlobal moves the result onto the destination's device. This is the
+  // path for ranks that share a GPU, where NCCL cannot run.
+  Shard cur{HostShard(input), LocalBox(plan.shape, plan.src_placement, plan.src, rank)};
   for (const BoxingStep& step : plan.steps) {
     if (step.op == BoxingOp::kSliceTransfer) {
       cur = RunTransfer(step, cur, plan.shape, dtype, rank);
@@ -243,7 +249,7 @@ PostedSends PostSendSlices(const Tensor& input, const Placement& placement, cons
   if (!input.placement().Contains(rank)) return posted;
   const std::vector<SliceTransfer> transfers =
       PlanSliceTransfers(input.placement(), input.nd_sbp(), placement, nd_sbp, input.shape());
-  const Shard cur{input.to_local(), LocalBox(input.shape(), input.placement(), input.nd_sbp(), rank)};
+  const Shard cur{HostShard(input), LocalBox(input.shape(), input.placement(), input.nd_sbp(), rank)};
   PostSends(transfers, cur, input.dtype(), rank, &posted.slices, &posted.works);
   return posted;
 }

@@ -197,6 +197,11 @@ class EagerInterpreterImpl final : public Interpreter {
       if (!op.mutates.empty()) CheckNoOverlap(op, locals);
       // Local tensors are whole: the context's boxes default to that.
       const Device device = inputs.empty() ? Device::CPU() : inputs[0].device();
+      for (const Tensor& t : inputs) {
+        TESSEL_CHECK(t.device() == device)
+            << "op '" << op.name << "' has inputs on " << device << " and " << t.device() << " ("
+            << Describe(op, inputs) << "); move them to one device with .To() first";
+      }
       outs = KernelFor(op, device.type())(KernelContext{locals, attrs, device, nullptr, specs, out_specs});
       if (!op.mutates.empty()) outs = MutatedInputs(op, inputs, locals);
     }

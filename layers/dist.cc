@@ -123,7 +123,7 @@ Placement GetLayerPlacement(int64_t layer_idx) {
   if (c.data_parallel_size > 1) hierarchy.push_back(c.data_parallel_size);
   if (c.tensor_parallel_size > 1) hierarchy.push_back(c.tensor_parallel_size);
   if (hierarchy.empty()) hierarchy.push_back(1);
-  return Placement(DeviceType::kCPU, ranks, hierarchy);
+  return Placement(c.device_type, ranks, hierarchy);
 }
 
 std::vector<std::vector<int>> StageRanks() {

@@ -25,6 +25,7 @@ struct Config {
   int64_t pipeline_parallel_size = 1;
   int64_t pipeline_num_layers = 0;  // layers to spread over the stages (0: no layer index is valid but -1/0)
   std::vector<int64_t> custom_pipeline_stage_ids = {};  // stage per layer, overriding the balanced split
+  DeviceType device_type = DeviceType::kCPU;             // where the layers' placements keep their shards
 };
 
 // Validates `config` against the world (comm::World() or a single process)

@@ -77,7 +77,7 @@ double ScalarValue(const Tensor& t) {
       v = v.to_global(Placement(p.device_type(), all), NdSbp{B()}).to_local();
     }
   }
-  return static_cast<double>(v.data<float>()[0]);
+  return static_cast<double>(v.To(Device::CPU()).data<float>()[0]);
 }
 
 AdamW::AdamW(NamedParams params, AdamWConfig config) : params_(std::move(params)), config_(config) {
@@ -115,7 +115,8 @@ void AdamW::set_lr(double lr) {
   for (const Tensor& t : lr_) {
     // Ranks outside a placement hold no value of it.
     if (t.is_global() && !t.placement().Contains(CurrentRank())) continue;
-    t.to_local().data<float>()[0] = static_cast<float>(lr);
+    Tensor local = t.to_local();  // on the placement's device: written by a copy
+    local.CopyFrom(Tensor::FromVector<float>({static_cast<float>(lr)}, local.shape()));
   }
 }
 

@@ -127,7 +127,7 @@ Tensor scale_mask_softmax(const Tensor& x, const Tensor& mask, double scale, boo
   if (!m.defined()) {  // keep everything: a broadcast `true`, local or global like x
     m = x.is_global() ? full(Shape{1}, 1.0, x.placement(), NdSbp(std::vector<Sbp>(x.placement().ndim(), B())),
                              DType::kBool)
-                      : Tensor::FromVector<bool>({true}, Shape{1});
+                      : Tensor::FromVector<bool>({true}, Shape{1}).To(x.device());
   }
   return One("scale_mask_softmax", {x, m}, {{"scale", scale}, {"causal", causal}});
 }
@@ -141,7 +141,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   // A broadcast scalar, not x * 0 + value (which is NaN where x is inf).
   Tensor v = x.is_global() ? full(Shape{1}, value, x.placement(),
                                   NdSbp(std::vector<Sbp>(x.placement().ndim(), B())), x.dtype())
-                           : full(Shape{1}, value, x.dtype());
+                           : full(Shape{1}, value, x.dtype(), x.device());
   return where(mask, v, x);
 }
 Tensor sqrt(const Tensor& x) { return One("sqrt", {x}); }

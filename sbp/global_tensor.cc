@@ -52,10 +52,8 @@ Box LocalBox(const Shape& logical, const Placement& placement, const NdSbp& nd_s
 void CheckGlobalLayout(const Shape& logical, const Placement& placement, const NdSbp& nd_sbp) {
   placement.CheckInWorld(CurrentWorldSize());
   nd_sbp.Check(logical.ndim(), placement.ndim());
-  TESSEL_CHECK(placement.device_type() == DeviceType::kCPU)
-      << "global tensors on " << placement
-      << " need the CUDA backend's communicator (NCCL), which is not built "
-      << "yet; use a cpu placement";
+  // Throws, saying why, when this process has no device of the type.
+  if (placement.device_type() != DeviceType::kCPU && !InMetaWorld()) RankDevice(placement.device_type());
 }
 
 Tensor MakeGlobal(const Tensor& local, const Shape& logical, const Placement& placement,
@@ -66,7 +64,14 @@ Tensor MakeGlobal(const Tensor& local, const Shape& logical, const Placement& pl
       << "local shard of shape " << local.to_local().shape() << " on rank " << CurrentRank()
       << " does not fit " << nd_sbp << " on " << placement << " for logical shape " << logical
       << "; expected " << want;
-  return Tensor::WrapGlobal(local, logical, std::make_shared<GlobalMeta>(placement, nd_sbp));
+  // A member's shard lives on its device of the placement's type (a shard
+  // made on the host, from data or by boxing through the host, moves there).
+  Tensor shard = local;
+  if (placement.Contains(CurrentRank()) && !local.is_lazy()) {
+    const Device device = RankDevice(placement.device_type());
+    if (local.device() != device) shard = local.to_local().To(device);
+  }
+  return Tensor::WrapGlobal(shard, logical, std::make_shared<GlobalMeta>(placement, nd_sbp));
 }
 
 Tensor MakeLazyGlobal(const Shape& logical, DType dtype, const Placement& placement, const NdSbp& nd_sbp,

@@ -331,6 +331,10 @@ void ResolveConfig(config::Config* c, int world_size) {
       << "config: model.hidden_size " << m.hidden_size() << " is not divisible by model.num_attention_heads "
       << m.num_attention_heads();
 
+  CheckOneOf("train.dist.device", d.device(), {"cpu", "cuda"});
+  TESSEL_CHECK(d.device() == "cpu" || !t.graph().enabled())
+      << "config: train.dist.device \"cuda\" runs eager only for now (the graph executor allocates on the "
+         "host); set train.graph.enabled: false";
   CheckPositive("train.dist.tensor_parallel_size", d.tensor_parallel_size());
   CheckPositive("train.dist.pipeline_parallel_size", d.pipeline_parallel_size());
   const int64_t tp = d.tensor_parallel_size(), pp = d.pipeline_parallel_size();

@@ -4,6 +4,10 @@
 #include "ops/defs/def_util.h"
 #include "ops/functional.h"
 
+#ifdef TESSEL_HAS_CUDA
+#include "ops/cuda/elementwise.h"
+#endif
+
 namespace tessel {
 namespace {
 
@@ -32,6 +36,12 @@ void RegisterActivation(const std::string& name) {
     const std::vector<Tensor>& in = ctx.inputs;
     return std::vector<Tensor>{cpu::Unary(Kind(name), in[0])};
   };
+#ifdef TESSEL_HAS_CUDA
+  def.kernels[DeviceType::kCUDA] = [name](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    return std::vector<Tensor>{cuda::Unary(Kind(name), in[0])};
+  };
+#endif
   // activation_grad reads x (not y); neg's gradient reads nothing.
   def.saved = OpDef::SavedForGrad{name == "neg" ? std::vector<int>{} : std::vector<int>{0}, {}};
   def.grad = [name](const GradContext& c) {
@@ -60,6 +70,13 @@ void RegisterActivationOps() {
     const Attrs& a = ctx.attrs;
     return std::vector<Tensor>{cpu::UnaryGrad(Kind(a.Get<std::string>("activation")), in[0], in[1])};
   };
+#ifdef TESSEL_HAS_CUDA
+  grad.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    return std::vector<Tensor>{cuda::UnaryGrad(Kind(a.Get<std::string>("activation")), in[0], in[1])};
+  };
+#endif
   RegisterOp(std::move(grad));
 }
 

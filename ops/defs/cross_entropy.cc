@@ -5,6 +5,9 @@
 #include "ops/cpu/elementwise.h"
 #include "ops/defs/def_util.h"
 #include "ops/functional.h"
+#ifdef TESSEL_HAS_CUDA
+#include "ops/cuda/cross_entropy.h"
+#endif
 
 namespace tessel {
 namespace {
@@ -37,6 +40,15 @@ void RegisterCrossEntropyOps() {
     const Attrs& a = ctx.attrs;
     return std::vector<Tensor>{cpu::SparseCrossEntropy(in[0], in[1], a.Get<int64_t>("ignore_index"))};
   };
+#ifdef TESSEL_HAS_CUDA
+  // The labels stay on the device, so the CPU's range check (which names
+  // the row) is not made: an out-of-range label gives that row a NaN loss.
+  def.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    return std::vector<Tensor>{cuda::SparseCrossEntropy(in[0], in[1], a.Get<int64_t>("ignore_index"))};
+  };
+#endif
   def.saved =
       OpDef::SavedForGrad{{0, 1}, {}};  // the gradient reads the logits and labels, not the per-row loss
   def.grad = [](const GradContext& c) {
@@ -58,6 +70,14 @@ void RegisterCrossEntropyOps() {
     return std::vector<Tensor>{
         cpu::SparseCrossEntropyGrad(in[0], in[1], in[2], a.Get<int64_t>("ignore_index"))};
   };
+#ifdef TESSEL_HAS_CUDA
+  grad.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    return std::vector<Tensor>{
+        cuda::SparseCrossEntropyGrad(in[0], in[1], in[2], a.Get<int64_t>("ignore_index"))};
+  };
+#endif
   RegisterOp(std::move(grad));
 
   // Replicated only for now: the count of rows is global.
@@ -76,6 +96,12 @@ void RegisterCrossEntropyOps() {
     for (float v : in[0].ToVector<float>()) s += v;
     return std::vector<Tensor>{full(Shape{}, n > 0 ? s / static_cast<double>(n) : 0.0)};
   };
+#ifdef TESSEL_HAS_CUDA
+  mean.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    return std::vector<Tensor>{cuda::MaskedMean(in[0], in[1], ctx.attrs.Get<int64_t>("ignore_index"))};
+  };
+#endif
   mean.saved =
       OpDef::SavedForGrad{{1}, {}};  // the gradient reads the labels (which rows count), not the rows
   mean.grad = [](const GradContext& c) {
@@ -103,6 +129,12 @@ void RegisterCrossEntropyOps() {
       out.data<float>()[i] = y[i] == ignore ? 0.0f : g / static_cast<float>(n);
     return std::vector<Tensor>{out};
   };
+#ifdef TESSEL_HAS_CUDA
+  mean_grad.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    return std::vector<Tensor>{cuda::MaskedMeanGrad(in[0], in[1], ctx.attrs.Get<int64_t>("ignore_index"))};
+  };
+#endif
   RegisterOp(std::move(mean_grad));
 }
 

@@ -5,6 +5,10 @@
 #include "ops/defs/def_util.h"
 #include "ops/functional.h"
 
+#ifdef TESSEL_HAS_CUDA
+#include "ops/cuda/elementwise.h"
+#endif
+
 namespace tessel {
 namespace {
 
@@ -29,6 +33,12 @@ void RegisterBinary(const std::string& name, cpu::BinaryOp op, std::vector<SbpSi
     const std::vector<Tensor>& in = ctx.inputs;
     return std::vector<Tensor>{cpu::Binary(op, in[0], in[1])};
   };
+#ifdef TESSEL_HAS_CUDA
+  def.kernels[DeviceType::kCUDA] = [op](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    return std::vector<Tensor>{cuda::Binary(op, in[0], in[1])};
+  };
+#endif
   def.saved = std::move(saved);
   def.grad = std::move(grad);
   RegisterOp(std::move(def));
@@ -46,6 +56,13 @@ void RegisterScalar(const std::string& name, cpu::BinaryOp op, bool partial_ok, 
     const Attrs& a = ctx.attrs;
     return std::vector<Tensor>{cpu::BinaryScalar(op, in[0], a.Get<double>("scalar"))};
   };
+#ifdef TESSEL_HAS_CUDA
+  def.kernels[DeviceType::kCUDA] = [op](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    return std::vector<Tensor>{cuda::BinaryScalar(op, in[0], a.Get<double>("scalar"))};
+  };
+#endif
   def.saved = OpDef::SavedForGrad{};  // the gradient is the scalar times dy
   def.grad = [op, grad_scale_sign](const GradContext& c) {
     const Tensor& g = c.grad_outputs[0];

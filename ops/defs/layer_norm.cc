@@ -3,6 +3,9 @@
 
 #include "ops/defs/def_util.h"
 #include "ops/functional.h"
+#ifdef TESSEL_HAS_CUDA
+#include "ops/cuda/layer_norm.h"
+#endif
 
 namespace tessel {
 
@@ -31,6 +34,14 @@ void RegisterLayerNormOps() {
     return std::vector<Tensor>{
         cpu::LayerNorm(in[0], in[1], in[2], static_cast<float>(a.Get<double>("eps"))).y};
   };
+#ifdef TESSEL_HAS_CUDA
+  def.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    return std::vector<Tensor>{
+        cuda::LayerNorm(in[0], in[1], in[2], static_cast<float>(a.Get<double>("eps"))).y};
+  };
+#endif
   def.saved = OpDef::SavedForGrad{{0, 1}, {}};  // the gradient reads x and gamma; beta and y are not read
   def.grad = [](const GradContext& c) {
     return ApplyOp("layer_norm_grad", {c.grad_outputs[0], c.inputs[0], c.inputs[1]}, c.attrs);
@@ -58,6 +69,16 @@ void RegisterLayerNormOps() {
     cpu::LayerNormGrads g = cpu::LayerNormGrad(in[0], in[1], r.mean, r.rstd, in[2]);
     return std::vector<Tensor>{g.dx, g.dgamma, g.dbeta};
   };
+#ifdef TESSEL_HAS_CUDA
+  // The row pass recomputes mean and rstd itself: no forward (and no y).
+  grad.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    cuda::LayerNormGrads g =
+        cuda::LayerNormGrad(in[0], in[1], in[2], static_cast<float>(a.Get<double>("eps")));
+    return std::vector<Tensor>{g.dx, g.dgamma, g.dbeta};
+  };
+#endif
   RegisterOp(std::move(grad));
 }
 

@@ -3,6 +3,9 @@
 #include "ops/cpu/gemm.h"
 #include "ops/defs/def_util.h"
 #include "ops/functional.h"
+#ifdef TESSEL_HAS_CUDA
+#include "ops/cuda/gemm.h"
+#endif
 
 namespace tessel {
 namespace {
@@ -89,6 +92,14 @@ void RegisterMatmulOps() {
     return std::vector<Tensor>{
         cpu::Matmul(in[0], in[1], a.Get<bool>("transpose_a"), a.Get<bool>("transpose_b"))};
   };
+#ifdef TESSEL_HAS_CUDA
+  def.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    return std::vector<Tensor>{
+        cuda::Matmul(in[0], in[1], a.Get<bool>("transpose_a"), a.Get<bool>("transpose_b"))};
+  };
+#endif
   def.saved = OpDef::SavedForGrad{{0, 1}, {}};  // the gradient reads a and b, not the product
   def.grad = Grad;
   RegisterOp(std::move(def));

@@ -15,6 +15,9 @@
 #include "ops/cpu/tensor_ops.h"
 #include "ops/defs/def_util.h"
 #include "sbp/slice.h"
+#ifdef TESSEL_HAS_CUDA
+#include "ops/cuda/tensor_ops.h"
+#endif
 
 namespace tessel {
 namespace {
@@ -84,6 +87,14 @@ void RegisterMicroBatchOps() {
     }
     return std::vector<Tensor>{chunks.size() == 1 ? chunks[0] : cpu::Concat(chunks, 0)};
   };
+#ifdef TESSEL_HAS_CUDA
+  // One strided copy of every block's chunk.
+  def.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const auto [index, count, blocks] = Read(ctx.attrs);
+    const int64_t block_rows = ctx.logical_inputs[0].shape[0] / blocks;
+    return std::vector<Tensor>{cuda::MicroBatch(ctx.inputs[0], block_rows, index, count)};
+  };
+#endif
   RegisterOp(std::move(def));
 }
 

@@ -4,6 +4,9 @@
 #include "ops/cpu/nn_kernels.h"
 #include "ops/defs/def_util.h"
 #include "ops/functional.h"
+#ifdef TESSEL_HAS_CUDA
+#include "ops/cuda/nn_kernels.h"
+#endif
 
 namespace tessel {
 namespace {
@@ -34,6 +37,16 @@ void RegisterDropout() {
                                             static_cast<uint64_t>(a.Get<int64_t>("seed")),
                                             static_cast<uint64_t>(a.Get<int64_t>("offset")), begin, logical)};
   };
+#ifdef TESSEL_HAS_CUDA
+  def.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const Attrs& a = ctx.attrs;
+    const std::vector<int64_t> begin = BoxBegin(ctx.input_box(0));
+    const std::vector<int64_t>& logical = ctx.logical_inputs[0].shape.dims();
+    return std::vector<Tensor>{
+        cuda::Dropout(ctx.inputs[0], a.Get<double>("p"), static_cast<uint64_t>(a.Get<int64_t>("seed")),
+                      static_cast<uint64_t>(a.Get<int64_t>("offset")), begin, logical)};
+  };
+#endif
   // The same mask applied to the gradient.
   def.saved = OpDef::SavedForGrad{};  // the gradient reads the same mask, regenerated from seed and offset
   def.grad = [](const GradContext& c) {
@@ -69,6 +82,11 @@ void RegisterEmbedding() {
     // A vocab-split table holds rows [begin, end) of the logical table.
     return std::vector<Tensor>{cpu::Embedding(in[0], in[1], ctx.input_box(0)[0].begin)};
   };
+#ifdef TESSEL_HAS_CUDA
+  def.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    return std::vector<Tensor>{cuda::Embedding(ctx.inputs[0], ctx.inputs[1], ctx.input_box(0)[0].begin)};
+  };
+#endif
   def.saved = OpDef::SavedForGrad{{1}, {}};  // the gradient reads the indices; the table only for its shape
   def.grad = [](const GradContext& c) {
     Tensor d =
@@ -95,6 +113,12 @@ void RegisterEmbedding() {
     const Range rows = ctx.output_box(0)[0];  // the table rows this shard's gradient covers
     return std::vector<Tensor>{cpu::EmbeddingGrad(in[0], in[1], rows.begin, rows.size())};
   };
+#ifdef TESSEL_HAS_CUDA
+  grad.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const Range rows = ctx.output_box(0)[0];
+    return std::vector<Tensor>{cuda::EmbeddingGrad(ctx.inputs[0], ctx.inputs[1], rows.begin, rows.size())};
+  };
+#endif
   RegisterOp(std::move(grad));
 }
 
@@ -120,6 +144,13 @@ void RegisterPick() {
     const int64_t begin = ctx.input_box(0)[1].begin;  // first class column of this shard
     return std::vector<Tensor>{cpu::Pick(in[0], in[1], begin, a.Get<int64_t>("ignore_index"))};
   };
+#ifdef TESSEL_HAS_CUDA
+  def.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const int64_t begin = ctx.input_box(0)[1].begin;
+    return std::vector<Tensor>{
+        cuda::Pick(ctx.inputs[0], ctx.inputs[1], begin, ctx.attrs.Get<int64_t>("ignore_index"))};
+  };
+#endif
   def.saved = OpDef::SavedForGrad{{1}, {}};  // the gradient reads the labels; the logits only for their shape
   def.grad = [](const GradContext& c) {
     Attrs a = c.attrs;
@@ -144,6 +175,13 @@ void RegisterPick() {
     return std::vector<Tensor>{
         cpu::PickGrad(in[0], in[1], columns.begin, columns.size(), a.Get<int64_t>("ignore_index"))};
   };
+#ifdef TESSEL_HAS_CUDA
+  grad.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const Range columns = ctx.output_box(0)[1];
+    return std::vector<Tensor>{cuda::PickGrad(ctx.inputs[0], ctx.inputs[1], columns.begin, columns.size(),
+                                              ctx.attrs.Get<int64_t>("ignore_index"))};
+  };
+#endif
   RegisterOp(std::move(grad));
 }
 
@@ -173,6 +211,13 @@ void RegisterPatchify() {
         return std::vector<Tensor>{cpu::Unpatchify(in[0], ctx.output_shape(0), p)};  // this shard's images
       return std::vector<Tensor>{cpu::Patchify(in[0], p)};
     };
+#ifdef TESSEL_HAS_CUDA
+    def.kernels[DeviceType::kCUDA] = [inverse](const KernelContext& ctx) {
+      const int64_t p = ctx.attrs.Get<int64_t>("patch");
+      if (inverse) return std::vector<Tensor>{cuda::Unpatchify(ctx.inputs[0], ctx.output_shape(0), p)};
+      return std::vector<Tensor>{cuda::Patchify(ctx.inputs[0], p)};
+    };
+#endif
     if (!inverse) {
       def.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
       def.grad = [](const GradContext& c) {
@@ -233,6 +278,17 @@ void RegisterOptimizerUpdates() {
                       a.Get<double>("beta2"), a.Get<double>("eps"), a.Get<double>("weight_decay"), step});
     return std::vector<Tensor>{in[0], in[2], in[3], in[4]};
   };
+#ifdef TESSEL_HAS_CUDA
+  // The step is counted and the learning rate read by the kernels, on the
+  // device.
+  adamw.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    cuda::AdamWUpdate(in[0], in[1], in[2], in[3], in[4], in[5], a.Get<double>("beta1"),
+                      a.Get<double>("beta2"), a.Get<double>("eps"), a.Get<double>("weight_decay"));
+    return std::vector<Tensor>{in[0], in[2], in[3], in[4]};
+  };
+#endif
   RegisterOp(std::move(adamw));
 
   OpDef sgd;
@@ -257,6 +313,15 @@ void RegisterOptimizerUpdates() {
                    a.Get<double>("weight_decay"), a.Get<bool>("first"));
     return std::vector<Tensor>{in[0], in[2]};
   };
+#ifdef TESSEL_HAS_CUDA
+  sgd.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    cuda::SgdUpdate(in[0], in[1], in[2], a.Get<double>("lr"), a.Get<double>("momentum"),
+                    a.Get<double>("weight_decay"), a.Get<bool>("first"));
+    return std::vector<Tensor>{in[0], in[2]};
+  };
+#endif
   RegisterOp(std::move(sgd));
 }
 

@@ -9,6 +9,11 @@
 #include "ops/defs/def_util.h"
 #include "ops/functional.h"
 
+#ifdef TESSEL_HAS_CUDA
+#include "ops/cuda/elementwise.h"
+#include "ops/cuda/reduce.h"
+#endif
+
 namespace tessel {
 namespace {
 
@@ -79,6 +84,14 @@ void RegisterSumMean() {
     return std::vector<Tensor>{
         cpu::Reduce(cpu::ReduceOp::kSum, in[0], a.Get<std::vector<int64_t>>("axes"), a.Get<bool>("keepdim"))};
   };
+#ifdef TESSEL_HAS_CUDA
+  sum.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    return std::vector<Tensor>{cuda::Reduce(cpu::ReduceOp::kSum, in[0], a.Get<std::vector<int64_t>>("axes"),
+                                            a.Get<bool>("keepdim"))};
+  };
+#endif
   sum.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
   sum.grad = [](const GradContext& c) {
     return std::vector<Tensor>{ExpandBack(c.grad_outputs[0], c.inputs[0], c.attrs)};
@@ -99,6 +112,16 @@ void RegisterSumMean() {
     const double divisor = static_cast<double>(ReducedCount(ctx.logical_inputs[0].shape, a));
     return std::vector<Tensor>{cpu::BinaryScalar(cpu::BinaryOp::kMul, s, 1.0 / divisor)};
   };
+#ifdef TESSEL_HAS_CUDA
+  mean.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    const auto& axes = a.Get<std::vector<int64_t>>("axes");
+    Tensor s = cuda::Reduce(cpu::ReduceOp::kSum, in[0], axes, a.Get<bool>("keepdim"));
+    const double divisor = static_cast<double>(ReducedCount(ctx.logical_inputs[0].shape, a));
+    return std::vector<Tensor>{cuda::BinaryScalar(cpu::BinaryOp::kMul, s, 1.0 / divisor)};
+  };
+#endif
   mean.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
   mean.grad = [](const GradContext& c) {
     double count = static_cast<double>(ReducedCount(c.inputs[0].shape(), c.attrs));
@@ -131,6 +154,14 @@ void RegisterMax() {
     return std::vector<Tensor>{
         cpu::Reduce(cpu::ReduceOp::kMax, in[0], a.Get<std::vector<int64_t>>("axes"), a.Get<bool>("keepdim"))};
   };
+#ifdef TESSEL_HAS_CUDA
+  max.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    return std::vector<Tensor>{cuda::Reduce(cpu::ReduceOp::kMax, in[0], a.Get<std::vector<int64_t>>("axes"),
+                                            a.Get<bool>("keepdim"))};
+  };
+#endif
   // The gradient goes to the positions equal to the maximum, split evenly
   // between ties (as PyTorch's amax does), so the input gradient sums to
   // the output gradient.
@@ -169,6 +200,12 @@ void RegisterSumTo() {
     const std::vector<Tensor>& in = ctx.inputs;
     return std::vector<Tensor>{cpu::SumToShape(in[0], ctx.output_shape(0))};  // this shard's target
   };
+#ifdef TESSEL_HAS_CUDA
+  def.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    return std::vector<Tensor>{cuda::SumToShape(in[0], ctx.output_shape(0))};
+  };
+#endif
   def.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
   def.grad = [](const GradContext& c) {
     const int64_t lead = c.inputs[0].ndim() - c.outputs[0].ndim();
@@ -230,6 +267,15 @@ void RegisterExpand() {
     for (int64_t i = 0; i < out.numel(); ++i) dst[i] = src[index(i)];
     return std::vector<Tensor>{out};
   };
+#ifdef TESSEL_HAS_CUDA
+  def.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    const Shape target = ctx.output_shape(0);
+    Tensor keep = in[0].Reshape(KeepShape(in[0].shape(), target.dims(), a.Get<std::vector<int64_t>>("axes")));
+    return std::vector<Tensor>{cuda::BroadcastTo(keep, target)};
+  };
+#endif
   RegisterOp(std::move(def));
 }
 

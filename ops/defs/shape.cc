@@ -2,6 +2,9 @@
 #include "ops/cpu/tensor_ops.h"
 #include "ops/defs/def_util.h"
 #include "ops/functional.h"
+#ifdef TESSEL_HAS_CUDA
+#include "ops/cuda/tensor_ops.h"
+#endif
 
 namespace tessel {
 namespace {
@@ -84,6 +87,10 @@ void RegisterShapeOps() {
     // Kernels never write their inputs, so the result can share the data.
     return std::vector<Tensor>{in[0].Reshape(shape)};
   };
+#ifdef TESSEL_HAS_CUDA
+  // A view shares the storage wherever it lives.
+  reshape.kernels[DeviceType::kCUDA] = reshape.kernels[DeviceType::kCPU];
+#endif
   reshape.view = true;
   reshape.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
   reshape.grad = [](const GradContext& c) {
@@ -120,6 +127,16 @@ void RegisterShapeOps() {
               perm[in[0].shape().NormalizeAxis(a.Get<int64_t>("dim1"))]);
     return std::vector<Tensor>{cpu::Permute(in[0], perm)};
   };
+#ifdef TESSEL_HAS_CUDA
+  transpose.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const Tensor& x = ctx.inputs[0];
+    std::vector<int64_t> perm(x.ndim());
+    for (int64_t d = 0; d < x.ndim(); ++d) perm[d] = d;
+    std::swap(perm[x.shape().NormalizeAxis(ctx.attrs.Get<int64_t>("dim0"))],
+              perm[x.shape().NormalizeAxis(ctx.attrs.Get<int64_t>("dim1"))]);
+    return std::vector<Tensor>{cuda::Permute(x, perm)};
+  };
+#endif
   transpose.saved = OpDef::SavedForGrad{};  // the gradient reads nothing
   transpose.grad = [](const GradContext& c) {
     return std::vector<Tensor>{
@@ -151,6 +168,11 @@ void RegisterShapeOps() {
     const Attrs& a = ctx.attrs;
     return std::vector<Tensor>{cpu::Permute(in[0], a.Get<std::vector<int64_t>>("perm"))};
   };
+#ifdef TESSEL_HAS_CUDA
+  permute.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    return std::vector<Tensor>{cuda::Permute(ctx.inputs[0], ctx.attrs.Get<std::vector<int64_t>>("perm"))};
+  };
+#endif
   permute.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
   permute.grad = [](const GradContext& c) {
     const auto& perm = c.attrs.Get<std::vector<int64_t>>("perm");
@@ -191,6 +213,13 @@ void RegisterShapeOps() {
     return std::vector<Tensor>{
         cpu::Slice(in[0], a.Get<int64_t>("dim"), a.Get<int64_t>("begin"), a.Get<int64_t>("end"))};
   };
+#ifdef TESSEL_HAS_CUDA
+  slice.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const Attrs& a = ctx.attrs;
+    return std::vector<Tensor>{
+        cuda::Slice(ctx.inputs[0], a.Get<int64_t>("dim"), a.Get<int64_t>("begin"), a.Get<int64_t>("end"))};
+  };
+#endif
   slice.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
   slice.grad = [](const GradContext& c) {
     Attrs a = c.attrs;
@@ -216,6 +245,13 @@ void RegisterShapeOps() {
     return std::vector<Tensor>{
         cpu::PadSlice(in[0], ctx.output_shape(0), a.Get<int64_t>("dim"), a.Get<int64_t>("begin"))};
   };
+#ifdef TESSEL_HAS_CUDA
+  slice_grad.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const Attrs& a = ctx.attrs;
+    return std::vector<Tensor>{
+        cuda::PadSlice(ctx.inputs[0], ctx.output_shape(0), a.Get<int64_t>("dim"), a.Get<int64_t>("begin"))};
+  };
+#endif
   RegisterOp(std::move(slice_grad));
 
   OpDef concat;
@@ -246,6 +282,11 @@ void RegisterShapeOps() {
     const Attrs& a = ctx.attrs;
     return std::vector<Tensor>{cpu::Concat(in, a.Get<int64_t>("dim"))};
   };
+#ifdef TESSEL_HAS_CUDA
+  concat.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    return std::vector<Tensor>{cuda::Concat(ctx.inputs, ctx.attrs.Get<int64_t>("dim"))};
+  };
+#endif
   concat.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
   concat.grad = [](const GradContext& c) {
     int64_t dim = c.inputs[0].shape().NormalizeAxis(c.attrs.Get<int64_t>("dim")), begin = 0;

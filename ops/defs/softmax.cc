@@ -3,6 +3,9 @@
 
 #include "ops/defs/def_util.h"
 #include "ops/functional.h"
+#ifdef TESSEL_HAS_CUDA
+#include "ops/cuda/softmax.h"
+#endif
 
 namespace tessel {
 
@@ -23,6 +26,11 @@ void RegisterSoftmaxOps() {
     const std::vector<Tensor>& in = ctx.inputs;
     return std::vector<Tensor>{cpu::Softmax(in[0])};
   };
+#ifdef TESSEL_HAS_CUDA
+  def.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    return std::vector<Tensor>{cuda::Softmax(ctx.inputs[0])};
+  };
+#endif
   def.saved = OpDef::SavedForGrad{{}, {0}};  // the gradient reads y, not x
   def.grad = [](const GradContext& c) { return ApplyOp("softmax_grad", {c.outputs[0], c.grad_outputs[0]}); };
   RegisterOp(std::move(def));
@@ -40,6 +48,14 @@ void RegisterSoftmaxOps() {
     float scale = a.Has("scale") ? static_cast<float>(a.Get<double>("scale")) : 1.0f;
     return std::vector<Tensor>{cpu::SoftmaxGrad(in[0], in[1], scale)};
   };
+#ifdef TESSEL_HAS_CUDA
+  grad.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    float scale = a.Has("scale") ? static_cast<float>(a.Get<double>("scale")) : 1.0f;
+    return std::vector<Tensor>{cuda::SoftmaxGrad(in[0], in[1], scale)};
+  };
+#endif
   RegisterOp(std::move(grad));
 
   // softmax(scale * x) with masked keys (mask false) and an optional causal
@@ -74,6 +90,14 @@ void RegisterSoftmaxOps() {
     return std::vector<Tensor>{
         cpu::Softmax(in[0], {static_cast<float>(a.Get<double>("scale")), in[1], a.Get<bool>("causal")})};
   };
+#ifdef TESSEL_HAS_CUDA
+  fused.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    return std::vector<Tensor>{
+        cuda::Softmax(in[0], {static_cast<float>(a.Get<double>("scale")), in[1], a.Get<bool>("causal")})};
+  };
+#endif
   fused.saved = OpDef::SavedForGrad{{}, {0}};  // the gradient reads y, not the scores or the mask
   fused.grad = [](const GradContext& c) {
     Tensor dx =

@@ -4,6 +4,10 @@
 #include "ops/defs/def_util.h"
 #include "ops/functional.h"
 
+#ifdef TESSEL_HAS_CUDA
+#include "ops/cuda/where_cast.h"
+#endif
+
 namespace tessel {
 namespace {
 
@@ -30,6 +34,12 @@ void RegisterWhereCastOps() {
     const std::vector<Tensor>& in = ctx.inputs;
     return std::vector<Tensor>{cpu::Where(in[0], in[1], in[2])};
   };
+#ifdef TESSEL_HAS_CUDA
+  where.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    return std::vector<Tensor>{cuda::Where(in[0], in[1], in[2])};
+  };
+#endif
   where.saved =
       OpDef::SavedForGrad{{0}, {}};  // the gradient reads the condition; the branches only for their shapes
   where.grad = [](const GradContext& c) {
@@ -59,6 +69,12 @@ void RegisterWhereCastOps() {
     for (int64_t i = 0; i < shape.numel(); ++i) out.data<bool>()[i] = a[ia(i)] == b[ib(i)];
     return std::vector<Tensor>{out};
   };
+#ifdef TESSEL_HAS_CUDA
+  equal.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    return std::vector<Tensor>{cuda::Equal(in[0], in[1])};
+  };
+#endif
   RegisterOp(std::move(equal));
 
   OpDef cast;
@@ -73,6 +89,13 @@ void RegisterWhereCastOps() {
     const Attrs& a = ctx.attrs;
     return std::vector<Tensor>{cpu::Cast(in[0], ParseDType(a.Get<std::string>("dtype")))};
   };
+#ifdef TESSEL_HAS_CUDA
+  cast.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
+    const std::vector<Tensor>& in = ctx.inputs;
+    const Attrs& a = ctx.attrs;
+    return std::vector<Tensor>{cuda::Cast(in[0], ParseDType(a.Get<std::string>("dtype")))};
+  };
+#endif
   cast.saved = OpDef::SavedForGrad{};  // the gradient reads the dtype only
   cast.grad = [](const GradContext& c) {
     return std::vector<Tensor>{fn::cast(c.grad_outputs[0], c.inputs[0].dtype())};

@@ -2,7 +2,12 @@
 // test runs: cases are written to a scratch directory, torch_reference.py
 // (run once, with Debian's python3-torch) computes outputs and input
 // gradients for the same upstream gradients, and each is compared within
-// 1e-5 relative (see RelError).
+// 1e-5 relative (see RelError). The CUDA kernels run the same cases on the
+// GPU against PyTorch on the GPU and against the CPU kernels; without a GPU
+// that test says "skipped: no CUDA device" (TESSEL_REQUIRE_GPU=1 fails it
+// instead). TESSEL_TORCH_PYTHON and TESSEL_SOURCE_DIR in the environment
+// override the built-in interpreter and source paths (a GPU machine has its
+// own PyTorch).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,7 +22,11 @@
 #include "core/tensor.h"
 #include "graph/autograd.h"
 #include "ops/functional.h"
+#include "ops/op_def.h"
 #include "tests/testing/test_util.h"
+#ifdef TESSEL_HAS_CUDA
+#include "core/cuda/cuda_runtime.h"
+#endif
 
 #ifndef TESSEL_TORCH_PYTHON
 #define TESSEL_TORCH_PYTHON "/usr/bin/python3"
@@ -288,35 +297,82 @@ std::vector<Case> MakeCases() {
   add("adamw3", "{\"lr\": 0.01, \"weight_decay\": 0.1}", {{Randn({7, 5}), false}, {Randn({7, 5}), false}},
       [](const std::vector<Tensor>& in) {
         // Updates are in place: p, m and v are the variables.
-        Tensor p = in[0].Clone(), m = zeros({7, 5}), v = zeros({7, 5});
-        const Tensor step = Tensor::FromVector<int64_t>({0}, Shape(std::vector<int64_t>{}));
-        const Tensor lr = Tensor::FromVector<float>({0.01f}, Shape(std::vector<int64_t>{}));
+        const Device dev = in[0].device();
+        Tensor p = in[0].Clone(), m = zeros({7, 5}, DType::kFloat32, dev),
+               v = zeros({7, 5}, DType::kFloat32, dev);
+        const Tensor step = Tensor::FromVector<int64_t>({0}, Shape(std::vector<int64_t>{})).To(dev);
+        const Tensor lr = Tensor::FromVector<float>({0.01f}, Shape(std::vector<int64_t>{})).To(dev);
         for (int64_t k = 1; k <= 3; ++k) {
           std::vector<Tensor> r = fn::adamw_update(p, in[1], m, v, step, lr, {.weight_decay = 0.1});
           EXPECT_EQ(r[0].raw_data(), p.raw_data());
-          EXPECT_EQ(step.data<int64_t>()[0], k);  // counted in place
+          EXPECT_EQ(step.To(Device::CPU()).data<int64_t>()[0], k);  // counted in place
         }
         return p;
       });
   add("sgd3", "{\"lr\": 0.1, \"momentum\": 0.9, \"weight_decay\": 0.01}",
       {{Randn({7, 5}), false}, {Randn({7, 5}), false}}, [](const std::vector<Tensor>& in) {
-        Tensor p = in[0].Clone(), buf = zeros({7, 5});
+        Tensor p = in[0].Clone(), buf = zeros({7, 5}, DType::kFloat32, in[0].device());
         for (int step = 0; step < 3; ++step) fn::sgd_update(p, in[1], buf, 0.1, 0.9, 0.01, step == 0);
         return p;
       });
   return cases;
 }
 
-TEST(OpParity, ForwardAndBackwardMatchPyTorch) {
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+std::vector<Tensor> OnDevice(const std::vector<Tensor>& ts, const Device& device) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : ts) out.push_back(t.To(device));
+  return out;
+}
+
+// A case's output and its input gradients (those compared), on the host.
+struct Result {
+  Tensor out;
+  std::vector<Tensor> grads;
+};
+
+// Runs case `k` on `device`: forward without recording, then forward and
+// backward through autograd from fresh leaves with upstream gradient dy.
+Result RunCase(const Case& k, const Tensor& dy, const Device& device) {
+  std::vector<Tensor> in;
+  for (const Input& i : k.inputs) in.push_back(i.value.To(device));
+  Result r;
+  {
+    NoGradGuard no_grad;
+    r.out = k.forward(in).To(Device::CPU());
+  }
+  std::vector<Tensor> leaves;
+  bool any_grad = false;
+  for (const Input& i : k.inputs) {
+    leaves.push_back(i.value.To(device).Clone());
+    if (i.grad) leaves.back().set_requires_grad(true);
+    any_grad |= i.grad;
+  }
+  if (any_grad) fn::sum(fn::mul(k.forward(leaves), dy.To(device)), {}).backward();
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    if (!k.inputs[i].grad) continue;
+    EXPECT_TRUE(leaves[i].grad().defined()) << "no gradient for input " << i;
+    r.grads.push_back(leaves[i].grad().defined() ? leaves[i].grad().To(Device::CPU()) : Tensor());
+  }
+  return r;
+}
+
+// Every case on `device` against PyTorch on `torch_device`; with
+// `cpu_too`, also against the CPU kernels. Returns the number of cases.
+int CheckParity(const Device& device, const std::string& torch_device, bool cpu_too) {
   fs::path dir = fs::temp_directory_path() / ("tessel_parity_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::vector<Case> cases = MakeCases();
-  std::vector<Tensor> outputs, dys;  // forward without recording
+  std::vector<Tensor> dys;
+  std::vector<Result> results;
   std::ostringstream manifest;
   manifest << "[";
   for (size_t c = 0; c < cases.size(); ++c) {
     Case& k = cases[c];
-    std::vector<Tensor> in;
     manifest << (c ? "," : "") << "{\"name\": \"" << k.name << "\", \"op\": \"" << k.op
              << "\", \"attrs\": " << k.attrs_json << ", \"inputs\": [";
     for (size_t i = 0; i < k.inputs.size(); ++i) {
@@ -326,57 +382,85 @@ TEST(OpParity, ForwardAndBackwardMatchPyTorch) {
       manifest << (i ? "," : "") << "{\"file\": \"" << file << "\", \"shape\": " << ListJson(t.shape().dims())
                << ", \"dtype\": \"" << DTypeName(t.dtype())
                << "\", \"grad\": " << (k.inputs[i].grad ? "true" : "false") << "}";
-      in.push_back(t);
     }
     manifest << "]}";
-    NoGradGuard no_grad;
-    outputs.push_back(k.forward(in));
-    dys.push_back(Randn(outputs.back().shape()));
+    Tensor out_shape_probe;
+    {
+      NoGradGuard no_grad;
+      std::vector<Tensor> host;
+      for (const Input& i : k.inputs) host.push_back(i.value);
+      out_shape_probe = k.forward(host);
+    }
+    dys.push_back(Randn(out_shape_probe.shape()));
     WriteRaw(dir / (k.name + ".dy"), dys.back());
+    SCOPED_TRACE(k.name + " " + k.attrs_json);
+    results.push_back(RunCase(k, dys.back(), device));
   }
   manifest << "]";
   std::ofstream(dir / "cases.json") << manifest.str();
 
-  std::string cmd = std::string(TESSEL_TORCH_PYTHON) + " " +
-                    TESSEL_SOURCE_DIR "/tests/ops/torch_reference.py " + dir.string();
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << "the PyTorch reference failed: " << cmd;
+  std::string cmd = EnvOr("TESSEL_TORCH_PYTHON", TESSEL_TORCH_PYTHON) + " " +
+                    EnvOr("TESSEL_SOURCE_DIR", TESSEL_SOURCE_DIR) + "/tests/ops/torch_reference.py " +
+                    dir.string() + " --device " + torch_device;
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << "the PyTorch reference failed: " << cmd;
 
   std::map<std::string, int> checked;
   int total = 0;
   for (size_t c = 0; c < cases.size(); ++c) {
-    Case& k = cases[c];
-    SCOPED_TRACE(k.name + " " + k.attrs_json);
-    std::vector<Tensor> in;
-    for (const Input& i : k.inputs) in.push_back(i.value);
-    Tensor want = ReadRaw(dir / (k.name + ".out"));
-    EXPECT_LE(RelError(outputs[c], want), 1e-5) << "forward";
-    // Backward through autograd: leaves are fresh copies of the inputs.
-    std::vector<Tensor> leaves;
-    for (const Input& i : k.inputs) {
-      leaves.push_back(i.value.Clone());
-      if (i.grad) leaves.back().set_requires_grad(true);
-    }
-    bool any_grad = false;
-    for (const Input& i : k.inputs) any_grad |= i.grad;
-    if (any_grad) fn::sum(fn::mul(k.forward(leaves), dys[c]), {}).backward();
-    size_t g = 0;
-    for (size_t i = 0; i < k.inputs.size(); ++i) {
-      if (!k.inputs[i].grad) continue;
+    const Case& k = cases[c];
+    const Result& got = results[c];
+    SCOPED_TRACE(k.name + " " + k.attrs_json + " on " + device.ToString());
+    EXPECT_LE(RelError(got.out, ReadRaw(dir / (k.name + ".out"))), 1e-5) << "forward vs PyTorch";
+    for (size_t g = 0; g < got.grads.size(); ++g) {
       Tensor ref = ReadRaw(dir / (k.name + ".grad" + std::to_string(g)));
-      ASSERT_TRUE(leaves[i].grad().defined()) << "no gradient for input " << i;
-      ASSERT_EQ(leaves[i].grad().shape(), ref.shape()) << "gradient of input " << i;
-      EXPECT_LE(RelError(leaves[i].grad(), ref), 1e-5) << "gradient of input " << i;
-      ++g;
+      if (!got.grads[g].defined()) continue;  // RunCase reported it
+      EXPECT_EQ(got.grads[g].shape(), ref.shape()) << "gradient " << g;
+      EXPECT_LE(RelError(got.grads[g], ref), 1e-5) << "gradient " << g << " vs PyTorch";
+    }
+    if (cpu_too) {
+      const Result cpu = RunCase(k, dys[c], Device::CPU());
+      EXPECT_LE(RelError(got.out, cpu.out), 1e-5) << "forward vs the CPU kernels";
+      for (size_t g = 0; g < got.grads.size() && g < cpu.grads.size(); ++g)
+        EXPECT_LE(RelError(got.grads[g], cpu.grads[g]), 1e-5) << "gradient " << g << " vs the CPU kernels";
     }
     ++checked[k.op];
     ++total;
   }
   std::ostringstream summary;
   for (const auto& [op, n] : checked) summary << " " << op << ":" << n;
-  std::printf("op parity vs PyTorch: %d op/case pairs, forward and backward (%zu ops):%s\n", total,
+  std::printf("op parity on %s vs PyTorch on %s%s: %d op/case pairs, forward and backward (%zu ops):%s\n",
+              device.ToString().c_str(), torch_device.c_str(), cpu_too ? " and the CPU kernels" : "", total,
               checked.size(), summary.str().c_str());
   fs::remove_all(dir);
+  return total;
 }
+
+TEST(OpParity, ForwardAndBackwardMatchPyTorch) { EXPECT_GT(CheckParity(Device::CPU(), "cpu", false), 0); }
+
+#ifdef TESSEL_HAS_CUDA
+TEST(OpParity, CudaKernelsMatchPyTorchOnTheGpuAndTheCpuKernels) {
+  if (cuda::DeviceCount() == 0) {
+    const char* required = std::getenv("TESSEL_REQUIRE_GPU");
+    if (required != nullptr && std::string(required) == "1")
+      FAIL() << "TESSEL_REQUIRE_GPU=1 but no CUDA device";
+    GTEST_SKIP() << "skipped: no CUDA device";
+  }
+  EXPECT_GT(CheckParity(Device::CUDA(0), "cuda", true), 0);
+}
+#endif
+
+// Every op with a CPU kernel has a CUDA kernel, so a model that runs on the
+// host runs on a GPU (checked without a GPU: it reads the registry).
+#ifdef TESSEL_HAS_CUDA
+TEST(OpParity, EveryCpuKernelHasACudaTwin) {
+  std::vector<std::string> missing;
+  for (const std::string& name : RegisteredOps()) {
+    const OpDef& def = GetOpDef(name);
+    if (def.kernels.count(DeviceType::kCPU) && !def.kernels.count(DeviceType::kCUDA)) missing.push_back(name);
+  }
+  EXPECT_TRUE(missing.empty()) << "ops without a CUDA kernel: " << ::testing::PrintToString(missing);
+}
+#endif
 
 }  // namespace
 }  // namespace tessel

@@ -3,23 +3,27 @@
 gradients of its float inputs for the given upstream gradients, and writes
 them as raw little-endian files next to the inputs.
 
-    python3 torch_reference.py DIR
+    python3 torch_reference.py DIR [--device cuda]
+
+With --device cuda, PyTorch computes on the GPU (TF32 off, as tessel's f32
+default) and the results are copied back for the comparison.
 """
+import argparse
 import json
 import os
-import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+DEVICE = "cpu"
 DTYPES = {"f32": (np.float32, torch.float32), "i64": (np.int64, torch.int64), "bool": (np.bool_, torch.bool)}
 
 
 def load(d, spec):
     np_type, _ = DTYPES[spec["dtype"]]
     arr = np.fromfile(os.path.join(d, spec["file"]), dtype=np_type).reshape(spec["shape"])
-    t = torch.from_numpy(arr.copy())
+    t = torch.from_numpy(arr.copy()).to(DEVICE)
     if spec["dtype"] == "f32" and spec.get("grad", False):
         t.requires_grad_(True)
     return t
@@ -32,7 +36,7 @@ def softmax(x, a):
         keep = keep & a["mask"]
     if a.get("causal"):
         q, k = s.shape[-2], s.shape[-1]
-        keep = keep & torch.ones(q, k, dtype=torch.bool).tril(k - q)
+        keep = keep & torch.ones(q, k, dtype=torch.bool, device=s.device).tril(k - q)
     return F.softmax(s.masked_fill(~keep, float("-inf")), dim=-1)
 
 
@@ -115,7 +119,7 @@ def run(op, ins, a):
 def save(path, t):
     """Raw f32 data, and PyTorch's own shape beside it (path.shape), so the
     test compares shapes instead of reading the data with its own."""
-    t.numpy().astype(np.float32).tofile(path)
+    t.cpu().numpy().astype(np.float32).tofile(path)
     with open(path + ".shape", "w") as f:
         f.write(" ".join(str(d) for d in t.shape))
 
@@ -137,4 +141,12 @@ def main(d):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dir")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    args = parser.parse_args()
+    DEVICE = args.device
+    if DEVICE == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    main(args.dir)

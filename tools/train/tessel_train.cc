@@ -132,7 +132,8 @@ int main(int argc, char** argv) {
                .pipeline_parallel_size = d.pipeline_parallel_size(),
                .pipeline_num_layers = d.pipeline_num_layers(),
                .custom_pipeline_stage_ids = {d.custom_pipeline_stage_id().begin(),
-                                             d.custom_pipeline_stage_id().end()}});
+                                             d.custom_pipeline_stage_id().end()},
+               .device_type = ParseDeviceType(d.device())});
 
   const int micro_batches = static_cast<int>(t.num_accumulation_steps());
   // Data and model: the data is checked against the config before the

@@ -1,0 +1,28 @@
+// Matrix multiplication on CUDA devices through cuBLAS: one handle per
+// device, made on first use, run on cuda::CurrentStream() with a workspace
+// allocated once.
+//
+// f32 products use full f32 arithmetic (CUBLAS_COMPUTE_32F), so they match
+// the CPU to 1e-5. Setting TESSEL_CUDA_ALLOW_TF32=1 in the environment lets
+// cuBLAS use TF32 tensor cores instead (CUBLAS_COMPUTE_32F_FAST_TF32:
+// several times faster, about 1e-3 relative error); the variable is read once,
+// at the first product.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace tessel::cuda {
+
+// Row-major C[m,n] = alpha * op(A) * op(B) + beta * C with op(X) = X or X^T,
+// on device pointers of the current device.
+void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// a [..., m, k] (or [..., k, m] with trans_a) times b [..., k, n] (or
+// [..., n, k] with trans_b). Batch dimensions broadcast; a 2-D operand is
+// shared by every batch. f32. Throws naming both shapes if they do not fit.
+Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+
+}  // namespace tessel::cuda

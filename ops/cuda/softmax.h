@@ -1,0 +1,26 @@
+// Softmax over the last dimension on CUDA devices, optionally fused with a
+// scale and a mask (the attention form), and its gradient. The semantics
+// are the CPU's (ops/cpu/softmax.h).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace tessel::cuda {
+
+struct SoftmaxOptions {
+  float scale = 1.0f;
+  // bool tensor broadcastable to x's shape, on x's device; false entries are
+  // masked out.
+  Tensor mask;
+  // Mask position j > i of the last two dims (x is [..., q, k]; key j of
+  // query i is visible when j <= i + k - q).
+  bool causal = false;
+};
+
+// Rows that are masked entirely become all zeros (not NaN).
+Tensor Softmax(const Tensor& x, const SoftmaxOptions& options = {});
+// dL/dx from y = Softmax(x) and dL/dy (the scale is applied; masked
+// positions get zero).
+Tensor SoftmaxGrad(const Tensor& y, const Tensor& dy, float scale = 1.0f);
+
+}  // namespace tessel::cuda

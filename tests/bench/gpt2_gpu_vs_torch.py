@@ -1,0 +1,134 @@
+"""GPT-2 medium training on one GPU: tessel-train (eager, cuda) against
+PyTorch eager and torch.compile on the same model, batch and precision,
+measured in this run on this machine. Prints tokens/s and model FLOPs
+utilisation (MFU) for each, and tessel's ratio to each peer.
+
+The model is LiBai's GPT-2 benchmark shape: 24 layers, hidden 1024, 16 heads,
+sequence 1024, vocabulary 50304, dropout 0. The PyTorch peer is Hugging
+Face's GPT2LMHeadModel with the same configuration (attention through
+PyTorch's scaled_dot_product_attention, its best eager path), AdamW, f32
+weights. FLOPs per token are 6 N + 12 L h s (N parameters without the
+position table, L layers, h hidden, s sequence), the count Megatron-LM and
+nanoGPT use; MFU divides by the GPU's dense peak for the precision.
+
+  python3 tests/bench/gpt2_gpu_vs_torch.py --train build/tools/tessel-train \\
+      --precision tf32 --batch 8
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Dense peaks of an H100 SXM (NVIDIA's datasheet, without sparsity), TFLOP/s.
+PEAK_TFLOPS = {"tf32": 494.7, "bf16": 989.4, "f32": 66.9}
+
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+parser.add_argument("--train", required=True, help="tessel-train of this build")
+parser.add_argument("--precision", default="tf32", choices=["f32", "tf32", "bf16"],
+                    help="tessel runs f32 (with TF32 GEMMs for tf32); bf16 is measured for the peers only")
+parser.add_argument("--batch", type=int, default=8)
+parser.add_argument("--layers", type=int, default=24)
+parser.add_argument("--hidden", type=int, default=1024)
+parser.add_argument("--heads", type=int, default=16)
+parser.add_argument("--seq", type=int, default=1024)
+parser.add_argument("--vocab", type=int, default=50304)
+parser.add_argument("--steps", type=int, default=20, help="timed steps (after warm-up)")
+parser.add_argument("--warmup", type=int, default=5)
+parser.add_argument("--skip", default="", help="comma-separated of: tessel, eager, compile")
+args = parser.parse_args()
+skip = set(filter(None, args.skip.split(",")))
+
+
+def flops_per_token():
+    h, L, s, v = args.hidden, args.layers, args.seq, args.vocab
+    n = v * h + L * (12 * h * h + 13 * h) + 2 * h  # token table (tied head), blocks, final norm
+    return 6 * n + 12 * L * h * s
+
+
+def report(name, tokens_per_s):
+    mfu = tokens_per_s * flops_per_token() / (PEAK_TFLOPS[args.precision] * 1e12)
+    print(f"| {name} | {args.precision} | {tokens_per_s:,.0f} | {100 * mfu:.1f}% |", flush=True)
+    return tokens_per_s
+
+
+def torch_tokens_per_s(compiled):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.backends.cuda.matmul.allow_tf32 = args.precision != "f32"
+    torch.backends.cudnn.allow_tf32 = args.precision != "f32"
+    cfg = GPT2Config(vocab_size=args.vocab, n_positions=args.seq, n_embd=args.hidden, n_layer=args.layers,
+                     n_head=args.heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                     activation_function="gelu_new")
+    model = GPT2LMHeadModel(cfg).cuda()  # attention: SDPA, transformers' default where PyTorch has it
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
+    step_model = torch.compile(model) if compiled else model
+    ids = torch.randint(0, args.vocab, (args.batch, args.seq), device="cuda")
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            loss = step_model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    for _ in range(args.warmup):
+        step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        loss = step()
+        loss.item()  # tessel-train reads its loss every step too
+    seconds = time.perf_counter() - start
+    del model, opt, step_model
+    torch.cuda.empty_cache()
+    return args.batch * args.seq * args.steps / seconds
+
+
+def tessel_tokens_per_s():
+    out = tempfile.mkdtemp(prefix="tessel_gpt2_gpu_")
+    iters = args.warmup + args.steps
+    overrides = {
+        "model.hidden_layers": args.layers, "model.hidden_size": args.hidden,
+        "model.num_attention_heads": args.heads, "model.max_seq_length": args.seq,
+        "model.vocab_size": args.vocab, "train.dist.device": "cuda", "train.dist.tensor_parallel_size": 1,
+        "train.graph.enabled": "false", "train.activation_checkpoint": "false",
+        "train.micro_batch_size": args.batch, "train.global_batch_size": args.batch,
+        "train.train_iter": iters, "train.log_period": args.steps if args.warmup == 0 else args.warmup,
+        "evaluation.enabled": "false", "train.output_dir": out,
+        "data.data_prefix": os.path.join(ROOT, "data/tiny_corpus/tiny_corpus_text_document"),
+    }
+    cmd = [args.train, "--config", os.path.join(ROOT, "configs/gpt2_355m.prototxt")]
+    for k, v in overrides.items():
+        cmd += ["--set", f"{k}={v}"]
+    env = dict(os.environ, TESSEL_CUDA_ALLOW_TF32="1" if args.precision == "tf32" else "0")
+    run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    if run.returncode != 0:
+        sys.exit(f"tessel-train failed: {' '.join(cmd)}\n{run.stdout[-4000:]}")
+    records = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if '"tokens_per_s"' in l]
+    # The last record covers the timed steps only (the warm-up ended a period).
+    return records[-1]["tokens_per_s"]
+
+
+print(f"GPT-2 {args.layers} layers, hidden {args.hidden}, seq {args.seq}, vocab {args.vocab}, batch "
+      f"{args.batch}, on {torch.cuda.get_device_name(0)}; {flops_per_token() / 1e9:.2f} GFLOP per token")
+print("| system | precision | tokens/s | MFU |")
+print("| --- | --- | --- | --- |")
+results = {}
+if "tessel" not in skip and args.precision != "bf16":
+    results["tessel"] = report("tessel eager (cuda)", tessel_tokens_per_s())
+if "eager" not in skip:
+    results["eager"] = report("PyTorch eager", torch_tokens_per_s(False))
+if "compile" not in skip:
+    results["compile"] = report("PyTorch torch.compile", torch_tokens_per_s(True))
+if "tessel" in results:
+    for peer in ("eager", "compile"):
+        if peer in results:
+            print(f"tessel / PyTorch {peer}: {results['tessel'] / results[peer]:.2f}x")
