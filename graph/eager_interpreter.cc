@@ -37,6 +37,26 @@ std::string Describe(const OpDef& op, const std::vector<Tensor>& inputs) {
   return os.str();
 }
 
+// The CPU kernels compute in f32 (data movement and casts take any dtype):
+// an f16/bf16 input that reaches one they cannot take gets this reason
+// added to the kernel's own error.
+std::vector<Tensor> RunKernel(const OpDef& op, DeviceType device, const Kernel& kernel,
+                              const KernelContext& ctx) {
+  if (device != DeviceType::kCPU) return kernel(ctx);
+  try {
+    return kernel(ctx);
+  } catch (const Error& e) {
+    for (const Tensor& t : ctx.inputs) {
+      if (t.defined() && (t.dtype() == DType::kFloat16 || t.dtype() == DType::kBFloat16)) {
+        TESSEL_THROW(e.code()) << e.what() << " (op '" << op.name << "' on the CPU with a " << t.dtype()
+                               << " input: the CPU kernels compute in f32; use a cuda placement for "
+                                  "f16/bf16 compute, or cast to f32)";
+      }
+    }
+    throw;
+  }
+}
+
 const Kernel& KernelFor(const OpDef& op, DeviceType device) {
   auto it = op.kernels.find(device);
   TESSEL_CHECK(it != op.kernels.end())
@@ -104,8 +124,8 @@ std::vector<Tensor> RunGlobal(const OpDef& op, const std::vector<Tensor>& inputs
   if (!op.mutates.empty()) CheckNoOverlap(op, locals);
   if (placement.Contains(rank)) {
     const Device device = locals.empty() ? Device::CPU() : locals[0].device();
-    outs = KernelFor(op, placement.device_type())(
-        KernelContext{locals, attrs, device, nullptr, logical, out_specs, &in_boxes, &out_boxes});
+    outs = RunKernel(op, placement.device_type(), KernelFor(op, placement.device_type()),
+                     KernelContext{locals, attrs, device, nullptr, logical, out_specs, &in_boxes, &out_boxes});
   } else {
     for (int o = 0; o < op.num_outputs; ++o) {
       outs.push_back(Tensor::Empty(LocalBox(out_specs[o].shape, placement, sig.outputs[o], rank).shape(),
@@ -202,7 +222,8 @@ class EagerInterpreterImpl final : public Interpreter {
             << "op '" << op.name << "' has inputs on " << device << " and " << t.device() << " ("
             << Describe(op, inputs) << "); move them to one device with .To() first";
       }
-      outs = KernelFor(op, device.type())(KernelContext{locals, attrs, device, nullptr, specs, out_specs});
+      outs = RunKernel(op, device.type(), KernelFor(op, device.type()),
+                       KernelContext{locals, attrs, device, nullptr, specs, out_specs});
       if (!op.mutates.empty()) outs = MutatedInputs(op, inputs, locals);
     }
     return outs;

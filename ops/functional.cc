@@ -73,10 +73,14 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& labels, int64_t ig
   // all-reduces of [N] vectors over the class-split ranks (the row max, the
   // sum of exponentials, the label's logit), each rank picking only the
   // labels in its columns. The max only steadies exp; the loss does not
-  // depend on it, so it takes no gradient.
-  Tensor m = Reduced(max(logits.detach(), {1}, true));
-  Tensor lse = add(log(Reduced(sum(exp(sub(logits, m)), {1}))), reshape(m, {logits.shape()[0]}));
-  Tensor rows = sub(lse, Reduced(pick(logits, labels, ignore_index)));
+  // depend on it, so it takes no gradient. bf16/f16 logits are widened to
+  // f32 first (Megatron's logits.float()): the rows are f32 like the
+  // cross_entropy op's, and the sum of exponentials and the all-reduces are
+  // not rounded to 8 or 11 bits; the cast's gradient narrows dlogits back.
+  const Tensor z = logits.dtype() == DType::kFloat32 ? logits : cast(logits, DType::kFloat32);
+  Tensor m = Reduced(max(z.detach(), {1}, true));
+  Tensor lse = add(log(Reduced(sum(exp(sub(z, m)), {1}))), reshape(m, {z.shape()[0]}));
+  Tensor rows = sub(lse, Reduced(pick(z, labels, ignore_index)));
   return where(Ignored(labels, ignore_index), mul_scalar(rows, 0.0), rows);
 }
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index) {

@@ -332,6 +332,18 @@ void ResolveConfig(config::Config* c, int world_size) {
       << m.num_attention_heads();
 
   CheckOneOf("train.dist.device", d.device(), {"cpu", "cuda"});
+  if (t.amp().enabled()) {
+    const config::AmpConfig& amp = t.amp();
+    CheckOneOf("train.amp.dtype", amp.dtype(), {"bf16", "f16"});
+    TESSEL_CHECK(d.device() == "cuda")
+        << "config: train.amp computes in " << amp.dtype() << ", which only the CUDA kernels do; set "
+        << "train.dist.device: \"cuda\" (the CPU kernels compute in f32)";
+    TESSEL_CHECK(amp.initial_loss_scale() >= amp.min_loss_scale() && amp.min_loss_scale() > 0 &&
+                 amp.loss_scale_window() > 0)
+        << "config: train.amp loss scale: initial_loss_scale " << amp.initial_loss_scale() << ", min_loss_scale "
+        << amp.min_loss_scale() << ", loss_scale_window " << amp.loss_scale_window()
+        << "; expected initial >= min > 0 and a positive window";
+  }
   TESSEL_CHECK(d.device() == "cpu" || !t.graph().enabled())
       << "config: train.dist.device \"cuda\" runs eager only for now (the graph executor allocates on the "
          "host); set train.graph.enabled: false";

@@ -1,3 +1,6 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdint>
 #include <type_traits>
 
@@ -44,27 +47,70 @@ __device__ T BlockAllReduce(T v, T identity, Op op) {
   return WarpAllReduce(lane < warps ? scratch[lane] : identity, op);
 }
 
-template <int kVec>
-__device__ __forceinline__ void Load(const float* p, float (&v)[kVec]) {
-  if constexpr (kVec == 4) {
+// Logits and their gradient are f32, bf16 or f16 (T): loaded as float,
+// computed exactly as in f32, the gradient rounded to nearest even on
+// store. The loss and dloss are always f32.
+template <typename T>
+__device__ __forceinline__ float ToFloat(T v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat162float(v);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(v);
+  } else {
+    return v;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T FromFloat(float v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(v);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(v);
+  } else {
+    return v;
+  }
+}
+
+// kVec elements moved as one 16-byte vector.
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Pack {
+  T e[kVec];
+};
+
+// kVec > 1 needs kVec * sizeof(T) == 16 and a 16-byte aligned p.
+template <int kVec, typename T>
+__device__ __forceinline__ void Load(const T* p, float (&v)[kVec]) {
+  if constexpr (std::is_same_v<T, float> && kVec == 4) {
     const float4 t = *reinterpret_cast<const float4*>(p);
     v[0] = t.x;
     v[1] = t.y;
     v[2] = t.z;
     v[3] = t.w;
+  } else if constexpr (kVec > 1) {
+    static_assert(sizeof(T) * kVec == 16, "one 16-byte vector");
+    const Pack<T, kVec> t = *reinterpret_cast<const Pack<T, kVec>*>(p);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) v[e] = ToFloat(t.e[e]);
   } else {
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) v[e] = p[e];
+    for (int e = 0; e < kVec; ++e) v[e] = ToFloat(p[e]);
   }
 }
 
-template <int kVec>
-__device__ __forceinline__ void Store(float* p, const float (&v)[kVec]) {
-  if constexpr (kVec == 4) {
+template <int kVec, typename T>
+__device__ __forceinline__ void Store(T* p, const float (&v)[kVec]) {
+  if constexpr (std::is_same_v<T, float> && kVec == 4) {
     *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  } else if constexpr (kVec > 1) {
+    static_assert(sizeof(T) * kVec == 16, "one 16-byte vector");
+    Pack<T, kVec> t;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) t.e[e] = FromFloat<T>(v[e]);
+    *reinterpret_cast<Pack<T, kVec>*>(p) = t;
   } else {
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) p[e] = v[e];
+    for (int e = 0; e < kVec; ++e) p[e] = FromFloat<T>(v[e]);
   }
 }
 
@@ -88,14 +134,14 @@ __device__ __forceinline__ void BlockMaxSum(float m, double s, float& mx, double
 
 // Lane l holds classes l, l + 32, ...: each load is one coalesced line.
 // Loads the row, returns its max and sum of exp(z - max).
-template <int kPerLane>
-__device__ __forceinline__ void WarpRowStats(const float* zr, int64_t cols, int lane, float (&v)[kPerLane],
+template <int kPerLane, typename T>
+__device__ __forceinline__ void WarpRowStats(const T* zr, int64_t cols, int lane, float (&v)[kPerLane],
                                              float& mx, double& sum) {
   mx = -INFINITY;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = lane + 32 * j;
-    v[j] = c < cols ? zr[c] : -INFINITY;
+    v[j] = c < cols ? ToFloat(zr[c]) : -INFINITY;
     mx = fmaxf(mx, v[j]);
   }
   mx = WarpAllReduce(mx, MaxOp());
@@ -112,9 +158,9 @@ __device__ __forceinline__ float RowLoss(float mx, double sum, float label_logit
   return static_cast<float>(static_cast<double>(mx) + log(sum) - label_logit);
 }
 
-template <int kPerLane>
+template <int kPerLane, typename T>
 __global__ void __launch_bounds__(kRowWarps * 32)
-    CrossEntropyWarpKernel(const float* __restrict__ z, const int64_t* __restrict__ labels,
+    CrossEntropyWarpKernel(const T* __restrict__ z, const int64_t* __restrict__ labels,
                            float* __restrict__ loss, int64_t rows, int64_t cols, int64_t ignore_index) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
   if (row >= rows) return;
@@ -124,16 +170,16 @@ __global__ void __launch_bounds__(kRowWarps * 32)
     if (lane == 0) loss[row] = 0.0f;
     return;
   }
-  const float* zr = z + row * cols;
+  const T* zr = z + row * cols;
   float v[kPerLane];
   float mx;
   double sum;
   WarpRowStats<kPerLane>(zr, cols, lane, v, mx, sum);
-  if (lane == 0) loss[row] = InRange(label, cols) ? RowLoss(mx, sum, zr[label]) : NAN;
+  if (lane == 0) loss[row] = InRange(label, cols) ? RowLoss(mx, sum, ToFloat(zr[label])) : NAN;
 }
 
-template <int kVec>
-__global__ void CrossEntropyBlockKernel(const float* __restrict__ z, const int64_t* __restrict__ labels,
+template <int kVec, typename T>
+__global__ void CrossEntropyBlockKernel(const T* __restrict__ z, const int64_t* __restrict__ labels,
                                         float* __restrict__ loss, int64_t cols, int64_t ignore_index) {
   const int64_t row = blockIdx.x;
   const int64_t label = labels[row];
@@ -141,7 +187,7 @@ __global__ void CrossEntropyBlockKernel(const float* __restrict__ z, const int64
     if (threadIdx.x == 0) loss[row] = 0.0f;
     return;
   }
-  const float* zr = z + row * cols;
+  const T* zr = z + row * cols;
   float m = -INFINITY;
   double s = 0;
   for (int64_t i = static_cast<int64_t>(threadIdx.x) * kVec; i < cols;
@@ -154,7 +200,7 @@ __global__ void CrossEntropyBlockKernel(const float* __restrict__ z, const int64
   float mx;
   double sum;
   BlockMaxSum(m, s, mx, sum);
-  if (threadIdx.x == 0) loss[row] = InRange(label, cols) ? RowLoss(mx, sum, zr[label]) : NAN;
+  if (threadIdx.x == 0) loss[row] = InRange(label, cols) ? RowLoss(mx, sum, ToFloat(zr[label])) : NAN;
 }
 
 // dz = softmax(z) * g - onehot(label) * g, in that order as on the CPU.
@@ -164,21 +210,21 @@ __device__ __forceinline__ float GradAt(float zv, float mx, float inv, float g, 
   return d;
 }
 
-template <int kPerLane>
+template <int kPerLane, typename T>
 __global__ void __launch_bounds__(kRowWarps * 32)
-    CrossEntropyGradWarpKernel(const float* __restrict__ z, const int64_t* __restrict__ labels,
-                               const float* __restrict__ dloss, float* __restrict__ dz, int64_t rows,
+    CrossEntropyGradWarpKernel(const T* __restrict__ z, const int64_t* __restrict__ labels,
+                               const float* __restrict__ dloss, T* __restrict__ dz, int64_t rows,
                                int64_t cols, int64_t ignore_index) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
   const int64_t label = labels[row];
-  float* out = dz + row * cols;
+  T* out = dz + row * cols;
   if (label == ignore_index) {
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const int64_t c = lane + 32 * j;
-      if (c < cols) out[c] = 0.0f;
+      if (c < cols) out[c] = FromFloat<T>(0.0f);
     }
     return;
   }
@@ -191,17 +237,17 @@ __global__ void __launch_bounds__(kRowWarps * 32)
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = lane + 32 * j;
-    if (c < cols) out[c] = GradAt(v[j], mx, inv, g, c, label);
+    if (c < cols) out[c] = FromFloat<T>(GradAt(v[j], mx, inv, g, c, label));
   }
 }
 
-template <int kVec>
-__global__ void CrossEntropyGradBlockKernel(const float* __restrict__ z, const int64_t* __restrict__ labels,
-                                            const float* __restrict__ dloss, float* __restrict__ dz,
-                                            int64_t cols, int64_t ignore_index) {
+template <int kVec, typename T>
+__global__ void CrossEntropyGradBlockKernel(const T* __restrict__ z, const int64_t* __restrict__ labels,
+                                            const float* __restrict__ dloss, T* __restrict__ dz, int64_t cols,
+                                            int64_t ignore_index) {
   const int64_t row = blockIdx.x;
   const int64_t label = labels[row];
-  float* out = dz + row * cols;
+  T* out = dz + row * cols;
   const int64_t stride = static_cast<int64_t>(blockDim.x) * kVec;
   if (label == ignore_index) {
     float zeros[kVec] = {};
@@ -209,7 +255,7 @@ __global__ void CrossEntropyGradBlockKernel(const float* __restrict__ z, const i
       Store<kVec>(out + i, zeros);
     return;
   }
-  const float* zr = z + row * cols;
+  const T* zr = z + row * cols;
   float m = -INFINITY;
   double s = 0;
   for (int64_t i = static_cast<int64_t>(threadIdx.x) * kVec; i < cols; i += stride) {
@@ -282,75 +328,103 @@ int BlockThreads(int64_t cols) { return cols <= 4096 ? 256 : cols <= 16384 ? 512
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// The CPU's shape and dtype checks; the label range check is the kernels'
-// NaN (see the header).
-void CheckInputs(const Tensor& logits, const Tensor& labels) {
-  TESSEL_CHECK(logits.dtype() == DType::kFloat32 && logits.ndim() == 2)
-      << "cross_entropy needs f32 logits [N, C]; got " << logits.dtype() << " " << logits.shape();
+// Calls f(std::type_identity<T>()) with T the device type of `dtype`, one
+// of f32, bf16 and f16 (CheckInputs has checked it).
+template <typename F>
+void DispatchFloating(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kBFloat16:
+      return f(std::type_identity<__nv_bfloat16>());
+    case DType::kFloat16:
+      return f(std::type_identity<__half>());
+    default:
+      return f(std::type_identity<float>());
+  }
+}
+
+// The block kernels' vector width: 16 bytes of T when every row starts
+// 16-byte aligned, else one element.
+template <typename T>
+constexpr int kVecOf = 16 / static_cast<int>(sizeof(T));
+
+// The CPU's shape and dtype checks (logits may also be bf16 or f16 here);
+// the label range check is the kernels' NaN (see the header).
+void CheckInputs(const char* op, const Tensor& logits, const Tensor& labels) {
+  const DType t = logits.dtype();
+  TESSEL_CHECK((t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16) && logits.ndim() == 2)
+      << op << " needs f32, bf16 or f16 logits [N, C]; got " << t << " " << logits.shape();
   TESSEL_CHECK(labels.dtype() == DType::kInt64 && labels.shape() == Shape{logits.shape()[0]})
-      << "cross_entropy needs i64 labels [" << logits.shape()[0] << "]; got " << labels.dtype() << " "
+      << op << " needs i64 labels [" << logits.shape()[0] << "]; got " << labels.dtype() << " "
       << labels.shape();
   TESSEL_CHECK(logits.shape()[0] <= 0x7fffffffLL)
-      << "cross_entropy on CUDA takes at most 2^31 - 1 rows; got " << logits.shape()[0];
+      << op << " on CUDA takes at most 2^31 - 1 rows; got " << logits.shape()[0];
 }
 
 }  // namespace
 
 Tensor SparseCrossEntropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index) {
-  CheckInputs(logits, labels);
+  CheckInputs("cross_entropy", logits, labels);
   CheckOnDevice("cross_entropy", logits.device(), {logits, labels});
   SetDevice(logits.device());
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
-  Tensor loss = Tensor::Empty({n}, DType::kFloat32, logits.device());
+  Tensor loss = Tensor::Empty({n}, DType::kFloat32, logits.device());  // f32 whatever the logits
   if (n == 0) return loss;
-  const float* z = static_cast<const float*>(logits.raw_data());
   const int64_t* y = static_cast<const int64_t*>(labels.raw_data());
   float* out = static_cast<float*>(loss.raw_data());
   const cudaStream_t stream = CurrentStream();
-  if (c <= kMaxWarpCols) {
-    WithPerLane(c, [&](auto per_lane) {
-      CrossEntropyWarpKernel<decltype(per_lane)::value>
-          <<<WarpBlocks(n), kRowWarps * 32, 0, stream>>>(z, y, out, n, c, ignore_index);
-    });
-  } else if (c % 4 == 0 && Aligned16(z)) {
-    CrossEntropyBlockKernel<4>
-        <<<static_cast<unsigned>(n), BlockThreads(c), 0, stream>>>(z, y, out, c, ignore_index);
-  } else {
-    CrossEntropyBlockKernel<1>
-        <<<static_cast<unsigned>(n), BlockThreads(c), 0, stream>>>(z, y, out, c, ignore_index);
-  }
+  DispatchFloating(logits.dtype(), [&](auto type) {
+    using T = typename decltype(type)::type;
+    constexpr int kVec = kVecOf<T>;
+    const T* z = static_cast<const T*>(logits.raw_data());
+    if (c <= kMaxWarpCols) {
+      WithPerLane(c, [&](auto per_lane) {
+        CrossEntropyWarpKernel<decltype(per_lane)::value, T>
+            <<<WarpBlocks(n), kRowWarps * 32, 0, stream>>>(z, y, out, n, c, ignore_index);
+      });
+    } else if (c % kVec == 0 && Aligned16(z)) {
+      CrossEntropyBlockKernel<kVec, T>
+          <<<static_cast<unsigned>(n), BlockThreads(c), 0, stream>>>(z, y, out, c, ignore_index);
+    } else {
+      CrossEntropyBlockKernel<1, T>
+          <<<static_cast<unsigned>(n), BlockThreads(c), 0, stream>>>(z, y, out, c, ignore_index);
+    }
+  });
   CheckLaunch("cross_entropy kernel");
   return loss;
 }
 
 Tensor SparseCrossEntropyGrad(const Tensor& logits, const Tensor& labels, const Tensor& dloss,
                               int64_t ignore_index) {
-  CheckInputs(logits, labels);
+  CheckInputs("cross_entropy_grad", logits, labels);
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
   TESSEL_CHECK(dloss.shape() == Shape{n} && dloss.dtype() == DType::kFloat32)
       << "cross_entropy gradient of shape " << dloss.shape() << " (" << dloss.dtype() << "); expected f32 ["
-      << n << "]";
+      << n << "] (the loss is f32 whatever the logits)";
   CheckOnDevice("cross_entropy_grad", logits.device(), {logits, labels, dloss});
   SetDevice(logits.device());
-  Tensor dz = Tensor::Empty(logits.shape(), DType::kFloat32, logits.device());
+  Tensor dz = Tensor::Empty(logits.shape(), logits.dtype(), logits.device());
   if (dz.numel() == 0) return dz;
-  const float* z = static_cast<const float*>(logits.raw_data());
   const int64_t* y = static_cast<const int64_t*>(labels.raw_data());
   const float* g = static_cast<const float*>(dloss.raw_data());
-  float* out = static_cast<float*>(dz.raw_data());
   const cudaStream_t stream = CurrentStream();
-  if (c <= kMaxWarpCols) {
-    WithPerLane(c, [&](auto per_lane) {
-      CrossEntropyGradWarpKernel<decltype(per_lane)::value>
-          <<<WarpBlocks(n), kRowWarps * 32, 0, stream>>>(z, y, g, out, n, c, ignore_index);
-    });
-  } else if (c % 4 == 0 && Aligned16(z) && Aligned16(out)) {
-    CrossEntropyGradBlockKernel<4>
-        <<<static_cast<unsigned>(n), BlockThreads(c), 0, stream>>>(z, y, g, out, c, ignore_index);
-  } else {
-    CrossEntropyGradBlockKernel<1>
-        <<<static_cast<unsigned>(n), BlockThreads(c), 0, stream>>>(z, y, g, out, c, ignore_index);
-  }
+  DispatchFloating(logits.dtype(), [&](auto type) {
+    using T = typename decltype(type)::type;
+    constexpr int kVec = kVecOf<T>;
+    const T* z = static_cast<const T*>(logits.raw_data());
+    T* out = static_cast<T*>(dz.raw_data());
+    if (c <= kMaxWarpCols) {
+      WithPerLane(c, [&](auto per_lane) {
+        CrossEntropyGradWarpKernel<decltype(per_lane)::value, T>
+            <<<WarpBlocks(n), kRowWarps * 32, 0, stream>>>(z, y, g, out, n, c, ignore_index);
+      });
+    } else if (c % kVec == 0 && Aligned16(z) && Aligned16(out)) {
+      CrossEntropyGradBlockKernel<kVec, T>
+          <<<static_cast<unsigned>(n), BlockThreads(c), 0, stream>>>(z, y, g, out, c, ignore_index);
+    } else {
+      CrossEntropyGradBlockKernel<1, T>
+          <<<static_cast<unsigned>(n), BlockThreads(c), 0, stream>>>(z, y, g, out, c, ignore_index);
+    }
+  });
   CheckLaunch("cross_entropy_grad kernel");
   return dz;
 }

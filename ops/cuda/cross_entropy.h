@@ -1,10 +1,13 @@
-// Sparse softmax cross-entropy on CUDA devices (logits [N, C], i64 labels
-// [N]), its gradient, and the masked mean over counted rows. The semantics
-// are the CPU's (ops/cpu/cross_entropy.h, ops/defs/cross_entropy.cc) but
-// for one check: the CPU throws, naming the row, for a label outside
-// [0, C) that is not ignore_index; here the labels live on the device and
-// are never read on the host (that would synchronise every step), so such a
-// row gets a NaN loss and a NaN gradient instead, which shows in the loss.
+// Sparse softmax cross-entropy on CUDA devices (logits [N, C] of f32, bf16
+// or f16, i64 labels [N]), its gradient, and the masked mean over counted
+// rows. The loss, dloss and the masked mean are f32 whatever the logits;
+// the gradient takes the logits' dtype; the arithmetic is f32 (double for
+// the sums of exponentials) whatever they are. The semantics are the CPU's
+// (ops/cpu/cross_entropy.h, ops/defs/cross_entropy.cc) but for one check:
+// the CPU throws, naming the row, for a label outside [0, C) that is not
+// ignore_index; here the labels live on the device and are never read on
+// the host (that would synchronise every step), so such a row gets a NaN
+// loss and a NaN gradient instead, which shows in the loss.
 #pragma once
 
 #include <cstdint>

@@ -21,62 +21,77 @@ __device__ __forceinline__ T Apply(T x, T y) {
   if constexpr (Op == BinaryOp::kDiv) return x / y;
 }
 
+// 16-bit operands compute in float and round once; i64 stays integral.
 template <BinaryOp Op>
 struct BinaryFn {
   template <typename T>
   __device__ T operator()(T x, T y) const {
-    return Apply<Op>(x, y);
+    if constexpr (std::is_same_v<T, int64_t>) {
+      return Apply<Op>(x, y);
+    } else {
+      return FromF32<T>(Apply<Op>(ToF32(x), ToF32(y)));
+    }
   }
 };
 
 template <BinaryOp Op>
 struct ScalarFn {
   float s;
-  __device__ float operator()(float x) const { return Apply<Op>(x, s); }
+  template <typename T>
+  __device__ T operator()(T x) const {
+    return FromF32<T>(Apply<Op>(ToF32(x), s));
+  }
 };
 
 template <UnaryOp Op>
+__device__ __forceinline__ float UnaryValue(float v) {
+  if constexpr (Op == UnaryOp::kRelu) return v > 0 ? v : 0.0f;
+  if constexpr (Op == UnaryOp::kGeluErf) return 0.5f * v * (1.0f + erff(v / kSqrt2));
+  if constexpr (Op == UnaryOp::kGeluTanh)
+    return 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
+  if constexpr (Op == UnaryOp::kTanh) return tanhf(v);
+  if constexpr (Op == UnaryOp::kExp) return expf(v);
+  if constexpr (Op == UnaryOp::kLog) return logf(v);
+  if constexpr (Op == UnaryOp::kSqrt) return sqrtf(v);
+  if constexpr (Op == UnaryOp::kNeg) return -v;
+}
+
+template <UnaryOp Op>
+__device__ __forceinline__ float UnaryGradValue(float v, float g) {
+  float d = 0;
+  if constexpr (Op == UnaryOp::kRelu) d = v > 0 ? 1.0f : 0.0f;
+  if constexpr (Op == UnaryOp::kGeluErf)
+    d = 0.5f * (1.0f + erff(v / kSqrt2)) + v * kInvSqrt2Pi * expf(-0.5f * v * v);
+  if constexpr (Op == UnaryOp::kGeluTanh) {
+    const float t = tanhf(kSqrt2OverPi * (v + 0.044715f * v * v * v));
+    d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * v * v);
+  }
+  if constexpr (Op == UnaryOp::kTanh) {
+    const float t = tanhf(v);
+    d = 1.0f - t * t;
+  }
+  if constexpr (Op == UnaryOp::kExp) d = expf(v);
+  if constexpr (Op == UnaryOp::kLog) d = 1.0f / v;
+  if constexpr (Op == UnaryOp::kSqrt) d = 0.5f / sqrtf(v);
+  if constexpr (Op == UnaryOp::kNeg) d = -1.0f;
+  return d * g;
+}
+
+template <UnaryOp Op>
 struct UnaryFn {
-  __device__ float operator()(float v) const {
-    if constexpr (Op == UnaryOp::kRelu) return v > 0 ? v : 0.0f;
-    if constexpr (Op == UnaryOp::kGeluErf) return 0.5f * v * (1.0f + erff(v / kSqrt2));
-    if constexpr (Op == UnaryOp::kGeluTanh)
-      return 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
-    if constexpr (Op == UnaryOp::kTanh) return tanhf(v);
-    if constexpr (Op == UnaryOp::kExp) return expf(v);
-    if constexpr (Op == UnaryOp::kLog) return logf(v);
-    if constexpr (Op == UnaryOp::kSqrt) return sqrtf(v);
-    if constexpr (Op == UnaryOp::kNeg) return -v;
+  template <typename T>
+  __device__ T operator()(T v) const {
+    return FromF32<T>(UnaryValue<Op>(ToF32(v)));
   }
 };
 
 template <UnaryOp Op>
 struct UnaryGradFn {
-  __device__ float operator()(float v, float g) const {
-    float d = 0;
-    if constexpr (Op == UnaryOp::kRelu) d = v > 0 ? 1.0f : 0.0f;
-    if constexpr (Op == UnaryOp::kGeluErf)
-      d = 0.5f * (1.0f + erff(v / kSqrt2)) + v * kInvSqrt2Pi * expf(-0.5f * v * v);
-    if constexpr (Op == UnaryOp::kGeluTanh) {
-      const float t = tanhf(kSqrt2OverPi * (v + 0.044715f * v * v * v));
-      d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * v * v);
-    }
-    if constexpr (Op == UnaryOp::kTanh) {
-      const float t = tanhf(v);
-      d = 1.0f - t * t;
-    }
-    if constexpr (Op == UnaryOp::kExp) d = expf(v);
-    if constexpr (Op == UnaryOp::kLog) d = 1.0f / v;
-    if constexpr (Op == UnaryOp::kSqrt) d = 0.5f / sqrtf(v);
-    if constexpr (Op == UnaryOp::kNeg) d = -1.0f;
-    return d * g;
+  template <typename T>
+  __device__ T operator()(T v, T g) const {
+    return FromF32<T>(UnaryGradValue<Op>(ToF32(v), ToF32(g)));
   }
 };
-
-void CheckFloat(const char* op, const Tensor& t) {
-  TESSEL_CHECK(t.dtype() == DType::kFloat32)
-      << op << " supports f32 on CUDA; got " << t.dtype() << " for " << t.shape();
-}
 
 template <typename T, BinaryOp Op>
 void RunBinary(const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -106,16 +121,34 @@ void RunBinary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out)
   }
 }
 
-template <UnaryOp Op>
+template <UnaryOp Op, typename T>
 void RunUnary(const Tensor& x, const Tensor& out) {
-  LaunchMap(cpu::UnaryOpName(Op), x.numel(), UnaryFn<Op>{}, static_cast<float*>(out.raw_data()),
-            static_cast<const float*>(x.raw_data()));
+  LaunchMap(cpu::UnaryOpName(Op), x.numel(), UnaryFn<Op>{}, static_cast<T*>(out.raw_data()),
+            static_cast<const T*>(x.raw_data()));
 }
 
-template <UnaryOp Op>
+template <UnaryOp Op, typename T>
 void RunUnaryGrad(const Tensor& x, const Tensor& dy, const Tensor& dx) {
-  LaunchMap(cpu::UnaryOpName(Op), x.numel(), UnaryGradFn<Op>{}, static_cast<float*>(dx.raw_data()),
-            static_cast<const float*>(x.raw_data()), static_cast<const float*>(dy.raw_data()));
+  LaunchMap(cpu::UnaryOpName(Op), x.numel(), UnaryGradFn<Op>{}, static_cast<T*>(dx.raw_data()),
+            static_cast<const T*>(x.raw_data()), static_cast<const T*>(dy.raw_data()));
+}
+
+template <typename T>
+void RunScalar(BinaryOp op, const Tensor& a, float s, const Tensor& out) {
+  const T* x = static_cast<const T*>(a.raw_data());
+  T* y = static_cast<T*>(out.raw_data());
+  const int64_t n = a.numel();
+  const char* name = cpu::BinaryOpName(op);
+  switch (op) {
+    case BinaryOp::kAdd:
+      return LaunchMap(name, n, ScalarFn<BinaryOp::kAdd>{s}, y, x);
+    case BinaryOp::kSub:
+      return LaunchMap(name, n, ScalarFn<BinaryOp::kSub>{s}, y, x);
+    case BinaryOp::kMul:
+      return LaunchMap(name, n, ScalarFn<BinaryOp::kMul>{s}, y, x);
+    case BinaryOp::kDiv:
+      return LaunchMap(name, n, ScalarFn<BinaryOp::kDiv>{s}, y, x);
+  }
 }
 
 // Calls run.template operator()<Op>() with the runtime op as a template argument.
@@ -144,46 +177,29 @@ void VisitUnary(UnaryOp op, Run&& run) {
 }  // namespace
 
 Tensor Binary(BinaryOp op, const Tensor& a, const Tensor& b) {
-  TESSEL_CHECK(a.dtype() == b.dtype()) << cpu::BinaryOpName(op) << " of " << a.dtype() << " " << a.shape()
-                                       << " and " << b.dtype() << " " << b.shape() << ": dtypes differ";
-  TESSEL_CHECK(a.dtype() == DType::kFloat32 || a.dtype() == DType::kInt64)
-      << cpu::BinaryOpName(op) << " supports f32 and i64 on CUDA; got " << a.dtype();
-  CheckOnDevice(cpu::BinaryOpName(op), a.device(), {a, b});
+  const char* name = cpu::BinaryOpName(op);
+  TESSEL_CHECK(a.dtype() == b.dtype())
+      << name << ": dtypes differ: a is " << a.dtype() << " " << a.shape() << " but b is " << b.dtype() << " "
+      << b.shape() << "; cast one (fn::cast)";
+  CheckOnDevice(name, a.device(), {a, b});
   SetDevice(a.device());
   Shape shape = cpu::BroadcastShapes(a.shape(), b.shape());
-  Tensor out = Tensor::Empty(shape, a.dtype(), a.device());
-  if (shape.numel() == 0) return out;
-  if (a.dtype() == DType::kFloat32) {
-    RunBinary<float>(op, a, b, out);
-  } else {
-    RunBinary<int64_t>(op, a, b, out);
-  }
-  return out;
+  auto run = [&]<typename T>(TypeTag<T>) {
+    Tensor out = Tensor::Empty(shape, a.dtype(), a.device());
+    if (shape.numel() > 0) RunBinary<T>(op, a, b, out);
+    return out;
+  };
+  if (a.dtype() == DType::kInt64) return run(TypeTag<int64_t>{});
+  TESSEL_CHECK(IsFloating(a.dtype()))
+      << name << " supports f32, bf16, f16 and i64 on CUDA; got " << a.dtype();
+  return VisitFloat(name, a.dtype(), run);
 }
 
 Tensor BinaryScalar(BinaryOp op, const Tensor& a, double scalar) {
-  CheckFloat(cpu::BinaryOpName(op), a);
   SetDevice(a.device());
   Tensor out = Tensor::Empty(a.shape(), a.dtype(), a.device());
-  const float* x = static_cast<const float*>(a.raw_data());
-  float* y = static_cast<float*>(out.raw_data());
-  const float s = static_cast<float>(scalar);
-  const int64_t n = a.numel();
-  const char* name = cpu::BinaryOpName(op);
-  switch (op) {
-    case BinaryOp::kAdd:
-      LaunchMap(name, n, ScalarFn<BinaryOp::kAdd>{s}, y, x);
-      break;
-    case BinaryOp::kSub:
-      LaunchMap(name, n, ScalarFn<BinaryOp::kSub>{s}, y, x);
-      break;
-    case BinaryOp::kMul:
-      LaunchMap(name, n, ScalarFn<BinaryOp::kMul>{s}, y, x);
-      break;
-    case BinaryOp::kDiv:
-      LaunchMap(name, n, ScalarFn<BinaryOp::kDiv>{s}, y, x);
-      break;
-  }
+  VisitFloat(cpu::BinaryOpName(op), a.dtype(),
+             [&]<typename T>(TypeTag<T>) { RunScalar<T>(op, a, static_cast<float>(scalar), out); });
   return out;
 }
 
@@ -199,22 +215,25 @@ Tensor SumToShape(const Tensor& grad, const Shape& shape) {
 }
 
 Tensor Unary(UnaryOp op, const Tensor& x) {
-  CheckFloat(cpu::UnaryOpName(op), x);
   SetDevice(x.device());
-  Tensor out = Tensor::Empty(x.shape(), DType::kFloat32, x.device());
-  VisitUnary(op, [&]<UnaryOp Op>() { RunUnary<Op>(x, out); });
+  Tensor out = Tensor::Empty(x.shape(), x.dtype(), x.device());
+  VisitFloat(cpu::UnaryOpName(op), x.dtype(),
+             [&]<typename T>(TypeTag<T>) { VisitUnary(op, [&]<UnaryOp Op>() { RunUnary<Op, T>(x, out); }); });
   return out;
 }
 
 Tensor UnaryGrad(UnaryOp op, const Tensor& x, const Tensor& dy) {
-  CheckFloat(cpu::UnaryOpName(op), x);
-  TESSEL_CHECK(dy.shape() == x.shape()) << cpu::UnaryOpName(op) << " gradient of shape " << dy.shape()
-                                        << " for an input of shape " << x.shape();
-  CheckFloat(cpu::UnaryOpName(op), dy);
-  CheckOnDevice(cpu::UnaryOpName(op), x.device(), {x, dy});
+  const char* name = cpu::UnaryOpName(op);
+  TESSEL_CHECK(dy.shape() == x.shape())
+      << name << " gradient of shape " << dy.shape() << " for an input of shape " << x.shape();
+  TESSEL_CHECK(dy.dtype() == x.dtype())
+      << name << " gradient: x is " << x.dtype() << " but dy is " << dy.dtype() << "; cast one (fn::cast)";
+  CheckOnDevice(name, x.device(), {x, dy});
   SetDevice(x.device());
-  Tensor out = Tensor::Empty(x.shape(), DType::kFloat32, x.device());
-  VisitUnary(op, [&]<UnaryOp Op>() { RunUnaryGrad<Op>(x, dy, out); });
+  Tensor out = Tensor::Empty(x.shape(), x.dtype(), x.device());
+  VisitFloat(name, x.dtype(), [&]<typename T>(TypeTag<T>) {
+    VisitUnary(op, [&]<UnaryOp Op>() { RunUnaryGrad<Op, T>(x, dy, out); });
+  });
   return out;
 }
 

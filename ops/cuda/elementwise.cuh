@@ -3,17 +3,62 @@
 // for several operands read at broadcast (or permuted) strides whose
 // adjacent dimensions are merged where every operand steps through them
 // contiguously, so the common cases (a bias row, a scalar) cost at most
-// one division per element. Included only by .cu files.
+// one division per element; and the 16-bit float types, which kernels load
+// as float and store rounded to nearest even. Included only by .cu files.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "ops/cuda/cuda_util.cuh"
 
 namespace tessel::cuda {
+
+// Names a type without constructing one (for the dtype visitors).
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls fn(TypeTag<T>{}) with T the device type of a floating dtype: float,
+// __half or __nv_bfloat16; throws naming `op` for any other dtype.
+template <typename Fn>
+decltype(auto) VisitFloat(const char* op, DType dtype, Fn&& fn) {
+  TESSEL_CHECK(IsFloating(dtype)) << op << " supports f32, bf16 and f16 on CUDA; got " << dtype;
+  switch (dtype) {
+    case DType::kFloat32:
+      return fn(TypeTag<float>{});
+    case DType::kFloat16:
+      return fn(TypeTag<__half>{});
+    default:
+      return fn(TypeTag<__nv_bfloat16>{});
+  }
+}
+
+// Loads and stores of the floating types: kernels compute in float whatever
+// the storage (for f32 both are the identity, so the f32 path is unchanged).
+__device__ __forceinline__ float ToF32(float v) { return v; }
+__device__ __forceinline__ float ToF32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float ToF32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T FromF32(float v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(v);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(v);
+  } else {
+    static_assert(std::is_same_v<T, float>, "FromF32 stores float, __half or __nv_bfloat16");
+    return v;
+  }
+}
 
 // V elements moved with one (or two) vector loads; V * sizeof(T) must be
 // the pointer's alignment, which LaunchMap checks before using it.
@@ -57,12 +102,19 @@ inline bool PackAligned(const T* p, int v) {
   return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * v) == 0;
 }
 
-// Runs MapKernel on the current stream, with 4-element packs when every
-// pointer allows them.
+// Elements per pack: 16 bytes of the widest operand when it is 2 bytes
+// wide (bf16, f16), else 4 (16 bytes of f32).
+template <typename O, typename... In>
+constexpr int PackWidth() {
+  return std::max({sizeof(O), sizeof(In)...}) == 2 ? 8 : 4;
+}
+
+// Runs MapKernel on the current stream, with packs of PackWidth elements
+// when every pointer allows them.
 template <typename Fn, typename O, typename... In>
 void LaunchMap(const char* name, int64_t n, Fn fn, O* out, const In*... in) {
   if (n <= 0) return;
-  constexpr int kVec = 4;
+  constexpr int kVec = PackWidth<O, In...>();
   if (n >= kVec && PackAligned(out, kVec) && (PackAligned(in, kVec) && ...)) {
     MapKernel<kVec><<<Blocks((n + kVec - 1) / kVec), kThreads, 0, CurrentStream()>>>(n, fn, out, in...);
   } else {
@@ -193,7 +245,7 @@ void LaunchBroadcast(const char* name, const Shape& out_shape, Fn fn, O* out,
   std::array<std::vector<int64_t>, N> strides;
   for (int k = 0; k < N; ++k) strides[k] = BroadcastStrides(in_shapes[k], out_shape);
   MultiIndexer<N> ix = MakeMultiIndexer<N>(out_shape.dims(), strides);
-  constexpr int kVec = 4;
+  constexpr int kVec = PackWidth<O, In...>();
   const bool vec = ix.ndim > 0 && ix.dims[ix.ndim - 1] % kVec == 0 && PackAligned(out, kVec);
   if (vec && Fits32(n)) {
     IndexedMapKernel<kVec, uint32_t, N>

@@ -1,5 +1,7 @@
 // CUDA twins of ops/cpu/elementwise.h: binary ops with NumPy broadcasting
-// (f32, i64), ops with a scalar, activations and their gradients (f32).
+// (f32, bf16, f16, i64), ops with a scalar, activations and their
+// gradients (f32, bf16, f16). 16-bit values compute in float and round
+// once to their dtype; results have the inputs' dtype.
 #pragma once
 
 #include "core/tensor.h"

@@ -59,6 +59,13 @@ Handle& HandleFor(int device) {
   return *h;
 }
 
+cudaDataType_t CudaType(DType dtype) {
+  if (dtype == DType::kBFloat16) return CUDA_R_16BF;
+  if (dtype == DType::kFloat16) return CUDA_R_16F;
+  TESSEL_CHECK(dtype == DType::kFloat32) << "matmul on CUDA supports f32, bf16 and f16; got " << dtype;
+  return CUDA_R_32F;
+}
+
 int AsInt(int64_t v, const char* what) {
   TESSEL_CHECK(v <= std::numeric_limits<int>::max())
       << "matmul: " << what << " " << v << " is too large for one cuBLAS call";
@@ -69,9 +76,10 @@ int AsInt(int64_t v, const char* what) {
 // X_i = X + i * stride_x. cuBLAS is column-major, where a row-major matrix
 // reads as its transpose, so it computes C^T = op(B)^T * op(A)^T: B comes
 // first and m and n swap.
-void GemmBatched(int device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                 const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b,
-                 float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch) {
+// A, B and C are all of `dtype`; alpha and beta are float either way.
+void GemmBatched(int device, DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                 float alpha, const void* a, int64_t lda, int64_t stride_a, const void* b, int64_t ldb,
+                 int64_t stride_b, float beta, void* c, int64_t ldc, int64_t stride_c, int64_t batch) {
   if (m == 0 || n == 0 || batch == 0) return;
   Handle& h = HandleFor(device);
   std::lock_guard<std::mutex> lock(h.mu);
@@ -83,21 +91,23 @@ void GemmBatched(int device, bool trans_a, bool trans_b, int64_t m, int64_t n, i
     h.stream = stream;
     h.bound = true;
   }
-  const cublasComputeType_t compute = AllowTf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  // Half-precision products accumulate in f32 (TF32 only concerns f32).
+  const cudaDataType_t type = CudaType(dtype);
+  const cublasComputeType_t compute =
+      dtype == DType::kFloat32 && AllowTf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int im = AsInt(m, "m"), in = AsInt(n, "n"), ik = AsInt(k, "k");
   const int ilda = AsInt(lda, "lda"), ildb = AsInt(ldb, "ldb"), ildc = AsInt(ldc, "ldc");
   if (batch == 1) {
-    CheckCublas(cublasGemmEx(h.handle, op_b, op_a, in, im, ik, &alpha, b, CUDA_R_32F, ildb, a, CUDA_R_32F,
-                             ilda, &beta, c, CUDA_R_32F, ildc, compute, CUBLAS_GEMM_DEFAULT),
+    CheckCublas(cublasGemmEx(h.handle, op_b, op_a, in, im, ik, &alpha, b, type, ildb, a, type, ilda, &beta, c,
+                             type, ildc, compute, CUBLAS_GEMM_DEFAULT),
                 "cublasGemmEx");
   } else {
-    CheckCublas(
-        cublasGemmStridedBatchedEx(h.handle, op_b, op_a, in, im, ik, &alpha, b, CUDA_R_32F, ildb, stride_b, a,
-                                   CUDA_R_32F, ilda, stride_a, &beta, c, CUDA_R_32F, ildc, stride_c,
-                                   AsInt(batch, "batch count"), compute, CUBLAS_GEMM_DEFAULT),
-        "cublasGemmStridedBatchedEx");
+    CheckCublas(cublasGemmStridedBatchedEx(h.handle, op_b, op_a, in, im, ik, &alpha, b, type, ildb, stride_b,
+                                           a, type, ilda, stride_a, &beta, c, type, ildc, stride_c,
+                                           AsInt(batch, "batch count"), compute, CUBLAS_GEMM_DEFAULT),
+                "cublasGemmStridedBatchedEx");
   }
 }
 
@@ -109,12 +119,16 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   int device = 0;
   Check(cudaGetDevice(&device), "cudaGetDevice");
-  GemmBatched(device, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
+  GemmBatched(device, DType::kFloat32, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc,
+              0, 1);
 }
 
 Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
-  TESSEL_CHECK(a.dtype() == DType::kFloat32 && b.dtype() == DType::kFloat32)
-      << "matmul supports f32 on CUDA; got " << a.dtype() << " and " << b.dtype();
+  const DType dtype = a.dtype();
+  TESSEL_CHECK(dtype == DType::kFloat32 || dtype == DType::kBFloat16 || dtype == DType::kFloat16)
+      << "matmul on CUDA supports f32, bf16 and f16; got a of " << a.dtype();
+  TESSEL_CHECK(b.dtype() == dtype) << "matmul: a is " << a.dtype() << " but b is " << b.dtype()
+                                   << "; cast one (fn::cast)";
   TESSEL_CHECK(a.ndim() >= 2 && b.ndim() >= 2)
       << "matmul needs operands of rank >= 2; got shapes " << a.shape() << " and " << b.shape();
   CheckOnDevice("matmul", a.device(), {a, b});
@@ -130,7 +144,7 @@ Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   std::vector<int64_t> out_dims = batch.dims();
   out_dims.push_back(m);
   out_dims.push_back(n);
-  Tensor out = Tensor::Empty(Shape(out_dims), DType::kFloat32, a.device());
+  Tensor out = Tensor::Empty(Shape(out_dims), dtype, a.device());
   const int64_t nb = batch.numel();
   if (out.numel() == 0) return out;
   if (ka == 0) {  // an empty sum: cuBLAS need not write C when k is 0
@@ -138,15 +152,18 @@ Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
     return out;
   }
   const int device = a.device().index();
-  const float* pa = static_cast<const float*>(a.raw_data());
-  const float* pb = static_cast<const float*>(b.raw_data());
-  float* pc = static_cast<float*>(out.raw_data());
+  // Byte pointers: the batch offsets below are in elements of `dtype`.
+  const char* pa = static_cast<const char*>(a.raw_data());
+  const char* pb = static_cast<const char*>(b.raw_data());
+  char* pc = static_cast<char*>(out.raw_data());
+  const int64_t es = static_cast<int64_t>(ElementSize(dtype));
   const int64_t lda = sa[-1], ldb = sb[-1], size_a = m * ka, size_b = ka * n, size_c = m * n;
 
   // b shared by every batch and a's rows contiguous: the batch folds into
   // m, one GEMM.
   if (batch_b.numel() == 1 && batch_a.numel() == nb && !trans_a) {
-    GemmBatched(device, false, trans_b, nb * m, n, ka, 1.0f, pa, lda, 0, pb, ldb, 0, 0.0f, pc, n, 0, 1);
+    GemmBatched(device, dtype, false, trans_b, nb * m, n, ka, 1.0f, pa, lda, 0, pb, ldb, 0, 0.0f, pc, n, 0,
+                1);
     return out;
   }
   // Otherwise batch i of the result reads batch ia[i] of a and ib[i] of b.
@@ -176,8 +193,9 @@ Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
     step_b = sb_step;
   }
   for (int64_t o = 0; o < nb; o += run) {
-    GemmBatched(device, trans_a, trans_b, m, n, ka, 1.0f, pa + ia[o] * size_a, lda, step_a * size_a,
-                pb + ib[o] * size_b, ldb, step_b * size_b, 0.0f, pc + o * size_c, n, size_c, run);
+    GemmBatched(device, dtype, trans_a, trans_b, m, n, ka, 1.0f, pa + ia[o] * size_a * es, lda,
+                step_a * size_a, pb + ib[o] * size_b * es, ldb, step_b * size_b, 0.0f, pc + o * size_c * es,
+                n, size_c, run);
   }
   return out;
 }

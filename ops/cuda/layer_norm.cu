@@ -1,3 +1,6 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -19,6 +22,31 @@ constexpr int64_t kMaxWarpCols = 1024;
 // kColRows rows of threads, each block summing one chunk of rows.
 constexpr int kColTile = 32;
 constexpr int kColRows = 8;
+
+// Elements of x, dy and the parameters are f32, bf16 or f16 (T): loaded as
+// float, computed exactly as in f32, rounded to nearest even on store. The
+// row statistics are always f32.
+template <typename T>
+__device__ __forceinline__ float ToFloat(T v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat162float(v);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(v);
+  } else {
+    return v;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T FromFloat(float v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(v);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(v);
+  } else {
+    return v;
+  }
+}
 
 template <typename T>
 __device__ __forceinline__ T WarpSum(T v) {
@@ -44,21 +72,21 @@ __device__ __forceinline__ float Rstd(float sum_sq, int64_t d, float eps) {
 }
 
 // Lane l holds columns l, l + 32, ...: each load is one coalesced line.
-template <int kPerLane>
+template <int kPerLane, typename T>
 __global__ void __launch_bounds__(kRowWarps * 32)
-    LayerNormWarpKernel(const float* __restrict__ x, const float* __restrict__ gamma,
-                        const float* __restrict__ beta, float* __restrict__ y, float* __restrict__ mean,
-                        float* __restrict__ rstd, int64_t rows, int64_t d, float eps) {
+    LayerNormWarpKernel(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
+                        T* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd, int64_t rows,
+                        int64_t d, float eps) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
-  const float* xr = x + row * d;
+  const T* xr = x + row * d;
   float v[kPerLane];
   float s = 0.0f;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = lane + 32 * j;
-    v[j] = c < d ? xr[c] : 0.0f;
+    v[j] = c < d ? ToFloat(xr[c]) : 0.0f;
     s += v[j];
   }
   const float mu = WarpSum(s) / static_cast<float>(d);
@@ -74,26 +102,28 @@ __global__ void __launch_bounds__(kRowWarps * 32)
     mean[row] = mu;
     rstd[row] = rs;
   }
-  float* yr = y + row * d;
+  T* yr = y + row * d;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = lane + 32 * j;
-    if (c < d) yr[c] = (v[j] - mu) * rs * (gamma ? gamma[c] : 1.0f) + (beta ? beta[c] : 0.0f);
+    if (c < d)
+      yr[c] = FromFloat<T>((v[j] - mu) * rs * (gamma ? ToFloat(gamma[c]) : 1.0f) +
+                           (beta ? ToFloat(beta[c]) : 0.0f));
   }
 }
 
-__global__ void LayerNormBlockKernel(const float* __restrict__ x, const float* __restrict__ gamma,
-                                     const float* __restrict__ beta, float* __restrict__ y,
-                                     float* __restrict__ mean, float* __restrict__ rstd, int64_t d,
-                                     float eps) {
+template <typename T>
+__global__ void LayerNormBlockKernel(const T* __restrict__ x, const T* __restrict__ gamma,
+                                     const T* __restrict__ beta, T* __restrict__ y, float* __restrict__ mean,
+                                     float* __restrict__ rstd, int64_t d, float eps) {
   const int64_t row = blockIdx.x;
-  const float* xr = x + row * d;
+  const T* xr = x + row * d;
   float s = 0.0f;
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) s += xr[c];
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) s += ToFloat(xr[c]);
   const float mu = BlockSum(s) / static_cast<float>(d);
   float s2 = 0.0f;
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-    const float t = xr[c] - mu;
+    const float t = ToFloat(xr[c]) - mu;
     s2 += t * t;
   }
   const float rs = Rstd(BlockSum(s2), d, eps);
@@ -101,9 +131,10 @@ __global__ void LayerNormBlockKernel(const float* __restrict__ x, const float* _
     mean[row] = mu;
     rstd[row] = rs;
   }
-  float* yr = y + row * d;
+  T* yr = y + row * d;
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
-    yr[c] = (xr[c] - mu) * rs * (gamma ? gamma[c] : 1.0f) + (beta ? beta[c] : 0.0f);
+    yr[c] = FromFloat<T>((ToFloat(xr[c]) - mu) * rs * (gamma ? ToFloat(gamma[c]) : 1.0f) +
+                         (beta ? ToFloat(beta[c]) : 0.0f));
 }
 
 // dx = rstd/d * (d*dxhat - sum(dxhat) - xhat*sum(dxhat*xhat)), dxhat =
@@ -111,24 +142,23 @@ __global__ void LayerNormBlockKernel(const float* __restrict__ x, const float* _
 // rstd are computed here from x and written to mean_out / rstd_out (the
 // parameter gradients read them); else they are read from mean_in /
 // rstd_in.
-template <int kPerLane, bool kRecompute>
+template <int kPerLane, bool kRecompute, typename T>
 __global__ void __launch_bounds__(kRowWarps * 32)
-    LayerNormGradWarpKernel(const float* __restrict__ dy, const float* __restrict__ x,
-                            const float* __restrict__ gamma, const float* __restrict__ mean_in,
-                            const float* __restrict__ rstd_in, float* __restrict__ mean_out,
-                            float* __restrict__ rstd_out, float* __restrict__ dx, int64_t rows, int64_t d,
-                            float eps) {
+    LayerNormGradWarpKernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ gamma,
+                            const float* __restrict__ mean_in, const float* __restrict__ rstd_in,
+                            float* __restrict__ mean_out, float* __restrict__ rstd_out, T* __restrict__ dx,
+                            int64_t rows, int64_t d, float eps) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
-  const float* xr = x + row * d;
-  const float* gr = dy + row * d;
+  const T* xr = x + row * d;
+  const T* gr = dy + row * d;
   float xv[kPerLane], gv[kPerLane];
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = lane + 32 * j;
-    xv[j] = c < d ? xr[c] : 0.0f;
-    gv[j] = c < d ? gr[c] : 0.0f;
+    xv[j] = c < d ? ToFloat(xr[c]) : 0.0f;
+    gv[j] = c < d ? ToFloat(gr[c]) : 0.0f;
   }
   float mu, rs;
   if constexpr (kRecompute) {
@@ -158,7 +188,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
     const int64_t c = lane + 32 * j;
     if (c < d) {
       const double xhat = static_cast<double>(xv[j] - mu) * rs;
-      const double dxhat = gv[j] * (gamma ? gamma[c] : 1.0f);
+      const double dxhat = gv[j] * (gamma ? ToFloat(gamma[c]) : 1.0f);
       sum_dxhat += dxhat;
       sum_dxhat_xhat += dxhat * xhat;
     }
@@ -166,35 +196,35 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   sum_dxhat = WarpSum(sum_dxhat);
   sum_dxhat_xhat = WarpSum(sum_dxhat_xhat);
   const double dd = static_cast<double>(d), scale = static_cast<double>(rs) / dd;
-  float* out = dx + row * d;
+  T* out = dx + row * d;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = lane + 32 * j;
     if (c < d) {
       const double xhat = static_cast<double>(xv[j] - mu) * rs;
-      const double dxhat = gv[j] * (gamma ? gamma[c] : 1.0f);
-      out[c] = static_cast<float>(scale * (dd * dxhat - sum_dxhat - xhat * sum_dxhat_xhat));
+      const double dxhat = gv[j] * (gamma ? ToFloat(gamma[c]) : 1.0f);
+      out[c] = FromFloat<T>(static_cast<float>(scale * (dd * dxhat - sum_dxhat - xhat * sum_dxhat_xhat)));
     }
   }
 }
 
-template <bool kRecompute>
-__global__ void LayerNormGradBlockKernel(const float* __restrict__ dy, const float* __restrict__ x,
-                                         const float* __restrict__ gamma, const float* __restrict__ mean_in,
+template <bool kRecompute, typename T>
+__global__ void LayerNormGradBlockKernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                         const T* __restrict__ gamma, const float* __restrict__ mean_in,
                                          const float* __restrict__ rstd_in, float* __restrict__ mean_out,
-                                         float* __restrict__ rstd_out, float* __restrict__ dx, int64_t d,
+                                         float* __restrict__ rstd_out, T* __restrict__ dx, int64_t d,
                                          float eps) {
   const int64_t row = blockIdx.x;
-  const float* xr = x + row * d;
-  const float* gr = dy + row * d;
+  const T* xr = x + row * d;
+  const T* gr = dy + row * d;
   float mu, rs;
   if constexpr (kRecompute) {
     float s = 0.0f;
-    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) s += xr[c];
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) s += ToFloat(xr[c]);
     mu = BlockSum(s) / static_cast<float>(d);
     float s2 = 0.0f;
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-      const float t = xr[c] - mu;
+      const float t = ToFloat(xr[c]) - mu;
       s2 += t * t;
     }
     rs = Rstd(BlockSum(s2), d, eps);
@@ -208,26 +238,27 @@ __global__ void LayerNormGradBlockKernel(const float* __restrict__ dy, const flo
   }
   double sum_dxhat = 0, sum_dxhat_xhat = 0;
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-    const double xhat = static_cast<double>(xr[c] - mu) * rs;
-    const double dxhat = gr[c] * (gamma ? gamma[c] : 1.0f);
+    const double xhat = static_cast<double>(ToFloat(xr[c]) - mu) * rs;
+    const double dxhat = ToFloat(gr[c]) * (gamma ? ToFloat(gamma[c]) : 1.0f);
     sum_dxhat += dxhat;
     sum_dxhat_xhat += dxhat * xhat;
   }
   sum_dxhat = BlockSum(sum_dxhat);
   sum_dxhat_xhat = BlockSum(sum_dxhat_xhat);
   const double dd = static_cast<double>(d), scale = static_cast<double>(rs) / dd;
-  float* out = dx + row * d;
+  T* out = dx + row * d;
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-    const double xhat = static_cast<double>(xr[c] - mu) * rs;
-    const double dxhat = gr[c] * (gamma ? gamma[c] : 1.0f);
-    out[c] = static_cast<float>(scale * (dd * dxhat - sum_dxhat - xhat * sum_dxhat_xhat));
+    const double xhat = static_cast<double>(ToFloat(xr[c]) - mu) * rs;
+    const double dxhat = ToFloat(gr[c]) * (gamma ? ToFloat(gamma[c]) : 1.0f);
+    out[c] = FromFloat<T>(static_cast<float>(scale * (dd * dxhat - sum_dxhat - xhat * sum_dxhat_xhat)));
   }
 }
 
 // Partial dgamma = sum(dy * xhat) and dbeta = sum(dy) over one chunk of rows
 // (blockIdx.y) for kColTile columns (blockIdx.x): partial[chunk * d + c].
+template <typename T>
 __global__ void __launch_bounds__(kColTile* kColRows)
-    LayerNormParamGradPartialKernel(const float* __restrict__ dy, const float* __restrict__ x,
+    LayerNormParamGradPartialKernel(const T* __restrict__ dy, const T* __restrict__ x,
                                     const float* __restrict__ mean, const float* __restrict__ rstd,
                                     int64_t rows, int64_t d, int64_t rows_per_chunk,
                                     double* __restrict__ partial_gamma, double* __restrict__ partial_beta) {
@@ -240,8 +271,8 @@ __global__ void __launch_bounds__(kColTile* kColRows)
   if (c < d) {
 #pragma unroll 4
     for (int64_t r = r0 + threadIdx.y; r < r1; r += kColRows) {
-      const float g = dy[r * d + c];
-      const double xhat = static_cast<double>(x[r * d + c] - mean[r]) * rstd[r];
+      const float g = ToFloat(dy[r * d + c]);
+      const double xhat = static_cast<double>(ToFloat(x[r * d + c]) - mean[r]) * rstd[r];
       g_acc += g * xhat;
       b_acc += g;
     }
@@ -259,18 +290,18 @@ __global__ void __launch_bounds__(kColTile* kColRows)
   }
 }
 
+template <typename T>
 __global__ void LayerNormParamGradFinalKernel(const double* __restrict__ partial_gamma,
                                               const double* __restrict__ partial_beta, int64_t chunks,
-                                              int64_t d, float* __restrict__ dgamma,
-                                              float* __restrict__ dbeta) {
+                                              int64_t d, T* __restrict__ dgamma, T* __restrict__ dbeta) {
   TESSEL_CUDA_GRID_LOOP(c, d) {
     double g = 0, b = 0;
     for (int64_t k = 0; k < chunks; ++k) {
       g += partial_gamma[k * d + c];
       b += partial_beta[k * d + c];
     }
-    dgamma[c] = static_cast<float>(g);
-    dbeta[c] = static_cast<float>(b);
+    dgamma[c] = FromFloat<T>(static_cast<float>(g));
+    dbeta[c] = FromFloat<T>(static_cast<float>(b));
   }
 }
 
@@ -340,19 +371,44 @@ int SmCount(int device) {
 
 Shape RowShape(const Shape& x) { return Shape(std::vector<int64_t>(x.dims().begin(), x.dims().end() - 1)); }
 
-const float* FloatsOrNull(const Tensor& t) {
-  return t.defined() ? static_cast<const float*>(t.raw_data()) : nullptr;
+template <typename T>
+const T* PtrOrNull(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.raw_data()) : nullptr;
+}
+
+// Calls f(std::type_identity<T>()) with T the device type of `dtype`, one
+// of f32, bf16 and f16 (CheckFloating has checked it).
+template <typename F>
+void DispatchFloating(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kBFloat16:
+      return f(std::type_identity<__nv_bfloat16>());
+    case DType::kFloat16:
+      return f(std::type_identity<__half>());
+    default:
+      return f(std::type_identity<float>());
+  }
+}
+
+void CheckFloating(const char* op, const Tensor& x) {
+  const DType t = x.dtype();
+  TESSEL_CHECK(t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16)
+      << op << " on CUDA supports f32, bf16 and f16 tensors; got x of " << t << " " << x.shape();
 }
 
 void CheckRows(int64_t rows) {
   TESSEL_CHECK(rows <= 0x7fffffffLL) << "layer_norm on CUDA takes at most 2^31 - 1 rows; got " << rows;
 }
 
-void CheckParams(const Tensor& gamma, const Tensor& beta, int64_t d) {
+// gamma and beta (each optional) are [d] of x's dtype.
+void CheckParams(const char* op, const Tensor& gamma, const Tensor& beta, int64_t d, DType dtype) {
   for (const Tensor* p : {&gamma, &beta}) {
-    TESSEL_CHECK(!p->defined() || (p->shape() == Shape{d} && p->dtype() == DType::kFloat32))
-        << "layer_norm weight/bias of shape " << p->shape() << " (" << p->dtype() << ") for normalized size "
-        << d << "; expected f32 [" << d << "]";
+    if (!p->defined()) continue;
+    const char* what = p == &gamma ? "gamma" : "beta";
+    TESSEL_CHECK(p->shape() == Shape{d}) << op << ": " << what << " of shape " << p->shape()
+                                         << " for normalized size " << d << "; expected [" << d << "]";
+    TESSEL_CHECK(p->dtype() == dtype)
+        << op << ": x is " << dtype << " but " << what << " is " << p->dtype() << "; cast one (fn::cast)";
   }
 }
 
@@ -361,11 +417,13 @@ LayerNormGrads Grad(const Tensor& dy, const Tensor& x, const Tensor& mean, const
                     const Tensor& gamma, float eps) {
   TESSEL_CHECK(dy.shape() == x.shape())
       << "layer_norm gradient of shape " << dy.shape() << " for input " << x.shape();
-  TESSEL_CHECK(x.dtype() == DType::kFloat32 && dy.dtype() == DType::kFloat32 && x.ndim() >= 1)
-      << "layer_norm gradient needs f32 tensors of rank >= 1; got " << x.dtype() << " " << x.shape()
-      << " and " << dy.dtype();
+  TESSEL_CHECK(x.ndim() >= 1) << "layer_norm gradient needs tensors of rank >= 1; got " << x.shape();
+  CheckFloating("layer_norm_grad", x);
+  const DType dtype = x.dtype();
+  TESSEL_CHECK(dy.dtype() == dtype) << "layer_norm_grad: x is " << dtype << " but dy is " << dy.dtype()
+                                    << "; cast one (fn::cast)";
   const int64_t d = x.shape()[-1], rows = d == 0 ? 0 : x.numel() / d;
-  CheckParams(gamma, Tensor(), d);
+  CheckParams("layer_norm_grad", gamma, Tensor(), d, dtype);
   const bool recompute = !mean.defined();
   if (!recompute) {
     TESSEL_CHECK(mean.numel() == rows && rstd.defined() && rstd.numel() == rows &&
@@ -376,16 +434,11 @@ LayerNormGrads Grad(const Tensor& dy, const Tensor& x, const Tensor& mean, const
   CheckOnDevice("layer_norm_grad", x.device(), {dy, x, mean, rstd, gamma});
   SetDevice(x.device());
   const Device device = x.device();
-  LayerNormGrads out{Tensor::Empty(x.shape(), DType::kFloat32, device),
-                     Tensor::Empty({d}, DType::kFloat32, device),
-                     Tensor::Empty({d}, DType::kFloat32, device)};
+  LayerNormGrads out{Tensor::Empty(x.shape(), dtype, device), Tensor::Empty({d}, dtype, device),
+                     Tensor::Empty({d}, dtype, device)};
   if (d == 0) return out;
   CheckRows(rows);
   const cudaStream_t stream = CurrentStream();
-  const float* pdy = static_cast<const float*>(dy.raw_data());
-  const float* px = static_cast<const float*>(x.raw_data());
-  const float* pgamma = FloatsOrNull(gamma);
-  float* pdx = static_cast<float*>(out.dx.raw_data());
 
   // Row statistics for the parameter gradients: the given ones, or those
   // the row pass writes.
@@ -398,27 +451,6 @@ LayerNormGrads Grad(const Tensor& dy, const Tensor& x, const Tensor& mean, const
   const float* rstd_in = recompute ? nullptr : static_cast<const float*>(rstd.raw_data());
   float* mean_out = recompute ? static_cast<float*>(stats_mean.raw_data()) : nullptr;
   float* rstd_out = recompute ? static_cast<float*>(stats_rstd.raw_data()) : nullptr;
-  if (rows > 0) {
-    if (d <= kMaxWarpCols) {
-      WithPerLane(d, [&](auto per_lane) {
-        constexpr int P = decltype(per_lane)::value;
-        if (recompute) {
-          LayerNormGradWarpKernel<P, true><<<WarpBlocks(rows), kRowWarps * 32, 0, stream>>>(
-              pdy, px, pgamma, mean_in, rstd_in, mean_out, rstd_out, pdx, rows, d, eps);
-        } else {
-          LayerNormGradWarpKernel<P, false><<<WarpBlocks(rows), kRowWarps * 32, 0, stream>>>(
-              pdy, px, pgamma, mean_in, rstd_in, mean_out, rstd_out, pdx, rows, d, eps);
-        }
-      });
-    } else if (recompute) {
-      LayerNormGradBlockKernel<true><<<static_cast<unsigned>(rows), BlockThreads(d), 0, stream>>>(
-          pdy, px, pgamma, mean_in, rstd_in, mean_out, rstd_out, pdx, d, eps);
-    } else {
-      LayerNormGradBlockKernel<false><<<static_cast<unsigned>(rows), BlockThreads(d), 0, stream>>>(
-          pdy, px, pgamma, mean_in, rstd_in, mean_out, rstd_out, pdx, d, eps);
-    }
-    CheckLaunch("layer_norm_grad row kernel");
-  }
 
   // Column sums in two passes, no atomics: enough chunks of rows to fill
   // the GPU, then one thread per column adds its chunks' partials.
@@ -434,52 +466,85 @@ LayerNormGrads Grad(const Tensor& dy, const Tensor& x, const Tensor& mean, const
   Tensor partial = Tensor::Empty({std::max<int64_t>(1, 2 * chunks * d)}, DType::kInt64, device);  // doubles
   double* partial_gamma = static_cast<double*>(partial.raw_data());
   double* partial_beta = partial_gamma + chunks * d;
-  if (chunks > 0) {
-    LayerNormParamGradPartialKernel<<<dim3(static_cast<unsigned>(col_tiles), static_cast<unsigned>(chunks)),
-                                      dim3(kColTile, kColRows), 0, stream>>>(
-        pdy, px, static_cast<const float*>(stats_mean.raw_data()),
-        static_cast<const float*>(stats_rstd.raw_data()), rows, d, rows_per_chunk, partial_gamma,
-        partial_beta);
-    CheckLaunch("layer_norm_grad parameter kernel");
-  }
-  LayerNormParamGradFinalKernel<<<Blocks(d), kThreads, 0, stream>>>(
-      partial_gamma, partial_beta, chunks, d, static_cast<float*>(out.dgamma.raw_data()),
-      static_cast<float*>(out.dbeta.raw_data()));
-  CheckLaunch("layer_norm_grad parameter sum kernel");
+
+  DispatchFloating(dtype, [&](auto type) {
+    using T = typename decltype(type)::type;
+    const T* pdy = static_cast<const T*>(dy.raw_data());
+    const T* px = static_cast<const T*>(x.raw_data());
+    const T* pgamma = PtrOrNull<T>(gamma);
+    T* pdx = static_cast<T*>(out.dx.raw_data());
+    if (rows > 0) {
+      if (d <= kMaxWarpCols) {
+        WithPerLane(d, [&](auto per_lane) {
+          constexpr int P = decltype(per_lane)::value;
+          if (recompute) {
+            LayerNormGradWarpKernel<P, true, T><<<WarpBlocks(rows), kRowWarps * 32, 0, stream>>>(
+                pdy, px, pgamma, mean_in, rstd_in, mean_out, rstd_out, pdx, rows, d, eps);
+          } else {
+            LayerNormGradWarpKernel<P, false, T><<<WarpBlocks(rows), kRowWarps * 32, 0, stream>>>(
+                pdy, px, pgamma, mean_in, rstd_in, mean_out, rstd_out, pdx, rows, d, eps);
+          }
+        });
+      } else if (recompute) {
+        LayerNormGradBlockKernel<true, T><<<static_cast<unsigned>(rows), BlockThreads(d), 0, stream>>>(
+            pdy, px, pgamma, mean_in, rstd_in, mean_out, rstd_out, pdx, d, eps);
+      } else {
+        LayerNormGradBlockKernel<false, T><<<static_cast<unsigned>(rows), BlockThreads(d), 0, stream>>>(
+            pdy, px, pgamma, mean_in, rstd_in, mean_out, rstd_out, pdx, d, eps);
+      }
+      CheckLaunch("layer_norm_grad row kernel");
+    }
+    if (chunks > 0) {
+      LayerNormParamGradPartialKernel<T>
+          <<<dim3(static_cast<unsigned>(col_tiles), static_cast<unsigned>(chunks)), dim3(kColTile, kColRows),
+             0, stream>>>(pdy, px, static_cast<const float*>(stats_mean.raw_data()),
+                          static_cast<const float*>(stats_rstd.raw_data()), rows, d, rows_per_chunk,
+                          partial_gamma, partial_beta);
+      CheckLaunch("layer_norm_grad parameter kernel");
+    }
+    LayerNormParamGradFinalKernel<T><<<Blocks(d), kThreads, 0, stream>>>(
+        partial_gamma, partial_beta, chunks, d, static_cast<T*>(out.dgamma.raw_data()),
+        static_cast<T*>(out.dbeta.raw_data()));
+    CheckLaunch("layer_norm_grad parameter sum kernel");
+  });
   return out;
 }
 
 }  // namespace
 
 LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) {
-  TESSEL_CHECK(x.dtype() == DType::kFloat32 && x.ndim() >= 1)
-      << "layer_norm needs an f32 tensor of rank >= 1; got " << x.dtype() << " " << x.shape();
+  TESSEL_CHECK(x.ndim() >= 1) << "layer_norm needs a tensor of rank >= 1; got " << x.shape();
+  CheckFloating("layer_norm", x);
+  const DType dtype = x.dtype();
   const int64_t d = x.shape()[-1], rows = d == 0 ? 0 : x.numel() / d;
-  CheckParams(gamma, beta, d);
+  CheckParams("layer_norm", gamma, beta, d, dtype);
   CheckOnDevice("layer_norm", x.device(), {x, gamma, beta});
   SetDevice(x.device());
   const Device device = x.device();
-  LayerNormResult r{Tensor::Empty(x.shape(), DType::kFloat32, device),
+  LayerNormResult r{Tensor::Empty(x.shape(), dtype, device),
                     Tensor::Empty(RowShape(x.shape()), DType::kFloat32, device),
                     Tensor::Empty(RowShape(x.shape()), DType::kFloat32, device)};
   if (rows == 0) return r;
   CheckRows(rows);
-  const float* px = static_cast<const float*>(x.raw_data());
-  const float* pg = FloatsOrNull(gamma);
-  const float* pb = FloatsOrNull(beta);
-  float* py = static_cast<float*>(r.y.raw_data());
   float* pm = static_cast<float*>(r.mean.raw_data());
   float* pr = static_cast<float*>(r.rstd.raw_data());
   const cudaStream_t stream = CurrentStream();
-  if (d <= kMaxWarpCols) {
-    WithPerLane(d, [&](auto per_lane) {
-      LayerNormWarpKernel<decltype(per_lane)::value>
-          <<<WarpBlocks(rows), kRowWarps * 32, 0, stream>>>(px, pg, pb, py, pm, pr, rows, d, eps);
-    });
-  } else {
-    LayerNormBlockKernel<<<static_cast<unsigned>(rows), BlockThreads(d), 0, stream>>>(px, pg, pb, py, pm, pr,
-                                                                                      d, eps);
-  }
+  DispatchFloating(dtype, [&](auto type) {
+    using T = typename decltype(type)::type;
+    const T* px = static_cast<const T*>(x.raw_data());
+    const T* pg = PtrOrNull<T>(gamma);
+    const T* pb = PtrOrNull<T>(beta);
+    T* py = static_cast<T*>(r.y.raw_data());
+    if (d <= kMaxWarpCols) {
+      WithPerLane(d, [&](auto per_lane) {
+        LayerNormWarpKernel<decltype(per_lane)::value, T>
+            <<<WarpBlocks(rows), kRowWarps * 32, 0, stream>>>(px, pg, pb, py, pm, pr, rows, d, eps);
+      });
+    } else {
+      LayerNormBlockKernel<T>
+          <<<static_cast<unsigned>(rows), BlockThreads(d), 0, stream>>>(px, pg, pb, py, pm, pr, d, eps);
+    }
+  });
   CheckLaunch("layer_norm kernel");
   return r;
 }

@@ -1,5 +1,8 @@
 // Layer normalization over the last dimension on CUDA devices, and its
-// gradient. The semantics are the CPU's (ops/cpu/layer_norm.h).
+// gradient. The semantics are the CPU's (ops/cpu/layer_norm.h), for f32,
+// bf16 and f16: x, dy, gamma and beta share a dtype, which y, dx, dgamma and
+// dbeta take; the arithmetic is f32 (double for the gradient sums) whatever
+// it is, and mean and rstd are always f32.
 #pragma once
 
 #include "core/tensor.h"

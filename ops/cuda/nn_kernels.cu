@@ -1,5 +1,9 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/philox.h"
 #include "ops/cuda/cuda_util.cuh"
@@ -8,7 +12,66 @@
 namespace tessel::cuda {
 namespace {
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool Aligned(const void* p, int64_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
+}
+bool Aligned16(const void* p) { return Aligned(p, 16); }
+
+// ------------------------------------------------------------------ dtypes
+
+// Floating elements are computed on in float: loaded and converted, and
+// rounded to nearest even where stored.
+template <typename T>
+__device__ __forceinline__ float ToFloat(T v) {
+  if constexpr (std::is_same_v<T, float>)
+    return v;
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __bfloat162float(v);
+  else
+    return __half2float(v);
+}
+template <typename T>
+__device__ __forceinline__ T FromFloat(float v) {
+  if constexpr (std::is_same_v<T, float>)
+    return v;
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __float2bfloat16_rn(v);
+  else
+    return __float2half_rn(v);
+}
+
+// Four elements as one aligned vector access (8 bytes for the 2-byte types).
+template <typename T>
+struct alignas(4 * sizeof(T)) Vec4 {
+  T v[4];
+};
+
+bool IsFloat(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kBFloat16 || dtype == DType::kFloat16;
+}
+
+// Calls fn(T{}) with T the CUDA type of a floating dtype (checked before).
+template <typename Fn>
+void VisitFloat(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kBFloat16:
+      return fn(__nv_bfloat16{});
+    case DType::kFloat16:
+      return fn(__half{});
+    default:
+      return fn(float{});
+  }
+}
+
+// Kernels that only move elements copy them as unsigned units of their size
+// (bit for bit; the zeros they write are +0 in every floating dtype).
+template <typename Fn>
+void VisitBits(DType dtype, Fn&& fn) {
+  if (ElementSize(dtype) == 2)
+    fn(uint16_t{});
+  else
+    fn(uint32_t{});
+}
 
 // ---------------------------------------------------------------- dropout
 
@@ -39,10 +102,11 @@ struct DropoutParams {
 // Four consecutive elements per thread whose logical positions are
 // consecutive too (a local tensor, or a shard whose rows hold multiples of
 // four): they span at most two Philox blocks instead of four. kSharded maps
-// the local index to the logical one; kVec loads and stores float4.
-template <bool kSharded, bool kVec>
-__global__ void Dropout4Kernel(float* __restrict__ y, const float* __restrict__ x, int64_t n,
-                               StridedIndexer ix, DropoutParams prm) {
+// the local index to the logical one; kVec loads and stores four elements
+// at once (float4 for f32).
+template <typename T, bool kSharded, bool kVec>
+__global__ void Dropout4Kernel(T* __restrict__ y, const T* __restrict__ x, int64_t n, StridedIndexer ix,
+                               DropoutParams prm) {
   const int64_t groups = (n + 3) / 4;
   TESSEL_CUDA_GRID_LOOP(g, groups) {
     const int64_t i0 = g * 4;
@@ -52,15 +116,19 @@ __global__ void Dropout4Kernel(float* __restrict__ y, const float* __restrict__ 
     PhiloxBlock(pos / 4, prm.k0, prm.k1, lo);
     if (lane != 0) PhiloxBlock(pos / 4 + 1, prm.k0, prm.k1, hi);
     float v[4];
-    if constexpr (kVec) {
+    if constexpr (kVec && std::is_same_v<T, float>) {
       const float4 f = reinterpret_cast<const float4*>(x)[g];
       v[0] = f.x;
       v[1] = f.y;
       v[2] = f.z;
       v[3] = f.w;
+    } else if constexpr (kVec) {
+      const Vec4<T> f = reinterpret_cast<const Vec4<T>*>(x)[g];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v[k] = ToFloat(f.v[k]);
     } else {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) v[k] = i0 + k < n ? x[i0 + k] : 0.0f;
+      for (int k = 0; k < 4; ++k) v[k] = i0 + k < n ? ToFloat(x[i0 + k]) : 0.0f;
     }
 #pragma unroll
     for (uint32_t k = 0; k < 4; ++k) {
@@ -68,65 +136,96 @@ __global__ void Dropout4Kernel(float* __restrict__ y, const float* __restrict__ 
       const uint32_t bits = l < 4 ? Word(lo, l) : Word(hi, l - 4);
       v[k] = (bits >> 8) >= prm.threshold ? v[k] * prm.scale : 0.0f;
     }
-    if constexpr (kVec) {
+    if constexpr (kVec && std::is_same_v<T, float>) {
       reinterpret_cast<float4*>(y)[g] = make_float4(v[0], v[1], v[2], v[3]);
+    } else if constexpr (kVec) {
+      Vec4<T> f;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) f.v[k] = FromFloat<T>(v[k]);
+      reinterpret_cast<Vec4<T>*>(y)[g] = f;
     } else {
 #pragma unroll
       for (int k = 0; k < 4; ++k)
-        if (i0 + k < n) y[i0 + k] = v[k];
+        if (i0 + k < n) y[i0 + k] = FromFloat<T>(v[k]);
     }
   }
 }
 
 // One element per thread: a shard whose rows do not hold multiples of four.
-__global__ void Dropout1Kernel(float* __restrict__ y, const float* __restrict__ x, int64_t n,
-                               StridedIndexer ix, DropoutParams prm) {
+template <typename T>
+__global__ void Dropout1Kernel(T* __restrict__ y, const T* __restrict__ x, int64_t n, StridedIndexer ix,
+                               DropoutParams prm) {
   TESSEL_CUDA_GRID_LOOP(i, n) {
     const uint64_t pos = prm.offset + static_cast<uint64_t>(ix(i));
     uint32_t c[4];
     PhiloxBlock(pos / 4, prm.k0, prm.k1, c);
-    y[i] = (Word(c, static_cast<uint32_t>(pos % 4)) >> 8) >= prm.threshold ? x[i] * prm.scale : 0.0f;
+    y[i] = FromFloat<T>(
+        (Word(c, static_cast<uint32_t>(pos % 4)) >> 8) >= prm.threshold ? ToFloat(x[i]) * prm.scale : 0.0f);
   }
 }
 
 // -------------------------------------------------------------- embedding
 
-// T is float, or float4 when the hidden size is a multiple of four (h is
-// then counted in float4s).
-template <typename T>
-__global__ void EmbeddingKernel(T* __restrict__ out, const T* __restrict__ table,
+// U is an opaque copy unit of the row (uint4 when rows and pointers allow
+// 16 bytes); h and n are counted in units.
+template <typename U>
+__global__ void EmbeddingKernel(U* __restrict__ out, const U* __restrict__ table,
                                 const int64_t* __restrict__ ids, int64_t n, int64_t h, int64_t rows,
                                 int64_t vocab_begin) {
   TESSEL_CUDA_GRID_LOOP(i, n) {
     const int64_t row = i / h, c = i - row * h;
     const int64_t r = ids[row] - vocab_begin;
-    out[i] = r >= 0 && r < rows ? table[r * h + c] : T{};
+    out[i] = r >= 0 && r < rows ? table[r * h + c] : U{};
   }
 }
 
-__global__ void EmbeddingGradKernel(float* __restrict__ out, const float* __restrict__ dy,
+// Adds into f32: the table itself for f32, a scratch table for the 2-byte
+// types (atomics on those would round every partial sum).
+template <typename T>
+__global__ void EmbeddingGradKernel(float* __restrict__ out, const T* __restrict__ dy,
                                     const int64_t* __restrict__ ids, int64_t n, int64_t h, int64_t rows,
                                     int64_t vocab_begin) {
   TESSEL_CUDA_GRID_LOOP(i, n) {
     const int64_t row = i / h, c = i - row * h;
     const int64_t r = ids[row] - vocab_begin;
-    if (r >= 0 && r < rows) atomicAdd(out + r * h + c, dy[i]);
+    if (r >= 0 && r < rows) atomicAdd(out + r * h + c, ToFloat(dy[i]));
+  }
+}
+
+// out = in rounded to T, four elements per thread (n counts groups of four
+// when kVec, elements otherwise).
+template <typename T, bool kVec>
+__global__ void RoundKernel(T* __restrict__ out, const float* __restrict__ in, int64_t n) {
+  TESSEL_CUDA_GRID_LOOP(i, n) {
+    if constexpr (kVec) {
+      const float4 f = reinterpret_cast<const float4*>(in)[i];
+      Vec4<T> o;
+      o.v[0] = FromFloat<T>(f.x);
+      o.v[1] = FromFloat<T>(f.y);
+      o.v[2] = FromFloat<T>(f.z);
+      o.v[3] = FromFloat<T>(f.w);
+      reinterpret_cast<Vec4<T>*>(out)[i] = o;
+    } else {
+      out[i] = FromFloat<T>(in[i]);
+    }
   }
 }
 
 // ------------------------------------------------------------------- pick
 
-__global__ void PickKernel(float* __restrict__ out, const float* __restrict__ x,
-                           const int64_t* __restrict__ labels, int64_t n, int64_t c, int64_t class_begin,
-                           int64_t ignore_index) {
+// U: the element's bits (uint32_t for f32, uint16_t for bf16 and f16).
+template <typename U>
+__global__ void PickKernel(U* __restrict__ out, const U* __restrict__ x, const int64_t* __restrict__ labels,
+                           int64_t n, int64_t c, int64_t class_begin, int64_t ignore_index) {
   TESSEL_CUDA_GRID_LOOP(i, n) {
     const int64_t y = labels[i], j = y - class_begin;
-    out[i] = y != ignore_index && j >= 0 && j < c ? x[i * c + j] : 0.0f;
+    out[i] = y != ignore_index && j >= 0 && j < c ? x[i * c + j] : U{};
   }
 }
 
 // Scatters into zeros: one element per row, so no two threads collide.
-__global__ void PickGradKernel(float* __restrict__ out, const float* __restrict__ dy,
+template <typename U>
+__global__ void PickGradKernel(U* __restrict__ out, const U* __restrict__ dy,
                                const int64_t* __restrict__ labels, int64_t n, int64_t columns,
                                int64_t class_begin, int64_t ignore_index) {
   TESSEL_CUDA_GRID_LOOP(i, n) {
@@ -141,9 +240,10 @@ struct PatchGeometry {
   int64_t c, h, w, p, ph, pw;
 };
 
-// Each thread writes one patch element (coalesced) and reads its pixel.
-__global__ void PatchifyKernel(float* __restrict__ out, const float* __restrict__ x, int64_t n,
-                               PatchGeometry s) {
+// Each thread writes one patch element (coalesced) and reads its pixel; U
+// is the element's bits.
+template <typename U>
+__global__ void PatchifyKernel(U* __restrict__ out, const U* __restrict__ x, int64_t n, PatchGeometry s) {
   TESSEL_CUDA_GRID_LOOP(i, n) {
     int64_t o = i;
     const int64_t kx = o % s.p;
@@ -161,7 +261,8 @@ __global__ void PatchifyKernel(float* __restrict__ out, const float* __restrict_
 }
 
 // Each thread writes one pixel (coalesced) and reads its patch element.
-__global__ void UnpatchifyKernel(float* __restrict__ out, const float* __restrict__ patches, int64_t n,
+template <typename U>
+__global__ void UnpatchifyKernel(U* __restrict__ out, const U* __restrict__ patches, int64_t n,
                                  PatchGeometry s) {
   TESSEL_CUDA_GRID_LOOP(i, n) {
     int64_t o = i;
@@ -270,7 +371,7 @@ __global__ void SgdKernel(float* __restrict__ param, const float* __restrict__ g
 
 Tensor Dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset,
                const std::vector<int64_t>& box_begin, const std::vector<int64_t>& logical_shape) {
-  TESSEL_CHECK(x.dtype() == DType::kFloat32) << "dropout supports f32, got " << x.dtype();
+  TESSEL_CHECK(IsFloat(x.dtype())) << "dropout supports f32, bf16 and f16, got " << x.dtype();
   TESSEL_CHECK(p >= 0 && p < 1) << "dropout probability " << p << " must be in [0, 1)";
   SetDevice(x.device());
   const Shape& shape = x.shape();
@@ -279,7 +380,7 @@ Tensor Dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset,
                static_cast<int64_t>(logical_shape.size()) == nd)
       << "dropout of " << shape << " needs its box's begin and its logical shape of rank " << nd << "; got "
       << box_begin.size() << " and " << logical_shape.size() << " dimensions";
-  Tensor out = Tensor::Empty(shape, DType::kFloat32, x.device());
+  Tensor out = Tensor::Empty(shape, x.dtype(), x.device());
   if (n == 0) return out;
   DropoutParams prm;
   prm.offset = offset;
@@ -287,8 +388,6 @@ Tensor Dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset,
   prm.k1 = static_cast<uint32_t>(seed >> 32);
   prm.threshold = static_cast<uint32_t>(std::ceil(p * 16777216.0));
   prm.scale = static_cast<float>(1.0 / (1.0 - p));
-  const float* in = static_cast<const float*>(x.raw_data());
-  float* y = static_cast<float*>(out.raw_data());
 
   bool sharded = false;
   for (int64_t d = 0; d < nd; ++d) sharded |= box_begin[d] != 0 || shape.dims()[d] != logical_shape[d];
@@ -304,45 +403,67 @@ Tensor Dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset,
       ix.base += box_begin[d] * strides[d];
     }
   }
-  const bool vec = n % 4 == 0 && Aligned16(in) && Aligned16(y);
-  const unsigned blocks = Blocks((n + 3) / 4);
-  if (sharded && shape.dims()[nd - 1] % 4 != 0) {
-    Dropout1Kernel<<<Blocks(n), kThreads, 0, CurrentStream()>>>(y, in, n, ix, prm);
-  } else if (sharded) {
-    if (vec)
-      Dropout4Kernel<true, true><<<blocks, kThreads, 0, CurrentStream()>>>(y, in, n, ix, prm);
-    else
-      Dropout4Kernel<true, false><<<blocks, kThreads, 0, CurrentStream()>>>(y, in, n, ix, prm);
-  } else {
-    if (vec)
-      Dropout4Kernel<false, true><<<blocks, kThreads, 0, CurrentStream()>>>(y, in, n, ix, prm);
-    else
-      Dropout4Kernel<false, false><<<blocks, kThreads, 0, CurrentStream()>>>(y, in, n, ix, prm);
-  }
+  VisitFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* in = static_cast<const T*>(x.raw_data());
+    T* y = static_cast<T*>(out.raw_data());
+    const bool vec = n % 4 == 0 && Aligned(in, sizeof(Vec4<T>)) && Aligned(y, sizeof(Vec4<T>));
+    const unsigned blocks = Blocks((n + 3) / 4);
+    if (sharded && shape.dims()[nd - 1] % 4 != 0) {
+      Dropout1Kernel<T><<<Blocks(n), kThreads, 0, CurrentStream()>>>(y, in, n, ix, prm);
+    } else if (sharded) {
+      if (vec)
+        Dropout4Kernel<T, true, true><<<blocks, kThreads, 0, CurrentStream()>>>(y, in, n, ix, prm);
+      else
+        Dropout4Kernel<T, true, false><<<blocks, kThreads, 0, CurrentStream()>>>(y, in, n, ix, prm);
+    } else {
+      if (vec)
+        Dropout4Kernel<T, false, true><<<blocks, kThreads, 0, CurrentStream()>>>(y, in, n, ix, prm);
+      else
+        Dropout4Kernel<T, false, false><<<blocks, kThreads, 0, CurrentStream()>>>(y, in, n, ix, prm);
+    }
+  });
   CheckLaunch("DropoutKernel");
   return out;
 }
 
 Tensor Embedding(const Tensor& table, const Tensor& ids, int64_t vocab_begin) {
-  TESSEL_CHECK(table.dtype() == DType::kFloat32 && table.ndim() == 2 && ids.dtype() == DType::kInt64)
-      << "embedding needs an f32 table [V, H] and i64 ids; got " << table.ToString() << " and "
+  TESSEL_CHECK(IsFloat(table.dtype()) && table.ndim() == 2 && ids.dtype() == DType::kInt64)
+      << "embedding needs an f32, bf16 or f16 table [V, H] and i64 ids; got " << table.ToString() << " and "
       << ids.ToString();
   SetDevice(table.device());
   const int64_t rows = table.shape()[0], h = table.shape()[1];
   std::vector<int64_t> dims = ids.shape().dims();
   dims.push_back(h);
-  Tensor out = Tensor::Empty(Shape(dims), DType::kFloat32, table.device());
+  Tensor out = Tensor::Empty(Shape(dims), table.dtype(), table.device());
   const int64_t n = out.numel();
   if (n == 0) return out;
   const int64_t* id = static_cast<const int64_t*>(ids.raw_data());
-  if (h % 4 == 0 && Aligned16(table.raw_data()) && Aligned16(out.raw_data())) {
-    EmbeddingKernel<float4><<<Blocks(n / 4), kThreads, 0, CurrentStream()>>>(
-        static_cast<float4*>(out.raw_data()), static_cast<const float4*>(table.raw_data()), id, n / 4, h / 4,
-        rows, vocab_begin);
-  } else {
-    EmbeddingKernel<float><<<Blocks(n), kThreads, 0, CurrentStream()>>>(
-        static_cast<float*>(out.raw_data()), static_cast<const float*>(table.raw_data()), id, n, h, rows,
-        vocab_begin);
+  // Rows are copied in the widest unit (up to 16 bytes) dividing a row and
+  // both pointers' alignments.
+  const int64_t row_bytes = h * static_cast<int64_t>(ElementSize(table.dtype()));
+  int64_t unit = 16;
+  while (row_bytes % unit != 0 || !Aligned(table.raw_data(), unit) || !Aligned(out.raw_data(), unit))
+    unit /= 2;
+  const int64_t hu = row_bytes / unit, nu = n / h * hu;
+  auto launch = [&](auto zero) {
+    using U = decltype(zero);
+    EmbeddingKernel<U><<<Blocks(nu), kThreads, 0, CurrentStream()>>>(static_cast<U*>(out.raw_data()),
+                                                                     static_cast<const U*>(table.raw_data()),
+                                                                     id, nu, hu, rows, vocab_begin);
+  };
+  switch (unit) {
+    case 16:
+      launch(uint4{});
+      break;
+    case 8:
+      launch(uint2{});
+      break;
+    case 4:
+      launch(uint32_t{});
+      break;
+    default:
+      launch(uint16_t{});
   }
   CheckLaunch("EmbeddingKernel");
   return out;
@@ -352,32 +473,63 @@ Tensor EmbeddingGrad(const Tensor& ids, const Tensor& dy, int64_t vocab_begin, i
   const int64_t h = dy.shape()[-1];
   // The CPU reads as the shapes say; on the device a mismatch would be an
   // out-of-bounds read, so it is refused.
-  TESSEL_CHECK(ids.dtype() == DType::kInt64 && dy.dtype() == DType::kFloat32 && ids.numel() * h == dy.numel())
-      << "embedding_grad needs i64 ids and an f32 gradient of their shape plus the hidden size; got "
+  TESSEL_CHECK(ids.dtype() == DType::kInt64 && IsFloat(dy.dtype()) && ids.numel() * h == dy.numel())
+      << "embedding_grad needs i64 ids and an f32, bf16 or f16 gradient of their shape plus the hidden size; "
+         "got "
       << ids.ToString() << " and " << dy.ToString();
   SetDevice(dy.device());
-  Tensor out = Tensor::Empty({rows, h}, DType::kFloat32, dy.device());
-  Zero(out);
+  Tensor out = Tensor::Empty({rows, h}, dy.dtype(), dy.device());
   const int64_t n = dy.numel();
-  if (n == 0 || out.numel() == 0) return out;
-  EmbeddingGradKernel<<<Blocks(n), kThreads, 0, CurrentStream()>>>(
-      static_cast<float*>(out.raw_data()), static_cast<const float*>(dy.raw_data()),
-      static_cast<const int64_t*>(ids.raw_data()), n, h, rows, vocab_begin);
-  CheckLaunch("EmbeddingGradKernel");
+  const int64_t* id = static_cast<const int64_t*>(ids.raw_data());
+  if (dy.dtype() == DType::kFloat32) {
+    Zero(out);
+    if (n == 0 || out.numel() == 0) return out;
+    EmbeddingGradKernel<float><<<Blocks(n), kThreads, 0, CurrentStream()>>>(
+        static_cast<float*>(out.raw_data()), static_cast<const float*>(dy.raw_data()), id, n, h, rows,
+        vocab_begin);
+    CheckLaunch("EmbeddingGradKernel");
+    return out;
+  }
+  if (n == 0 || out.numel() == 0) {
+    Zero(out);
+    return out;
+  }
+  Tensor sum = Tensor::Empty({rows, h}, DType::kFloat32, dy.device());
+  Zero(sum);
+  float* acc = static_cast<float*>(sum.raw_data());
+  const int64_t m = out.numel();
+  VisitFloat(dy.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (!std::is_same_v<T, float>) {  // f32 is handled above
+      EmbeddingGradKernel<T><<<Blocks(n), kThreads, 0, CurrentStream()>>>(
+          acc, static_cast<const T*>(dy.raw_data()), id, n, h, rows, vocab_begin);
+      CheckLaunch("EmbeddingGradKernel");
+      T* o = static_cast<T*>(out.raw_data());
+      if (m % 4 == 0 && Aligned(acc, 16) && Aligned(o, sizeof(Vec4<T>)))
+        RoundKernel<T, true><<<Blocks(m / 4), kThreads, 0, CurrentStream()>>>(o, acc, m / 4);
+      else
+        RoundKernel<T, false><<<Blocks(m), kThreads, 0, CurrentStream()>>>(o, acc, m);
+      CheckLaunch("RoundKernel");
+    }
+  });
   return out;
 }
 
 Tensor Pick(const Tensor& x, const Tensor& labels, int64_t class_begin, int64_t ignore_index) {
-  TESSEL_CHECK(x.dtype() == DType::kFloat32 && x.ndim() == 2 && labels.dtype() == DType::kInt64 &&
+  TESSEL_CHECK(IsFloat(x.dtype()) && x.ndim() == 2 && labels.dtype() == DType::kInt64 &&
                labels.numel() == x.shape()[0])
-      << "pick needs x [N, C] and i64 labels [N]; got " << x.ToString() << " and " << labels.ToString();
+      << "pick needs x [N, C] (f32, bf16 or f16) and i64 labels [N]; got " << x.ToString() << " and "
+      << labels.ToString();
   SetDevice(x.device());
   const int64_t n = x.shape()[0], c = x.shape()[1];
-  Tensor out = Tensor::Empty({n}, DType::kFloat32, x.device());
+  Tensor out = Tensor::Empty({n}, x.dtype(), x.device());
   if (n == 0) return out;
-  PickKernel<<<Blocks(n), kThreads, 0, CurrentStream()>>>(
-      static_cast<float*>(out.raw_data()), static_cast<const float*>(x.raw_data()),
-      static_cast<const int64_t*>(labels.raw_data()), n, c, class_begin, ignore_index);
+  VisitBits(x.dtype(), [&](auto zero) {
+    using U = decltype(zero);
+    PickKernel<U><<<Blocks(n), kThreads, 0, CurrentStream()>>>(
+        static_cast<U*>(out.raw_data()), static_cast<const U*>(x.raw_data()),
+        static_cast<const int64_t*>(labels.raw_data()), n, c, class_begin, ignore_index);
+  });
   CheckLaunch("PickKernel");
   return out;
 }
@@ -385,34 +537,39 @@ Tensor Pick(const Tensor& x, const Tensor& labels, int64_t class_begin, int64_t 
 Tensor PickGrad(const Tensor& labels, const Tensor& dy, int64_t class_begin, int64_t columns,
                 int64_t ignore_index) {
   const int64_t n = labels.numel();
-  TESSEL_CHECK(labels.dtype() == DType::kInt64 && dy.dtype() == DType::kFloat32 && dy.numel() == n)
-      << "pick_grad needs i64 labels [N] and an f32 gradient [N]; got " << labels.ToString() << " and "
-      << dy.ToString();
+  TESSEL_CHECK(labels.dtype() == DType::kInt64 && IsFloat(dy.dtype()) && dy.numel() == n)
+      << "pick_grad needs i64 labels [N] and an f32, bf16 or f16 gradient [N]; got " << labels.ToString()
+      << " and " << dy.ToString();
   SetDevice(dy.device());
-  Tensor out = Tensor::Empty({n, columns}, DType::kFloat32, dy.device());
+  Tensor out = Tensor::Empty({n, columns}, dy.dtype(), dy.device());
   Zero(out);
   if (out.numel() == 0) return out;
-  PickGradKernel<<<Blocks(n), kThreads, 0, CurrentStream()>>>(
-      static_cast<float*>(out.raw_data()), static_cast<const float*>(dy.raw_data()),
-      static_cast<const int64_t*>(labels.raw_data()), n, columns, class_begin, ignore_index);
+  VisitBits(dy.dtype(), [&](auto zero) {
+    using U = decltype(zero);
+    PickGradKernel<U><<<Blocks(n), kThreads, 0, CurrentStream()>>>(
+        static_cast<U*>(out.raw_data()), static_cast<const U*>(dy.raw_data()),
+        static_cast<const int64_t*>(labels.raw_data()), n, columns, class_begin, ignore_index);
+  });
   CheckLaunch("PickGradKernel");
   return out;
 }
 
 Tensor Patchify(const Tensor& x, int64_t patch) {
   const Shape& s = x.shape();
-  TESSEL_CHECK(x.dtype() == DType::kFloat32 && s.ndim() == 4 && patch > 0 && s[2] % patch == 0 &&
-               s[3] % patch == 0)
-      << "patchify needs f32 images [B, C, H, W] with H and W divisible by the patch size " << patch
-      << "; got " << x.ToString();
+  TESSEL_CHECK(IsFloat(x.dtype()) && s.ndim() == 4 && patch > 0 && s[2] % patch == 0 && s[3] % patch == 0)
+      << "patchify needs f32, bf16 or f16 images [B, C, H, W] with H and W divisible by the patch size "
+      << patch << "; got " << x.ToString();
   SetDevice(x.device());
-  Tensor out = Tensor::Empty({s[0], (s[2] / patch) * (s[3] / patch), s[1] * patch * patch}, DType::kFloat32,
-                             x.device());
+  Tensor out =
+      Tensor::Empty({s[0], (s[2] / patch) * (s[3] / patch), s[1] * patch * patch}, x.dtype(), x.device());
   const int64_t n = out.numel();
   if (n == 0) return out;
   const PatchGeometry g{s[1], s[2], s[3], patch, s[2] / patch, s[3] / patch};
-  PatchifyKernel<<<Blocks(n), kThreads, 0, CurrentStream()>>>(static_cast<float*>(out.raw_data()),
-                                                              static_cast<const float*>(x.raw_data()), n, g);
+  VisitBits(x.dtype(), [&](auto zero) {
+    using U = decltype(zero);
+    PatchifyKernel<U><<<Blocks(n), kThreads, 0, CurrentStream()>>>(static_cast<U*>(out.raw_data()),
+                                                                   static_cast<const U*>(x.raw_data()), n, g);
+  });
   CheckLaunch("PatchifyKernel");
   return out;
 }
@@ -421,17 +578,20 @@ Tensor Unpatchify(const Tensor& patches, const Shape& image_shape, int64_t patch
   const Shape& s = image_shape;
   // The CPU trusts the shapes; on the device a mismatch would read out of
   // bounds, so it is refused.
-  TESSEL_CHECK(patches.dtype() == DType::kFloat32 && s.ndim() == 4 && patch > 0 && s[2] % patch == 0 &&
+  TESSEL_CHECK(IsFloat(patches.dtype()) && s.ndim() == 4 && patch > 0 && s[2] % patch == 0 &&
                s[3] % patch == 0 && patches.numel() == s.numel())
-      << "unpatchify needs f32 patches of images " << s << " with H and W divisible by the patch size "
-      << patch << "; got " << patches.ToString();
+      << "unpatchify needs f32, bf16 or f16 patches of images " << s
+      << " with H and W divisible by the patch size " << patch << "; got " << patches.ToString();
   SetDevice(patches.device());
-  Tensor out = Tensor::Empty(s, DType::kFloat32, patches.device());
+  Tensor out = Tensor::Empty(s, patches.dtype(), patches.device());
   const int64_t n = out.numel();
   if (n == 0) return out;
   const PatchGeometry g{s[1], s[2], s[3], patch, s[2] / patch, s[3] / patch};
-  UnpatchifyKernel<<<Blocks(n), kThreads, 0, CurrentStream()>>>(
-      static_cast<float*>(out.raw_data()), static_cast<const float*>(patches.raw_data()), n, g);
+  VisitBits(patches.dtype(), [&](auto zero) {
+    using U = decltype(zero);
+    UnpatchifyKernel<U><<<Blocks(n), kThreads, 0, CurrentStream()>>>(
+        static_cast<U*>(out.raw_data()), static_cast<const U*>(patches.raw_data()), n, g);
+  });
   CheckLaunch("UnpatchifyKernel");
   return out;
 }
@@ -439,6 +599,12 @@ Tensor Unpatchify(const Tensor& patches, const Shape& image_shape, int64_t patch
 void AdamWUpdate(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                  const Tensor& step, const Tensor& lr, double beta1, double beta2, double eps,
                  double weight_decay) {
+  // The master weights and their states are f32 whatever the model's dtype.
+  for (const Tensor* t : {&param, &grad, &exp_avg, &exp_avg_sq, &lr}) {
+    TESSEL_CHECK(t->dtype() == DType::kFloat32)
+        << "adamw_update needs f32 param, grad, states and lr; got " << t->ToString();
+  }
+  TESSEL_CHECK(step.dtype() == DType::kInt64) << "adamw_update's step must be i64; got " << step.ToString();
   SetDevice(param.device());
   // The step is counted on the device by a kernel of its own: it orders the
   // increment before every block of the update reads it.
@@ -464,6 +630,10 @@ void AdamWUpdate(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
 
 void SgdUpdate(const Tensor& param, const Tensor& grad, const Tensor& buffer, double lr, double momentum,
                double weight_decay, bool first) {
+  for (const Tensor* t : {&param, &grad, &buffer}) {
+    TESSEL_CHECK(t->dtype() == DType::kFloat32)
+        << "sgd_update needs f32 param, grad and buffer; got " << t->ToString();
+  }
   SetDevice(param.device());
   const int64_t n = param.numel();
   if (n == 0) return;

@@ -1,7 +1,9 @@
 // CUDA kernels of the network ops: dropout, embedding lookup, picking one
 // class per row, patchify (ViT) and the optimizer updates. Same signatures
 // and semantics as the CPU twins in ops/cpu/nn_kernels.h, except AdamW,
-// whose step and learning rate stay on the device.
+// whose step and learning rate stay on the device, and the dtypes: all but
+// the optimizer updates take bf16 and f16 as well as f32 (outputs in the
+// input's dtype, arithmetic in float); the updates keep f32 master weights.
 #pragma once
 
 #include <cstdint>
@@ -19,9 +21,10 @@ Tensor Dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset,
 // out[..., :] = table[id - vocab_begin, :] for ids in this shard's vocab
 // range, zeros otherwise (vocab-parallel lookup).
 Tensor Embedding(const Tensor& table, const Tensor& ids, int64_t vocab_begin);
-// The table gradient: rows [vocab_begin, vocab_begin + rows) of the
-// scatter-add of dy's rows at ids (atomic adds: the order of the additions
-// to a row, and so its last bits, vary between runs).
+// The table gradient, in dy's dtype: rows [vocab_begin, vocab_begin + rows)
+// of the scatter-add of dy's rows at ids (atomic adds in f32, rounded once
+// for bf16 and f16: the order of the additions to a row, and so its last
+// bits, vary between runs).
 Tensor EmbeddingGrad(const Tensor& ids, const Tensor& dy, int64_t vocab_begin, int64_t rows);
 
 // out[i] = x[i, label[i] - class_begin] when that is in this shard's

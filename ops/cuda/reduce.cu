@@ -1,4 +1,5 @@
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -61,6 +62,13 @@ __device__ __forceinline__ double BlockReduce(double v) {
   return v;
 }
 
+// Reduced elements widen to double whatever their storage (exactly).
+__device__ __forceinline__ double ToF64(double v) { return v; }
+template <typename T>
+__device__ __forceinline__ double ToF64(T v) {
+  return static_cast<double>(ToF32(v));
+}
+
 // Rows of a contiguous [rows, len] input. A loader gives the offset of a
 // row once (Base) and then its elements (At).
 template <typename T>
@@ -68,16 +76,14 @@ struct ContigRows {
   const T* p;
   int64_t len;
   __device__ __forceinline__ int64_t Base(int64_t row) const { return row * len; }
-  __device__ __forceinline__ double At(int64_t base, int64_t j) const {
-    return static_cast<double>(p[base + j]);
-  }
+  __device__ __forceinline__ double At(int64_t base, int64_t j) const { return ToF64(p[base + j]); }
 };
 
 // Rows of the input viewed (permuted) as [kept..., reduced...]: a row's
 // offset comes from the kept dims, its elements' from the reduced dims.
-template <typename I>
+template <typename T, typename I>
 struct StridedRows {
-  const float* p;
+  const T* p;
   MultiIndexer<1> kept, reduced;
   __device__ __forceinline__ int64_t Base(int64_t row) const {
     I off[1];
@@ -87,7 +93,7 @@ struct StridedRows {
   __device__ __forceinline__ double At(int64_t base, int64_t j) const {
     I off[1];
     reduced(static_cast<I>(j), off);
-    return static_cast<double>(p[base + off[0]]);
+    return ToF64(p[base + off[0]]);
   }
 };
 
@@ -96,12 +102,14 @@ struct StorePartial {
   __device__ __forceinline__ void operator()(int64_t i, double acc) const { p[i] = acc; }
 };
 
+// Rounds to float, then (bf16, f16) to the output's type.
+template <typename T>
 struct StoreFinal {
-  float* p;
+  T* p;
   bool mean;
-  double count;  // elements reduced into each output
+  double count;  // elements reduced into each output (the divisor of a mean)
   __device__ __forceinline__ void operator()(int64_t i, double acc) const {
-    p[i] = static_cast<float>(mean ? acc / count : acc);
+    p[i] = FromF32<T>(static_cast<float>(mean ? acc / count : acc));
   }
 };
 
@@ -160,11 +168,11 @@ __global__ void ColReduceKernel(const In* __restrict__ x, Store store, int64_t l
     const In* p = x + o * len * inner + col;
     int64_t r = begin + threadIdx.y;
     for (; r + 3 * kColRows < end; r += 4 * kColRows) {
-      const double v0 = p[r * inner], v1 = p[(r + kColRows) * inner], v2 = p[(r + 2 * kColRows) * inner],
-                   v3 = p[(r + 3 * kColRows) * inner];
+      const double v0 = ToF64(p[r * inner]), v1 = ToF64(p[(r + kColRows) * inner]),
+                   v2 = ToF64(p[(r + 2 * kColRows) * inner]), v3 = ToF64(p[(r + 3 * kColRows) * inner]);
       acc = Combine<kMax>(Combine<kMax>(Combine<kMax>(Combine<kMax>(acc, v0), v1), v2), v3);
     }
-    for (; r < end; r += kColRows) acc = Combine<kMax>(acc, static_cast<double>(p[r * inner]));
+    for (; r < end; r += kColRows) acc = Combine<kMax>(acc, ToF64(p[r * inner]));
   }
   __shared__ double partial[kColRows][kColTile];
   partial[threadIdx.y][threadIdx.x] = acc;
@@ -199,8 +207,8 @@ void RowReduceOnePass(const Load& load, Store store, int64_t rows, int64_t len) 
 }
 
 // Reduces each of `rows` rows of `len` elements to store(row, value).
-template <bool kMax, typename Load>
-void RowReduce(const Load& load, StoreFinal store, int64_t rows, int64_t len, const Device& device) {
+template <bool kMax, typename Load, typename T>
+void RowReduce(const Load& load, StoreFinal<T> store, int64_t rows, int64_t len, const Device& device) {
   int64_t splits = 1;
   // Few long rows (a whole-tensor sum): split them so every SM gets work.
   if (len > 8192 && rows < kTargetBlocks) splits = std::min(CeilDiv(kTargetBlocks, rows), CeilDiv(len, 4096));
@@ -216,8 +224,8 @@ void RowReduce(const Load& load, StoreFinal store, int64_t rows, int64_t len, co
 }
 
 // Reduces the middle axis of a contiguous [outer, len, inner] (inner > 1).
-template <bool kMax>
-void ColReduce(const float* x, StoreFinal store, int64_t outer, int64_t len, int64_t inner,
+template <bool kMax, typename T>
+void ColReduce(const T* x, StoreFinal<T> store, int64_t outer, int64_t len, int64_t inner,
                const Device& device) {
   const int64_t tiles = CeilDiv(inner, kColTile);
   const dim3 block(kColTile, kColRows);
@@ -243,13 +251,25 @@ void ColReduce(const float* x, StoreFinal store, int64_t outer, int64_t len, int
   CheckLaunch("ColReduceKernel");
 }
 
+template <typename T>
 struct FillFn {
   float value;
-  __device__ float operator()() const { return value; }
+  __device__ T operator()() const { return FromF32<T>(value); }
+};
+
+// An output that reduces a single element, divided by a mean's divisor
+// (a shard's size-1 axis, whose logical extent is larger).
+template <typename T>
+struct DivideFn {
+  double count;
+  __device__ T operator()(T v) const { return FromF32<T>(static_cast<float>(ToF64(v) / count)); }
 };
 
 struct CopyFn {
-  __device__ float operator()(float v) const { return v; }
+  template <typename T>
+  __device__ T operator()(T v) const {
+    return v;
+  }
 };
 
 void CopyDevice(void* dst, const void* src, size_t bytes) {
@@ -257,8 +277,8 @@ void CopyDevice(void* dst, const void* src, size_t bytes) {
   Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, CurrentStream()), "cudaMemcpyAsync");
 }
 
-template <bool kMax>
-void RunReduce(const Tensor& x, const std::set<int64_t>& reduced, StoreFinal store, int64_t n_out) {
+template <bool kMax, typename T>
+void RunReduce(const Tensor& x, const std::set<int64_t>& reduced, StoreFinal<T> store, int64_t n_out) {
   // Drop size-1 dims and merge neighbours of the same kind: [kept, reduced, kept, ...].
   std::vector<int64_t> sizes;
   std::vector<bool> is_reduced;
@@ -273,16 +293,20 @@ void RunReduce(const Tensor& x, const std::set<int64_t>& reduced, StoreFinal sto
       is_reduced.push_back(r);
     }
   }
-  const float* px = static_cast<const float*>(x.raw_data());
+  const T* px = static_cast<const T*>(x.raw_data());
   const int64_t n_in = x.numel(), len = n_in / n_out;
   const int64_t groups = static_cast<int64_t>(sizes.size());
   const int64_t reduced_groups = std::count(is_reduced.begin(), is_reduced.end(), true);
-  if (reduced_groups == 0) return CopyDevice(store.p, px, n_in * sizeof(float));
+  if (reduced_groups == 0) {
+    if (store.mean && store.count != 1.0)
+      return LaunchMap("mean", n_in, DivideFn<T>{store.count}, store.p, px);
+    return CopyDevice(store.p, px, n_in * sizeof(T));
+  }
   if (reduced_groups == 1) {
     int64_t outer = 1, inner = 1, g = 0;
     for (; !is_reduced[g]; ++g) outer *= sizes[g];
     for (++g; g < groups; ++g) inner *= sizes[g];
-    if (inner == 1) return RowReduce<kMax>(ContigRows<float>{px, len}, store, outer, len, x.device());
+    if (inner == 1) return RowReduce<kMax>(ContigRows<T>{px, len}, store, outer, len, x.device());
     return ColReduce<kMax>(px, store, outer, len, inner, x.device());
   }
   // Reduced axes apart from each other: read the input permuted to
@@ -297,15 +321,16 @@ void RunReduce(const Tensor& x, const std::set<int64_t>& reduced, StoreFinal sto
   MultiIndexer<1> kept = MakeMultiIndexer<1>(dims[0], {strides[0]});
   MultiIndexer<1> red = MakeMultiIndexer<1>(dims[1], {strides[1]});
   if (Fits32(n_in))
-    return RowReduce<kMax>(StridedRows<uint32_t>{px, kept, red}, store, n_out, len, x.device());
-  RowReduce<kMax>(StridedRows<int64_t>{px, kept, red}, store, n_out, len, x.device());
+    return RowReduce<kMax>(StridedRows<T, uint32_t>{px, kept, red}, store, n_out, len, x.device());
+  RowReduce<kMax>(StridedRows<T, int64_t>{px, kept, red}, store, n_out, len, x.device());
 }
 
-}  // namespace
-
-Tensor Reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes, bool keepdim) {
-  TESSEL_CHECK(x.dtype() == DType::kFloat32)
-      << cpu::ReduceOpName(op) << " supports f32 on CUDA; got " << x.dtype();
+// Reduces x over `axes`; a mean divides by `divisor` when one is given,
+// else by the count of elements reduced into each output.
+Tensor RunReduceOp(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes, bool keepdim,
+                   std::optional<double> divisor) {
+  TESSEL_CHECK(IsFloating(x.dtype()))
+      << cpu::ReduceOpName(op) << " supports f32, bf16 and f16 on CUDA; got " << x.dtype();
   SetDevice(x.device());
   std::set<int64_t> reduced;
   for (int64_t a : axes) reduced.insert(x.shape().NormalizeAxis(a));
@@ -321,39 +346,47 @@ Tensor Reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes, bo
   const int64_t n_in = x.numel();
   TESSEL_CHECK(op != ReduceOp::kMax || n_in > 0 || n_out == 0)
       << "max over an empty dimension of " << x.shape() << " has no value";
-  Tensor out = Tensor::Empty(Shape(out_dims), DType::kFloat32, x.device());
+  Tensor out = Tensor::Empty(Shape(out_dims), x.dtype(), x.device());
   if (n_out == 0) return out;
-  float* po = static_cast<float*>(out.raw_data());
-  if (n_in == 0) {
-    // Sums over nothing are 0; their mean is 0/0, as on the CPU.
-    const float value = op == ReduceOp::kMean ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
-    LaunchMap("reduce fill", n_out, FillFn{value}, po);
-    return out;
-  }
-  const StoreFinal store{po, op == ReduceOp::kMean, static_cast<double>(n_in) / static_cast<double>(n_out)};
-  if (op == ReduceOp::kMax) {
-    RunReduce<true>(x, reduced, store, n_out);
-  } else {
+  const bool mean = op == ReduceOp::kMean;
+  const double count = divisor.value_or(static_cast<double>(n_in) / static_cast<double>(n_out));
+  VisitFloat(cpu::ReduceOpName(op), x.dtype(), [&]<typename T>(TypeTag<T>) {
+    T* po = static_cast<T*>(out.raw_data());
+    if (n_in == 0) {
+      // Sums over nothing are 0; their mean is 0/0 (NaN), as on the CPU.
+      const float value = mean ? static_cast<float>(0.0 / count) : 0.0f;
+      return LaunchMap("reduce fill", n_out, FillFn<T>{value}, po);
+    }
+    const StoreFinal<T> store{po, mean, count};
+    if (op == ReduceOp::kMax) return RunReduce<true>(x, reduced, store, n_out);
     RunReduce<false>(x, reduced, store, n_out);
-  }
+  });
   return out;
 }
 
+}  // namespace
+
+Tensor Reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes, bool keepdim) {
+  return RunReduceOp(op, x, axes, keepdim, std::nullopt);
+}
+
+Tensor Mean(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim, double divisor) {
+  return RunReduceOp(ReduceOp::kMean, x, axes, keepdim, divisor);
+}
+
 Tensor BroadcastTo(const Tensor& x, const Shape& shape) {
-  TESSEL_CHECK(x.dtype() == DType::kFloat32) << "expand supports f32 on CUDA; got " << x.dtype();
   TESSEL_CHECK(x.ndim() <= shape.ndim() && cpu::BroadcastShapes(x.shape(), shape) == shape)
       << "expand: " << x.shape() << " does not broadcast to " << shape;
   SetDevice(x.device());
-  Tensor out = Tensor::Empty(shape, DType::kFloat32, x.device());
+  Tensor out = Tensor::Empty(shape, x.dtype(), x.device());
   const int64_t n = shape.numel();
   if (n == 0) return out;
-  const float* src = static_cast<const float*>(x.raw_data());
-  float* dst = static_cast<float*>(out.raw_data());
-  if (x.numel() == n) {
-    CopyDevice(dst, src, n * sizeof(float));
-  } else {
+  VisitFloat("expand", x.dtype(), [&]<typename T>(TypeTag<T>) {
+    const T* src = static_cast<const T*>(x.raw_data());
+    T* dst = static_cast<T*>(out.raw_data());
+    if (x.numel() == n) return CopyDevice(dst, src, n * sizeof(T));
     LaunchBroadcast("expand", shape, CopyFn{}, dst, {x.shape()}, src);
-  }
+  });
   return out;
 }
 

@@ -1,3 +1,6 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdint>
 #include <type_traits>
 
@@ -67,45 +70,87 @@ __device__ __forceinline__ RowVisibility ForRow(const Visibility& v, int64_t row
   return r;
 }
 
-template <int kVec>
-__device__ __forceinline__ void Load(const float* p, float (&v)[kVec]) {
-  if constexpr (kVec == 4) {
+// Scores and gradients are f32, bf16 or f16 (T): loaded as float, computed
+// exactly as in f32, rounded to nearest even on store.
+template <typename T>
+__device__ __forceinline__ float ToFloat(T v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat162float(v);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(v);
+  } else {
+    return v;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T FromFloat(float v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(v);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(v);
+  } else {
+    return v;
+  }
+}
+
+// kVec elements moved as one 16-byte vector.
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Pack {
+  T e[kVec];
+};
+
+// kVec > 1 needs kVec * sizeof(T) == 16 and a 16-byte aligned p.
+template <int kVec, typename T>
+__device__ __forceinline__ void Load(const T* p, float (&v)[kVec]) {
+  if constexpr (std::is_same_v<T, float> && kVec == 4) {
     const float4 t = *reinterpret_cast<const float4*>(p);
     v[0] = t.x;
     v[1] = t.y;
     v[2] = t.z;
     v[3] = t.w;
+  } else if constexpr (kVec > 1) {
+    static_assert(sizeof(T) * kVec == 16, "one 16-byte vector");
+    const Pack<T, kVec> t = *reinterpret_cast<const Pack<T, kVec>*>(p);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) v[e] = ToFloat(t.e[e]);
   } else {
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) v[e] = p[e];
+    for (int e = 0; e < kVec; ++e) v[e] = ToFloat(p[e]);
   }
 }
 
-template <int kVec>
-__device__ __forceinline__ void Store(float* p, const float (&v)[kVec]) {
-  if constexpr (kVec == 4) {
+template <int kVec, typename T>
+__device__ __forceinline__ void Store(T* p, const float (&v)[kVec]) {
+  if constexpr (std::is_same_v<T, float> && kVec == 4) {
     *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  } else if constexpr (kVec > 1) {
+    static_assert(sizeof(T) * kVec == 16, "one 16-byte vector");
+    Pack<T, kVec> t;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) t.e[e] = FromFloat<T>(v[e]);
+    *reinterpret_cast<Pack<T, kVec>*>(p) = t;
   } else {
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) p[e] = v[e];
+    for (int e = 0; e < kVec; ++e) p[e] = FromFloat<T>(v[e]);
   }
 }
 
 // Lane l holds columns l, l + 32, ...: each load is one coalesced line.
-template <int kPerLane>
+template <int kPerLane, typename T>
 __global__ void __launch_bounds__(kRowWarps * 32)
-    SoftmaxWarpKernel(const float* __restrict__ x, float* __restrict__ y, int64_t rows, int64_t cols,
-                      float scale, Visibility vis) {
+    SoftmaxWarpKernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols, float scale,
+                      Visibility vis) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
-  const float* xr = x + row * cols;
+  const T* xr = x + row * cols;
   const RowVisibility keep = ForRow(vis, row, cols);
   float v[kPerLane];
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = lane + 32 * j;
-    v[j] = c < cols && c <= keep.last ? xr[c] : 0.0f;  // causally hidden scores are not read
+    v[j] = c < cols && c <= keep.last ? ToFloat(xr[c]) : 0.0f;  // causally hidden scores are not read
   }
   uint32_t kept = 0;
   float mx = -INFINITY;
@@ -127,22 +172,22 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   }
   sum = WarpAllReduce(sum, SumOp());
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-  float* yr = y + row * cols;
+  T* yr = y + row * cols;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = lane + 32 * j;
-    if (c < cols) yr[c] = v[j] * inv;
+    if (c < cols) yr[c] = FromFloat<T>(v[j] * inv);
   }
 }
 
 // One block per row: a pass for the running max and sum of exponentials
-// (rescaled when the max grows), a pass writing the probabilities. kVec = 4
-// needs cols % 4 == 0 and 16-byte aligned rows.
-template <int kVec>
-__global__ void SoftmaxBlockKernel(const float* __restrict__ x, float* __restrict__ y, int64_t cols,
-                                   float scale, Visibility vis) {
+// (rescaled when the max grows), a pass writing the probabilities. kVec > 1
+// (16 bytes of T) needs cols % kVec == 0 and 16-byte aligned rows.
+template <int kVec, typename T>
+__global__ void SoftmaxBlockKernel(const T* __restrict__ x, T* __restrict__ y, int64_t cols, float scale,
+                                   Visibility vis) {
   const int64_t row = blockIdx.x;
-  const float* xr = x + row * cols;
+  const T* xr = x + row * cols;
   const RowVisibility keep = ForRow(vis, row, cols);
   // Causally hidden scores are not read (a vector is, if any of it is
   // visible).
@@ -167,7 +212,7 @@ __global__ void SoftmaxBlockKernel(const float* __restrict__ x, float* __restric
   const float mx = BlockAllReduce(m, -INFINITY, MaxOp());
   const float sum = BlockAllReduce(s == 0.0f ? 0.0f : s * expf(m - mx), 0.0f, SumOp());
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-  float* yr = y + row * cols;
+  T* yr = y + row * cols;
   for (int64_t i = static_cast<int64_t>(threadIdx.x) * kVec; i < cols;
        i += static_cast<int64_t>(blockDim.x) * kVec) {
     float v[kVec] = {};
@@ -180,40 +225,40 @@ __global__ void SoftmaxBlockKernel(const float* __restrict__ x, float* __restric
   }
 }
 
-template <int kPerLane>
+template <int kPerLane, typename T>
 __global__ void __launch_bounds__(kRowWarps * 32)
-    SoftmaxGradWarpKernel(const float* __restrict__ y, const float* __restrict__ dy, float* __restrict__ dx,
-                          int64_t rows, int64_t cols, float scale) {
+    SoftmaxGradWarpKernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx, int64_t rows,
+                          int64_t cols, float scale) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
-  const float* yr = y + row * cols;
-  const float* gr = dy + row * cols;
+  const T* yr = y + row * cols;
+  const T* gr = dy + row * cols;
   float yv[kPerLane], gv[kPerLane];
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = lane + 32 * j;
-    yv[j] = c < cols ? yr[c] : 0.0f;
-    gv[j] = c < cols ? gr[c] : 0.0f;
+    yv[j] = c < cols ? ToFloat(yr[c]) : 0.0f;
+    gv[j] = c < cols ? ToFloat(gr[c]) : 0.0f;
   }
   double dot = 0;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) dot += static_cast<double>(yv[j]) * gv[j];
   const float d = static_cast<float>(WarpAllReduce(dot, SumOp()));
-  float* out = dx + row * cols;
+  T* out = dx + row * cols;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = lane + 32 * j;
-    if (c < cols) out[c] = scale * yv[j] * (gv[j] - d);
+    if (c < cols) out[c] = FromFloat<T>(scale * yv[j] * (gv[j] - d));
   }
 }
 
-template <int kVec>
-__global__ void SoftmaxGradBlockKernel(const float* __restrict__ y, const float* __restrict__ dy,
-                                       float* __restrict__ dx, int64_t cols, float scale) {
+template <int kVec, typename T>
+__global__ void SoftmaxGradBlockKernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx,
+                                       int64_t cols, float scale) {
   const int64_t row = blockIdx.x;
-  const float* yr = y + row * cols;
-  const float* gr = dy + row * cols;
+  const T* yr = y + row * cols;
+  const T* gr = dy + row * cols;
   double dot = 0;
   for (int64_t i = static_cast<int64_t>(threadIdx.x) * kVec; i < cols;
        i += static_cast<int64_t>(blockDim.x) * kVec) {
@@ -224,7 +269,7 @@ __global__ void SoftmaxGradBlockKernel(const float* __restrict__ y, const float*
     for (int e = 0; e < kVec; ++e) dot += static_cast<double>(yv[e]) * gv[e];
   }
   const float d = static_cast<float>(BlockAllReduce(dot, 0.0, SumOp()));
-  float* out = dx + row * cols;
+  T* out = dx + row * cols;
   for (int64_t i = static_cast<int64_t>(threadIdx.x) * kVec; i < cols;
        i += static_cast<int64_t>(blockDim.x) * kVec) {
     float yv[kVec], gv[kVec];
@@ -265,11 +310,36 @@ void CheckRows(int64_t rows) {
   TESSEL_CHECK(rows <= 0x7fffffffLL) << "softmax on CUDA takes at most 2^31 - 1 rows; got " << rows;
 }
 
+// Calls f(std::type_identity<T>()) with T the device type of `dtype`, one
+// of f32, bf16 and f16 (CheckFloating has checked it).
+template <typename F>
+void DispatchFloating(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kBFloat16:
+      return f(std::type_identity<__nv_bfloat16>());
+    case DType::kFloat16:
+      return f(std::type_identity<__half>());
+    default:
+      return f(std::type_identity<float>());
+  }
+}
+
+void CheckFloating(const char* op, const char* what, const Tensor& t) {
+  const DType d = t.dtype();
+  TESSEL_CHECK(d == DType::kFloat32 || d == DType::kBFloat16 || d == DType::kFloat16)
+      << op << " on CUDA supports f32, bf16 and f16 tensors; got " << what << " of " << d << " " << t.shape();
+}
+
+// The block kernels' vector width: 16 bytes of T when every row starts
+// 16-byte aligned, else one element.
+template <typename T>
+constexpr int kVecOf = 16 / static_cast<int>(sizeof(T));
+
 }  // namespace
 
 Tensor Softmax(const Tensor& x, const SoftmaxOptions& options) {
-  TESSEL_CHECK(x.dtype() == DType::kFloat32 && x.ndim() >= 1)
-      << "softmax needs an f32 tensor of rank >= 1; got " << x.dtype() << " " << x.shape();
+  TESSEL_CHECK(x.ndim() >= 1) << "softmax needs a tensor of rank >= 1; got " << x.shape();
+  CheckFloating("softmax", "x", x);
   const int64_t cols = x.shape()[-1], rows = cols == 0 ? 0 : x.numel() / cols;
   const int64_t q = x.ndim() >= 2 ? x.shape()[-2] : 1;
   TESSEL_CHECK(!options.causal || x.ndim() >= 2)
@@ -284,7 +354,7 @@ Tensor Softmax(const Tensor& x, const SoftmaxOptions& options) {
   }
   CheckOnDevice("softmax", x.device(), {x, options.mask});
   SetDevice(x.device());
-  Tensor out = Tensor::Empty(x.shape(), DType::kFloat32, x.device());
+  Tensor out = Tensor::Empty(x.shape(), x.dtype(), x.device());
   if (rows == 0) return out;
   CheckRows(rows);
   Visibility vis;
@@ -295,21 +365,25 @@ Tensor Softmax(const Tensor& x, const SoftmaxOptions& options) {
     vis.mask_index = BroadcastIndexer(options.mask.shape(), x.shape());
     vis.mask_step = vis.mask_index.strides[vis.mask_index.ndim - 1];
   }
-  const float* px = static_cast<const float*>(x.raw_data());
-  float* py = static_cast<float*>(out.raw_data());
   const cudaStream_t stream = CurrentStream();
-  if (cols <= kMaxWarpCols) {
-    WithPerLane(cols, [&](auto per_lane) {
-      SoftmaxWarpKernel<decltype(per_lane)::value>
-          <<<WarpBlocks(rows), kRowWarps * 32, 0, stream>>>(px, py, rows, cols, options.scale, vis);
-    });
-  } else if (cols % 4 == 0 && Aligned16(px) && Aligned16(py)) {
-    SoftmaxBlockKernel<4>
-        <<<static_cast<unsigned>(rows), BlockThreads(cols), 0, stream>>>(px, py, cols, options.scale, vis);
-  } else {
-    SoftmaxBlockKernel<1>
-        <<<static_cast<unsigned>(rows), BlockThreads(cols), 0, stream>>>(px, py, cols, options.scale, vis);
-  }
+  DispatchFloating(x.dtype(), [&](auto type) {
+    using T = typename decltype(type)::type;
+    constexpr int kVec = kVecOf<T>;
+    const T* px = static_cast<const T*>(x.raw_data());
+    T* py = static_cast<T*>(out.raw_data());
+    if (cols <= kMaxWarpCols) {
+      WithPerLane(cols, [&](auto per_lane) {
+        SoftmaxWarpKernel<decltype(per_lane)::value, T>
+            <<<WarpBlocks(rows), kRowWarps * 32, 0, stream>>>(px, py, rows, cols, options.scale, vis);
+      });
+    } else if (cols % kVec == 0 && Aligned16(px) && Aligned16(py)) {
+      SoftmaxBlockKernel<kVec, T>
+          <<<static_cast<unsigned>(rows), BlockThreads(cols), 0, stream>>>(px, py, cols, options.scale, vis);
+    } else {
+      SoftmaxBlockKernel<1, T>
+          <<<static_cast<unsigned>(rows), BlockThreads(cols), 0, stream>>>(px, py, cols, options.scale, vis);
+    }
+  });
   CheckLaunch("softmax kernel");
   return out;
 }
@@ -317,31 +391,36 @@ Tensor Softmax(const Tensor& x, const SoftmaxOptions& options) {
 Tensor SoftmaxGrad(const Tensor& y, const Tensor& dy, float scale) {
   TESSEL_CHECK(y.shape() == dy.shape())
       << "softmax gradient of shape " << dy.shape() << " for output " << y.shape();
-  TESSEL_CHECK(y.dtype() == DType::kFloat32 && dy.dtype() == DType::kFloat32 && y.ndim() >= 1)
-      << "softmax gradient needs f32 tensors of rank >= 1; got " << y.dtype() << " " << y.shape() << " and "
-      << dy.dtype();
+  TESSEL_CHECK(y.ndim() >= 1) << "softmax gradient needs tensors of rank >= 1; got " << y.shape();
+  CheckFloating("softmax_grad", "y", y);
+  TESSEL_CHECK(dy.dtype() == y.dtype())
+      << "softmax_grad: y is " << y.dtype() << " but dy is " << dy.dtype() << "; cast one (fn::cast)";
   CheckOnDevice("softmax_grad", y.device(), {y, dy});
   SetDevice(y.device());
   const int64_t cols = y.shape()[-1], rows = cols == 0 ? 0 : y.numel() / cols;
-  Tensor out = Tensor::Empty(y.shape(), DType::kFloat32, y.device());
+  Tensor out = Tensor::Empty(y.shape(), y.dtype(), y.device());
   if (rows == 0) return out;
   CheckRows(rows);
-  const float* py = static_cast<const float*>(y.raw_data());
-  const float* pg = static_cast<const float*>(dy.raw_data());
-  float* pd = static_cast<float*>(out.raw_data());
   const cudaStream_t stream = CurrentStream();
-  if (cols <= kMaxWarpCols) {
-    WithPerLane(cols, [&](auto per_lane) {
-      SoftmaxGradWarpKernel<decltype(per_lane)::value>
-          <<<WarpBlocks(rows), kRowWarps * 32, 0, stream>>>(py, pg, pd, rows, cols, scale);
-    });
-  } else if (cols % 4 == 0 && Aligned16(py) && Aligned16(pg) && Aligned16(pd)) {
-    SoftmaxGradBlockKernel<4>
-        <<<static_cast<unsigned>(rows), BlockThreads(cols), 0, stream>>>(py, pg, pd, cols, scale);
-  } else {
-    SoftmaxGradBlockKernel<1>
-        <<<static_cast<unsigned>(rows), BlockThreads(cols), 0, stream>>>(py, pg, pd, cols, scale);
-  }
+  DispatchFloating(y.dtype(), [&](auto type) {
+    using T = typename decltype(type)::type;
+    constexpr int kVec = kVecOf<T>;
+    const T* py = static_cast<const T*>(y.raw_data());
+    const T* pg = static_cast<const T*>(dy.raw_data());
+    T* pd = static_cast<T*>(out.raw_data());
+    if (cols <= kMaxWarpCols) {
+      WithPerLane(cols, [&](auto per_lane) {
+        SoftmaxGradWarpKernel<decltype(per_lane)::value, T>
+            <<<WarpBlocks(rows), kRowWarps * 32, 0, stream>>>(py, pg, pd, rows, cols, scale);
+      });
+    } else if (cols % kVec == 0 && Aligned16(py) && Aligned16(pg) && Aligned16(pd)) {
+      SoftmaxGradBlockKernel<kVec, T>
+          <<<static_cast<unsigned>(rows), BlockThreads(cols), 0, stream>>>(py, pg, pd, cols, scale);
+    } else {
+      SoftmaxGradBlockKernel<1, T>
+          <<<static_cast<unsigned>(rows), BlockThreads(cols), 0, stream>>>(py, pg, pd, cols, scale);
+    }
+  });
   CheckLaunch("softmax_grad kernel");
   return out;
 }

@@ -1,6 +1,7 @@
 // Softmax over the last dimension on CUDA devices, optionally fused with a
 // scale and a mask (the attention form), and its gradient. The semantics
-// are the CPU's (ops/cpu/softmax.h).
+// are the CPU's (ops/cpu/softmax.h), for f32, bf16 and f16 scores (y and dy
+// share their dtype, the result takes it; the arithmetic is f32).
 #pragma once
 
 #include "core/tensor.h"

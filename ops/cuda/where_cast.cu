@@ -86,11 +86,18 @@ struct CastFn {
 };
 
 struct WhereFn {
-  __device__ float operator()(bool c, float a, float b) const { return c ? a : b; }
+  template <typename T>
+  __device__ T operator()(bool c, T a, T b) const {
+    return c ? a : b;
+  }
 };
 
+// Compared as float: exact, and -0 == +0 and NaN != NaN as on the CPU.
 struct EqualFn {
-  __device__ bool operator()(float a, float b) const { return a == b; }
+  template <typename T>
+  __device__ bool operator()(T a, T b) const {
+    return ToF32(a) == ToF32(b);
+  }
 };
 
 }  // namespace
@@ -112,46 +119,49 @@ Tensor Cast(const Tensor& x, DType dtype) {
 }
 
 Tensor Where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  TESSEL_CHECK(cond.dtype() == DType::kBool && a.dtype() == DType::kFloat32 && b.dtype() == DType::kFloat32)
-      << "where needs a bool condition and f32 values; got " << cond.dtype() << ", " << a.dtype() << ", "
-      << b.dtype();
+  TESSEL_CHECK(cond.dtype() == DType::kBool) << "where: condition must be bool, got " << cond.dtype();
+  TESSEL_CHECK(a.dtype() == b.dtype())
+      << "where: a is " << a.dtype() << " but b is " << b.dtype() << "; cast one (fn::cast)";
   CheckOnDevice("where", cond.device(), {cond, a, b});
   SetDevice(cond.device());
   Shape shape = cpu::BroadcastShapes(cpu::BroadcastShapes(cond.shape(), a.shape()), b.shape());
-  Tensor out = Tensor::Empty(shape, DType::kFloat32, cond.device());
-  const int64_t n = shape.numel();
-  if (n == 0) return out;
-  const bool* pc = static_cast<const bool*>(cond.raw_data());
-  const float* pa = static_cast<const float*>(a.raw_data());
-  const float* pb = static_cast<const float*>(b.raw_data());
-  float* po = static_cast<float*>(out.raw_data());
-  if (cond.numel() == n && a.numel() == n && b.numel() == n) {
-    LaunchMap("where", n, WhereFn{}, po, pc, pa, pb);
-  } else {
-    LaunchBroadcast("where", shape, WhereFn{}, po, {cond.shape(), a.shape(), b.shape()}, pc, pa, pb);
-  }
-  return out;
+  return VisitFloat("where", a.dtype(), [&]<typename T>(TypeTag<T>) {
+    Tensor out = Tensor::Empty(shape, a.dtype(), cond.device());
+    const int64_t n = shape.numel();
+    if (n == 0) return out;
+    const bool* pc = static_cast<const bool*>(cond.raw_data());
+    const T* pa = static_cast<const T*>(a.raw_data());
+    const T* pb = static_cast<const T*>(b.raw_data());
+    T* po = static_cast<T*>(out.raw_data());
+    if (cond.numel() == n && a.numel() == n && b.numel() == n) {
+      LaunchMap("where", n, WhereFn{}, po, pc, pa, pb);
+    } else {
+      LaunchBroadcast("where", shape, WhereFn{}, po, {cond.shape(), a.shape(), b.shape()}, pc, pa, pb);
+    }
+    return out;
+  });
 }
 
 Tensor Equal(const Tensor& a, const Tensor& b) {
-  TESSEL_CHECK(a.dtype() == DType::kFloat32 && b.dtype() == DType::kFloat32)
-      << "equal supports f32 on CUDA; got " << a.dtype() << " " << a.shape() << " and " << b.dtype() << " "
-      << b.shape();
+  TESSEL_CHECK(a.dtype() == b.dtype()) << "equal: a is " << a.dtype() << " " << a.shape() << " but b is "
+                                       << b.dtype() << " " << b.shape() << "; cast one (fn::cast)";
   CheckOnDevice("equal", a.device(), {a, b});
   SetDevice(a.device());
   Shape shape = cpu::BroadcastShapes(a.shape(), b.shape());
-  Tensor out = Tensor::Empty(shape, DType::kBool, a.device());
-  const int64_t n = shape.numel();
-  if (n == 0) return out;
-  const float* pa = static_cast<const float*>(a.raw_data());
-  const float* pb = static_cast<const float*>(b.raw_data());
-  bool* po = static_cast<bool*>(out.raw_data());
-  if (a.numel() == n && b.numel() == n) {
-    LaunchMap("equal", n, EqualFn{}, po, pa, pb);
-  } else {
-    LaunchBroadcast("equal", shape, EqualFn{}, po, {a.shape(), b.shape()}, pa, pb);
-  }
-  return out;
+  return VisitFloat("equal", a.dtype(), [&]<typename T>(TypeTag<T>) {
+    Tensor out = Tensor::Empty(shape, DType::kBool, a.device());
+    const int64_t n = shape.numel();
+    if (n == 0) return out;
+    const T* pa = static_cast<const T*>(a.raw_data());
+    const T* pb = static_cast<const T*>(b.raw_data());
+    bool* po = static_cast<bool*>(out.raw_data());
+    if (a.numel() == n && b.numel() == n) {
+      LaunchMap("equal", n, EqualFn{}, po, pa, pb);
+    } else {
+      LaunchBroadcast("equal", shape, EqualFn{}, po, {a.shape(), b.shape()}, pa, pb);
+    }
+    return out;
+  });
 }
 
 }  // namespace tessel::cuda

@@ -8,9 +8,10 @@ namespace tessel::cuda {
 
 // Any dtype to any dtype, through float as on the CPU (i64 to i64 exactly).
 Tensor Cast(const Tensor& x, DType dtype);
-// cond ? a : b with broadcasting (cond bool; a, b f32).
+// cond ? a : b with broadcasting (cond bool; a, b of one floating dtype:
+// f32, bf16 or f16), in a's dtype.
 Tensor Where(const Tensor& cond, const Tensor& a, const Tensor& b);
-// a == b with broadcasting (f32), as bool.
+// a == b with broadcasting (a, b of one floating dtype), as bool.
 Tensor Equal(const Tensor& a, const Tensor& b);
 
 }  // namespace tessel::cuda

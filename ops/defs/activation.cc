@@ -59,7 +59,12 @@ void RegisterActivationOps() {
   OpDef grad;
   grad.name = "activation_grad";
   grad.inputs = {"x", "dy"};
-  grad.infer = defs::SameAsInput;
+  grad.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+    TESSEL_CHECK(in[0].dtype == in[1].dtype)
+        << "activation_grad (" << a.Get<std::string>("activation") << "): x is " << in[0].dtype
+        << " but dy is " << in[1].dtype << "; cast one (fn::cast)";
+    return std::vector<TensorSpec>{in[0]};
+  };
   grad.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
     std::vector<SbpSignature> s = defs::AllSplitAlike(in[0].shape.ndim(), 2, 1, -1);
     s.push_back({{B(), P()}, {P()}});  // linear in dy

@@ -30,7 +30,7 @@ void RegisterCrossEntropyOps() {
                  in[1].shape == Shape{in[0].shape[0]})
         << "cross_entropy needs logits [N, C] (got " << in[0].shape << ") and i64 labels [N] (got "
         << in[1].dtype << " " << in[1].shape << ")";
-    return std::vector<TensorSpec>{{Shape{in[0].shape[0]}, DType::kFloat32}};
+    return std::vector<TensorSpec>{{Shape{in[0].shape[0]}, DType::kFloat32}};  // f32 whatever the logits
   };
   def.sbp = [](const std::vector<TensorSpec>&, const Attrs&) {
     return std::vector<SbpSignature>{{{S(0), S(0)}, {S(0)}}};
@@ -60,7 +60,12 @@ void RegisterCrossEntropyOps() {
   OpDef grad;
   grad.name = "cross_entropy_grad";
   grad.inputs = {"logits", "labels", "dloss"};
-  grad.infer = defs::SameAsInput;
+  // dlogits in the logits' dtype; dloss is f32 like the loss.
+  grad.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    TESSEL_CHECK(in[2].dtype == DType::kFloat32)
+        << "cross_entropy_grad: dloss must be f32 (the loss is f32 whatever the logits), got " << in[2].dtype;
+    return std::vector<TensorSpec>{in[0]};
+  };
   grad.sbp = [](const std::vector<TensorSpec>&, const Attrs&) {
     return std::vector<SbpSignature>{{{S(0), S(0), S(0)}, {S(0)}}};
   };

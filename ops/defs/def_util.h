@@ -55,9 +55,10 @@ inline std::vector<SbpSignature> BroadcastSplits(const std::vector<TensorSpec>& 
   return sigs;
 }
 
+// f32, or f16/bf16 (which only the CUDA kernels compute in).
 inline void CheckFloat(const std::string& op, const TensorSpec& t, const char* what) {
-  TESSEL_CHECK(t.dtype == DType::kFloat32)
-      << op << ": " << what << " must be f32, got " << t.dtype << " " << t.shape;
+  TESSEL_CHECK(IsFloating(t.dtype)) << op << ": " << what << " must be floating (f32, bf16 or f16), got "
+                                    << t.dtype << " " << t.shape;
 }
 
 }  // namespace tessel::defs

@@ -13,8 +13,9 @@ namespace tessel {
 namespace {
 
 std::vector<TensorSpec> InferBinary(const std::string& op, const std::vector<TensorSpec>& in) {
-  TESSEL_CHECK(in[0].dtype == in[1].dtype) << op << ": dtypes differ (" << in[0].dtype << " " << in[0].shape
-                                           << " vs " << in[1].dtype << " " << in[1].shape << ")";
+  TESSEL_CHECK(in[0].dtype == in[1].dtype)
+      << op << ": dtypes differ: a is " << in[0].dtype << " " << in[0].shape << " but b is " << in[1].dtype
+      << " " << in[1].shape << "; cast one (fn::cast)";
   return {{cpu::BroadcastShapes(in[0].shape, in[1].shape), in[0].dtype}};
 }
 

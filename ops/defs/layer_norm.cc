@@ -16,6 +16,10 @@ void RegisterLayerNormOps() {
   def.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
     for (int i = 0; i < 3; ++i)
       defs::CheckFloat("layer_norm", in[i], i == 0 ? "x" : i == 1 ? "gamma" : "beta");
+    for (int i = 1; i < 3; ++i)
+      TESSEL_CHECK(in[i].dtype == in[0].dtype)
+          << "layer_norm: x is " << in[0].dtype << " but " << (i == 1 ? "gamma" : "beta") << " is "
+          << in[i].dtype << "; cast one (fn::cast)";
     const int64_t d = in[0].shape.ndim() ? in[0].shape[-1] : 0;
     TESSEL_CHECK(in[1].shape == Shape{d} && in[2].shape == Shape{d})
         << "layer_norm: gamma " << in[1].shape << " and beta " << in[2].shape << " must be [" << d
@@ -53,7 +57,12 @@ void RegisterLayerNormOps() {
   grad.name = "layer_norm_grad";
   grad.inputs = {"dy", "x", "gamma"};
   grad.num_outputs = 3;
+  // dx, dgamma and dbeta in x's dtype (which dy and gamma share).
   grad.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    for (int i : {0, 2})
+      TESSEL_CHECK(in[i].dtype == in[1].dtype)
+          << "layer_norm_grad: x is " << in[1].dtype << " but " << (i == 0 ? "dy" : "gamma") << " is "
+          << in[i].dtype << "; cast one (fn::cast)";
     return std::vector<TensorSpec>{in[1], in[2], in[2]};
   };
   // Row splits leave partial sums for the parameter gradients.

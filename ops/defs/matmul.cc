@@ -14,6 +14,8 @@ std::vector<TensorSpec> Infer(const std::vector<TensorSpec>& in, const Attrs& a)
   const Shape &sa = in[0].shape, &sb = in[1].shape;
   defs::CheckFloat("matmul", in[0], "a");
   defs::CheckFloat("matmul", in[1], "b");
+  TESSEL_CHECK(in[0].dtype == in[1].dtype)
+      << "matmul: a is " << in[0].dtype << " but b is " << in[1].dtype << "; cast one (fn::cast)";
   TESSEL_CHECK(sa.ndim() >= 2 && sb.ndim() >= 2)
       << "matmul needs operands of rank >= 2; got " << sa << " and " << sb;
   bool ta = a.Get<bool>("transpose_a"), tb = a.Get<bool>("transpose_b");
@@ -26,7 +28,7 @@ std::vector<TensorSpec> Infer(const std::vector<TensorSpec>& in, const Attrs& a)
   std::vector<int64_t> dims = batch.dims();
   dims.push_back(m);
   dims.push_back(n);
-  return {{Shape(dims), DType::kFloat32}};
+  return {{Shape(dims), in[0].dtype}};
 }
 
 // Row-parallel and column-parallel forms, the partial-sum form, batch splits.

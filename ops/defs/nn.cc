@@ -67,7 +67,7 @@ void RegisterEmbedding() {
         << in[1].shape;
     std::vector<int64_t> dims = in[1].shape.dims();
     dims.push_back(in[0].shape[1]);
-    return std::vector<TensorSpec>{{Shape(dims), DType::kFloat32}};
+    return std::vector<TensorSpec>{{Shape(dims), in[0].dtype}};
   };
   // ids split -> rows split; hidden split -> last dim split; vocab split
   // (B ids) -> partial sums, each rank contributing the rows it owns.
@@ -99,8 +99,9 @@ void RegisterEmbedding() {
   OpDef grad;
   grad.name = "embedding_grad";
   grad.inputs = {"ids", "dy"};
-  grad.infer = [](const std::vector<TensorSpec>&, const Attrs& a) {
-    return std::vector<TensorSpec>{{Shape(a.Get<std::vector<int64_t>>("shape")), DType::kFloat32}};
+  grad.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+    // In dy's dtype: the table's, whose gradient it is.
+    return std::vector<TensorSpec>{{Shape(a.Get<std::vector<int64_t>>("shape")), in[1].dtype}};
   };
   grad.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
     const int ids_rank = static_cast<int>(in[0].shape.ndim());
@@ -132,7 +133,7 @@ void RegisterPick() {
                  in[1].shape == Shape{in[0].shape[0]})
         << "pick needs x [N, C] and i64 labels [N]; got " << in[0].shape << " and " << in[1].dtype << " "
         << in[1].shape;
-    return std::vector<TensorSpec>{{Shape{in[0].shape[0]}, DType::kFloat32}};
+    return std::vector<TensorSpec>{{Shape{in[0].shape[0]}, in[0].dtype}};
   };
   // Class-split x: each rank picks the labels in its columns -> partial sums.
   def.sbp = [](const std::vector<TensorSpec>&, const Attrs&) {
@@ -163,7 +164,7 @@ void RegisterPick() {
   grad.name = "pick_grad";
   grad.inputs = {"labels", "dy"};
   grad.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
-    return std::vector<TensorSpec>{{Shape{in[0].shape[0], a.Get<int64_t>("columns")}, DType::kFloat32}};
+    return std::vector<TensorSpec>{{Shape{in[0].shape[0], a.Get<int64_t>("columns")}, in[1].dtype}};
   };
   grad.sbp = [](const std::vector<TensorSpec>&, const Attrs&) {
     return std::vector<SbpSignature>{{{S(0), S(0)}, {S(0)}}, {{B(), B()}, {S(1)}}, {{B(), P()}, {P()}}};
@@ -193,12 +194,12 @@ void RegisterPatchify() {
     def.infer = [inverse](const std::vector<TensorSpec>& in, const Attrs& a) {
       const int64_t p = a.Get<int64_t>("patch");
       if (inverse)
-        return std::vector<TensorSpec>{{Shape(a.Get<std::vector<int64_t>>("image_shape")), DType::kFloat32}};
+        return std::vector<TensorSpec>{{Shape(a.Get<std::vector<int64_t>>("image_shape")), in[0].dtype}};
       const Shape& s = in[0].shape;
       TESSEL_CHECK(s.ndim() == 4 && p > 0 && s[2] % p == 0 && s[3] % p == 0)
           << "patchify needs images [B, C, H, W] with H, W divisible by the patch size " << p << "; got "
           << s;
-      return std::vector<TensorSpec>{{Shape{s[0], (s[2] / p) * (s[3] / p), s[1] * p * p}, DType::kFloat32}};
+      return std::vector<TensorSpec>{{Shape{s[0], (s[2] / p) * (s[3] / p), s[1] * p * p}, in[0].dtype}};
     };
     def.sbp = [](const std::vector<TensorSpec>&, const Attrs&) {
       return std::vector<SbpSignature>{{{S(0)}, {S(0)}}, {{P()}, {P()}}};

@@ -36,7 +36,7 @@ std::vector<TensorSpec> InferReduce(const std::vector<TensorSpec>& in, const Att
     else if (a.Get<bool>("keepdim"))
       dims.push_back(1);
   }
-  return {{Shape(dims), DType::kFloat32}};
+  return {{Shape(dims), in[0].dtype}};
 }
 
 // A split on a reduced dimension leaves partial sums; on a kept one it stays.
@@ -117,8 +117,12 @@ void RegisterSumMean() {
     const std::vector<Tensor>& in = ctx.inputs;
     const Attrs& a = ctx.attrs;
     const auto& axes = a.Get<std::vector<int64_t>>("axes");
-    Tensor s = cuda::Reduce(cpu::ReduceOp::kSum, in[0], axes, a.Get<bool>("keepdim"));
     const double divisor = static_cast<double>(ReducedCount(ctx.logical_inputs[0].shape, a));
+    // bf16 and f16 divide the double sum and round once; f32 keeps the
+    // CPU's float sum times float(1 / divisor).
+    if (in[0].dtype() != DType::kFloat32)
+      return std::vector<Tensor>{cuda::Mean(in[0], axes, a.Get<bool>("keepdim"), divisor)};
+    Tensor s = cuda::Reduce(cpu::ReduceOp::kSum, in[0], axes, a.Get<bool>("keepdim"));
     return std::vector<Tensor>{cuda::BinaryScalar(cpu::BinaryOp::kMul, s, 1.0 / divisor)};
   };
 #endif

@@ -38,7 +38,11 @@ void RegisterSoftmaxOps() {
   OpDef grad;
   grad.name = "softmax_grad";
   grad.inputs = {"y", "dy"};
-  grad.infer = defs::SameAsInput;
+  grad.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    TESSEL_CHECK(in[1].dtype == in[0].dtype)
+        << "softmax_grad: y is " << in[0].dtype << " but dy is " << in[1].dtype << "; cast one (fn::cast)";
+    return std::vector<TensorSpec>{in[0]};
+  };
   grad.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
     return defs::AllSplitAlike(in[0].shape.ndim(), 2, 1, in[0].shape.ndim() - 1);
   };

@@ -25,7 +25,9 @@ void RegisterWhereCastOps() {
     TESSEL_CHECK(in[0].dtype == DType::kBool) << "where: condition must be bool, got " << in[0].dtype;
     defs::CheckFloat("where", in[1], "a");
     defs::CheckFloat("where", in[2], "b");
-    return std::vector<TensorSpec>{{Broadcast3(in), DType::kFloat32}};
+    TESSEL_CHECK(in[1].dtype == in[2].dtype)
+        << "where: a is " << in[1].dtype << " but b is " << in[2].dtype << "; cast one (fn::cast)";
+    return std::vector<TensorSpec>{{Broadcast3(in), in[1].dtype}};
   };
   where.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
     return defs::BroadcastSplits(in, Broadcast3(in));
@@ -54,6 +56,9 @@ void RegisterWhereCastOps() {
   equal.name = "equal";
   equal.inputs = {"a", "b"};
   equal.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    TESSEL_CHECK(in[0].dtype == in[1].dtype)
+        << "equal: a is " << in[0].dtype << " " << in[0].shape << " but b is " << in[1].dtype << " "
+        << in[1].shape << "; cast one (fn::cast)";
     return std::vector<TensorSpec>{{cpu::BroadcastShapes(in[0].shape, in[1].shape), DType::kBool}};
   };
   equal.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {

@@ -4,7 +4,9 @@ process on the CPU, and dp2 x tp2 with four ranks sharing the one GPU (their
 boxing goes through the host and Gloo, as NCCL cannot serve two ranks on one
 device) gives them too, all within 1e-5 relative over 20 iterations. A bad
 device name and cuda with graph mode are named before the first iteration
-(checked with or without a GPU). Without a GPU (or a build without CUDA)
+(checked with or without a GPU). Mixed precision: bf16 and f16 (with its
+loss scale) train with losses within 2e-2 of f32's, and a checkpoint saved
+under bf16 resumes without amp (it holds the f32 masters). Without a GPU (or a build without CUDA)
 the GPU part exits 77, which CTest reports as skipped; TESSEL_REQUIRE_GPU=1
 makes that a failure."""
 import os
@@ -62,4 +64,24 @@ check(f"GPU losses equal the CPU's within 1e-5 (worst {worst(gpu, cpu):.2e})",
 check(f"dp2 x tp2 on one GPU equals the CPU's within 1e-5 (worst {worst(shared, cpu):.2e})",
       len(shared) == ITERS and worst(shared, cpu) <= 1e-5)
 check("the loss falls", len(gpu) == ITERS and gpu[-1] < gpu[0] - 0.5, str(gpu))
+
+# Mixed precision on one GPU.
+for dtype in ("bf16", "f16"):
+    code, out, secs = train(1, common + layout_sets(1, 1, False) + [
+        "train.dist.device=cuda", "train.amp.enabled=true", f"train.amp.dtype={dtype}",
+        f"train.output_dir={work}/amp_{dtype}", "train.save_period=10",
+        f"train.checkpoint_dir={work}/amp_{dtype}/ckpt"])
+    low = [float(v) for _, v in LOSS.findall(out)]
+    check(f"{dtype}: trained ({secs:.1f} s)", code == 0 and len(low) == ITERS, out)
+    print(f"{dtype} losses:", " ".join(f"{v:.6f}" for v in low))
+    check(f"{dtype}: losses within 2e-2 of f32's (worst {worst(low, gpu):.2e})",
+          len(low) == ITERS and worst(low, gpu) <= 2e-2)
+    check(f"{dtype}: no step skipped", "step skipped" not in out, out)
+# The bf16 run's checkpoint holds the f32 masters: it resumes without amp.
+code, out, _ = train(1, common + layout_sets(1, 1, False) + [
+    "train.dist.device=cuda", "train.train_iter=30", f"train.output_dir={work}/amp_resume",
+    f"train.checkpoint_dir={work}/amp_bf16/ckpt"], extra=["--resume"])
+after = [float(v) for _, v in LOSS.findall(out)]
+check("a bf16 checkpoint resumes in f32 and trains 10 more iterations", code == 0 and "resumed from" in out
+      and len(after) == 10 and all(v == v and v < gpu[0] for v in after), out)
 finish()

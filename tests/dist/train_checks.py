@@ -32,9 +32,9 @@ class Trainer:
     def __init__(self, launcher, program, config):
         self.launcher, self.program, self.config = launcher, program, config
 
-    def __call__(self, nproc, sets, timeout=240):
+    def __call__(self, nproc, sets, timeout=240, extra=()):
         cmd = [self.launcher, "--nproc_per_node", str(nproc), "--master_port", "0", "--max_run_s",
-               str(timeout - 20), "--", self.program, "--config", self.config]
+               str(timeout - 20), "--", self.program, "--config", self.config] + list(extra)
         for s in sets:
             cmd += ["--set", s]
         return run(cmd, timeout=timeout)

@@ -329,6 +329,13 @@ std::vector<Tensor> OnDevice(const std::vector<Tensor>& ts, const Device& device
   return out;
 }
 
+// On the host in f32 (low-precision results are widened to compare).
+Tensor HostF32(const Tensor& t) {
+  Tensor host = t.To(Device::CPU());
+  return host.dtype() == DType::kFloat16 || host.dtype() == DType::kBFloat16 ? fn::cast(host, DType::kFloat32)
+                                                                             : host;
+}
+
 // A case's output and its input gradients (those compared), on the host.
 struct Result {
   Tensor out;
@@ -343,7 +350,7 @@ Result RunCase(const Case& k, const Tensor& dy, const Device& device) {
   Result r;
   {
     NoGradGuard no_grad;
-    r.out = k.forward(in).To(Device::CPU());
+    r.out = HostF32(k.forward(in));
   }
   std::vector<Tensor> leaves;
   bool any_grad = false;
@@ -356,17 +363,47 @@ Result RunCase(const Case& k, const Tensor& dy, const Device& device) {
   for (size_t i = 0; i < k.inputs.size(); ++i) {
     if (!k.inputs[i].grad) continue;
     EXPECT_TRUE(leaves[i].grad().defined()) << "no gradient for input " << i;
-    r.grads.push_back(leaves[i].grad().defined() ? leaves[i].grad().To(Device::CPU()) : Tensor());
+    r.grads.push_back(leaves[i].grad().defined() ? HostF32(leaves[i].grad()) : Tensor());
   }
   return r;
 }
 
-// Every case on `device` against PyTorch on `torch_device`; with
-// `cpu_too`, also against the CPU kernels. Returns the number of cases.
-int CheckParity(const Device& device, const std::string& torch_device, bool cpu_too) {
+// Tolerances (RelError: worst difference over the mean magnitude). f32:
+// the kernels agree with PyTorch to rounding. f16 and bf16: inputs and the
+// upstream gradient are rounded to the dtype, tessel computes in it
+// (outputs and intermediates stored in it, sums in f32), and PyTorch
+// computes in f32 from the same rounded values; the difference is the
+// dtype's rounding of a few stored intermediates (2^-11 and 2^-8 each).
+double Tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return 4e-3;
+    case DType::kBFloat16:
+      return 3e-2;
+    default:
+      return 1e-5;
+  }
+}
+
+// Cases that are f32 by nature: optimizer updates (f32 master weights) and
+// the cast round trip.
+bool F32Only(const Case& k) { return k.op == "adamw3" || k.op == "sgd3" || k.op == "cast_roundtrip"; }
+
+// Every case on `device` against PyTorch on `torch_device`, with floating
+// inputs in `dtype`; with `cpu_too`, also against the CPU kernels (f32).
+// Returns the number of cases.
+int CheckParity(const Device& device, const std::string& torch_device, bool cpu_too,
+                DType dtype = DType::kFloat32) {
   fs::path dir = fs::temp_directory_path() / ("tessel_parity_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  std::vector<Case> cases = MakeCases();
+  std::vector<Case> cases;
+  for (Case& k : MakeCases()) {
+    if (dtype != DType::kFloat32 && F32Only(k)) continue;
+    for (Input& i : k.inputs)
+      if (i.value.dtype() == DType::kFloat32) i.value = fn::cast(i.value, dtype);
+    cases.push_back(std::move(k));
+  }
+  const double tolerance = Tolerance(dtype);
   std::vector<Tensor> dys;
   std::vector<Result> results;
   std::ostringstream manifest;
@@ -383,16 +420,17 @@ int CheckParity(const Device& device, const std::string& torch_device, bool cpu_
                << ", \"dtype\": \"" << DTypeName(t.dtype())
                << "\", \"grad\": " << (k.inputs[i].grad ? "true" : "false") << "}";
     }
-    manifest << "]}";
-    Tensor out_shape_probe;
+    manifest << "]";
+    Tensor out_shape_probe;  // the output's shape and dtype, for the upstream gradient
     {
       NoGradGuard no_grad;
-      std::vector<Tensor> host;
-      for (const Input& i : k.inputs) host.push_back(i.value);
-      out_shape_probe = k.forward(host);
+      std::vector<Tensor> in;
+      for (const Input& i : k.inputs) in.push_back(i.value.To(device));
+      out_shape_probe = k.forward(in);
     }
-    dys.push_back(Randn(out_shape_probe.shape()));
+    dys.push_back(fn::cast(Randn(out_shape_probe.shape()), out_shape_probe.dtype()));
     WriteRaw(dir / (k.name + ".dy"), dys.back());
+    manifest << ", \"dy_dtype\": \"" << DTypeName(dys.back().dtype()) << "\"}";
     SCOPED_TRACE(k.name + " " + k.attrs_json);
     results.push_back(RunCase(k, dys.back(), device));
   }
@@ -410,12 +448,12 @@ int CheckParity(const Device& device, const std::string& torch_device, bool cpu_
     const Case& k = cases[c];
     const Result& got = results[c];
     SCOPED_TRACE(k.name + " " + k.attrs_json + " on " + device.ToString());
-    EXPECT_LE(RelError(got.out, ReadRaw(dir / (k.name + ".out"))), 1e-5) << "forward vs PyTorch";
+    EXPECT_LE(RelError(got.out, ReadRaw(dir / (k.name + ".out"))), tolerance) << "forward vs PyTorch";
     for (size_t g = 0; g < got.grads.size(); ++g) {
       Tensor ref = ReadRaw(dir / (k.name + ".grad" + std::to_string(g)));
       if (!got.grads[g].defined()) continue;  // RunCase reported it
       EXPECT_EQ(got.grads[g].shape(), ref.shape()) << "gradient " << g;
-      EXPECT_LE(RelError(got.grads[g], ref), 1e-5) << "gradient " << g << " vs PyTorch";
+      EXPECT_LE(RelError(got.grads[g], ref), tolerance) << "gradient " << g << " vs PyTorch";
     }
     if (cpu_too) {
       const Result cpu = RunCase(k, dys[c], Device::CPU());
@@ -428,9 +466,11 @@ int CheckParity(const Device& device, const std::string& torch_device, bool cpu_
   }
   std::ostringstream summary;
   for (const auto& [op, n] : checked) summary << " " << op << ":" << n;
-  std::printf("op parity on %s vs PyTorch on %s%s: %d op/case pairs, forward and backward (%zu ops):%s\n",
-              device.ToString().c_str(), torch_device.c_str(), cpu_too ? " and the CPU kernels" : "", total,
-              checked.size(), summary.str().c_str());
+  std::printf(
+      "op parity on %s in %s vs PyTorch on %s%s (tolerance %g): %d op/case pairs, forward and backward (%zu "
+      "ops):%s\n",
+      device.ToString().c_str(), std::string(DTypeName(dtype)).c_str(), torch_device.c_str(),
+      cpu_too ? " and the CPU kernels" : "", tolerance, total, checked.size(), summary.str().c_str());
   fs::remove_all(dir);
   return total;
 }
@@ -446,6 +486,19 @@ TEST(OpParity, CudaKernelsMatchPyTorchOnTheGpuAndTheCpuKernels) {
     GTEST_SKIP() << "skipped: no CUDA device";
   }
   EXPECT_GT(CheckParity(Device::CUDA(0), "cuda", true), 0);
+}
+
+// bf16 and f16 compute on the GPU against PyTorch in f32 on the same
+// rounded inputs, within each dtype's tolerance (see Tolerance).
+TEST(OpParity, CudaKernelsInBf16AndF16MatchPyTorch) {
+  if (cuda::DeviceCount() == 0) {
+    const char* required = std::getenv("TESSEL_REQUIRE_GPU");
+    if (required != nullptr && std::string(required) == "1")
+      FAIL() << "TESSEL_REQUIRE_GPU=1 but no CUDA device";
+    GTEST_SKIP() << "skipped: no CUDA device";
+  }
+  EXPECT_GT(CheckParity(Device::CUDA(0), "cuda", false, DType::kBFloat16), 0);
+  EXPECT_GT(CheckParity(Device::CUDA(0), "cuda", false, DType::kFloat16), 0);
 }
 #endif
 

@@ -17,14 +17,22 @@ import torch
 import torch.nn.functional as F
 
 DEVICE = "cpu"
-DTYPES = {"f32": (np.float32, torch.float32), "i64": (np.int64, torch.int64), "bool": (np.bool_, torch.bool)}
+DTYPES = {"f32": (np.float32, torch.float32), "i64": (np.int64, torch.int64), "bool": (np.bool_, torch.bool),
+          "f16": (np.float16, torch.float16), "bf16": (np.int16, torch.bfloat16)}
 
 
 def load(d, spec):
-    np_type, _ = DTYPES[spec["dtype"]]
+    """A tensor as the test wrote it. f16 and bf16 values are widened to f32:
+    the reference computes in f32 from the rounded values the kernel saw."""
+    np_type, torch_type = DTYPES[spec["dtype"]]
     arr = np.fromfile(os.path.join(d, spec["file"]), dtype=np_type).reshape(spec["shape"])
-    t = torch.from_numpy(arr.copy()).to(DEVICE)
-    if spec["dtype"] == "f32" and spec.get("grad", False):
+    t = torch.from_numpy(arr.copy())
+    if spec["dtype"] == "bf16":
+        t = t.view(torch.bfloat16)  # numpy has no bf16: the bits were read as int16
+    if spec["dtype"] in ("f16", "bf16"):
+        t = t.float()
+    t = t.to(DEVICE)
+    if t.is_floating_point() and spec.get("grad", False):
         t.requires_grad_(True)
     return t
 
@@ -134,7 +142,8 @@ def main(d):
         save(os.path.join(d, case["name"] + ".out"), out.detach())
         wanted = [t for t in ins if t.requires_grad]
         if wanted:
-            dy = load(d, {"file": case["name"] + ".dy", "shape": list(out.shape), "dtype": "f32"})
+            dy = load(d, {"file": case["name"] + ".dy", "shape": list(out.shape),
+                          "dtype": case.get("dy_dtype", "f32")})
             grads = torch.autograd.grad(out, wanted, grad_outputs=dy)
             for i, g in enumerate(grads):
                 save(os.path.join(d, f"{case['name']}.grad{i}"), g)

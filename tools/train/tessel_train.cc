@@ -31,6 +31,7 @@
 #include "graph/autograd.h"
 #include "graph/plan/graph.h"
 #include "layers/dist.h"
+#include "layers/mixed_precision.h"
 #include "layers/optimizer.h"
 #include "ops/functional.h"
 #include "runtime/actor_runtime.h"
@@ -149,6 +150,17 @@ int main(int argc, char** argv) {
   const int64_t global = t.global_batch_size(), tokens_per_sample = task->tokens_per_sample();
   const bool evaluate = c.evaluation().enabled();
   auto params = task->model().NamedParameters();
+  // Mixed precision: the model computes in f16/bf16; the optimizer, the
+  // clipping and checkpoints see the f32 masters under the same names.
+  std::unique_ptr<optim::MixedPrecision> amp;
+  if (t.amp().enabled()) {
+    amp = std::make_unique<optim::MixedPrecision>(
+        params, ParseDType(t.amp().dtype()),
+        optim::LossScaleConfig{.initial_scale = t.amp().initial_loss_scale(),
+                               .growth_interval = t.amp().loss_scale_window(),
+                               .min_scale = t.amp().min_loss_scale()});
+    params = amp->master_params();
+  }
   const config::OptimConfig& o = c.optim();
   optim::AdamW adamw(params, {.lr = o.lr(),
                               .beta1 = o.beta1(),
@@ -177,6 +189,7 @@ int main(int argc, char** argv) {
            {"model." + name, "optim." + name + ".exp_avg", "optim." + name + ".exp_avg_sq"})
         load.padded_rows[key] = rows;
     const auto meta = checkpoint::Load(found, saved, load);
+    if (amp) amp->CopyMastersToModel();
     start_iteration = std::stoll(meta.at("iteration"));
     TESSEL_CHECK(start_iteration <= t.train_iter())
         << "tessel-train: checkpoint " << found.string() << " is at iteration " << start_iteration
@@ -276,11 +289,18 @@ int main(int argc, char** argv) {
         period_data_seconds += std::chrono::duration<double>(Clock::now() - data_start).count();
         Tensor part_loss = task->Loss(in);
         if (micro_batches > 1) part_loss = fn::mul_scalar(part_loss, 1.0 / micro_batches);
-        part_loss.backward();
+        (amp ? amp->ScaleLoss(part_loss) : part_loss).backward();
         loss += optim::ScalarValue(part_loss);
       }
+      if (amp) amp->UnscaleGradients();
       grad_norm = optim::ClipGradNorm(params, clip);
-      adamw.Step();
+      if (!amp || amp->StepIsFinite(grad_norm)) {
+        adamw.Step();
+        if (amp) amp->CopyMastersToModel();
+      } else if (rank == 0) {
+        std::printf("iteration %ld: gradients overflowed f16; step skipped, loss scale now %g\n",
+                    static_cast<long>(it + 1), amp->loss_scale());
+      }
     }
     ++period_iterations;
     const int64_t done = it + 1;
