@@ -272,7 +272,7 @@ fs::path Save(const fs::path& dir, int64_t iteration, const NamedTensors& tensor
     for (auto& [writer, box] : Writers(*t)) {
       saved.boxes.push_back({writer, box});
       if (writer != rank) continue;
-      Tensor local = t->to_local();
+      Tensor local = t->to_local().To(Device::CPU());  // a GPU shard is written from a host copy
       mine.emplace_back(name, local);
       const char* bytes = static_cast<const char*>(local.raw_data());
       crcs[CrcKey(name)] = std::to_string(zoo::Crc32c(std::string_view(bytes, local.nbytes())));
@@ -405,7 +405,10 @@ std::map<std::string, std::string> Load(const fs::path& checkpoint, const NamedT
           << "); the file is damaged";
       sources.emplace_back(&b, bytes);
     }
-    Tensor local = t->to_local();
+    // Filled on the host (a GPU shard through a host copy of it, so rows the
+    // checkpoint lacks keep their values), then copied back to the device.
+    Tensor target = t->to_local();
+    Tensor local = target.device().is_cpu() ? target : target.To(Device::CPU());
     int64_t copied = 0;
     for (const auto& [b, bytes] : sources) {
       const Box overlap = need.Intersect(b->box);
@@ -416,6 +419,7 @@ std::map<std::string, std::string> Load(const fs::path& checkpoint, const NamedT
     TESSEL_CHECK(copied == need.numel())
         << "checkpoint " << checkpoint.string() << ": tensor '" << name << "': the saved boxes cover "
         << copied << " of the " << need.numel() << " elements of " << need.ToString();
+    if (!target.device().is_cpu()) target.CopyFrom(local);
   }
   return index.metadata;
 }

@@ -373,11 +373,13 @@ Result RunCase(const Case& k, const Tensor& dy, const Device& device) {
 // upstream gradient are rounded to the dtype, tessel computes in it
 // (outputs and intermediates stored in it, sums in f32), and PyTorch
 // computes in f32 from the same rounded values; the difference is the
-// dtype's rounding of a few stored intermediates (2^-11 and 2^-8 each).
+// dtype's rounding of a few stored intermediates (2^-11 and 2^-8 each),
+// amplified where the op cancels (softmax's gradient, y (dy - sum(y dy)),
+// reached 5.5e-3 in f16 on an H100).
 double Tolerance(DType dtype) {
   switch (dtype) {
     case DType::kFloat16:
-      return 4e-3;
+      return 1e-2;
     case DType::kBFloat16:
       return 3e-2;
     default:
