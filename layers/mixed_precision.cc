@@ -5,6 +5,10 @@
 #include "core/error.h"
 #include "graph/autograd.h"
 #include "ops/functional.h"
+#include "sbp/global_tensor.h"
+#ifdef TESSEL_HAS_CUDA
+#include "ops/cuda/multi_tensor.h"
+#endif
 
 namespace tessel::optim {
 
@@ -36,8 +40,44 @@ Tensor MixedPrecision::ScaleLoss(const Tensor& loss) const {
   return scale_ == 1.0 ? loss : fn::mul_scalar(loss, scale_);
 }
 
-void MixedPrecision::UnscaleGradients() {
+bool MixedPrecision::WholeOnGpu() const {
+#ifdef TESSEL_HAS_CUDA
+  for (const auto& [name, p] : model_) {
+    const Tensor g = p->grad();
+    if (!g.defined() || !g.device().is_cuda()) return false;
+    for (const Tensor* t : {static_cast<const Tensor*>(p), &g})
+      if (t->is_global() && t->placement().size() != 1) return false;
+  }
+  return !model_.empty();
+#else
+  return false;
+#endif
+}
+
+double MixedPrecision::UnscaleAndClip(double max_norm) {
   NoGradGuard no_grad;
+#ifdef TESSEL_HAS_CUDA
+  if (WholeOnGpu()) {
+    std::vector<Tensor> low, wide;
+    for (size_t i = 0; i < model_.size(); ++i) {
+      Tensor* p = model_[i].second;
+      low.push_back(p->grad().to_local());
+      Tensor w = Tensor::Empty(masters_[i].to_local().shape(), DType::kFloat32, low.back().device());
+      wide.push_back(w);
+      masters_[i].set_grad(masters_[i].is_global() ? MakeGlobal(w, masters_[i].shape(),
+                                                                masters_[i].placement(), masters_[i].nd_sbp())
+                                                   : w);
+      p->zero_grad();
+    }
+    const double norm = ScalarValue(cuda::UnscaleAndNorm(low, wide, 1.0 / scale_));
+    // ClipGradNorm's rule: scale by min(1, max_norm / (norm + 1e-6)).
+    const double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0 && std::isfinite(norm)) {
+      for (Tensor& m : masters_) m.set_grad(fn::mul_scalar(m.grad(), coef));
+    }
+    return norm;
+  }
+#endif
   for (size_t i = 0; i < model_.size(); ++i) {
     Tensor* p = model_[i].second;
     Tensor g = p->grad();
@@ -50,6 +90,7 @@ void MixedPrecision::UnscaleGradients() {
     masters_[i].set_grad(wide);
     p->zero_grad();
   }
+  return ClipGradNorm(master_ptrs_, max_norm);
 }
 
 bool MixedPrecision::StepIsFinite(double grad_norm) {
@@ -66,6 +107,22 @@ bool MixedPrecision::StepIsFinite(double grad_norm) {
 
 void MixedPrecision::CopyMastersToModel() {
   NoGradGuard no_grad;
+#ifdef TESSEL_HAS_CUDA
+  bool whole_on_gpu = true;
+  for (size_t i = 0; i < model_.size(); ++i) {
+    const Tensor* p = model_[i].second;
+    whole_on_gpu &= p->device().is_cuda() && (!p->is_global() || p->placement().size() == 1);
+  }
+  if (whole_on_gpu && !model_.empty()) {
+    std::vector<Tensor> src, dst;
+    for (size_t i = 0; i < model_.size(); ++i) {
+      src.push_back(masters_[i].to_local());
+      dst.push_back(model_[i].second->to_local());
+    }
+    cuda::CastInto(src, dst);
+    return;
+  }
+#endif
   for (size_t i = 0; i < model_.size(); ++i) {
     const Tensor low = fn::cast(masters_[i], dtype_);
     Tensor dst = model_[i].second->to_local();

@@ -36,9 +36,13 @@ class MixedPrecision {
   Tensor ScaleLoss(const Tensor& loss) const;
   // Moves the model's gradients to the masters: reduced into each
   // parameter's layout, cast to f32 and divided by the scale; the model's
-  // gradients are cleared.
-  void UnscaleGradients();
-  // After clipping computed the masters' gradient norm: false when it is
+  // gradients are cleared. Then clips the masters' gradients to global norm
+  // `max_norm` as ClipGradNorm does, and returns their norm before clipping.
+  // On one GPU (every parameter whole on this rank) the widening and the
+  // norm are two launches for all parameters instead of four small ops per
+  // parameter (ops/cuda/multi_tensor.h); elsewhere, ops.
+  double UnscaleAndClip(double max_norm);
+  // With the norm UnscaleAndClip returned: false when it is
   // not finite (the gradients overflowed): the masters' gradients are
   // dropped and the scale halved, and the caller skips the update. True
   // otherwise (every growth_interval-th such step doubles the scale).
@@ -55,6 +59,10 @@ class MixedPrecision {
   NamedParams master_ptrs_;
   DType dtype_;
   LossScaleConfig config_;
+  // Whether every parameter and gradient is a whole CUDA tensor on this
+  // rank, so the multi-tensor kernels can do the step's casts and norm.
+  bool WholeOnGpu() const;
+
   double scale_;
   int64_t clean_steps_ = 0, skipped_ = 0;
 };

@@ -4,9 +4,10 @@ process on the CPU, and dp2 x tp2 with four ranks sharing the one GPU (their
 boxing goes through the host and Gloo, as NCCL cannot serve two ranks on one
 device) gives them too, all within 1e-5 relative over 20 iterations. A bad
 device name and cuda with graph mode are named before the first iteration
-(checked with or without a GPU). Mixed precision: bf16 and f16 (with its
-loss scale) train with losses within 2e-2 of f32's, and a checkpoint saved
-under bf16 resumes without amp (it holds the f32 masters). Without a GPU (or a build without CUDA)
+(checked with or without a GPU), and so is mixed precision on the CPU.
+Mixed precision: bf16 and f16 (with its loss scale) on one GPU, and bf16
+under dp2 x tp2 sharing it, train with losses within 2e-2 of f32's, and a
+checkpoint saved under bf16 resumes without amp (it holds the f32 masters). Without a GPU (or a build without CUDA)
 the GPU part exits 77, which CTest reports as skipped; TESSEL_REQUIRE_GPU=1
 makes that a failure."""
 import os
@@ -30,6 +31,10 @@ code, out, _ = train(1, common + ["train.dist.device=cuda", "train.graph.enabled
                                   f"train.output_dir={work}/bad"], timeout=60)
 check("cuda with graph mode is refused", code != 0, out)
 expect("the error says graph mode is host-only for now", out, r"graph\.enabled: false")
+code, out, _ = train(1, common + ["train.graph.enabled=false", "train.amp.enabled=true",
+                                  f"train.output_dir={work}/bad"], timeout=60)
+check("mixed precision on the CPU is refused", code != 0, out)
+expect("the error says only the CUDA kernels compute in bf16", out, r"train\.amp.*CUDA kernels")
 
 
 def losses(name, nproc, tp, device):
@@ -77,6 +82,15 @@ for dtype in ("bf16", "f16"):
     check(f"{dtype}: losses within 2e-2 of f32's (worst {worst(low, gpu):.2e})",
           len(low) == ITERS and worst(low, gpu) <= 2e-2)
     check(f"{dtype}: no step skipped", "step skipped" not in out, out)
+# dp2 x tp2 sharing the GPU in bf16: the masters' step through ops (the
+# multi-tensor kernels serve whole parameters only), gradients reduced in
+# bf16 through the host.
+code, out, secs = train(4, common + layout_sets(2, 1, False) + [
+    "train.dist.device=cuda", "train.amp.enabled=true", f"train.output_dir={work}/amp_dp2xtp2"])
+low = [float(v) for _, v in LOSS.findall(out)]
+check(f"bf16 dp2 x tp2 on one GPU trained ({secs:.1f} s)", code == 0 and len(low) == ITERS, out)
+check(f"bf16 dp2 x tp2: losses within 2e-2 of f32's (worst {worst(low, gpu):.2e})",
+      len(low) == ITERS and worst(low, gpu) <= 2e-2)
 # The bf16 run's checkpoint holds the f32 masters: it resumes without amp.
 code, out, _ = train(1, common + layout_sets(1, 1, False) + [
     "train.dist.device=cuda", "train.train_iter=30", f"train.output_dir={work}/amp_resume",

@@ -292,8 +292,7 @@ int main(int argc, char** argv) {
         (amp ? amp->ScaleLoss(part_loss) : part_loss).backward();
         loss += optim::ScalarValue(part_loss);
       }
-      if (amp) amp->UnscaleGradients();
-      grad_norm = optim::ClipGradNorm(params, clip);
+      grad_norm = amp ? amp->UnscaleAndClip(clip) : optim::ClipGradNorm(params, clip);
       if (!amp || amp->StepIsFinite(grad_norm)) {
         adamw.Step();
         if (amp) amp->CopyMastersToModel();
