@@ -40,14 +40,13 @@ Tensor MixedPrecision::ScaleLoss(const Tensor& loss) const {
   return scale_ == 1.0 ? loss : fn::mul_scalar(loss, scale_);
 }
 
-bool MixedPrecision::WholeOnGpu() const {
+bool MixedPrecision::WholeOnGpu(bool with_grads) const {
 #ifdef TESSEL_HAS_CUDA
-  for (const auto& [name, p] : model_) {
-    const Tensor g = p->grad();
-    if (!g.defined() || !g.device().is_cuda()) return false;
-    for (const Tensor* t : {static_cast<const Tensor*>(p), &g})
-      if (t->is_global() && t->placement().size() != 1) return false;
-  }
+  auto whole_on_gpu = [](const Tensor& t) {
+    return t.defined() && t.device().is_cuda() && (!t.is_global() || t.placement().size() == 1);
+  };
+  for (const auto& [name, p] : model_)
+    if (!whole_on_gpu(*p) || (with_grads && !whole_on_gpu(p->grad()))) return false;
   return !model_.empty();
 #else
   return false;
@@ -57,7 +56,7 @@ bool MixedPrecision::WholeOnGpu() const {
 double MixedPrecision::UnscaleAndClip(double max_norm) {
   NoGradGuard no_grad;
 #ifdef TESSEL_HAS_CUDA
-  if (WholeOnGpu()) {
+  if (WholeOnGpu(/*with_grads=*/true)) {
     std::vector<Tensor> low, wide;
     for (size_t i = 0; i < model_.size(); ++i) {
       Tensor* p = model_[i].second;
@@ -108,12 +107,7 @@ bool MixedPrecision::StepIsFinite(double grad_norm) {
 void MixedPrecision::CopyMastersToModel() {
   NoGradGuard no_grad;
 #ifdef TESSEL_HAS_CUDA
-  bool whole_on_gpu = true;
-  for (size_t i = 0; i < model_.size(); ++i) {
-    const Tensor* p = model_[i].second;
-    whole_on_gpu &= p->device().is_cuda() && (!p->is_global() || p->placement().size() == 1);
-  }
-  if (whole_on_gpu && !model_.empty()) {
+  if (WholeOnGpu(/*with_grads=*/false)) {
     std::vector<Tensor> src, dst;
     for (size_t i = 0; i < model_.size(); ++i) {
       src.push_back(masters_[i].to_local());

@@ -59,9 +59,10 @@ class MixedPrecision {
   NamedParams master_ptrs_;
   DType dtype_;
   LossScaleConfig config_;
-  // Whether every parameter and gradient is a whole CUDA tensor on this
-  // rank, so the multi-tensor kernels can do the step's casts and norm.
-  bool WholeOnGpu() const;
+  // Whether every parameter (and, with_grads, its gradient) is a whole
+  // CUDA tensor on this rank, so the multi-tensor kernels can do the step's
+  // casts and norm.
+  bool WholeOnGpu(bool with_grads) const;
 
   double scale_;
   int64_t clean_steps_ = 0, skipped_ = 0;

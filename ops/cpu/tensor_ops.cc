@@ -73,7 +73,7 @@ Tensor PadSlice(const Tensor& part, const Shape& shape, int64_t dim, int64_t beg
   return out;
 }
 
-Tensor Concat(const std::vector<Tensor>& xs, int64_t dim) {
+Shape ConcatShape(const std::vector<Tensor>& xs, int64_t dim) {
   TESSEL_CHECK(!xs.empty()) << "concat of no tensors";
   dim = xs[0].shape().NormalizeAxis(dim);
   std::vector<int64_t> dims = xs[0].shape().dims();
@@ -89,7 +89,14 @@ Tensor Concat(const std::vector<Tensor>& xs, int64_t dim) {
     }
     dims[dim] += d[dim];
   }
-  Tensor out = Tensor::Empty(Shape(dims), xs[0].dtype());
+  return Shape(dims);
+}
+
+Tensor Concat(const std::vector<Tensor>& xs, int64_t dim) {
+  const Shape shape = ConcatShape(xs, dim);
+  dim = xs[0].shape().NormalizeAxis(dim);
+  Tensor out = Tensor::Empty(shape, xs[0].dtype());
+  const std::vector<int64_t>& dims = shape.dims();
   std::vector<int64_t> offset(dims.size(), 0);
   for (const Tensor& x : xs) {
     CopyBox(x.raw_data(), x.shape().dims(), std::vector<int64_t>(dims.size(), 0), out.raw_data(), dims,

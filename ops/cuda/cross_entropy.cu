@@ -6,6 +6,7 @@
 
 #include "ops/cuda/cross_entropy.h"
 #include "ops/cuda/cuda_util.cuh"
+#include "ops/cuda/row_util.cuh"
 
 namespace tessel::cuda {
 namespace {
@@ -17,102 +18,6 @@ namespace {
 constexpr int kRowWarps = 4;  // rows per block on the warp path
 constexpr int64_t kMaxWarpCols = 1024;
 constexpr int kMeanThreads = 1024;
-
-struct MaxOp {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-struct SumOp {
-  template <typename T>
-  __device__ T operator()(T a, T b) const {
-    return a + b;
-  }
-};
-
-template <typename T, typename Op>
-__device__ __forceinline__ T WarpAllReduce(T v, Op op) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-// Every thread of the block gets the result.
-template <typename T, typename Op>
-__device__ T BlockAllReduce(T v, T identity, Op op) {
-  __shared__ T scratch[32];
-  v = WarpAllReduce(v, op);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
-  __syncthreads();  // an earlier call's readers are done with scratch
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  return WarpAllReduce(lane < warps ? scratch[lane] : identity, op);
-}
-
-// Logits and their gradient are f32, bf16 or f16 (T): loaded as float,
-// computed exactly as in f32, the gradient rounded to nearest even on
-// store. The loss and dloss are always f32.
-template <typename T>
-__device__ __forceinline__ float ToFloat(T v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __bfloat162float(v);
-  } else if constexpr (std::is_same_v<T, __half>) {
-    return __half2float(v);
-  } else {
-    return v;
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(v);
-  } else if constexpr (std::is_same_v<T, __half>) {
-    return __float2half_rn(v);
-  } else {
-    return v;
-  }
-}
-
-// kVec elements moved as one 16-byte vector.
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Pack {
-  T e[kVec];
-};
-
-// kVec > 1 needs kVec * sizeof(T) == 16 and a 16-byte aligned p.
-template <int kVec, typename T>
-__device__ __forceinline__ void Load(const T* p, float (&v)[kVec]) {
-  if constexpr (std::is_same_v<T, float> && kVec == 4) {
-    const float4 t = *reinterpret_cast<const float4*>(p);
-    v[0] = t.x;
-    v[1] = t.y;
-    v[2] = t.z;
-    v[3] = t.w;
-  } else if constexpr (kVec > 1) {
-    static_assert(sizeof(T) * kVec == 16, "one 16-byte vector");
-    const Pack<T, kVec> t = *reinterpret_cast<const Pack<T, kVec>*>(p);
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) v[e] = ToFloat(t.e[e]);
-  } else {
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) v[e] = ToFloat(p[e]);
-  }
-}
-
-template <int kVec, typename T>
-__device__ __forceinline__ void Store(T* p, const float (&v)[kVec]) {
-  if constexpr (std::is_same_v<T, float> && kVec == 4) {
-    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-  } else if constexpr (kVec > 1) {
-    static_assert(sizeof(T) * kVec == 16, "one 16-byte vector");
-    Pack<T, kVec> t;
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) t.e[e] = FromFloat<T>(v[e]);
-    *reinterpret_cast<Pack<T, kVec>*>(p) = t;
-  } else {
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) p[e] = FromFloat<T>(v[e]);
-  }
-}
 
 __device__ __forceinline__ bool InRange(int64_t label, int64_t cols) { return label >= 0 && label < cols; }
 
@@ -141,7 +46,7 @@ __device__ __forceinline__ void WarpRowStats(const T* zr, int64_t cols, int lane
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = lane + 32 * j;
-    v[j] = c < cols ? ToFloat(zr[c]) : -INFINITY;
+    v[j] = c < cols ? ToF32(zr[c]) : -INFINITY;
     mx = fmaxf(mx, v[j]);
   }
   mx = WarpAllReduce(mx, MaxOp());
@@ -175,7 +80,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   float mx;
   double sum;
   WarpRowStats<kPerLane>(zr, cols, lane, v, mx, sum);
-  if (lane == 0) loss[row] = InRange(label, cols) ? RowLoss(mx, sum, ToFloat(zr[label])) : NAN;
+  if (lane == 0) loss[row] = InRange(label, cols) ? RowLoss(mx, sum, ToF32(zr[label])) : NAN;
 }
 
 template <int kVec, typename T>
@@ -200,7 +105,7 @@ __global__ void CrossEntropyBlockKernel(const T* __restrict__ z, const int64_t* 
   float mx;
   double sum;
   BlockMaxSum(m, s, mx, sum);
-  if (threadIdx.x == 0) loss[row] = InRange(label, cols) ? RowLoss(mx, sum, ToFloat(zr[label])) : NAN;
+  if (threadIdx.x == 0) loss[row] = InRange(label, cols) ? RowLoss(mx, sum, ToF32(zr[label])) : NAN;
 }
 
 // dz = softmax(z) * g - onehot(label) * g, in that order as on the CPU.
@@ -224,7 +129,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const int64_t c = lane + 32 * j;
-      if (c < cols) out[c] = FromFloat<T>(0.0f);
+      if (c < cols) out[c] = FromF32<T>(0.0f);
     }
     return;
   }
@@ -237,7 +142,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = lane + 32 * j;
-    if (c < cols) out[c] = FromFloat<T>(GradAt(v[j], mx, inv, g, c, label));
+    if (c < cols) out[c] = FromF32<T>(GradAt(v[j], mx, inv, g, c, label));
   }
 }
 

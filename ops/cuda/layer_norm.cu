@@ -9,6 +9,7 @@
 
 #include "ops/cuda/cuda_util.cuh"
 #include "ops/cuda/layer_norm.h"
+#include "ops/cuda/row_util.cuh"
 
 namespace tessel::cuda {
 namespace {
@@ -22,31 +23,6 @@ constexpr int64_t kMaxWarpCols = 1024;
 // kColRows rows of threads, each block summing one chunk of rows.
 constexpr int kColTile = 32;
 constexpr int kColRows = 8;
-
-// Elements of x, dy and the parameters are f32, bf16 or f16 (T): loaded as
-// float, computed exactly as in f32, rounded to nearest even on store. The
-// row statistics are always f32.
-template <typename T>
-__device__ __forceinline__ float ToFloat(T v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __bfloat162float(v);
-  } else if constexpr (std::is_same_v<T, __half>) {
-    return __half2float(v);
-  } else {
-    return v;
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(v);
-  } else if constexpr (std::is_same_v<T, __half>) {
-    return __float2half_rn(v);
-  } else {
-    return v;
-  }
-}
 
 template <typename T>
 __device__ __forceinline__ T WarpSum(T v) {
@@ -86,7 +62,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = lane + 32 * j;
-    v[j] = c < d ? ToFloat(xr[c]) : 0.0f;
+    v[j] = c < d ? ToF32(xr[c]) : 0.0f;
     s += v[j];
   }
   const float mu = WarpSum(s) / static_cast<float>(d);
@@ -107,8 +83,8 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = lane + 32 * j;
     if (c < d)
-      yr[c] = FromFloat<T>((v[j] - mu) * rs * (gamma ? ToFloat(gamma[c]) : 1.0f) +
-                           (beta ? ToFloat(beta[c]) : 0.0f));
+      yr[c] =
+          FromF32<T>((v[j] - mu) * rs * (gamma ? ToF32(gamma[c]) : 1.0f) + (beta ? ToF32(beta[c]) : 0.0f));
   }
 }
 
@@ -119,11 +95,11 @@ __global__ void LayerNormBlockKernel(const T* __restrict__ x, const T* __restric
   const int64_t row = blockIdx.x;
   const T* xr = x + row * d;
   float s = 0.0f;
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) s += ToFloat(xr[c]);
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) s += ToF32(xr[c]);
   const float mu = BlockSum(s) / static_cast<float>(d);
   float s2 = 0.0f;
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-    const float t = ToFloat(xr[c]) - mu;
+    const float t = ToF32(xr[c]) - mu;
     s2 += t * t;
   }
   const float rs = Rstd(BlockSum(s2), d, eps);
@@ -133,8 +109,8 @@ __global__ void LayerNormBlockKernel(const T* __restrict__ x, const T* __restric
   }
   T* yr = y + row * d;
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
-    yr[c] = FromFloat<T>((ToFloat(xr[c]) - mu) * rs * (gamma ? ToFloat(gamma[c]) : 1.0f) +
-                         (beta ? ToFloat(beta[c]) : 0.0f));
+    yr[c] = FromF32<T>((ToF32(xr[c]) - mu) * rs * (gamma ? ToF32(gamma[c]) : 1.0f) +
+                       (beta ? ToF32(beta[c]) : 0.0f));
 }
 
 // dx = rstd/d * (d*dxhat - sum(dxhat) - xhat*sum(dxhat*xhat)), dxhat =
@@ -157,8 +133,8 @@ __global__ void __launch_bounds__(kRowWarps * 32)
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = lane + 32 * j;
-    xv[j] = c < d ? ToFloat(xr[c]) : 0.0f;
-    gv[j] = c < d ? ToFloat(gr[c]) : 0.0f;
+    xv[j] = c < d ? ToF32(xr[c]) : 0.0f;
+    gv[j] = c < d ? ToF32(gr[c]) : 0.0f;
   }
   float mu, rs;
   if constexpr (kRecompute) {
@@ -188,7 +164,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
     const int64_t c = lane + 32 * j;
     if (c < d) {
       const double xhat = static_cast<double>(xv[j] - mu) * rs;
-      const double dxhat = gv[j] * (gamma ? ToFloat(gamma[c]) : 1.0f);
+      const double dxhat = gv[j] * (gamma ? ToF32(gamma[c]) : 1.0f);
       sum_dxhat += dxhat;
       sum_dxhat_xhat += dxhat * xhat;
     }
@@ -202,8 +178,8 @@ __global__ void __launch_bounds__(kRowWarps * 32)
     const int64_t c = lane + 32 * j;
     if (c < d) {
       const double xhat = static_cast<double>(xv[j] - mu) * rs;
-      const double dxhat = gv[j] * (gamma ? ToFloat(gamma[c]) : 1.0f);
-      out[c] = FromFloat<T>(static_cast<float>(scale * (dd * dxhat - sum_dxhat - xhat * sum_dxhat_xhat)));
+      const double dxhat = gv[j] * (gamma ? ToF32(gamma[c]) : 1.0f);
+      out[c] = FromF32<T>(static_cast<float>(scale * (dd * dxhat - sum_dxhat - xhat * sum_dxhat_xhat)));
     }
   }
 }
@@ -220,11 +196,11 @@ __global__ void LayerNormGradBlockKernel(const T* __restrict__ dy, const T* __re
   float mu, rs;
   if constexpr (kRecompute) {
     float s = 0.0f;
-    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) s += ToFloat(xr[c]);
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) s += ToF32(xr[c]);
     mu = BlockSum(s) / static_cast<float>(d);
     float s2 = 0.0f;
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-      const float t = ToFloat(xr[c]) - mu;
+      const float t = ToF32(xr[c]) - mu;
       s2 += t * t;
     }
     rs = Rstd(BlockSum(s2), d, eps);
@@ -238,8 +214,8 @@ __global__ void LayerNormGradBlockKernel(const T* __restrict__ dy, const T* __re
   }
   double sum_dxhat = 0, sum_dxhat_xhat = 0;
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-    const double xhat = static_cast<double>(ToFloat(xr[c]) - mu) * rs;
-    const double dxhat = ToFloat(gr[c]) * (gamma ? ToFloat(gamma[c]) : 1.0f);
+    const double xhat = static_cast<double>(ToF32(xr[c]) - mu) * rs;
+    const double dxhat = ToF32(gr[c]) * (gamma ? ToF32(gamma[c]) : 1.0f);
     sum_dxhat += dxhat;
     sum_dxhat_xhat += dxhat * xhat;
   }
@@ -248,9 +224,9 @@ __global__ void LayerNormGradBlockKernel(const T* __restrict__ dy, const T* __re
   const double dd = static_cast<double>(d), scale = static_cast<double>(rs) / dd;
   T* out = dx + row * d;
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-    const double xhat = static_cast<double>(ToFloat(xr[c]) - mu) * rs;
-    const double dxhat = ToFloat(gr[c]) * (gamma ? ToFloat(gamma[c]) : 1.0f);
-    out[c] = FromFloat<T>(static_cast<float>(scale * (dd * dxhat - sum_dxhat - xhat * sum_dxhat_xhat)));
+    const double xhat = static_cast<double>(ToF32(xr[c]) - mu) * rs;
+    const double dxhat = ToF32(gr[c]) * (gamma ? ToF32(gamma[c]) : 1.0f);
+    out[c] = FromF32<T>(static_cast<float>(scale * (dd * dxhat - sum_dxhat - xhat * sum_dxhat_xhat)));
   }
 }
 
@@ -271,8 +247,8 @@ __global__ void __launch_bounds__(kColTile* kColRows)
   if (c < d) {
 #pragma unroll 4
     for (int64_t r = r0 + threadIdx.y; r < r1; r += kColRows) {
-      const float g = ToFloat(dy[r * d + c]);
-      const double xhat = static_cast<double>(ToFloat(x[r * d + c]) - mean[r]) * rstd[r];
+      const float g = ToF32(dy[r * d + c]);
+      const double xhat = static_cast<double>(ToF32(x[r * d + c]) - mean[r]) * rstd[r];
       g_acc += g * xhat;
       b_acc += g;
     }
@@ -300,8 +276,8 @@ __global__ void LayerNormParamGradFinalKernel(const double* __restrict__ partial
       g += partial_gamma[k * d + c];
       b += partial_beta[k * d + c];
     }
-    dgamma[c] = FromFloat<T>(static_cast<float>(g));
-    dbeta[c] = FromFloat<T>(static_cast<float>(b));
+    dgamma[c] = FromF32<T>(static_cast<float>(g));
+    dbeta[c] = FromF32<T>(static_cast<float>(b));
   }
 }
 

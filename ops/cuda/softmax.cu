@@ -6,6 +6,7 @@
 
 #include "ops/cpu/broadcast.h"
 #include "ops/cuda/cuda_util.cuh"
+#include "ops/cuda/row_util.cuh"
 #include "ops/cuda/softmax.h"
 
 namespace tessel::cuda {
@@ -16,35 +17,6 @@ namespace {
 // mostly hits the cache).
 constexpr int kRowWarps = 4;  // rows per block on the warp path
 constexpr int64_t kMaxWarpCols = 1024;
-
-struct MaxOp {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-struct SumOp {
-  template <typename T>
-  __device__ T operator()(T a, T b) const {
-    return a + b;
-  }
-};
-
-template <typename T, typename Op>
-__device__ __forceinline__ T WarpAllReduce(T v, Op op) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-// Every thread of the block gets the result.
-template <typename T, typename Op>
-__device__ T BlockAllReduce(T v, T identity, Op op) {
-  __shared__ T scratch[32];
-  v = WarpAllReduce(v, op);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
-  __syncthreads();  // an earlier call's readers are done with scratch
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  return WarpAllReduce(lane < warps ? scratch[lane] : identity, op);
-}
 
 // Which keys of a row are visible: the causal limit and the mask.
 struct Visibility {
@@ -70,72 +42,6 @@ __device__ __forceinline__ RowVisibility ForRow(const Visibility& v, int64_t row
   return r;
 }
 
-// Scores and gradients are f32, bf16 or f16 (T): loaded as float, computed
-// exactly as in f32, rounded to nearest even on store.
-template <typename T>
-__device__ __forceinline__ float ToFloat(T v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __bfloat162float(v);
-  } else if constexpr (std::is_same_v<T, __half>) {
-    return __half2float(v);
-  } else {
-    return v;
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(v);
-  } else if constexpr (std::is_same_v<T, __half>) {
-    return __float2half_rn(v);
-  } else {
-    return v;
-  }
-}
-
-// kVec elements moved as one 16-byte vector.
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Pack {
-  T e[kVec];
-};
-
-// kVec > 1 needs kVec * sizeof(T) == 16 and a 16-byte aligned p.
-template <int kVec, typename T>
-__device__ __forceinline__ void Load(const T* p, float (&v)[kVec]) {
-  if constexpr (std::is_same_v<T, float> && kVec == 4) {
-    const float4 t = *reinterpret_cast<const float4*>(p);
-    v[0] = t.x;
-    v[1] = t.y;
-    v[2] = t.z;
-    v[3] = t.w;
-  } else if constexpr (kVec > 1) {
-    static_assert(sizeof(T) * kVec == 16, "one 16-byte vector");
-    const Pack<T, kVec> t = *reinterpret_cast<const Pack<T, kVec>*>(p);
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) v[e] = ToFloat(t.e[e]);
-  } else {
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) v[e] = ToFloat(p[e]);
-  }
-}
-
-template <int kVec, typename T>
-__device__ __forceinline__ void Store(T* p, const float (&v)[kVec]) {
-  if constexpr (std::is_same_v<T, float> && kVec == 4) {
-    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-  } else if constexpr (kVec > 1) {
-    static_assert(sizeof(T) * kVec == 16, "one 16-byte vector");
-    Pack<T, kVec> t;
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) t.e[e] = FromFloat<T>(v[e]);
-    *reinterpret_cast<Pack<T, kVec>*>(p) = t;
-  } else {
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) p[e] = FromFloat<T>(v[e]);
-  }
-}
-
 // Lane l holds columns l, l + 32, ...: each load is one coalesced line.
 template <int kPerLane, typename T>
 __global__ void __launch_bounds__(kRowWarps * 32)
@@ -150,7 +56,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = lane + 32 * j;
-    v[j] = c < cols && c <= keep.last ? ToFloat(xr[c]) : 0.0f;  // causally hidden scores are not read
+    v[j] = c < cols && c <= keep.last ? ToF32(xr[c]) : 0.0f;  // causally hidden scores are not read
   }
   uint32_t kept = 0;
   float mx = -INFINITY;
@@ -176,7 +82,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = lane + 32 * j;
-    if (c < cols) yr[c] = FromFloat<T>(v[j] * inv);
+    if (c < cols) yr[c] = FromF32<T>(v[j] * inv);
   }
 }
 
@@ -238,8 +144,8 @@ __global__ void __launch_bounds__(kRowWarps * 32)
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = lane + 32 * j;
-    yv[j] = c < cols ? ToFloat(yr[c]) : 0.0f;
-    gv[j] = c < cols ? ToFloat(gr[c]) : 0.0f;
+    yv[j] = c < cols ? ToF32(yr[c]) : 0.0f;
+    gv[j] = c < cols ? ToF32(gr[c]) : 0.0f;
   }
   double dot = 0;
 #pragma unroll
@@ -249,7 +155,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = lane + 32 * j;
-    if (c < cols) out[c] = FromFloat<T>(scale * yv[j] * (gv[j] - d));
+    if (c < cols) out[c] = FromF32<T>(scale * yv[j] * (gv[j] - d));
   }
 }
 

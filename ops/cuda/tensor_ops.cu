@@ -2,6 +2,7 @@
 #include <initializer_list>
 #include <type_traits>
 
+#include "ops/cpu/tensor_ops.h"
 #include "ops/cuda/cuda_util.cuh"
 #include "ops/cuda/tensor_ops.h"
 
@@ -342,21 +343,8 @@ Tensor Concat(const std::vector<Tensor>& xs, int64_t dim) {
   TESSEL_CHECK(!xs.empty()) << "concat of no tensors";
   SetDevice(xs[0].device());
   CheckOnDevice("concat", xs[0].device(), xs);
+  const Shape shape = cpu::ConcatShape(xs, dim);
   dim = xs[0].shape().NormalizeAxis(dim);
-  std::vector<int64_t> dims = xs[0].shape().dims();
-  dims[dim] = 0;
-  for (const Tensor& x : xs) {
-    std::vector<int64_t> d = x.shape().dims();
-    TESSEL_CHECK(x.dtype() == xs[0].dtype() && d.size() == dims.size())
-        << "concat of " << xs[0].ToString() << " and " << x.ToString();
-    for (size_t i = 0; i < d.size(); ++i) {
-      TESSEL_CHECK(static_cast<int64_t>(i) == dim || d[i] == xs[0].shape().dims()[i])
-          << "concat along " << dim << ": shapes " << xs[0].shape() << " and " << x.shape()
-          << " differ in dimension " << i;
-    }
-    dims[dim] += d[dim];
-  }
-  const Shape shape(dims);
   Tensor out = Tensor::Empty(shape, xs[0].dtype(), xs[0].device());
   if (out.numel() == 0) return out;
   int64_t outer, inner;
@@ -365,8 +353,8 @@ Tensor Concat(const std::vector<Tensor>& xs, int64_t dim) {
   int64_t offset = 0;
   for (const Tensor& x : xs) {
     const int64_t width = x.shape().dims()[dim] * inner * es;
-    CopyRows(static_cast<char*>(out.raw_data()) + offset * inner * es, dims[dim] * inner * es, x.raw_data(),
-             width, width, outer);
+    CopyRows(static_cast<char*>(out.raw_data()) + offset * inner * es, shape.dims()[dim] * inner * es,
+             x.raw_data(), width, width, outer);
     offset += x.shape().dims()[dim];
   }
   return out;
