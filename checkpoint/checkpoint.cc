@@ -20,7 +20,7 @@
 #include "core/error.h"
 #include "sbp/global_tensor.h"
 #include "sbp/placement.h"
-#include "zoo/event_writer.h"
+#include "zoo/crc32c.h"
 #include "zoo/safetensors.h"
 
 namespace tessel::checkpoint {
@@ -29,7 +29,11 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kFormat = "tessel.checkpoint";
-constexpr int kVersion = 1;
+// Version 2 stores boxes as chunk grids ("chunks" per box); version 1
+// (one tensor per box) still loads.
+constexpr int kVersion = 2;
+constexpr int kOldestVersion = 1;
+constexpr int64_t kMaxChunksPerBox = int64_t{1} << 24;
 constexpr uint64_t kMaxIndexBytes = 1ull << 30;
 constexpr int64_t kMaxDim = int64_t{1} << 48;
 constexpr size_t kMaxBoxes = 1 << 16;  // per tensor: one per distinct shard of the saving job at most
@@ -46,7 +50,8 @@ std::string ShardName(int rank, int world) {
   return name;
 }
 
-std::string CrcKey(const std::string& tensor) { return "crc32c:" + tensor; }
+// The metadata key of a shard entry's checksum.
+std::string CrcKey(const std::string& entry) { return "crc32c:" + entry; }
 
 // Writes `text` to `path` and fsyncs it.
 void WriteDurably(const fs::path& path, const std::string& text) {
@@ -122,9 +127,11 @@ CheckpointIndex ParseIndex(std::string_view text, const std::string& name) {
   TESSEL_CHECK(j.contains("format") && j["format"] == kFormat)
       << "checkpoint index " << name << " is not a tessel checkpoint index (its \"format\" is not \""
       << kFormat << "\")";
-  TESSEL_CHECK(j.contains("version") && j["version"] == kVersion)
+  TESSEL_CHECK(j.contains("version") && j["version"].is_number_unsigned() &&
+               j["version"].get<uint64_t>() >= kOldestVersion && j["version"].get<uint64_t>() <= kVersion)
       << "checkpoint index " << name << ": version "
-      << (j.contains("version") ? j["version"].dump() : "missing") << "; expected " << kVersion;
+      << (j.contains("version") ? j["version"].dump() : "missing") << "; expected " << kOldestVersion << " to "
+      << kVersion << " (a newer tessel wrote it?)";
   CheckpointIndex index;
   const nlohmann::json& world = j.contains("world_size") ? j["world_size"] : nlohmann::json();
   TESSEL_CHECK(world.is_number_unsigned() && world.get<uint64_t>() >= 1 &&
@@ -200,7 +207,26 @@ CheckpointIndex ParseIndex(std::string_view text, const std::string& name) {
         ranges.push_back(
             {static_cast<int64_t>(lo.get<uint64_t>()), static_cast<int64_t>(hi.get<uint64_t>())});
       }
-      SavedBox saved{static_cast<int>(b["file"].get<uint64_t>()), Box(std::move(ranges))};
+      SavedBox saved{static_cast<int>(b["file"].get<uint64_t>()), Box(std::move(ranges)), {}};
+      if (b.contains("chunks")) {
+        const nlohmann::json& grid = b["chunks"];
+        TESSEL_CHECK(grid.is_array() && grid.size() == t.shape.size())
+            << where() << ": box " << b.dump().substr(0, 200) << ": \"chunks\" is not an array of "
+            << t.shape.size() << " part counts";
+        int64_t count = 1;
+        for (size_t d = 0; d < grid.size(); ++d) {
+          const int64_t extent = saved.box[static_cast<int64_t>(d)].size();
+          TESSEL_CHECK(grid[d].is_number_unsigned() && grid[d].get<uint64_t>() >= 1 &&
+                       grid[d].get<uint64_t>() <= static_cast<uint64_t>(std::max<int64_t>(1, extent)))
+              << where() << ": box " << b.dump().substr(0, 200) << ": chunks " << grid.dump()
+              << "; expected between 1 and the box's extent per dimension";
+          saved.chunks.push_back(static_cast<int64_t>(grid[d].get<uint64_t>()));
+          count *= saved.chunks.back();
+          TESSEL_CHECK(count <= kMaxChunksPerBox)
+              << where() << ": box " << b.dump().substr(0, 200) << " has more than " << kMaxChunksPerBox
+              << " chunks";
+        }
+      }
       for (const SavedBox& other : t.boxes)
         TESSEL_CHECK(saved.box.Intersect(other.box).empty())
             << where() << ": boxes " << saved.box.ToString() << " and " << other.box.ToString() << " overlap";
@@ -236,11 +262,47 @@ std::string IndexText(const CheckpointIndex& index) {
         begin.push_back(b.box[d].begin);
         end.push_back(b.box[d].end);
       }
-      e["boxes"].push_back({{"file", b.file}, {"begin", begin}, {"end", end}});
+      nlohmann::json box = {{"file", b.file}, {"begin", begin}, {"end", end}};
+      if (std::any_of(b.chunks.begin(), b.chunks.end(), [](int64_t p) { return p > 1; }))
+        box["chunks"] = b.chunks;
+      e["boxes"].push_back(std::move(box));
     }
     j["tensors"][name] = std::move(e);
   }
   return j.dump(1);
+}
+
+std::vector<int64_t> ChunkGrid(const Shape& shape, size_t element_size, int64_t chunk_bytes) {
+  const int64_t n = shape.ndim();
+  std::vector<int64_t> parts(n, 1);
+  auto extent = [&](int64_t d) { return (shape[d] + parts[d] - 1) / parts[d]; };  // the largest chunk's
+  while (true) {
+    int64_t bytes = static_cast<int64_t>(element_size), longest = -1;
+    for (int64_t d = 0; d < n; ++d) {
+      bytes *= extent(d);
+      if (extent(d) >= 2 && (longest < 0 || extent(d) > extent(longest))) longest = d;
+    }
+    if (bytes <= chunk_bytes || longest < 0) return parts;
+    parts[longest] = std::min(parts[longest] * 2, shape[longest]);
+  }
+}
+
+std::vector<Chunk> Chunks(const std::string& tensor, const SavedBox& saved) {
+  const int64_t n = saved.box.ndim();
+  std::vector<int64_t> grid = saved.chunks.empty() ? std::vector<int64_t>(n, 1) : saved.chunks;
+  int64_t count = 1;
+  for (int64_t p : grid) count *= p;
+  if (count == 1) return {{saved.box, tensor}};
+  std::vector<Chunk> chunks;
+  chunks.reserve(static_cast<size_t>(count));
+  std::vector<int64_t> coord(n, 0);
+  for (int64_t k = 0; k < count; ++k) {
+    std::vector<Range> ranges(n);
+    for (int64_t d = 0; d < n; ++d) ranges[d] = BalancedPart(saved.box[d], grid[d], coord[d]);
+    chunks.push_back({Box(std::move(ranges)), tensor + "#" + std::to_string(k)});
+    for (int64_t d = n - 1; d >= 0 && ++coord[d] == grid[d]; --d) coord[d] = 0;
+  }
+  return chunks;
 }
 
 fs::path Save(const fs::path& dir, int64_t iteration, const NamedTensors& tensors,
@@ -254,8 +316,12 @@ fs::path Save(const fs::path& dir, int64_t iteration, const NamedTensors& tensor
   index.world_size = world;
   index.metadata = metadata;
   for (int r = 0; r < world; ++r) index.files.push_back(ShardName(r, world));
-  std::vector<std::pair<std::string, Tensor>> mine;
+  // This rank's chunks, written straight from its shards (no copies): the
+  // checksums first (they go in the header), then the bytes.
+  std::vector<zoo::SafetensorsSource> mine;
   std::map<std::string, std::string> crcs;
+  TESSEL_CHECK(options.chunk_bytes > 0) << "checkpoint: chunk_bytes " << options.chunk_bytes
+                                        << "; expected a positive byte count";
   for (const auto& [name, t] : tensors) {
     TESSEL_CHECK(t != nullptr && t->defined()) << "checkpoint: tensor '" << name << "' is undefined";
     TESSEL_CHECK(!t->is_global() || !t->nd_sbp().has_partial())
@@ -269,13 +335,26 @@ fs::path Save(const fs::path& dir, int64_t iteration, const NamedTensors& tensor
       saved.placement = t->placement().ToString();
       saved.nd_sbp = t->nd_sbp().ToString();
     }
+    const size_t element = ElementSize(t->dtype());
     for (auto& [writer, box] : Writers(*t)) {
-      saved.boxes.push_back({writer, box});
+      saved.boxes.push_back({writer, box, ChunkGrid(box.shape(), element, options.chunk_bytes)});
       if (writer != rank) continue;
-      Tensor local = t->to_local().To(Device::CPU());  // a GPU shard is written from a host copy
-      mine.emplace_back(name, local);
-      const char* bytes = static_cast<const char*>(local.raw_data());
-      crcs[CrcKey(name)] = std::to_string(zoo::Crc32c(std::string_view(bytes, local.nbytes())));
+      const Tensor local = t->to_local().To(Device::CPU());  // a GPU shard is written from a host copy
+      const std::vector<int64_t> held = Dims(box.shape());
+      for (const Chunk& chunk : Chunks(name, saved.boxes.back())) {
+        const std::vector<int64_t> offset = chunk.box.OffsetIn(box), extent = Dims(chunk.box.shape());
+        zoo::Crc32cAccumulator crc;
+        const auto* base = static_cast<const uint8_t*>(local.raw_data());
+        ForEachRun(held, offset, extent, element,
+                   [&](int64_t at, size_t bytes) { crc.Update(base + at, bytes); });
+        crcs[CrcKey(chunk.entry)] = std::to_string(crc.value());
+        mine.push_back({chunk.entry, saved.dtype, extent,
+                        [local, held, offset, extent, element](const zoo::SafetensorsSource::Sink& write) {
+                          const auto* data = static_cast<const uint8_t*>(local.raw_data());
+                          ForEachRun(held, offset, extent, element,
+                                     [&](int64_t at, size_t bytes) { write(data + at, bytes); });
+                        }});
+      }
     }
   }
   if (rank == 0) {
@@ -343,17 +422,104 @@ CheckpointIndex ReadIndex(const fs::path& checkpoint) {
   return ParseIndex(text, index_path.string());
 }
 
+struct Reader::Shard {
+  std::unique_ptr<zoo::SafetensorsFile> file;
+  int fd = -1;
+  ~Shard() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+Reader::Reader(const fs::path& checkpoint) : path_(checkpoint), index_(ReadIndex(checkpoint)) {}
+Reader::~Reader() = default;
+
+Reader::Shard& Reader::OpenShard(int file) {
+  std::unique_ptr<Shard>& slot = shards_[file];
+  if (!slot) {
+    auto shard = std::make_unique<Shard>();
+    const fs::path p = path_ / index_.files[static_cast<size_t>(file)];
+    // The header through a mapping without read-ahead; chunks by pread with
+    // read-ahead off, so the kernel reads the pages asked for and no more.
+    shard->file = std::make_unique<zoo::SafetensorsFile>(p, zoo::SafetensorsFile::Access::kRandom);
+    shard->fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    TESSEL_CHECK(shard->fd >= 0) << "checkpoint: cannot open " << p.string() << ": " << std::strerror(errno);
+    ::posix_fadvise(shard->fd, 0, 0, POSIX_FADV_RANDOM);
+    slot = std::move(shard);
+  }
+  return *slot;
+}
+
+void Reader::ReadBox(const std::string& name, const Box& box, void* out) {
+  const auto it = index_.tensors.find(name);
+  TESSEL_CHECK(it != index_.tensors.end())
+      << "checkpoint " << path_.string() << " has no tensor '" << name << "' (of " << index_.tensors.size()
+      << " tensors; a checkpoint of another model?)";
+  const SavedTensor& saved = it->second;
+  const size_t element = zoo::SafetensorsElementSize(saved.dtype);
+  // Every chunk the box overlaps is read and checked before any is copied.
+  std::vector<std::pair<Box, std::vector<uint8_t>>> parts;
+  for (const SavedBox& b : saved.boxes) {
+    if (box.Intersect(b.box).empty()) continue;
+    Shard& shard = OpenShard(b.file);
+    const zoo::SafetensorsFile& file = *shard.file;
+    for (const Chunk& chunk : Chunks(name, b)) {
+      if (box.Intersect(chunk.box).empty()) continue;
+      const std::string where = "checkpoint shard " + file.path().string() + ": tensor '" + name + "'" +
+                                (chunk.entry == name ? "" : " (chunk '" + chunk.entry + "')");
+      TESSEL_CHECK(file.contains(chunk.entry))
+          << where << " is missing (the index says this shard holds its box " << chunk.box.ToString() << ")";
+      const zoo::SafetensorsEntry& entry = file.entry(chunk.entry);
+      TESSEL_CHECK(entry.dtype == saved.dtype && entry.shape == Dims(chunk.box.shape()))
+          << where << " is " << entry.dtype << " " << Shape(entry.shape) << "; the index says " << saved.dtype
+          << " " << chunk.box.shape();
+      const auto crc = file.metadata().find(CrcKey(chunk.entry));
+      TESSEL_CHECK(crc != file.metadata().end()) << where << " has no checksum";
+      std::vector<uint8_t> bytes(static_cast<size_t>(entry.end - entry.begin));
+      const uint64_t offset = file.file_offset(chunk.entry);
+      for (size_t done = 0; done < bytes.size();) {
+        const ssize_t got = ::pread(shard.fd, bytes.data() + done, bytes.size() - done,
+                                    static_cast<off_t>(offset + done));
+        if (got < 0 && errno == EINTR) continue;
+        TESSEL_CHECK(got > 0) << where << ": cannot read " << bytes.size() << " bytes at offset "
+                              << offset + done << ": " << (got < 0 ? std::strerror(errno) : "end of file");
+        done += static_cast<size_t>(got);
+      }
+      const uint32_t actual = zoo::Crc32c(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+      TESSEL_CHECK(std::to_string(actual) == crc->second)
+          << where << ": checksum mismatch (CRC-32C " << actual << ", saved " << crc->second
+          << "); the file is damaged";
+      stats_.bytes_read += static_cast<int64_t>(bytes.size());
+      ++stats_.chunks_read;
+      parts.emplace_back(chunk.box, std::move(bytes));
+    }
+  }
+  int64_t copied = 0;
+  for (const auto& [chunk_box, bytes] : parts) {
+    const Box overlap = box.Intersect(chunk_box);
+    CopyBox(bytes.data(), Dims(chunk_box.shape()), overlap.OffsetIn(chunk_box), out, Dims(box.shape()),
+            overlap.OffsetIn(box), Dims(overlap.shape()), element);
+    copied += overlap.numel();
+  }
+  TESSEL_CHECK(copied == box.numel()) << "checkpoint " << path_.string() << ": tensor '" << name
+                                      << "': the saved boxes cover " << copied << " of the " << box.numel()
+                                      << " elements of " << box.ToString();
+  stats_.bytes_needed += box.numel() * static_cast<int64_t>(element);
+}
+
+Tensor Reader::ReadTensor(const std::string& name) {
+  const auto it = index_.tensors.find(name);
+  TESSEL_CHECK(it != index_.tensors.end())
+      << "checkpoint " << path_.string() << " has no tensor '" << name << "'";
+  Tensor t = Tensor::Empty(Shape(it->second.shape), zoo::DTypeOfSafetensors(it->second.dtype));
+  ReadBox(name, Box::Full(t.shape()), t.raw_data());
+  return t;
+}
+
 std::map<std::string, std::string> Load(const fs::path& checkpoint, const NamedTensors& tensors,
                                         const LoadOptions& options) {
-  const CheckpointIndex index = ReadIndex(checkpoint);
+  Reader reader(checkpoint);
+  const CheckpointIndex& index = reader.index();
   const int rank = CurrentRank();
-  std::map<int, std::unique_ptr<zoo::SafetensorsFile>> shards;
-  auto shard = [&](int file) -> const zoo::SafetensorsFile& {
-    auto& slot = shards[file];
-    if (!slot)
-      slot = std::make_unique<zoo::SafetensorsFile>(checkpoint / index.files[static_cast<size_t>(file)]);
-    return *slot;
-  };
   // Every tensor is checked against the index before any is written.
   for (const auto& [name, t] : tensors) {
     const auto it = index.tensors.find(name);
@@ -382,45 +548,23 @@ std::map<std::string, std::string> Load(const fs::path& checkpoint, const NamedT
     Box need = held;
     if (options.padded_rows.count(name) && need.ndim() > 0)
       need[0].end = std::max(need[0].begin, std::min(need[0].end, saved.shape[0]));
+    if (need.empty()) continue;
     const size_t element = ElementSize(t->dtype());
-    // The saved boxes this rank reads, checked first.
-    std::vector<std::pair<const SavedBox*, std::span<const uint8_t>>> sources;
-    for (const SavedBox& b : saved.boxes) {
-      if (need.Intersect(b.box).empty()) continue;
-      const zoo::SafetensorsFile& file = shard(b.file);
-      const std::string where = "checkpoint shard " + file.path().string() + ": tensor '" + name + "'";
-      TESSEL_CHECK(file.contains(name))
-          << where << " is missing (the index says this shard holds its box " << b.box.ToString() << ")";
-      const zoo::SafetensorsEntry& entry = file.entry(name);
-      TESSEL_CHECK(entry.dtype == saved.dtype && entry.shape == Dims(b.box.shape()))
-          << where << " is " << entry.dtype << " " << Shape(entry.shape) << "; the index says " << saved.dtype
-          << " " << b.box.shape();
-      const std::span<const uint8_t> bytes = file.bytes(name);
-      const auto crc = file.metadata().find(CrcKey(name));
-      TESSEL_CHECK(crc != file.metadata().end()) << where << " has no checksum";
-      const uint32_t actual =
-          zoo::Crc32c(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-      TESSEL_CHECK(std::to_string(actual) == crc->second)
-          << where << ": checksum mismatch (CRC-32C " << actual << ", saved " << crc->second
-          << "); the file is damaged";
-      sources.emplace_back(&b, bytes);
-    }
-    // Filled on the host (a GPU shard through a host copy of it, so rows the
+    // Read on the host (a GPU shard through a host copy of it, so rows the
     // checkpoint lacks keep their values), then copied back to the device.
     Tensor target = t->to_local();
     Tensor local = target.device().is_cpu() ? target : target.To(Device::CPU());
-    int64_t copied = 0;
-    for (const auto& [b, bytes] : sources) {
-      const Box overlap = need.Intersect(b->box);
-      CopyBox(bytes.data(), Dims(b->box.shape()), overlap.OffsetIn(b->box), local.raw_data(),
-              Dims(held.shape()), overlap.OffsetIn(held), Dims(overlap.shape()), element);
-      copied += overlap.numel();
+    if (need == held) {
+      reader.ReadBox(name, need, local.raw_data());
+    } else {
+      std::vector<uint8_t> part(static_cast<size_t>(need.numel()) * element);
+      reader.ReadBox(name, need, part.data());
+      CopyBox(part.data(), Dims(need.shape()), std::vector<int64_t>(need.ndim(), 0), local.raw_data(),
+              Dims(held.shape()), need.OffsetIn(held), Dims(need.shape()), element);
     }
-    TESSEL_CHECK(copied == need.numel())
-        << "checkpoint " << checkpoint.string() << ": tensor '" << name << "': the saved boxes cover "
-        << copied << " of the " << need.numel() << " elements of " << need.ToString();
     if (!target.device().is_cpu()) target.CopyFrom(local);
   }
+  if (options.stats != nullptr) *options.stats = reader.stats();
   return index.metadata;
 }
 

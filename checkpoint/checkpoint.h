@@ -13,13 +13,20 @@
 //   latest                                       "iter_0000100": the last complete one
 // A save writes into iter_N.tmp/, fsyncs every file, renames the directory
 // and only then moves `latest`, so a job killed during a save leaves the
-// previous checkpoint whole. Each saved box carries a CRC-32C (in its
-// shard's metadata), checked when a load reads it.
+// previous checkpoint whole.
+//
+// A saved box is stored as a grid of chunks (ChunkGrid: about 256 KiB each,
+// cut in halves along its longest extents), each a tensor of its own in the
+// shard with its own CRC-32C in the shard's metadata. A rank loading under
+// another layout reads (pread, read-ahead off) and checks only the chunks
+// its boxes overlap: a split along rows or columns of a saved box reads
+// little more than what the rank keeps.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +42,9 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor*>>;
 struct SavedBox {
   int file = 0;  // index into CheckpointIndex::files
   Box box;
+  // Parts per dimension the box is stored as (balanced splits; empty: one
+  // chunk, the whole box, as version-1 checkpoints store every box).
+  std::vector<int64_t> chunks;
 };
 struct SavedTensor {
   std::string dtype;  // safetensors dtype name
@@ -55,9 +65,25 @@ struct CheckpointIndex {
 CheckpointIndex ParseIndex(std::string_view text, const std::string& name);
 std::string IndexText(const CheckpointIndex& index);
 
+// The chunk grid a save stores a box of `shape` as: starting from one
+// chunk, the dimension whose chunks are longest is cut in twice as many
+// parts until a chunk holds at most `chunk_bytes` (or no dimension can be
+// cut further). Powers of two line the chunk edges up with the balanced
+// splits of other data- and tensor-parallel sizes.
+std::vector<int64_t> ChunkGrid(const Shape& shape, size_t element_size, int64_t chunk_bytes);
+// The chunks of `saved` (all of it when it has no grid), each as the box it
+// covers of the tensor and its name in the shard: the tensor's name for a
+// one-chunk box, else "<tensor>#<k>" with k the chunk's row-major index.
+struct Chunk {
+  Box box;
+  std::string entry;
+};
+std::vector<Chunk> Chunks(const std::string& tensor, const SavedBox& saved);
+
 struct SaveOptions {
   int64_t keep_last = 2;    // complete checkpoints kept (older ones removed); 0 keeps all
   std::string config_text;  // written as config.prototxt when not empty
+  int64_t chunk_bytes = int64_t{256} << 10;  // ChunkGrid's bound
 };
 
 // Collective over the world: every rank calls it with the same names in
@@ -75,12 +101,53 @@ std::filesystem::path Find(const std::filesystem::path& path);
 // Reads and checks a checkpoint's index.json.
 CheckpointIndex ReadIndex(const std::filesystem::path& checkpoint);
 
+// What a load read: the bytes of the tensors' boxes this rank keeps
+// (needed), the bytes of the chunks it read for them (read: needed plus the
+// parts of chunks that stick out of its boxes), and how many chunks.
+struct LoadStats {
+  int64_t bytes_needed = 0;
+  int64_t bytes_read = 0;
+  int64_t chunks_read = 0;
+};
+
 struct LoadOptions {
   // Tensors whose rows past a count are padding (a vocabulary padded to a
   // multiple of 128 x tp): name -> the real row count. Their saved and
   // model row counts may differ (another tp pads otherwise); the real rows
   // are loaded and the model's padding rows are left as they are.
   std::map<std::string, int64_t> padded_rows;
+  LoadStats* stats = nullptr;  // filled when given
+};
+
+// Reads boxes of a checkpoint's tensors: opens the shards a read needs (the
+// header memory-mapped without read-ahead, the data with pread), reads and
+// checks the chunks a box overlaps and nothing else.
+class Reader {
+ public:
+  // Reads and checks index.json of `checkpoint` (a directory holding it).
+  explicit Reader(const std::filesystem::path& checkpoint);
+  ~Reader();
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+  const CheckpointIndex& index() const { return index_; }
+  const std::filesystem::path& path() const { return path_; }
+  // The box `box` of tensor `name` (in its logical coordinates), row-major
+  // into `out` of box.shape() elements of the saved dtype. Every chunk is
+  // checked (entry, dtype, shape, CRC-32C) before any byte goes to `out`.
+  // Throws naming the shard and tensor for a damaged or missing chunk.
+  void ReadBox(const std::string& name, const Box& box, void* out);
+  // The whole tensor `name` as a host tensor.
+  Tensor ReadTensor(const std::string& name);
+  const LoadStats& stats() const { return stats_; }
+
+ private:
+  struct Shard;
+  Shard& OpenShard(int file);
+
+  std::filesystem::path path_;
+  CheckpointIndex index_;
+  std::map<int, std::unique_ptr<Shard>> shards_;
+  LoadStats stats_;
 };
 
 // Loads a checkpoint (a directory holding index.json) into `tensors`, each

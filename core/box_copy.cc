@@ -69,4 +69,43 @@ void CopyBox(const void* src, const std::vector<int64_t>& src_shape, const std::
   c.Copy(0, c.src, c.dst);
 }
 
+void ForEachRun(const std::vector<int64_t>& shape, const std::vector<int64_t>& offset,
+                const std::vector<int64_t>& box, size_t element_size,
+                const std::function<void(int64_t byte_offset, size_t bytes)>& visit) {
+  const int64_t n = static_cast<int64_t>(box.size());
+  TESSEL_CHECK(static_cast<int64_t>(shape.size()) == n && static_cast<int64_t>(offset.size()) == n)
+      << "ForEachRun needs shape, offset and box of one rank";
+  for (int64_t d = 0; d < n; ++d) {
+    if (box[d] == 0) return;
+    TESSEL_CHECK(offset[d] >= 0 && offset[d] + box[d] <= shape[d])
+        << "ForEachRun: box extent " << box[d] << " at dimension " << d << " does not fit (offset "
+        << offset[d] << " of " << shape[d] << ")";
+  }
+  std::vector<int64_t> stride(n, 0);
+  int64_t s = static_cast<int64_t>(element_size), start = 0;
+  for (int64_t d = n - 1; d >= 0; --d) {
+    stride[d] = s;
+    s *= shape[d];
+  }
+  for (int64_t d = 0; d < n; ++d) start += offset[d] * stride[d];
+  // Trailing dimensions whole in the buffer merge into the run.
+  int64_t inner = n;
+  size_t run = element_size;
+  while (inner > 0) {
+    const int64_t d = inner - 1;
+    run *= static_cast<size_t>(box[d]);
+    --inner;
+    if (box[d] != shape[d]) break;
+  }
+  std::vector<int64_t> index(inner, 0);
+  while (true) {
+    int64_t at = start;
+    for (int64_t d = 0; d < inner; ++d) at += index[d] * stride[d];
+    visit(at, run);
+    int64_t d = inner - 1;
+    while (d >= 0 && ++index[d] == box[d]) index[d--] = 0;
+    if (d < 0) break;
+  }
+}
+
 }  // namespace tessel

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace tessel {
@@ -14,5 +15,14 @@ namespace tessel {
 void CopyBox(const void* src, const std::vector<int64_t>& src_shape, const std::vector<int64_t>& src_offset,
              void* dst, const std::vector<int64_t>& dst_shape, const std::vector<int64_t>& dst_offset,
              const std::vector<int64_t>& box, size_t element_size);
+
+// Calls visit(byte_offset, bytes) for each contiguous run of bytes of the
+// box of extent `box` at `offset` in a row-major buffer of shape `shape`, in
+// the box's own row-major order (so the runs, concatenated, are the box as a
+// contiguous tensor). Trailing dimensions the box spans whole are one run.
+// Lets a writer checksum or write a box without copying it first.
+void ForEachRun(const std::vector<int64_t>& shape, const std::vector<int64_t>& offset,
+                const std::vector<int64_t>& box, size_t element_size,
+                const std::function<void(int64_t byte_offset, size_t bytes)>& visit);
 
 }  // namespace tessel

@@ -9,7 +9,7 @@ packages=(
   libgoogle-glog-dev libgflags-dev libgtest-dev libgmock-dev
   libdnnl-dev libopenblas-dev
   libssl-dev                           # HMAC-SHA256 for the rendezvous store's authentication
-  libboost-dev                         # boost/crc.hpp: CRC-32C of TensorBoard event records
+  libisal-dev                          # Intel ISA-L: CRC-32C of TensorBoard records and checkpoint chunks
   nlohmann-json3-dev                   # JSON headers of safetensors files
   clang libclang-rt-14-dev             # libFuzzer and sanitizers (tools/fuzz.sh)
   iproute2 procps                      # ss and pgrep, used by the reliability tests

@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <boost/crc.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -23,13 +22,6 @@ void AppendLittleEndian(std::string& out, uint64_t value, int bytes) {
 }
 
 }  // namespace
-
-uint32_t Crc32c(std::string_view bytes) {
-  // Castagnoli polynomial, reflected, initial and final XOR all ones.
-  boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc;
-  crc.process_bytes(bytes.data(), bytes.size());
-  return crc.checksum();
-}
 
 uint32_t MaskedCrc32c(std::string_view bytes) {
   const uint32_t crc = Crc32c(bytes);

@@ -13,10 +13,11 @@
 #include <string>
 #include <string_view>
 
+#include "zoo/crc32c.h"
+
 namespace tessel::zoo {
 
-// CRC-32C (Castagnoli) of `bytes`, and the masked form TFRecords store.
-uint32_t Crc32c(std::string_view bytes);
+// The masked CRC-32C TFRecords store.
 uint32_t MaskedCrc32c(std::string_view bytes);
 // One TFRecord framing `payload`.
 std::string TFRecord(std::string_view payload);

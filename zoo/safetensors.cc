@@ -35,23 +35,53 @@ std::string SafetensorsDType(DType dtype) {
   TESSEL_THROW(StatusCode::kInvalidArgument) << "safetensors: no name for dtype " << static_cast<int>(dtype);
 }
 
+DType DTypeOfSafetensors(const std::string& dtype) {
+  static const std::map<std::string, DType> kDTypes = {{"F32", DType::kFloat32},   {"F16", DType::kFloat16},
+                                                       {"BF16", DType::kBFloat16}, {"I32", DType::kInt32},
+                                                       {"I64", DType::kInt64},     {"BOOL", DType::kBool}};
+  auto it = kDTypes.find(dtype);
+  TESSEL_CHECK(it != kDTypes.end()) << "safetensors: dtype " << dtype
+                                    << " is not one tessel holds; expected F32, F16, BF16, I32, I64 or BOOL";
+  return it->second;
+}
+
 void WriteSafetensors(const std::filesystem::path& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata) {
-  nlohmann::json header = nlohmann::json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::set<std::string> names;
-  uint64_t offset = 0;
+  std::vector<SafetensorsSource> sources;
+  sources.reserve(tensors.size());
   for (const auto& [name, t] : tensors) {
     TESSEL_CHECK(t.defined() && !t.is_global() && !t.is_lazy() && t.device().is_cpu())
         << "safetensors: tensor '" << name << "' for " << path.string()
         << " must be a defined local host tensor (gather a global one first)";
-    TESSEL_CHECK(name != "__metadata__" && names.insert(name).second)
-        << "safetensors: tensor name '" << name << "' given twice (or reserved) for " << path.string();
-    const uint64_t bytes = static_cast<uint64_t>(t.numel()) * ElementSize(t.dtype());
-    header[name] = {{"dtype", SafetensorsDType(t.dtype())},
-                    {"shape", t.shape().dims()},
-                    {"data_offsets", {offset, offset + bytes}}};
+    const Tensor tensor = t;
+    sources.push_back({name, SafetensorsDType(t.dtype()), t.shape().dims(),
+                       [tensor](const SafetensorsSource::Sink& write) {
+                         write(tensor.raw_data(), static_cast<size_t>(tensor.numel()) * ElementSize(tensor.dtype()));
+                       }});
+  }
+  WriteSafetensors(path, sources, metadata);
+}
+
+void WriteSafetensors(const std::filesystem::path& path, const std::vector<SafetensorsSource>& sources,
+                      const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::set<std::string> names;
+  std::vector<uint64_t> sizes;
+  uint64_t offset = 0;
+  for (const SafetensorsSource& source : sources) {
+    TESSEL_CHECK(source.name != "__metadata__" && names.insert(source.name).second)
+        << "safetensors: tensor name '" << source.name << "' given twice (or reserved) for " << path.string();
+    uint64_t bytes = SafetensorsElementSize(source.dtype);
+    for (int64_t d : source.shape) {
+      TESSEL_CHECK(d >= 0) << "safetensors: tensor '" << source.name << "' for " << path.string()
+                           << " has a negative dimension";
+      bytes *= static_cast<uint64_t>(d);
+    }
+    header[source.name] = {
+        {"dtype", source.dtype}, {"shape", source.shape}, {"data_offsets", {offset, offset + bytes}}};
+    sizes.push_back(bytes);
     offset += bytes;
   }
   std::string text = header.dump();  // nlohmann's objects keep their keys sorted
@@ -68,8 +98,18 @@ void WriteSafetensors(const std::filesystem::path& path,
   for (int i = 0; i < 8; ++i) size_bytes[i] = static_cast<uint8_t>((uint64_t{text.size()} >> (8 * i)) & 0xff);
   write(size_bytes, 8);
   write(text.data(), text.size());
-  for (const auto& [name, t] : tensors)
-    write(t.raw_data(), static_cast<size_t>(t.numel()) * ElementSize(t.dtype()));
+  for (size_t i = 0; i < sources.size(); ++i) {
+    uint64_t written = 0;
+    sources[i].fill([&](const void* data, size_t bytes) {
+      TESSEL_CHECK(written + bytes <= sizes[i])
+          << "safetensors: tensor '" << sources[i].name << "' for " << path.string() << " gave more than its "
+          << sizes[i] << " bytes";
+      write(data, bytes);
+      written += bytes;
+    });
+    TESSEL_CHECK(written == sizes[i]) << "safetensors: tensor '" << sources[i].name << "' for " << path.string()
+                                      << " gave " << written << " of its " << sizes[i] << " bytes";
+  }
   TESSEL_CHECK(std::fflush(file.get()) == 0)
       << "safetensors: writing " << path.string() << " failed: " << std::strerror(errno);
 }
@@ -175,7 +215,7 @@ SafetensorsHeader ParseSafetensorsHeader(const uint8_t* data, size_t size, const
   return header;
 }
 
-SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path) {
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path, Access access) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   TESSEL_CHECK(fd >= 0) << "safetensors: cannot open " << path.string() << ": " << std::strerror(errno);
   struct stat st {};
@@ -185,6 +225,8 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
     size_ = static_cast<size_t>(st.st_size);
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
     data_ = p == MAP_FAILED ? nullptr : static_cast<const uint8_t*>(p);
+    // Advice only: a kernel that ignores it reads more, never less.
+    if (data_ != nullptr && access == Access::kRandom) ::madvise(p, size_, MADV_RANDOM);
   }
   const int map_error = errno;
   ::close(fd);
@@ -220,15 +262,17 @@ std::span<const uint8_t> SafetensorsFile::bytes(const std::string& name) const {
   return {data_ + header_.data_offset + e.begin, static_cast<size_t>(e.end - e.begin)};
 }
 
+uint64_t SafetensorsFile::file_offset(const std::string& name) const {
+  return header_.data_offset + entry(name).begin;
+}
+
 Tensor SafetensorsFile::tensor(const std::string& name) const {
   const SafetensorsEntry& e = entry(name);
-  static const std::map<std::string, DType> kDTypes = {{"F32", DType::kFloat32},   {"F16", DType::kFloat16},
-                                                       {"BF16", DType::kBFloat16}, {"I32", DType::kInt32},
-                                                       {"I64", DType::kInt64},     {"BOOL", DType::kBool}};
-  auto it = kDTypes.find(e.dtype);
-  TESSEL_CHECK(it != kDTypes.end()) << "safetensors: tensor '" << name << "' of " << path_.string() << " is "
-                                    << e.dtype << "; a tensor is F32, F16, BF16, I32, I64 or BOOL";
-  Tensor t = Tensor::Empty(Shape(e.shape), it->second);
+  TESSEL_CHECK(e.dtype == "F32" || e.dtype == "F16" || e.dtype == "BF16" || e.dtype == "I32" || e.dtype == "I64" ||
+               e.dtype == "BOOL")
+      << "safetensors: tensor '" << name << "' of " << path_.string() << " is " << e.dtype
+      << "; a tensor is F32, F16, BF16, I32, I64 or BOOL";
+  Tensor t = Tensor::Empty(Shape(e.shape), DTypeOfSafetensors(e.dtype));
   const std::span<const uint8_t> b = bytes(name);
   if (!b.empty()) std::memcpy(t.raw_data(), b.data(), b.size());
   return t;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -19,6 +20,9 @@ namespace tessel::zoo {
 
 // The safetensors name of a dtype: "F32", "F16", "BF16", "I32", "I64", "BOOL".
 std::string SafetensorsDType(DType dtype);
+// The dtype a safetensors name stands for; throws naming it for the
+// format's other dtypes (U8, F64, ...), which tessel does not compute in.
+DType DTypeOfSafetensors(const std::string& dtype);
 
 // Writes local (host) tensors under their names, in the order given (the
 // header lists them sorted, as the format's own writer does; the data keeps
@@ -28,6 +32,25 @@ std::string SafetensorsDType(DType dtype);
 // written.
 void WriteSafetensors(const std::filesystem::path& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// A tensor written by parts, without a tensor in memory: its name, dtype
+// (a safetensors name), shape, and `fill`, which hands its bytes (row-major,
+// little-endian) to `write` in one or more calls.
+struct SafetensorsSource {
+  using Sink = std::function<void(const void* data, size_t bytes)>;
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::function<void(const Sink& write)> fill;
+};
+
+// Writes `sources` in the order given, each filled when its turn comes, so a
+// file of any size is written from the caller's buffers (a box of a shard,
+// a tensor loaded one at a time). Throws naming the tensor if its fill
+// writes another number of bytes than its dtype and shape say, and the
+// others as the tensor overload does.
+void WriteSafetensors(const std::filesystem::path& path, const std::vector<SafetensorsSource>& sources,
                       const std::map<std::string, std::string>& metadata = {});
 
 // One tensor's entry in a header: its dtype as the file names it ("F32",
@@ -62,8 +85,13 @@ SafetensorsHeader ParseSafetensorsHeader(const uint8_t* data, size_t size, const
 // (ParseSafetensorsHeader).
 class SafetensorsFile {
  public:
+  // kSequential leaves the kernel's read-ahead on (a dataset read in
+  // order); kRandom turns it off for the mapping (MADV_RANDOM), so touching
+  // a page reads that page and not megabytes around it: a reader that takes
+  // a few parts of a large file (a checkpoint shard) reads only those.
+  enum class Access { kSequential, kRandom };
   // Throws naming the path if it is missing, unreadable or malformed.
-  explicit SafetensorsFile(const std::filesystem::path& path);
+  explicit SafetensorsFile(const std::filesystem::path& path, Access access = Access::kSequential);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
@@ -75,6 +103,8 @@ class SafetensorsFile {
   const SafetensorsEntry& entry(const std::string& name) const;
   // The bytes of `name` (little-endian, row-major).
   std::span<const uint8_t> bytes(const std::string& name) const;
+  // Where the bytes of `name` start in the file (for pread).
+  uint64_t file_offset(const std::string& name) const;
   // `name` as a host tensor (F32, F16, BF16, I32, I64, BOOL); throws naming
   // the dtype for the others (read those through bytes()).
   Tensor tensor(const std::string& name) const;

@@ -28,15 +28,6 @@ using namespace tessel;
 
 namespace {
 
-DType DTypeOf(const std::string& name) {
-  static const std::map<std::string, DType> kTypes = {{"F32", DType::kFloat32},   {"F16", DType::kFloat16},
-                                                      {"BF16", DType::kBFloat16}, {"I32", DType::kInt32},
-                                                      {"I64", DType::kInt64},     {"BOOL", DType::kBool}};
-  const auto it = kTypes.find(name);
-  TESSEL_CHECK(it != kTypes.end()) << "tessel-checkpoint: dtype " << name << " is not one tessel holds";
-  return it->second;
-}
-
 std::filesystem::path FindOrFail(const std::string& path) {
   const std::filesystem::path found = checkpoint::Find(path);
   TESSEL_CHECK(!found.empty()) << "tessel-checkpoint: " << path
@@ -60,19 +51,21 @@ int Info(const std::string& path) {
   return 0;
 }
 
+// Streams: each tensor is read whole when its turn to be written comes, so
+// merging needs the memory of one tensor, not of the checkpoint.
 int Merge(const std::string& path, const std::string& out) {
   const std::filesystem::path found = FindOrFail(path);
-  const checkpoint::CheckpointIndex index = checkpoint::ReadIndex(found);
-  std::vector<std::pair<std::string, Tensor>> whole;
-  for (const auto& [name, t] : index.tensors) {
+  checkpoint::Reader reader(found);
+  std::vector<zoo::SafetensorsSource> sources;
+  for (const auto& [name, t] : reader.index().tensors) {
     if (FLAGS_model_only && name.rfind("model.", 0) != 0) continue;
-    whole.emplace_back(name, Tensor::Empty(Shape(t.shape), DTypeOf(t.dtype)));
+    sources.push_back({name, t.dtype, t.shape, [&reader, name](const zoo::SafetensorsSource::Sink& write) {
+                         const Tensor whole = reader.ReadTensor(name);
+                         write(whole.raw_data(), whole.nbytes());
+                       }});
   }
-  checkpoint::NamedTensors targets;
-  for (auto& [name, t] : whole) targets.emplace_back(name, &t);
-  const auto metadata = checkpoint::Load(found, targets);
-  zoo::WriteSafetensors(out, whole, metadata);
-  std::printf("tessel-checkpoint: merged %zu tensors of %s into %s\n", whole.size(), found.c_str(),
+  zoo::WriteSafetensors(out, sources, reader.index().metadata);
+  std::printf("tessel-checkpoint: merged %zu tensors of %s into %s\n", sources.size(), found.c_str(),
               out.c_str());
   return 0;
 }
@@ -89,7 +82,9 @@ int Split(const std::string& in, const std::string& dir) {
   const auto iteration = metadata.find("iteration");
   const int64_t at = iteration == metadata.end() ? 0 : std::stoll(iteration->second);
   metadata["iteration"] = std::to_string(at);
-  const std::filesystem::path saved = checkpoint::Save(dir, at, named, metadata, {.keep_last = 0});
+  checkpoint::SaveOptions options;
+  options.keep_last = 0;
+  const std::filesystem::path saved = checkpoint::Save(dir, at, named, metadata, options);
   std::printf("tessel-checkpoint: wrote %zu tensors of %s as %s\n", named.size(), in.c_str(), saved.c_str());
   return 0;
 }
