@@ -272,9 +272,13 @@ std::string IndexText(const CheckpointIndex& index) {
   return j.dump(1);
 }
 
-std::vector<int64_t> ChunkGrid(const Shape& shape, size_t element_size, int64_t chunk_bytes) {
+std::vector<int64_t> ChunkGrid(const Shape& shape, size_t element_size, int64_t chunk_bytes,
+                               const std::vector<int64_t>& split_dims) {
   const int64_t n = shape.ndim();
   std::vector<int64_t> parts(n, 1);
+  if (shape.numel() * static_cast<int64_t>(element_size) > chunk_bytes)
+    for (int64_t d : split_dims)
+      if (d >= 0 && d < n) parts[d] = std::min<int64_t>(6, std::max<int64_t>(1, shape[d]));
   auto extent = [&](int64_t d) { return (shape[d] + parts[d] - 1) / parts[d]; };  // the largest chunk's
   while (true) {
     int64_t bytes = static_cast<int64_t>(element_size), longest = -1;
@@ -283,7 +287,10 @@ std::vector<int64_t> ChunkGrid(const Shape& shape, size_t element_size, int64_t 
       if (extent(d) >= 2 && (longest < 0 || extent(d) > extent(longest))) longest = d;
     }
     if (bytes <= chunk_bytes || longest < 0) return parts;
-    parts[longest] = std::min(parts[longest] * 2, shape[longest]);
+    // 1, 2, 6, 12, 24, ...: chunk edges fall on the split points of 2, 3
+    // and 6 parts of the box, from 12 on of 4 and 12, from 24 on of 8.
+    const int64_t next = parts[longest] == 2 ? 6 : parts[longest] * 2;
+    parts[longest] = std::min(next, shape[longest]);
   }
 }
 
@@ -336,8 +343,12 @@ fs::path Save(const fs::path& dir, int64_t iteration, const NamedTensors& tensor
       saved.nd_sbp = t->nd_sbp().ToString();
     }
     const size_t element = ElementSize(t->dtype());
+    std::vector<int64_t> split_dims;
+    if (t->is_global())
+      for (const Sbp& sbp : t->nd_sbp().sbps())
+        if (sbp.is_split()) split_dims.push_back(sbp.axis());
     for (auto& [writer, box] : Writers(*t)) {
-      saved.boxes.push_back({writer, box, ChunkGrid(box.shape(), element, options.chunk_bytes)});
+      saved.boxes.push_back({writer, box, ChunkGrid(box.shape(), element, options.chunk_bytes, split_dims)});
       if (writer != rank) continue;
       const Tensor local = t->to_local().To(Device::CPU());  // a GPU shard is written from a host copy
       const std::vector<int64_t> held = Dims(box.shape());

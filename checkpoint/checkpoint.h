@@ -15,8 +15,8 @@
 // and only then moves `latest`, so a job killed during a save leaves the
 // previous checkpoint whole.
 //
-// A saved box is stored as a grid of chunks (ChunkGrid: about 256 KiB each,
-// cut in halves along its longest extents), each a tensor of its own in the
+// A saved box is stored as a grid of chunks (ChunkGrid: at most 256 KiB
+// each, cut along its longest extents), each a tensor of its own in the
 // shard with its own CRC-32C in the shard's metadata. A rank loading under
 // another layout reads (pread, read-ahead off) and checks only the chunks
 // its boxes overlap: a split along rows or columns of a saved box reads
@@ -66,11 +66,17 @@ CheckpointIndex ParseIndex(std::string_view text, const std::string& name);
 std::string IndexText(const CheckpointIndex& index);
 
 // The chunk grid a save stores a box of `shape` as: starting from one
-// chunk, the dimension whose chunks are longest is cut in twice as many
-// parts until a chunk holds at most `chunk_bytes` (or no dimension can be
-// cut further). Powers of two line the chunk edges up with the balanced
-// splits of other data- and tensor-parallel sizes.
-std::vector<int64_t> ChunkGrid(const Shape& shape, size_t element_size, int64_t chunk_bytes);
+// chunk, the dimension whose chunks are longest is cut in more parts (1,
+// 2, 6, 12, 24, ...) until a chunk holds at most `chunk_bytes` (or no
+// dimension can be cut further). Chunk edges then fall on the balanced
+// split points of every count that divides the grid's (6: 2, 3 and 6
+// parts of the box; 12: 4 and 12 too; 24: 8 too), so a load under another
+// tensor- or data-parallel size mostly reads whole chunks it keeps.
+// `split_dims`, the dimensions the saving layout splits (the ones another
+// tensor-parallel size splits too), start at 6 parts when the box is over
+// `chunk_bytes`, whatever their extent.
+std::vector<int64_t> ChunkGrid(const Shape& shape, size_t element_size, int64_t chunk_bytes,
+                               const std::vector<int64_t>& split_dims = {});
 // The chunks of `saved` (all of it when it has no grid), each as the box it
 // covers of the tensor and its name in the shard: the tensor's name for a
 // one-chunk box, else "<tensor>#<k>" with k the chunk's row-major index.

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "checkpoint/checkpoint.h"
 #include "core/box_copy.h"
@@ -47,15 +48,37 @@ class ChunkedIo : public ::testing::Test {
   fs::path dir_;
 };
 
-TEST(ChunkGrid, HalvesTheLongestExtentUntilAChunkFits) {
+TEST(ChunkGrid, CutsTheLongestExtentUntilAChunkFits) {
   // GPT-2's QKV shard under tp2: 768 x 1152 floats (3.4 MiB) in chunks of
-  // at most 256 KiB: columns, rows, columns, rows... by the longer extent.
-  EXPECT_EQ(ChunkGrid(Shape({768, 1152}), 4, 256 << 10), (std::vector<int64_t>{4, 4}));
-  EXPECT_EQ(ChunkGrid(Shape({50304, 768}), 4, 256 << 10), (std::vector<int64_t>{256, 4}));
+  // at most 256 KiB: columns, rows, columns, rows... by the longer extent,
+  // in 1, 2, 6, 12, ... parts.
+  EXPECT_EQ(ChunkGrid(Shape({768, 1152}), 4, 256 << 10), (std::vector<int64_t>{6, 6}));
+  EXPECT_EQ(ChunkGrid(Shape({50304, 768}), 4, 256 << 10), (std::vector<int64_t>{192, 6}));
+  // The attention output's shard under tp2 (row-parallel: split on rows)
+  // starts at 6 row parts, so tp3 or tp6 rows fall on chunk edges.
+  EXPECT_EQ(ChunkGrid(Shape({384, 768}), 4, 256 << 10, {0}), (std::vector<int64_t>{6, 1}));
+  EXPECT_EQ(ChunkGrid(Shape({384, 768}), 4, 256 << 10), (std::vector<int64_t>{2, 6}));
+  EXPECT_EQ(ChunkGrid(Shape({768}), 4, 256 << 10, {0}), (std::vector<int64_t>{1}));  // fits
   EXPECT_EQ(ChunkGrid(Shape({768}), 4, 256 << 10), (std::vector<int64_t>{1}));     // fits
   EXPECT_EQ(ChunkGrid(Shape({0, 7}), 4, 16), (std::vector<int64_t>{1, 1}));        // empty
   EXPECT_EQ(ChunkGrid(Shape({3, 5}), 4, 1), (std::vector<int64_t>{3, 5}));         // one element each at most
   EXPECT_EQ(ChunkGrid(Shape({}), 8, 4), (std::vector<int64_t>{}));                 // a scalar
+}
+
+// Chunk edges include the balanced split points of every part count that
+// divides the grid's (6: 2, 3, 6; 12: 4 and 12 too; 24: 8 too), so a load
+// under such a size reads no chunk that sticks out of its box.
+TEST(ChunkGrid, EdgesFallOnTheSplitPointsOfOtherSizes) {
+  for (int64_t parts : {6, 12, 24}) {
+    const std::vector<Range> chunks = BalancedSplit(1152, parts);
+    std::set<int64_t> edges;
+    for (const Range& r : chunks) edges.insert(r.begin);
+    for (int64_t t : {2, 3, 4, 6, 8, 12}) {
+      if (parts % t != 0) continue;
+      for (const Range& r : BalancedSplit(1152, t))
+        EXPECT_TRUE(edges.count(r.begin)) << t << " parts begin at " << r.begin << "; chunks of " << parts;
+    }
+  }
 }
 
 TEST(Chunks, TileTheBoxInRowMajorOrder) {
@@ -119,25 +142,30 @@ TEST_F(ChunkedIo, AnyBoxReadsBackExactlyFromTheChunksItOverlaps) {
 }
 
 TEST_F(ChunkedIo, ABoxOnChunkEdgesReadsNothingElse) {
-  Tensor w = Iota({64, 64});  // 16 KiB in a 4 x 4 grid of 1 KiB chunks
+  Tensor w = Iota({72, 72});  // 20 KiB in a 6 x 6 grid of 12 x 12 chunks (576 bytes)
   SaveOptions options;
   options.chunk_bytes = 1024;
   Reader reader(Save(dir_, 1, {{"w", &w}}, {}, options));
-  ASSERT_EQ(reader.index().tensors.at("w").boxes[0].chunks, (std::vector<int64_t>{4, 4}));
-  const Box half_columns({{0, 64}, {32, 64}}), quarter_rows({{16, 32}, {0, 64}});
-  std::vector<float> got(64 * 32);
+  ASSERT_EQ(reader.index().tensors.at("w").boxes[0].chunks, (std::vector<int64_t>{6, 6}));
+  const Box half_columns({{0, 72}, {36, 72}}), third_rows({{24, 48}, {0, 72}});
+  std::vector<float> got(72 * 36);
   reader.ReadBox("w", half_columns, got.data());
-  EXPECT_EQ(got, Expected(64, half_columns));
+  EXPECT_EQ(got, Expected(72, half_columns));
   EXPECT_EQ(reader.stats().bytes_read, reader.stats().bytes_needed);
-  EXPECT_EQ(reader.stats().chunks_read, 8);
-  got.resize(16 * 64);
-  reader.ReadBox("w", quarter_rows, got.data());
-  EXPECT_EQ(got, Expected(64, quarter_rows));
-  EXPECT_EQ(reader.stats().bytes_read, (64 * 32 + 16 * 64) * 4);
+  EXPECT_EQ(reader.stats().chunks_read, 18);
+  got.resize(24 * 72);
+  reader.ReadBox("w", third_rows, got.data());
+  EXPECT_EQ(got, Expected(72, third_rows));
+  EXPECT_EQ(reader.stats().bytes_read, (72 * 36 + 24 * 72) * 4);
+  // A box off the edges reads the chunks it overlaps whole: 2 x 2 of them.
+  got.resize(13 * 5);
+  reader.ReadBox("w", Box({{11, 24}, {20, 25}}), got.data());
+  EXPECT_EQ(got, Expected(72, Box({{11, 24}, {20, 25}})));
+  EXPECT_EQ(reader.stats().bytes_read, (72 * 36 + 24 * 72 + 4 * 144) * 4);
 }
 
 TEST_F(ChunkedIo, ADamagedChunkIsNamedAndOnlyItsReadersFail) {
-  Tensor w = Iota({64, 64});
+  Tensor w = Iota({72, 72});  // 6 x 6 chunks of 12 x 12
   SaveOptions options;
   options.chunk_bytes = 1024;
   const fs::path saved = Save(dir_, 1, {{"w", &w}}, {}, options);
@@ -145,7 +173,7 @@ TEST_F(ChunkedIo, ADamagedChunkIsNamedAndOnlyItsReadersFail) {
   uint64_t offset = 0;
   {
     zoo::SafetensorsFile file(shard);
-    offset = file.file_offset("w#5");  // rows 16..31, columns 16..31
+    offset = file.file_offset("w#7");  // rows 12..23, columns 12..23
   }
   {
     std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
@@ -153,14 +181,14 @@ TEST_F(ChunkedIo, ADamagedChunkIsNamedAndOnlyItsReadersFail) {
     f.put('\x7f');
   }
   Reader reader(saved);
-  std::vector<float> got(16 * 16);
-  reader.ReadBox("w", Box({{0, 16}, {0, 16}}), got.data());  // chunk 0: intact
-  EXPECT_EQ(got, Expected(64, Box({{0, 16}, {0, 16}})));
+  std::vector<float> got(12 * 12);
+  reader.ReadBox("w", Box({{0, 12}, {0, 12}}), got.data());  // chunk 0: intact
+  EXPECT_EQ(got, Expected(72, Box({{0, 12}, {0, 12}})));
   got.assign(got.size(), -1.0f);
   const std::string error =
-      testing::ErrorOf([&] { reader.ReadBox("w", Box({{20, 36}, {20, 36}}), got.data()); });
-  EXPECT_NE(error.find("tensor 'w' (chunk 'w#5'): checksum mismatch"), std::string::npos) << error;
-  EXPECT_EQ(got, std::vector<float>(16 * 16, -1.0f));  // nothing was copied
+      testing::ErrorOf([&] { reader.ReadBox("w", Box({{6, 18}, {6, 18}}), got.data()); });
+  EXPECT_NE(error.find("tensor 'w' (chunk 'w#7'): checksum mismatch"), std::string::npos) << error;
+  EXPECT_EQ(got, std::vector<float>(12 * 12, -1.0f));  // nothing was copied
 }
 
 TEST_F(ChunkedIo, VersionOneCheckpointsStillLoad) {
