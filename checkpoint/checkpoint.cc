@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "core/box_copy.h"
 #include "core/comm/process_group.h"
@@ -467,16 +468,22 @@ void Reader::ReadBox(const std::string& name, const Box& box, void* out) {
       << " tensors; a checkpoint of another model?)";
   const SavedTensor& saved = it->second;
   const size_t element = zoo::SafetensorsElementSize(saved.dtype);
-  // Every chunk the box overlaps is read and checked before any is copied.
-  std::vector<std::pair<Box, std::vector<uint8_t>>> parts;
+  // The chunks the box overlaps, checked against the shards' headers.
+  struct Piece {
+    Box box;
+    int file;
+    uint64_t offset, bytes;
+    std::string where, crc;
+    const uint8_t* data = nullptr;  // in its read's buffer
+  };
+  std::vector<Piece> pieces;
   for (const SavedBox& b : saved.boxes) {
     if (box.Intersect(b.box).empty()) continue;
-    Shard& shard = OpenShard(b.file);
-    const zoo::SafetensorsFile& file = *shard.file;
+    const zoo::SafetensorsFile& file = *OpenShard(b.file).file;
     for (const Chunk& chunk : Chunks(name, b)) {
       if (box.Intersect(chunk.box).empty()) continue;
-      const std::string where = "checkpoint shard " + file.path().string() + ": tensor '" + name + "'" +
-                                (chunk.entry == name ? "" : " (chunk '" + chunk.entry + "')");
+      std::string where = "checkpoint shard " + file.path().string() + ": tensor '" + name + "'" +
+                          (chunk.entry == name ? "" : " (chunk '" + chunk.entry + "')");
       TESSEL_CHECK(file.contains(chunk.entry))
           << where << " is missing (the index says this shard holds its box " << chunk.box.ToString() << ")";
       const zoo::SafetensorsEntry& entry = file.entry(chunk.entry);
@@ -485,30 +492,53 @@ void Reader::ReadBox(const std::string& name, const Box& box, void* out) {
           << " " << chunk.box.shape();
       const auto crc = file.metadata().find(CrcKey(chunk.entry));
       TESSEL_CHECK(crc != file.metadata().end()) << where << " has no checksum";
-      std::vector<uint8_t> bytes(static_cast<size_t>(entry.end - entry.begin));
-      const uint64_t offset = file.file_offset(chunk.entry);
-      for (size_t done = 0; done < bytes.size();) {
-        const ssize_t got = ::pread(shard.fd, bytes.data() + done, bytes.size() - done,
-                                    static_cast<off_t>(offset + done));
-        if (got < 0 && errno == EINTR) continue;
-        TESSEL_CHECK(got > 0) << where << ": cannot read " << bytes.size() << " bytes at offset "
-                              << offset + done << ": " << (got < 0 ? std::strerror(errno) : "end of file");
-        done += static_cast<size_t>(got);
-      }
-      const uint32_t actual = zoo::Crc32c(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-      TESSEL_CHECK(std::to_string(actual) == crc->second)
-          << where << ": checksum mismatch (CRC-32C " << actual << ", saved " << crc->second
-          << "); the file is damaged";
-      stats_.bytes_read += static_cast<int64_t>(bytes.size());
-      ++stats_.chunks_read;
-      parts.emplace_back(chunk.box, std::move(bytes));
+      pieces.push_back({chunk.box, b.file, file.file_offset(chunk.entry), entry.end - entry.begin,
+                        std::move(where), crc->second});
     }
   }
+  // Chunks that follow each other in a shard are read with one pread (a
+  // whole box is one read), up to 64 MiB at a time; every chunk is checked
+  // before any byte goes to `out`.
+  std::vector<Piece*> order;
+  for (Piece& p : pieces) order.push_back(&p);
+  std::sort(order.begin(), order.end(),
+            [](const Piece* a, const Piece* b) { return std::tie(a->file, a->offset) < std::tie(b->file, b->offset); });
+  constexpr uint64_t kMaxRead = uint64_t{64} << 20;
+  std::vector<std::unique_ptr<uint8_t[]>> buffers;
+  for (size_t first = 0; first < order.size();) {
+    size_t last = first + 1;
+    uint64_t span = order[first]->bytes;
+    while (last < order.size() && order[last]->file == order[first]->file &&
+           order[last]->offset == order[first]->offset + span && span + order[last]->bytes <= kMaxRead)
+      span += order[last++]->bytes;
+    const Shard& shard = OpenShard(order[first]->file);
+    buffers.emplace_back(new uint8_t[std::max<uint64_t>(span, 1)]);
+    uint8_t* buffer = buffers.back().get();
+    for (uint64_t done = 0; done < span;) {
+      const ssize_t got =
+          ::pread(shard.fd, buffer + done, span - done, static_cast<off_t>(order[first]->offset + done));
+      if (got < 0 && errno == EINTR) continue;
+      TESSEL_CHECK(got > 0) << order[first]->where << ": cannot read " << span << " bytes at offset "
+                            << order[first]->offset + done << ": "
+                            << (got < 0 ? std::strerror(errno) : "end of file");
+      done += static_cast<uint64_t>(got);
+    }
+    for (size_t i = first; i < last; ++i) {
+      Piece& p = *order[i];
+      p.data = buffer + (p.offset - order[first]->offset);
+      const uint32_t actual = zoo::Crc32c(std::string_view(reinterpret_cast<const char*>(p.data), p.bytes));
+      TESSEL_CHECK(std::to_string(actual) == p.crc)
+          << p.where << ": checksum mismatch (CRC-32C " << actual << ", saved " << p.crc << "); the file is damaged";
+    }
+    stats_.bytes_read += static_cast<int64_t>(span);
+    first = last;
+  }
+  stats_.chunks_read += static_cast<int64_t>(pieces.size());
   int64_t copied = 0;
-  for (const auto& [chunk_box, bytes] : parts) {
-    const Box overlap = box.Intersect(chunk_box);
-    CopyBox(bytes.data(), Dims(chunk_box.shape()), overlap.OffsetIn(chunk_box), out, Dims(box.shape()),
-            overlap.OffsetIn(box), Dims(overlap.shape()), element);
+  for (const Piece& p : pieces) {
+    const Box overlap = box.Intersect(p.box);
+    CopyBox(p.data, Dims(p.box.shape()), overlap.OffsetIn(p.box), out, Dims(box.shape()), overlap.OffsetIn(box),
+            Dims(overlap.shape()), element);
     copied += overlap.numel();
   }
   TESSEL_CHECK(copied == box.numel()) << "checkpoint " << path_.string() << ": tensor '" << name
