@@ -220,6 +220,9 @@ config::Config LoadConfig(const std::string& path) {
   if (!data.image_dataset().empty() && data.image_dataset() != "synthetic" &&
       std::filesystem::path(data.image_dataset()).is_relative())
     config.mutable_data()->set_image_dataset(relative_to_config(data.image_dataset()));
+  const std::string& weights = config.train().load_weight();
+  if (!weights.empty() && std::filesystem::path(weights).is_relative())
+    config.mutable_train()->set_load_weight(relative_to_config(weights));
   return config;
 }
 
@@ -323,6 +326,13 @@ void ResolveConfig(config::Config* c, int world_size) {
   TESSEL_CHECK(m.ffn_hidden_size() >= 0) << "config: model.ffn_hidden_size is " << m.ffn_hidden_size()
                                          << "; expected 0 (4 x hidden_size) or more";
   if (m.ffn_hidden_size() == 0) m.set_ffn_hidden_size(4 * m.hidden_size());
+  TESSEL_CHECK(m.max_position_embeddings() >= 0)
+      << "config: model.max_position_embeddings is " << m.max_position_embeddings()
+      << "; expected 0 (max_seq_length) or more";
+  if (m.max_position_embeddings() == 0) m.set_max_position_embeddings(m.max_seq_length());
+  TESSEL_CHECK(vision || m.max_position_embeddings() >= m.max_seq_length())
+      << "config: model.max_position_embeddings " << m.max_position_embeddings()
+      << " is below model.max_seq_length " << m.max_seq_length() << "; expected a position for every token";
   TESSEL_CHECK(m.layernorm_epsilon() > 0)
       << "config: model.layernorm_epsilon is " << m.layernorm_epsilon() << "; expected a positive number";
   TESSEL_CHECK(m.initializer_range() > 0) << "config: model.initializer_range is " << m.initializer_range()

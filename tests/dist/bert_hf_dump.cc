@@ -24,6 +24,7 @@
 #include "models/bert.h"
 #include "ops/functional.h"
 #include "sbp/global_tensor.h"
+#include "tests/dist/hf_dump_init.h"
 #include "zoo/safetensors.h"
 
 DEFINE_int64(tp, 1, "tensor parallel size");
@@ -35,6 +36,7 @@ DEFINE_int64(layers, 2, "transformer layers");
 DEFINE_int64(seq, 16, "sequence length (and max_seq)");
 DEFINE_int64(batch, 3, "batch rows");
 DEFINE_string(out, "", "safetensors file to write (rank 0)");
+DEFINE_string(load, "", "a checkpoint whose model weights to use instead of the model's draws plus noise");
 
 using namespace tessel;
 
@@ -58,15 +60,9 @@ int main(int argc, char** argv) {
     Tensor full = t.is_global() ? GatherLogical(t.detach().to_global(world, NdSbp({B()}))) : t;
     if (dist::Rank() == 0) out.emplace_back(name, full);
   };
-  {
-    // Noise on every parameter: a mapping mistake cannot hide.
-    NoGradGuard no_grad;
-    uint64_t seed = 1;
-    for (auto& [name, t] : bert.NamedParameters()) {
-      *t = fn::add(*t, fn::mul_scalar(randn(t->shape(), t->placement(), t->nd_sbp(), 5000 + seed++), 0.05));
-      keep("param." + name, *t);
-    }
-  }
+  testing::InitDumpParameters(bert, 5000, 0.05, FLAGS_load, {{"word_embeddings.weight", FLAGS_vocab},
+                                                              {"mlm_bias", FLAGS_vocab}});
+  for (auto& [name, t] : bert.NamedParameters()) keep("param." + name, *t);
   const int64_t b = FLAGS_batch, s = FLAGS_seq;
   std::vector<int64_t> ids(b * s), types(b * s), mlm_labels(b * s), sentence_labels(b);
   std::vector<bool> attend(b * s);
@@ -117,11 +113,8 @@ int main(int argc, char** argv) {
                              .seed = 77,
                              .num_labels = 3});
     classifier.Eval();
-    uint64_t seed = 1;
-    for (auto& [name, t] : classifier.NamedParameters()) {
-      *t = fn::add(*t, fn::mul_scalar(randn(t->shape(), t->placement(), t->nd_sbp(), 9000 + seed++), 0.05));
-      keep("cls_param." + name, *t);
-    }
+    testing::InitDumpParameters(classifier, 9000, 0.05, "");
+    for (auto& [name, t] : classifier.NamedParameters()) keep("cls_param." + name, *t);
     std::vector<int64_t> classes(b);
     for (int64_t r = 0; r < b; ++r) classes[r] = (r * 2 + 1) % 3;
     const Tensor classes_t = Tensor::FromVector<int64_t>(classes, {b});

@@ -20,6 +20,7 @@
 #include "layers/dist.h"
 #include "models/gpt.h"
 #include "ops/functional.h"
+#include "tests/dist/hf_dump_init.h"
 #include "zoo/safetensors.h"
 
 DEFINE_int64(tp, 1, "tensor parallel size");
@@ -31,6 +32,7 @@ DEFINE_int64(layers, 2, "transformer layers");
 DEFINE_int64(seq, 16, "sequence length (and max_seq)");
 DEFINE_int64(batch, 3, "batch rows");
 DEFINE_string(out, "", "safetensors file to write (rank 0)");
+DEFINE_string(load, "", "a checkpoint whose model weights to use instead of the model's draws plus noise");
 
 using namespace tessel;
 
@@ -55,16 +57,8 @@ int main(int argc, char** argv) {
     Tensor full = t.is_global() ? GatherLogical(t.detach().to_global(world, NdSbp({B()}))) : t;
     if (dist::Rank() == 0) out.emplace_back(name, full);
   };
-  {
-    // Weights and biases get noise, LayerNorm gains 1 + noise: nothing is
-    // zero or one, so a mapping mistake cannot hide.
-    NoGradGuard no_grad;
-    uint64_t seed = 1;
-    for (auto& [name, t] : gpt.NamedParameters()) {
-      *t = fn::add(*t, fn::mul_scalar(randn(t->shape(), t->placement(), t->nd_sbp(), 9000 + seed++), 0.05));
-      keep("param." + name, *t);
-    }
-  }
+  testing::InitDumpParameters(gpt, 9000, 0.05, FLAGS_load, {{"wte.weight", FLAGS_vocab}});
+  for (auto& [name, t] : gpt.NamedParameters()) keep("param." + name, *t);
   const int64_t b = FLAGS_batch, s = FLAGS_seq;
   std::vector<int64_t> ids(b * s), labels(b * s), positions(b * s);
   std::vector<bool> attend(b * s);

@@ -19,6 +19,7 @@
 #include "models/vit.h"
 #include "ops/functional.h"
 #include "sbp/global_tensor.h"
+#include "tests/dist/hf_dump_init.h"
 #include "zoo/safetensors.h"
 
 DEFINE_int64(tp, 1, "tensor parallel size");
@@ -32,6 +33,7 @@ DEFINE_int64(heads, 4, "attention heads");
 DEFINE_int64(layers, 2, "transformer layers");
 DEFINE_int64(batch, 3, "images");
 DEFINE_string(out, "", "safetensors file to write (rank 0)");
+DEFINE_string(load, "", "a checkpoint whose model weights to use instead of the model's draws plus noise");
 
 using namespace tessel;
 
@@ -59,16 +61,8 @@ int main(int argc, char** argv) {
     Tensor full = t.is_global() ? GatherLogical(t.detach().to_global(world, NdSbp({B()}))) : t;
     if (dist::Rank() == 0) out.emplace_back(name, full);
   };
-  {
-    // Noise on every parameter (LayerNorm gains 1 + noise, biases and the
-    // class token from zero or small): a mapping mistake cannot hide.
-    NoGradGuard no_grad;
-    uint64_t seed = 1;
-    for (auto& [name, t] : vit.NamedParameters()) {
-      *t = fn::add(*t, fn::mul_scalar(randn(t->shape(), t->placement(), t->nd_sbp(), 7000 + seed++), 0.1));
-      keep("param." + name, *t);
-    }
-  }
+  testing::InitDumpParameters(vit, 7000, 0.1, FLAGS_load);
+  for (auto& [name, t] : vit.NamedParameters()) keep("param." + name, *t);
   const int64_t b = FLAGS_batch;
   const Tensor pixels = randn({b, FLAGS_channels, FLAGS_image_size, FLAGS_image_size}, 99);
   std::vector<int64_t> labels(b);

@@ -6,6 +6,11 @@
 //                                                   every tensor whole in one safetensors file
 //   tessel-checkpoint split IN.safetensors DIR      one safetensors file (tessel names) as a
 //                                                   checkpoint in DIR, loadable under any layout
+//   tessel-checkpoint import-hf HF_DIR DIR          a Hugging Face GPT-2, BERT or ViT (save_pretrained's
+//                                                   directory) as a checkpoint in DIR, for
+//                                                   train.load_weight; prints the config's model block
+//   tessel-checkpoint export-hf CHECKPOINT HF_DIR   a checkpoint's model as a Hugging Face directory
+//                                                   (config.json, model.safetensors) for from_pretrained
 //
 // CHECKPOINT is a checkpoint directory (with index.json) or a directory of
 // them (its `latest`). merge keeps the index's metadata (iteration, arch)
@@ -14,12 +19,15 @@
 #include <tessel/tessel.h>
 
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/hugging_face.h"
 #include "core/error.h"
+#include "zoo/config.h"
 #include "zoo/safetensors.h"
 
 DEFINE_bool(model_only, false, "merge: only the model's tensors (model.*), not the optimizer state");
@@ -89,20 +97,66 @@ int Split(const std::string& in, const std::string& dir) {
   return 0;
 }
 
+int ImportHf(const std::string& hf_dir, const std::string& dir) {
+  checkpoint::HuggingFaceImport imported = checkpoint::ReadHuggingFace(hf_dir);
+  checkpoint::NamedTensors named;
+  for (auto& [name, t] : imported.tensors) named.emplace_back("model." + name, &t);
+  config::Config c;
+  *c.mutable_model() = imported.model;
+  checkpoint::SaveOptions options;
+  options.keep_last = 0;
+  options.config_text = zoo::ConfigText(c);
+  const std::filesystem::path saved = checkpoint::Save(
+      dir, 0, named,
+      {{"iteration", "0"}, {"arch", imported.model.arch()}, {"source", "huggingface:" + hf_dir}}, options);
+  std::printf("tessel-checkpoint: imported %zu tensors of %s (%s) as %s\n"
+              "Train from it with train.load_weight: \"%s\" and this model block in the config:\n%s",
+              named.size(), hf_dir.c_str(), imported.model.arch().c_str(), saved.c_str(), dir.c_str(),
+              zoo::ConfigText(c).c_str());
+  return 0;
+}
+
+int ExportHf(const std::string& path, const std::string& hf_dir) {
+  const std::filesystem::path found = FindOrFail(path);
+  checkpoint::Reader reader(found);
+  const std::filesystem::path config_path = found / "config.prototxt";
+  TESSEL_CHECK(std::filesystem::exists(config_path))
+      << "tessel-checkpoint: " << found.string()
+      << " has no config.prototxt, so its model's sizes are unknown (tessel-train and import-hf write one)";
+  std::ifstream in(config_path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const config::ModelConfig model = zoo::ParseConfig(text, config_path.string()).model();
+  const auto arch = reader.index().metadata.find("arch");
+  TESSEL_CHECK(arch == reader.index().metadata.end() || arch->second == model.arch())
+      << "tessel-checkpoint: " << found.string() << " is of arch '" << arch->second << "' but its config says '"
+      << model.arch() << "'";
+  checkpoint::WriteHuggingFace(hf_dir, model, [&](const std::string& name) {
+    return reader.ReadTensor("model." + name);
+  });
+  std::printf("tessel-checkpoint: exported the %s of %s to %s (config.json, model.safetensors)\n",
+              model.arch().c_str(), found.c_str(), hf_dir.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "tessel-checkpoint info CHECKPOINT | merge CHECKPOINT OUT.safetensors [--model_only] | split "
-      "IN.safetensors DIR\n"
-      "  info   the iteration, the saving layout, each tensor's shape, layout and boxes\n"
-      "  merge  every tensor whole, in one safetensors file (tessel's names)\n"
-      "  split  one safetensors file as a one-shard checkpoint, loadable under any layout");
+      "IN.safetensors DIR | import-hf HF_DIR DIR | export-hf CHECKPOINT HF_DIR\n"
+      "  info       the iteration, the saving layout, each tensor's shape, layout and boxes\n"
+      "  merge      every tensor whole, in one safetensors file (tessel's names)\n"
+      "  split      one safetensors file as a one-shard checkpoint, loadable under any layout\n"
+      "  import-hf  a Hugging Face GPT-2, BERT or ViT directory (save_pretrained, safetensors) as a\n"
+      "             checkpoint for train.load_weight; prints the model block its config needs\n"
+      "  export-hf  a checkpoint's model as a Hugging Face directory (config.json, model.safetensors)");
   tessel::Init(&argc, &argv);
   const std::vector<std::string> a(argv + 1, argv + argc);
   if (a.size() == 2 && a[0] == "info") return Info(a[1]);
   if (a.size() == 3 && a[0] == "merge") return Merge(a[1], a[2]);
   if (a.size() == 3 && a[0] == "split") return Split(a[1], a[2]);
+  if (a.size() == 3 && a[0] == "import-hf") return ImportHf(a[1], a[2]);
+  if (a.size() == 3 && a[0] == "export-hf") return ExportHf(a[1], a[2]);
   std::fprintf(stderr, "%s\n", gflags::ProgramUsage());
   return 2;
 }

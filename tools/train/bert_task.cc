@@ -64,7 +64,7 @@ class BertTask : public Task {
                            .hidden = m.hidden_size(),
                            .heads = m.num_attention_heads(),
                            .layers = m.hidden_layers(),
-                           .max_seq = m.max_seq_length(),
+                           .max_seq = m.max_position_embeddings(),
                            .ffn_hidden = m.ffn_hidden_size(),
                            .type_vocab_size = m.type_vocab_size(),
                            .layernorm_epsilon = m.layernorm_epsilon(),

@@ -13,7 +13,9 @@
 // with an evaluation (loss, perplexity) every evaluation.eval_period
 // iterations and at the end. With train.save_period it saves checkpoints
 // (checkpoint/checkpoint.h); --resume continues from the latest one, under
-// this job's layout whatever the saving job's was.
+// this job's layout whatever the saving job's was. train.load_weight starts
+// from a checkpoint's model weights only (one tessel-checkpoint import-hf
+// made from a Hugging Face model, say).
 #include <gflags/gflags.h>
 #include <tessel/tessel.h>
 
@@ -198,6 +200,40 @@ int main(int argc, char** argv) {
       std::printf("tessel-train: resumed from %s at iteration %ld (saved by %s ranks as %s)\n", found.c_str(),
                   static_cast<long>(start_iteration), std::to_string(index.world_size).c_str(),
                   meta.count("layout") ? meta.at("layout").c_str() : "?");
+      std::fflush(stdout);
+    }
+  } else if (!t.load_weight().empty()) {
+    // Weights only (a fine-tuning start): the optimizer and the iteration start afresh.
+    const std::filesystem::path found = checkpoint::Find(t.load_weight());
+    TESSEL_CHECK(!found.empty()) << "tessel-train: train.load_weight " << t.load_weight()
+                                 << " holds no checkpoint (a directory with index.json, or `latest` naming one); "
+                                    "make one with tessel-checkpoint import-hf, or a run's train.save_period";
+    const checkpoint::CheckpointIndex index = checkpoint::ReadIndex(found);
+    const auto arch = index.metadata.find("arch");
+    TESSEL_CHECK(arch != index.metadata.end() && arch->second == m.arch())
+        << "tessel-train: train.load_weight " << found.string() << " is of model.arch '"
+        << (arch == index.metadata.end() ? "" : arch->second) << "' but this config trains '" << m.arch() << "'";
+    // What shapes do not show: a model computing another function on the same weights.
+    if (std::filesystem::exists(found / "config.prototxt")) {
+      std::ifstream in(found / "config.prototxt");
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const config::ModelConfig saved = zoo::ParseConfig(text, (found / "config.prototxt").string()).model();
+      TESSEL_CHECK(saved.hidden_act() == m.hidden_act())
+          << "tessel-train: train.load_weight " << found.string() << " was trained with model.hidden_act '"
+          << saved.hidden_act() << "' but this config has '" << m.hidden_act() << "'";
+      TESSEL_CHECK(saved.layernorm_epsilon() == m.layernorm_epsilon())
+          << "tessel-train: train.load_weight " << found.string() << " was trained with model.layernorm_epsilon "
+          << saved.layernorm_epsilon() << " but this config has " << m.layernorm_epsilon();
+    }
+    checkpoint::NamedTensors weights;
+    for (auto& [name, p] : params) weights.emplace_back("model." + name, p);
+    checkpoint::LoadOptions load;
+    for (const auto& [name, rows] : task->PaddedRows()) load.padded_rows["model." + name] = rows;
+    checkpoint::Load(found, weights, load);
+    if (amp) amp->CopyMastersToModel();
+    if (rank == 0) {
+      std::printf("tessel-train: loaded the %s weights of %s (%zu tensors)\n", m.arch().c_str(), found.c_str(),
+                  weights.size());
       std::fflush(stdout);
     }
   }

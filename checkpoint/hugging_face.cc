@@ -1,0 +1,605 @@
+#include "checkpoint/hugging_face.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+
+#include "core/box_copy.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "zoo/safetensors.h"
+
+namespace tessel::checkpoint {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint64_t kMaxConfigBytes = 1 << 20;
+
+// How a tessel parameter is laid out in Hugging Face's file(s).
+enum class Layout {
+  kSame,         // the same elements in the same order (possibly another shape: [1, 1, h] for [h])
+  kTranspose,    // nn.Linear [out, in] for tessel's [in, out]
+  kFusedQkv,     // GPT-2's c_attn: [q|k|v][head][head dim] columns for tessel's [head][q|k|v][head dim]
+  kSeparateQkv,  // three nn.Linear (query, key, value) for tessel's fused head-major QKV
+  kPatchConv,    // Conv2d [hidden, C, p, p] for tessel's Linear [C p p, hidden]
+};
+
+struct Rule {
+  std::string tessel;
+  std::vector<std::string> hf;  // three for kSeparateQkv
+  Layout layout;
+  std::vector<int64_t> tessel_shape;              // rows of a vocabulary unpadded
+  std::vector<std::vector<int64_t>> hf_shapes;    // one per name in `hf`
+  bool vocabulary_rows = false;                   // padded in tessel's memory: cut to vocab_size on export
+  std::vector<std::string> aliases = {};          // a tied copy the file may hold instead (import)
+};
+
+// "<prefix><i>." (built by appending: GCC 12 warns falsely on "h" + to_string(i)).
+std::string Numbered(const std::string& prefix, int64_t i) {
+  std::string name = prefix;
+  name.append(std::to_string(i)).append(".");
+  return name;
+}
+
+std::vector<Rule> Rules(const config::ModelConfig& m) {
+  const int64_t h = m.hidden_size(), layers = m.hidden_layers();
+  const int64_t ffn = m.ffn_hidden_size() > 0 ? m.ffn_hidden_size() : 4 * h;
+  const int64_t positions = m.max_position_embeddings() > 0 ? m.max_position_embeddings() : m.max_seq_length();
+  std::vector<Rule> rules;
+  auto same = [&](std::string t, std::string hf, std::vector<int64_t> shape) {
+    rules.push_back({std::move(t), {std::move(hf)}, Layout::kSame, shape, {shape}});
+  };
+  auto linear = [&](const std::string& t, const std::string& hf, int64_t in, int64_t out, bool transposed) {
+    rules.push_back({t + ".weight", {hf + ".weight"}, transposed ? Layout::kTranspose : Layout::kSame, {in, out},
+                     {transposed ? std::vector<int64_t>{out, in} : std::vector<int64_t>{in, out}}});
+    same(t + ".bias", hf + ".bias", {out});
+  };
+  auto norm = [&](const std::string& t, const std::string& hf) {
+    same(t + ".weight", hf + ".weight", {h});
+    same(t + ".bias", hf + ".bias", {h});
+  };
+  auto separate_qkv = [&](const std::string& t, const std::string& hf) {
+    std::vector<std::string> w, b;
+    for (const char* part : {"query", "key", "value"}) {
+      w.push_back(hf + "." + part + ".weight");
+      b.push_back(hf + "." + part + ".bias");
+    }
+    rules.push_back({t + ".weight", w, Layout::kSeparateQkv, {h, 3 * h}, {{h, h}, {h, h}, {h, h}}});
+    rules.push_back({t + ".bias", b, Layout::kSeparateQkv, {3 * h}, {{h}, {h}, {h}}});
+  };
+  if (m.arch() == "gpt2" || m.arch() == "gpt") {
+    const std::string base = "transformer.";
+    rules.push_back({"wte.weight", {base + "wte.weight"}, Layout::kSame, {m.vocab_size(), h},
+                     {{m.vocab_size(), h}}, true});
+    same("wpe.weight", base + "wpe.weight", {positions, h});
+    for (int64_t i = 0; i < layers; ++i) {
+      const std::string t = Numbered("h", i), hf = Numbered(base + "h.", i);
+      norm(t + "ln1", hf + "ln_1");
+      rules.push_back({t + "attention.qkv.weight", {hf + "attn.c_attn.weight"}, Layout::kFusedQkv, {h, 3 * h},
+                       {{h, 3 * h}}});
+      rules.push_back({t + "attention.qkv.bias", {hf + "attn.c_attn.bias"}, Layout::kFusedQkv, {3 * h}, {{3 * h}}});
+      linear(t + "attention.out", hf + "attn.c_proj", h, h, false);  // Conv1D: [in, out] as tessel
+      norm(t + "ln2", hf + "ln_2");
+      linear(t + "mlp.fc1", hf + "mlp.c_fc", h, ffn, false);
+      linear(t + "mlp.fc2", hf + "mlp.c_proj", ffn, h, false);
+    }
+    norm("ln_f", base + "ln_f");
+  } else if (m.arch() == "bert") {
+    const std::string e = "bert.embeddings.";
+    rules.push_back({"word_embeddings.weight", {e + "word_embeddings.weight"}, Layout::kSame, {m.vocab_size(), h},
+                     {{m.vocab_size(), h}}, true});
+    same("position_embeddings.weight", e + "position_embeddings.weight", {positions, h});
+    same("token_type_embeddings.weight", e + "token_type_embeddings.weight", {m.type_vocab_size(), h});
+    norm("embedding_ln", e + "LayerNorm");
+    for (int64_t i = 0; i < layers; ++i) {
+      const std::string t = Numbered("h", i), hf = Numbered("bert.encoder.layer.", i);
+      separate_qkv(t + "attention.qkv", hf + "attention.self");
+      linear(t + "attention.out", hf + "attention.output.dense", h, h, true);
+      norm(t + "ln1", hf + "attention.output.LayerNorm");  // post-LN: after the attention's residual add
+      linear(t + "mlp.fc1", hf + "intermediate.dense", h, ffn, true);
+      linear(t + "mlp.fc2", hf + "output.dense", ffn, h, true);
+      norm(t + "ln2", hf + "output.LayerNorm");
+    }
+    linear("pooler", "bert.pooler.dense", h, h, true);
+    linear("mlm_transform", "cls.predictions.transform.dense", h, h, true);
+    norm("mlm_ln", "cls.predictions.transform.LayerNorm");
+    rules.push_back({"mlm_bias", {"cls.predictions.bias"}, Layout::kSame, {m.vocab_size()}, {{m.vocab_size()}},
+                     true, {"cls.predictions.decoder.bias"}});
+    linear("sentence_head", "cls.seq_relationship", h, 2, true);
+  } else if (m.arch() == "vit") {
+    const int64_t c = m.num_channels(), p = m.patch_size();
+    const int64_t tokens = (m.image_size() / p) * (m.image_size() / p) + 1;
+    const std::string e = "vit.embeddings.";
+    rules.push_back({"cls_token", {e + "cls_token"}, Layout::kSame, {h}, {{1, 1, h}}});
+    rules.push_back({"position_embeddings", {e + "position_embeddings"}, Layout::kSame, {tokens, h},
+                     {{1, tokens, h}}});
+    rules.push_back({"patch_embedding.proj.weight", {e + "patch_embeddings.projection.weight"}, Layout::kPatchConv,
+                     {c * p * p, h}, {{h, c, p, p}}});
+    same("patch_embedding.proj.bias", e + "patch_embeddings.projection.bias", {h});
+    for (int64_t i = 0; i < layers; ++i) {
+      const std::string t = Numbered("h", i), hf = Numbered("vit.encoder.layer.", i);
+      norm(t + "ln1", hf + "layernorm_before");
+      separate_qkv(t + "attention.qkv", hf + "attention.attention");
+      linear(t + "attention.out", hf + "attention.output.dense", h, h, true);
+      norm(t + "ln2", hf + "layernorm_after");
+      linear(t + "mlp.fc1", hf + "intermediate.dense", h, ffn, true);
+      linear(t + "mlp.fc2", hf + "output.dense", ffn, h, true);
+    }
+    norm("ln_f", "vit.layernorm");
+    linear("head", "classifier", h, m.num_classes(), true);
+  } else {
+    TESSEL_THROW(StatusCode::kInvalidArgument)
+        << "Hugging Face mapping: model.arch '" << m.arch() << "'; expected gpt2, bert or vit";
+  }
+  return rules;
+}
+
+std::string ShapeText(const std::vector<int64_t>& dims) { return Shape(dims).ToString(); }
+
+// `t`'s elements viewed as `dims`, with the dimensions reordered: result
+// dimension i is `dims[perm[i]]`.
+Tensor Permuted(const Tensor& t, const std::vector<int64_t>& dims, const std::vector<int>& perm) {
+  const int n = static_cast<int>(dims.size());
+  const size_t element = ElementSize(t.dtype());
+  std::vector<int64_t> stride(n, 1), out_dims(n);
+  for (int d = n - 2; d >= 0; --d) stride[d] = stride[d + 1] * dims[d + 1];
+  for (int i = 0; i < n; ++i) out_dims[i] = dims[perm[i]];
+  Tensor out = Tensor::Empty(Shape(out_dims), t.dtype());
+  const auto* src = static_cast<const uint8_t*>(t.raw_data());
+  auto* dst = static_cast<uint8_t*>(out.raw_data());
+  // Runs along the last dimension when it stays last; element by element otherwise.
+  const bool last_kept = n > 0 && perm[n - 1] == n - 1;
+  const int outer = last_kept ? n - 1 : n;
+  const size_t run = last_kept ? static_cast<size_t>(dims[n - 1]) * element : element;
+  std::vector<int64_t> index(outer, 0);
+  if (out.numel() == 0) return out;
+  for (size_t written = 0;; written += run) {
+    int64_t from = 0;
+    for (int i = 0; i < outer; ++i) from += index[i] * stride[perm[i]];
+    std::memcpy(dst + written, src + from * static_cast<int64_t>(element), run);
+    int i = outer - 1;
+    while (i >= 0 && ++index[i] == out_dims[i]) index[i--] = 0;
+    if (i < 0) break;
+  }
+  return out;
+}
+
+Tensor Transposed(const Tensor& t, int64_t rows, int64_t cols) { return Permuted(t, {rows, cols}, {1, 0}); }
+
+// Columns [begin, begin + count) of a row-major [rows, cols] tensor.
+Tensor Columns(const Tensor& t, int64_t rows, int64_t cols, int64_t begin, int64_t count) {
+  Tensor out = Tensor::Empty(Shape({rows, count}), t.dtype());
+  CopyBox(t.raw_data(), {rows, cols}, {0, begin}, out.raw_data(), {rows, count}, {0, 0}, {rows, count},
+          ElementSize(t.dtype()));
+  return out;
+}
+
+// The first `rows` rows of `t` (a padded vocabulary cut to the real one).
+Tensor FirstRows(const Tensor& t, int64_t rows) {
+  std::vector<int64_t> dims = t.shape().dims();
+  if (dims.empty() || dims[0] == rows) return t;
+  TESSEL_CHECK(dims[0] > rows) << "Hugging Face export: a vocabulary table of " << dims[0]
+                               << " rows; expected at least the vocabulary's " << rows;
+  const std::vector<int64_t> whole = dims;
+  dims[0] = rows;
+  Tensor out = Tensor::Empty(Shape(dims), t.dtype());
+  CopyBox(t.raw_data(), whole, std::vector<int64_t>(dims.size(), 0), out.raw_data(), dims,
+          std::vector<int64_t>(dims.size(), 0), dims, ElementSize(t.dtype()));
+  return out;
+}
+
+// Hugging Face's tensors of a rule -> tessel's.
+Tensor ToTessel(const Rule& r, const std::vector<Tensor>& hf, int64_t heads) {
+  const std::vector<int64_t>& ts = r.tessel_shape;
+  switch (r.layout) {
+    case Layout::kSame:
+      return hf[0].Reshape(Shape(ts));
+    case Layout::kTranspose:
+      return Transposed(hf[0], r.hf_shapes[0][0], r.hf_shapes[0][1]);
+    case Layout::kFusedQkv: {
+      const int64_t three_h = ts.back(), hd = three_h / 3 / heads;
+      if (ts.size() == 1) return Permuted(hf[0], {3, heads, hd}, {1, 0, 2}).Reshape(Shape(ts));
+      return Permuted(hf[0], {ts[0], 3, heads, hd}, {0, 2, 1, 3}).Reshape(Shape(ts));
+    }
+    case Layout::kSeparateQkv: {
+      const int64_t h = r.hf_shapes[0][0], hd = h / heads;
+      // [q|k|v] columns of [in, out] matrices (or the biases one after another), then head-major.
+      Tensor qkv = Tensor::Empty(Shape(ts.size() == 1 ? std::vector<int64_t>{3, h} : std::vector<int64_t>{h, 3 * h}),
+                                 hf[0].dtype());
+      const size_t element = ElementSize(qkv.dtype());
+      for (int j = 0; j < 3; ++j) {
+        if (ts.size() == 1) {
+          std::memcpy(static_cast<uint8_t*>(qkv.raw_data()) + j * h * element, hf[j].raw_data(), h * element);
+        } else {
+          const Tensor in_out = Transposed(hf[j], h, h);
+          CopyBox(in_out.raw_data(), {h, h}, {0, 0}, qkv.raw_data(), {h, 3 * h}, {0, j * h}, {h, h}, element);
+        }
+      }
+      if (ts.size() == 1) return Permuted(qkv, {3, heads, hd}, {1, 0, 2}).Reshape(Shape(ts));
+      return Permuted(qkv, {h, 3, heads, hd}, {0, 2, 1, 3}).Reshape(Shape(ts));
+    }
+    case Layout::kPatchConv:
+      return Transposed(hf[0], ts[1], ts[0]);  // [hidden, C p p] -> [C p p, hidden]
+  }
+  TESSEL_THROW(StatusCode::kInternal) << "Hugging Face mapping: unknown layout";
+}
+
+// tessel's tensor of a rule -> Hugging Face's tensor number `part`.
+Tensor ToHuggingFace(const Rule& r, const Tensor& t, size_t part, int64_t heads) {
+  const std::vector<int64_t>& ts = r.tessel_shape;
+  const std::vector<int64_t>& hs = r.hf_shapes[part];
+  switch (r.layout) {
+    case Layout::kSame:
+      return t.Reshape(Shape(hs));
+    case Layout::kTranspose:
+      return Transposed(t, ts[0], ts[1]);
+    case Layout::kFusedQkv: {
+      const int64_t three_h = ts.back(), hd = three_h / 3 / heads;
+      if (ts.size() == 1) return Permuted(t, {heads, 3, hd}, {1, 0, 2}).Reshape(Shape(hs));
+      return Permuted(t, {ts[0], heads, 3, hd}, {0, 2, 1, 3}).Reshape(Shape(hs));
+    }
+    case Layout::kSeparateQkv: {
+      const int64_t h = hs[0], hd = h / heads;
+      if (ts.size() == 1) {
+        const Tensor qkv = Permuted(t, {heads, 3, hd}, {1, 0, 2});  // [3, heads, hd]
+        Tensor out = Tensor::Empty(Shape(hs), t.dtype());
+        const size_t element = ElementSize(t.dtype());
+        std::memcpy(out.raw_data(), static_cast<const uint8_t*>(qkv.raw_data()) + part * h * element, h * element);
+        return out;
+      }
+      const Tensor qkv = Permuted(t, {h, heads, 3, hd}, {0, 2, 1, 3}).Reshape(Shape({h, 3 * h}));
+      return Transposed(Columns(qkv, h, 3 * h, static_cast<int64_t>(part) * h, h), h, h);
+    }
+    case Layout::kPatchConv:
+      return Transposed(t, ts[0], ts[1]).Reshape(Shape(hs));
+  }
+  TESSEL_THROW(StatusCode::kInternal) << "Hugging Face mapping: unknown layout";
+}
+
+// f16 and bf16 weights as f32 (exactly): tessel's parameters are f32.
+Tensor Widened(const Tensor& t) {
+  if (t.dtype() == DType::kFloat32) return t;
+  Tensor out = Tensor::Empty(t.shape(), DType::kFloat32);
+  float* dst = out.data<float>();
+  const auto* bits = static_cast<const uint16_t*>(t.raw_data());
+  for (int64_t i = 0; i < t.numel(); ++i)
+    dst[i] = t.dtype() == DType::kBFloat16 ? std::bit_cast<float>(static_cast<uint32_t>(bits[i]) << 16) : Float16::ToFloat(bits[i]);
+  return out;
+}
+
+std::string ReadSmallFile(const fs::path& path) {
+  std::error_code error;
+  const uintmax_t size = fs::file_size(path, error);
+  TESSEL_CHECK(!error) << "Hugging Face import: cannot read " << path.string() << " (" << error.message() << ")";
+  TESSEL_CHECK(size <= kMaxConfigBytes)
+      << "Hugging Face import: " << path.string() << " is " << size << " bytes; expected at most " << kMaxConfigBytes;
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+nlohmann::json ParseJson(const std::string& text, const std::string& where) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  TESSEL_CHECK(j.is_object()) << "Hugging Face config " << where << " is not a JSON object";
+  return j;
+}
+
+// Hugging Face's activation names -> tessel's model.hidden_act.
+std::string Activation(const std::string& hf, const std::string& where) {
+  if (hf == "gelu") return "gelu";
+  // The tanh approximation under its three names (gelu_fast computes the same function).
+  if (hf == "gelu_new" || hf == "gelu_pytorch_tanh" || hf == "gelu_fast") return "gelu_tanh";
+  TESSEL_THROW(StatusCode::kInvalidArgument)
+      << "Hugging Face config " << where << ": activation '" << hf
+      << "' is not one tessel's models have; expected gelu, or gelu_new / gelu_pytorch_tanh / gelu_fast (tanh)";
+}
+
+}  // namespace
+
+config::ModelConfig ModelFromHuggingFaceConfig(const std::string& config_json, const std::string& where) {
+  const nlohmann::json j = ParseJson(config_json, where);
+  auto integer = [&](const char* key, std::optional<int64_t> fallback = std::nullopt) -> int64_t {
+    if (!j.contains(key) || j[key].is_null()) {
+      TESSEL_CHECK(fallback.has_value()) << "Hugging Face config " << where << " has no \"" << key << "\"";
+      return *fallback;
+    }
+    TESSEL_CHECK(j[key].is_number_integer() && j[key].get<int64_t>() > 0)
+        << "Hugging Face config " << where << ": \"" << key << "\" is " << j[key].dump()
+        << "; expected a positive integer";
+    return j[key].get<int64_t>();
+  };
+  auto number = [&](const char* key, double fallback) -> double {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    TESSEL_CHECK(j[key].is_number()) << "Hugging Face config " << where << ": \"" << key << "\" is "
+                                     << j[key].dump() << "; expected a number";
+    return j[key].get<double>();
+  };
+  auto text = [&](const char* key, const std::string& fallback) -> std::string {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    TESSEL_CHECK(j[key].is_string()) << "Hugging Face config " << where << ": \"" << key << "\" is "
+                                     << j[key].dump() << "; expected a string";
+    return j[key].get<std::string>();
+  };
+  // Options tessel's models do not have: refused, not ignored.
+  auto require = [&](const char* key, const nlohmann::json& expected) {
+    if (!j.contains(key) || j[key].is_null()) return;
+    TESSEL_CHECK(j[key] == expected) << "Hugging Face config " << where << ": \"" << key << "\" is " << j[key].dump()
+                                     << "; tessel's model supports only " << expected.dump();
+  };
+  const std::string type = text("model_type", "");
+  config::ModelConfig m;
+  if (type == "gpt2") {
+    require("scale_attn_weights", true);
+    require("scale_attn_by_inverse_layer_idx", false);
+    require("add_cross_attention", false);
+    require("tie_word_embeddings", true);
+    m.set_arch("gpt2");
+    m.set_vocab_size(integer("vocab_size"));
+    m.set_hidden_size(integer("n_embd"));
+    m.set_hidden_layers(integer("n_layer"));
+    m.set_num_attention_heads(integer("n_head"));
+    m.set_ffn_hidden_size(integer("n_inner", 4 * m.hidden_size()));
+    m.set_max_position_embeddings(integer("n_positions"));
+    m.set_hidden_act(Activation(text("activation_function", "gelu_new"), where));
+    m.set_layernorm_epsilon(number("layer_norm_epsilon", 1e-5));
+  } else if (type == "bert") {
+    require("position_embedding_type", "absolute");
+    require("is_decoder", false);
+    require("add_cross_attention", false);
+    m.set_arch("bert");
+    m.set_vocab_size(integer("vocab_size"));
+    m.set_hidden_size(integer("hidden_size"));
+    m.set_hidden_layers(integer("num_hidden_layers"));
+    m.set_num_attention_heads(integer("num_attention_heads"));
+    m.set_ffn_hidden_size(integer("intermediate_size"));
+    m.set_max_position_embeddings(integer("max_position_embeddings"));
+    m.set_type_vocab_size(integer("type_vocab_size", 2));
+    m.set_hidden_act(Activation(text("hidden_act", "gelu"), where));
+    m.set_layernorm_epsilon(number("layer_norm_eps", 1e-12));
+  } else if (type == "vit") {
+    require("qkv_bias", true);
+    m.set_arch("vit");
+    m.set_hidden_size(integer("hidden_size"));
+    m.set_hidden_layers(integer("num_hidden_layers"));
+    m.set_num_attention_heads(integer("num_attention_heads"));
+    m.set_ffn_hidden_size(integer("intermediate_size"));
+    m.set_hidden_act(Activation(text("hidden_act", "gelu"), where));
+    m.set_layernorm_epsilon(number("layer_norm_eps", 1e-12));
+    m.set_image_size(integer("image_size"));
+    m.set_patch_size(integer("patch_size"));
+    m.set_num_channels(integer("num_channels", 3));
+    int64_t classes = 0;
+    if (j.contains("id2label") && j["id2label"].is_object()) classes = static_cast<int64_t>(j["id2label"].size());
+    m.set_num_classes(integer("num_labels", classes > 0 ? classes : 2));
+    TESSEL_CHECK(m.image_size() % m.patch_size() == 0)
+        << "Hugging Face config " << where << ": image_size " << m.image_size() << " is not a multiple of patch_size "
+        << m.patch_size();
+  } else {
+    TESSEL_THROW(StatusCode::kInvalidArgument)
+        << "Hugging Face config " << where << ": model_type '" << type << "'; expected gpt2, bert or vit";
+  }
+  TESSEL_CHECK(m.hidden_size() % m.num_attention_heads() == 0)
+      << "Hugging Face config " << where << ": hidden size " << m.hidden_size() << " is not divisible by "
+      << m.num_attention_heads() << " heads";
+  m.set_initializer_range(number("initializer_range", 0.02));
+  // A training length within the position table; set it to what you train on.
+  if (m.arch() != "vit") m.set_max_seq_length(m.max_position_embeddings());
+  return m;
+}
+
+std::string HuggingFaceConfigJson(const config::ModelConfig& m) {
+  nlohmann::json j;
+  const int64_t ffn = m.ffn_hidden_size() > 0 ? m.ffn_hidden_size() : 4 * m.hidden_size();
+  const int64_t positions = m.max_position_embeddings() > 0 ? m.max_position_embeddings() : m.max_seq_length();
+  const bool tanh = m.hidden_act() == "gelu_tanh";
+  if (m.arch() == "gpt2" || m.arch() == "gpt") {
+    j = {{"model_type", "gpt2"},
+         {"architectures", {"GPT2LMHeadModel"}},
+         {"vocab_size", m.vocab_size()},
+         {"n_positions", positions},
+         {"n_embd", m.hidden_size()},
+         {"n_layer", m.hidden_layers()},
+         {"n_head", m.num_attention_heads()},
+         {"n_inner", ffn},
+         {"activation_function", tanh ? "gelu_new" : "gelu"},
+         {"layer_norm_epsilon", m.layernorm_epsilon()},
+         {"resid_pdrop", m.hidden_dropout_prob()},
+         {"embd_pdrop", m.embedding_dropout_prob()},
+         {"attn_pdrop", m.attention_dropout_prob()},
+         {"tie_word_embeddings", true}};
+  } else if (m.arch() == "bert") {
+    j = {{"model_type", "bert"},
+         {"architectures", {"BertForPreTraining"}},
+         {"vocab_size", m.vocab_size()},
+         {"hidden_size", m.hidden_size()},
+         {"num_hidden_layers", m.hidden_layers()},
+         {"num_attention_heads", m.num_attention_heads()},
+         {"intermediate_size", ffn},
+         {"hidden_act", tanh ? "gelu_new" : "gelu"},
+         {"max_position_embeddings", positions},
+         {"type_vocab_size", m.type_vocab_size()},
+         {"layer_norm_eps", m.layernorm_epsilon()},
+         {"hidden_dropout_prob", m.hidden_dropout_prob()},
+         {"attention_probs_dropout_prob", m.attention_dropout_prob()},
+         {"position_embedding_type", "absolute"}};
+  } else if (m.arch() == "vit") {
+    nlohmann::json id2label = nlohmann::json::object(), label2id = nlohmann::json::object();
+    for (int64_t c = 0; c < m.num_classes(); ++c) {
+      id2label[std::to_string(c)] = "LABEL_" + std::to_string(c);
+      label2id["LABEL_" + std::to_string(c)] = c;
+    }
+    j = {{"model_type", "vit"},
+         {"architectures", {"ViTForImageClassification"}},
+         {"hidden_size", m.hidden_size()},
+         {"num_hidden_layers", m.hidden_layers()},
+         {"num_attention_heads", m.num_attention_heads()},
+         {"intermediate_size", ffn},
+         {"hidden_act", tanh ? "gelu_new" : "gelu"},
+         {"layer_norm_eps", m.layernorm_epsilon()},
+         {"image_size", m.image_size()},
+         {"patch_size", m.patch_size()},
+         {"num_channels", m.num_channels()},
+         {"qkv_bias", true},
+         {"id2label", id2label},
+         {"label2id", label2id},
+         {"hidden_dropout_prob", m.hidden_dropout_prob()},
+         {"attention_probs_dropout_prob", m.attention_dropout_prob()}};
+  } else {
+    TESSEL_THROW(StatusCode::kInvalidArgument)
+        << "Hugging Face export: model.arch '" << m.arch() << "'; expected gpt2, bert or vit";
+  }
+  j["initializer_range"] = m.initializer_range();
+  j["torch_dtype"] = "float32";
+  return j.dump(2) + "\n";
+}
+
+std::vector<std::string> HuggingFaceMappedParameters(const config::ModelConfig& model) {
+  std::vector<std::string> names;
+  for (const Rule& r : Rules(model)) names.push_back(r.tessel);
+  return names;
+}
+
+HuggingFaceImport ReadHuggingFace(const fs::path& dir) {
+  HuggingFaceImport out;
+  const fs::path config_path = dir / "config.json";
+  out.model = ModelFromHuggingFaceConfig(ReadSmallFile(config_path), config_path.string());
+  const config::ModelConfig& m = out.model;
+  // The weights: one file, or an index naming the shards of each tensor.
+  std::vector<std::unique_ptr<zoo::SafetensorsFile>> files;
+  if (fs::exists(dir / "model.safetensors")) {
+    files.push_back(std::make_unique<zoo::SafetensorsFile>(dir / "model.safetensors"));
+  } else {
+    const fs::path index_path = dir / "model.safetensors.index.json";
+    TESSEL_CHECK(fs::exists(index_path))
+        << "Hugging Face import: " << dir.string()
+        << " has neither model.safetensors nor model.safetensors.index.json (save the model with "
+           "save_pretrained(..., safe_serialization=True); pytorch_model.bin is not read)";
+    const nlohmann::json index = ParseJson(ReadSmallFile(index_path), index_path.string());
+    TESSEL_CHECK(index.contains("weight_map") && index["weight_map"].is_object())
+        << "Hugging Face import: " << index_path.string() << " has no \"weight_map\" object";
+    std::set<std::string> shards;
+    for (const auto& [tensor, file] : index["weight_map"].items()) {
+      TESSEL_CHECK(file.is_string() && file.get<std::string>().find('/') == std::string::npos)
+          << "Hugging Face import: " << index_path.string() << ": tensor '" << tensor << "' maps to " << file.dump()
+          << "; expected a file name beside the index";
+      shards.insert(file.get<std::string>());
+    }
+    for (const std::string& shard : shards) files.push_back(std::make_unique<zoo::SafetensorsFile>(dir / shard));
+  }
+  std::map<std::string, const zoo::SafetensorsFile*> where;
+  for (const auto& f : files)
+    for (const auto& [name, entry] : f->entries()) where[name] = f.get();
+  std::set<std::string> used;
+  // A name of the full model (transformer.h.0..., bert.encoder...), or the
+  // same without the base model's prefix (a checkpoint of the base model, or
+  // of GPT-2 as first published).
+  auto find = [&](const std::string& name, const std::vector<std::string>& aliases) -> std::string {
+    std::vector<std::string> candidates = {name};
+    candidates.insert(candidates.end(), aliases.begin(), aliases.end());
+    for (const char* base : {"transformer.", "bert.", "vit."})
+      if (name.rfind(base, 0) == 0) candidates.push_back(name.substr(std::strlen(base)));
+    for (const std::string& c : candidates)
+      if (where.count(c)) return c;
+    TESSEL_THROW(StatusCode::kInvalidArgument)
+        << "Hugging Face import: " << dir.string() << " has no tensor '" << name << "' (a " << m.arch()
+        << " with " << m.hidden_layers() << " layers needs it)";
+  };
+  const int64_t heads = m.num_attention_heads();
+  for (const Rule& r : Rules(m)) {
+    std::vector<Tensor> hf;
+    for (size_t k = 0; k < r.hf.size(); ++k) {
+      const std::string name = find(r.hf[k], r.aliases);
+      const zoo::SafetensorsFile& file = *where.at(name);
+      const zoo::SafetensorsEntry& entry = file.entry(name);
+      TESSEL_CHECK(entry.shape == r.hf_shapes[k])
+          << "Hugging Face import: " << file.path().string() << ": tensor '" << name << "' has shape "
+          << ShapeText(entry.shape) << "; its config.json implies " << ShapeText(r.hf_shapes[k]);
+      TESSEL_CHECK(entry.dtype == "F32" || entry.dtype == "F16" || entry.dtype == "BF16")
+          << "Hugging Face import: " << file.path().string() << ": tensor '" << name << "' is " << entry.dtype
+          << "; expected F32, F16 or BF16";
+      hf.push_back(Widened(file.tensor(name)));
+      used.insert(name);
+      for (const std::string& alias : r.aliases) used.insert(alias);
+    }
+    out.tensors.emplace_back(r.tessel, ToTessel(r, hf, heads));
+  }
+  // Everything else must be a tied copy (equal to what tessel ties it to)
+  // or a buffer derived from the config.
+  const std::map<std::string, std::string> tied = {{"lm_head.weight", "wte.weight"},
+                                                   {"cls.predictions.decoder.weight", "word_embeddings.weight"}};
+  std::vector<std::string> unknown;
+  for (const auto& [name, file] : where) {
+    if (used.count(name)) continue;
+    const auto tie = tied.find(name);
+    if (tie != tied.end()) {
+      const auto own = std::find_if(out.tensors.begin(), out.tensors.end(),
+                                    [&](const auto& p) { return p.first == tie->second; });
+      const Tensor copy = file->tensor(name);
+      TESSEL_CHECK(own != out.tensors.end() && copy.nbytes() == own->second.nbytes() &&
+                   std::memcmp(copy.raw_data(), own->second.raw_data(), copy.nbytes()) == 0)
+          << "Hugging Face import: " << file->path().string() << ": tensor '" << name
+          << "' differs from the embedding it is tied to in tessel's " << m.arch()
+          << " (an untied output layer is not supported)";
+      continue;
+    }
+    const bool buffer = name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") ||
+                        name.ends_with("embeddings.position_ids");
+    if (!buffer) unknown.push_back(name);
+  }
+  if (!unknown.empty()) {
+    std::string list;
+    for (size_t i = 0; i < unknown.size() && i < 10; ++i) list.append(i ? ", " : "").append(unknown[i]);
+    TESSEL_THROW(StatusCode::kInvalidArgument)
+        << "Hugging Face import: " << dir.string() << " holds " << unknown.size()
+        << " tensor(s) tessel's " << m.arch() << " has no place for: " << list
+        << (unknown.size() > 10 ? ", ..." : "") << " (another architecture?)";
+  }
+  return out;
+}
+
+void WriteHuggingFace(const fs::path& dir, const config::ModelConfig& model,
+                      const std::function<Tensor(const std::string& name)>& tensor) {
+  const std::vector<Rule> rules = Rules(model);
+  const std::string config = HuggingFaceConfigJson(model);
+  std::error_code error;
+  fs::create_directories(dir, error);
+  TESSEL_CHECK(!error) << "Hugging Face export: cannot create " << dir.string() << ": " << error.message();
+  // The parameter of the last rule read stays, for the three parts of a
+  // separate QKV; the writer holds one parameter at a time.
+  struct Last {
+    std::string name;
+    Tensor value;
+  };
+  auto last = std::make_shared<Last>();
+  const int64_t heads = model.num_attention_heads();
+  std::vector<zoo::SafetensorsSource> sources;
+  for (const Rule& r : rules) {
+    for (size_t k = 0; k < r.hf.size(); ++k) {
+      sources.push_back({r.hf[k], "F32", r.hf_shapes[k], [&, r, k, last](const zoo::SafetensorsSource::Sink& write) {
+                           if (last->name != r.tessel) {
+                             Tensor t = tensor(r.tessel);
+                             TESSEL_CHECK(t.dtype() == DType::kFloat32)
+                                 << "Hugging Face export: parameter '" << r.tessel << "' is "
+                                 << DTypeName(t.dtype()) << "; expected f32";
+                             if (r.vocabulary_rows) t = FirstRows(t, r.tessel_shape[0]);
+                             TESSEL_CHECK(t.shape().dims() == r.tessel_shape)
+                                 << "Hugging Face export: parameter '" << r.tessel << "' has shape " << t.shape()
+                                 << "; the model config implies " << ShapeText(r.tessel_shape);
+                             *last = {r.tessel, t};
+                           }
+                           const Tensor part = ToHuggingFace(r, last->value, k, heads);
+                           write(part.raw_data(), part.nbytes());
+                         }});
+    }
+  }
+  zoo::WriteSafetensors(dir / "model.safetensors", sources, {{"format", "pt"}});
+  std::ofstream(dir / "config.json") << config;
+}
+
+}  // namespace tessel::checkpoint

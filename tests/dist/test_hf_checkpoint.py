@@ -1,0 +1,278 @@
+"""Hugging Face models in and out of tessel (checkpoint/hugging_face.h,
+tessel-checkpoint import-hf / export-hf, train.load_weight).
+
+For GPT2LMHeadModel, BertForPreTraining and ViTForImageClassification:
+a randomly initialised model (every parameter then moved by noise, so no
+weight is 0 or 1 and a mapping mistake cannot hide), saved with
+save_pretrained (safetensors), is imported as a tessel checkpoint; tessel's
+model loads it on one rank and under tp2 x pp2 (a vocabulary of 1,100
+padded to 1,280) and its logits equal Hugging Face's within 1e-5; the
+checkpoint exported back loads with from_pretrained, with every weight
+bit-identical and the same logits.
+
+A GPT trained by tessel-train under tp2 x pp2 (four shards) exports to a
+model whose logits under from_pretrained equal tessel's own on that
+checkpoint. train.load_weight: tessel-train starts from an imported GPT-2
+under tp2 x pp2, and a ViT started from a checkpoint's weights gives as
+its first loss the loss the saving run's continuation (--resume) gives on
+the same batch. Bad input (another model type, a missing or extra tensor,
+another arch or layer-norm epsilon under load_weight) is named."""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import check, expect, finish, run  # noqa: E402
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--launcher", required=True)
+parser.add_argument("--tool", required=True, help="tessel-checkpoint")
+parser.add_argument("--train", required=True, help="tessel-train")
+parser.add_argument("--source", required=True)
+parser.add_argument("--gpt2_dump", required=True)
+parser.add_argument("--bert_dump", required=True)
+parser.add_argument("--vit_dump", required=True)
+args = parser.parse_args()
+
+TOLERANCE = 1e-5
+work = tempfile.mkdtemp(prefix="tessel_hf_checkpoint_")
+deps = os.path.join(work, "pydeps")
+pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target",
+                      deps, "transformers==4.40.2", "numpy<2"], capture_output=True, text=True)
+check("pip installs transformers 4.40.2", pip.returncode == 0, pip.stderr[-2000:])
+if pip.returncode != 0:
+    finish()
+sys.path.insert(0, deps)
+import torch  # noqa: E402
+from safetensors import safe_open  # noqa: E402
+from transformers import (BertConfig, BertForPreTraining, GPT2Config, GPT2LMHeadModel, ViTConfig,  # noqa: E402
+                          ViTForImageClassification)
+
+LOSS = re.compile(r"\[rank 0\] iteration (\d+)/\d+ loss ([0-9.]+)")
+
+
+def max_error(got, want):
+    """Largest |got - want| relative to max(1, |want|)."""
+    return ((got - want).abs() / want.abs().clamp(min=1.0)).max().item()
+
+
+def noisy(model, seed):
+    """Every parameter moved by noise (LayerNorm gains off 1, biases off 0)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    return model.eval()
+
+
+def tool(*argv):
+    return run([args.tool, *argv], timeout=120)
+
+
+def dump(program, nproc, flags, out):
+    code, text, _ = run([args.launcher, "--nproc_per_node", str(nproc), "--master_port", "0", "--max_run_s", "200",
+                         "--", program, *flags, f"--out={out}"], timeout=240)
+    if code != 0:
+        return None, text
+    with safe_open(out, "pt") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}, text
+
+
+LAYOUTS = {"1x1": (1, ["--tp=1"]), "tp2xpp2": (4, ["--tp=2", "--pp=2"])}
+
+
+def gpt2_outputs(model, t, vocab):
+    with torch.no_grad():
+        plain = model(input_ids=t["input_ids"], labels=t["input_ids"])
+        masked = model(input_ids=t["input_ids"], position_ids=t["position_ids"],
+                       attention_mask=t["attention_mask"].long()).logits
+    return [("logits", t["logits"][..., :vocab], plain.logits),
+            ("logits with position ids and a padding mask", t["masked_logits"][..., :vocab], masked),
+            ("loss", t["loss"].reshape(1), plain.loss.reshape(1))]
+
+
+def bert_outputs(model, t, vocab):
+    with torch.no_grad():
+        plain = model(input_ids=t["input_ids"])
+        full = model(input_ids=t["input_ids"], token_type_ids=t["token_type_ids"],
+                     attention_mask=t["attention_mask"].long(), labels=t["mlm_labels"],
+                     next_sentence_label=t["sentence_labels"])
+    return [("masked-LM logits", t["plain_mlm_logits"][..., :vocab], plain.prediction_logits),
+            ("sentence logits", t["plain_sentence_logits"], plain.seq_relationship_logits),
+            ("masked-LM logits with types and mask", t["mlm_logits"][..., :vocab], full.prediction_logits),
+            ("loss", t["loss"].reshape(1), full.loss.reshape(1))]
+
+
+def vit_outputs(model, t, vocab):
+    with torch.no_grad():
+        out = model(pixel_values=t["pixel_values"], labels=t["labels"])
+    return [("logits", t["logits"], out.logits), ("loss", t["loss"].reshape(1), out.loss.reshape(1))]
+
+
+MODELS = {
+    "gpt2": (GPT2LMHeadModel, GPT2Config(vocab_size=1100, n_positions=16, n_embd=32, n_layer=2, n_head=4),
+             args.gpt2_dump, ["--vocab=1100", "--hidden=32", "--heads=4", "--layers=2", "--seq=16"], gpt2_outputs),
+    "bert": (BertForPreTraining, BertConfig(vocab_size=1100, hidden_size=32, num_hidden_layers=2,
+                                            num_attention_heads=4, intermediate_size=128,
+                                            max_position_embeddings=16),
+             args.bert_dump, ["--vocab=1100", "--hidden=32", "--heads=4", "--layers=2", "--seq=16"], bert_outputs),
+    "vit": (ViTForImageClassification, ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                 intermediate_size=128, image_size=16, patch_size=4,
+                                                 num_channels=3, num_labels=7),
+            args.vit_dump, ["--hidden=32", "--heads=4", "--layers=2", "--image_size=16", "--patch=4",
+                            "--channels=3", "--classes=7"], vit_outputs),
+}
+
+for arch, (cls, config, program, flags, outputs) in MODELS.items():
+    hf = noisy(cls(config), seed=len(arch))
+    hf_dir = os.path.join(work, f"{arch}_hf")
+    hf.save_pretrained(hf_dir, safe_serialization=True)
+    ckpt = os.path.join(work, f"{arch}_imported")
+    code, out, _ = tool("import-hf", hf_dir, ckpt)
+    check(f"{arch}: import-hf converts save_pretrained's directory", code == 0, out[-3000:])
+    if code != 0:
+        continue
+    expect(f"{arch}: import-hf prints the config's model block", out, rf'arch: "{arch}"')
+    vocab = getattr(config, "vocab_size", 0)
+    for layout, (nproc, layout_flags) in LAYOUTS.items():
+        tensors, text = dump(program, nproc, flags + layout_flags + [f"--load={ckpt}"],
+                             os.path.join(work, f"{arch}_{layout}.safetensors"))
+        check(f"{arch} {layout}: tessel's model loads the import", tensors is not None, text[-3000:])
+        if tensors is None:
+            continue
+        for label, ours, theirs in outputs(hf, tensors, vocab):
+            err = max_error(ours, theirs)
+            check(f"{arch} {layout}: {label} equal {cls.__name__}'s (max error {err:.2e})", err <= TOLERANCE)
+    exported = os.path.join(work, f"{arch}_exported")
+    code, out, _ = tool("export-hf", ckpt, exported)
+    check(f"{arch}: export-hf writes config.json and model.safetensors", code == 0 and os.path.exists(
+        os.path.join(exported, "model.safetensors")), out[-2000:])
+    if code != 0:
+        continue
+    back = cls.from_pretrained(exported).eval()
+    theirs, ours = hf.state_dict(), back.state_dict()
+    same = [k for k in theirs if k in ours and torch.equal(theirs[k], ours[k])]
+    check(f"{arch}: from_pretrained of the export has every weight bit for bit ({len(same)} of {len(theirs)})",
+          len(same) == len(theirs), str(sorted(set(theirs) - set(same))[:10]))
+    tensors, _ = dump(program, 1, flags + [f"--load={ckpt}"], os.path.join(work, f"{arch}_again.safetensors"))
+    if tensors is not None:
+        for label, got, want in outputs(back, tensors, vocab):
+            err = max_error(got, want)
+            check(f"{arch}: the exported model's {label} equal tessel's (max error {err:.2e})", err <= TOLERANCE)
+
+# A GPT trained by tessel-train under tp2 x pp2 (4 shards, its vocabulary
+# padded per tp), exported: from_pretrained gives tessel's logits.
+gpt_config = os.path.join(args.source, "configs", "gpt2_tiny.prototxt")
+COMMON = ["train.log_period=1", "evaluation.enabled=false", "train.train_iter=8", "scheduler.warmup_iter=0"]
+
+
+def train(config, nproc, sets, out_name, flags=()):
+    cmd = [args.launcher, "--nproc_per_node", str(nproc), "--master_port", "0", "--max_run_s", "220", "--",
+           args.train, "--config", config, *flags]
+    for s in COMMON + sets + [f"train.output_dir={os.path.join(work, out_name)}"]:
+        cmd += ["--set", s]
+    return run(cmd, timeout=240)
+
+
+trained = os.path.join(work, "gpt_trained")
+code, out, secs = train(gpt_config, 4, ["train.save_period=8", f"train.checkpoint_dir={trained}",
+                                        "model.vocab_size=2100"], "gpt_trained_out")
+check(f"tessel-train: the tiny GPT (vocabulary 2,100) trains under tp2 x pp2 and saves ({secs:.1f} s)", code == 0,
+      out[-3000:])
+exported = os.path.join(work, "gpt_trained_hf")
+code, out, _ = tool("export-hf", trained, exported)
+check("export-hf of the tp2 x pp2 checkpoint", code == 0, out[-2000:])
+if code == 0:
+    cfg = json.load(open(os.path.join(exported, "config.json")))
+    check("its config.json is GPT-2's with the trained sizes",
+          cfg["model_type"] == "gpt2" and cfg["vocab_size"] == 2100 and cfg["n_layer"] == 4 and cfg["n_embd"] == 128,
+          json.dumps(cfg))
+    back = GPT2LMHeadModel.from_pretrained(exported).eval()
+    tensors, text = dump(args.gpt2_dump, 1, ["--vocab=2100", "--hidden=128", "--heads=4", "--layers=4", "--seq=64",
+                                            f"--load={trained}"], os.path.join(work, "gpt_trained.safetensors"))
+    check("tessel's GPT loads the trained checkpoint on one rank", tensors is not None, text[-2000:])
+    if tensors is not None:
+        for label, got, want in gpt2_outputs(back, tensors, 2100):
+            err = max_error(got, want)
+            check(f"trained and exported: from_pretrained's {label} equal tessel's (max error {err:.2e})",
+                  err <= TOLERANCE)
+
+# train.load_weight from an imported GPT-2 of the tiny config's sizes, with
+# 128 positions for sequences of 64, under tp2 x pp2.
+hf = noisy(GPT2LMHeadModel(GPT2Config(vocab_size=2048, n_positions=128, n_embd=128, n_layer=4, n_head=4)), seed=9)
+hf_dir = os.path.join(work, "gpt_tiny_hf")
+hf.save_pretrained(hf_dir, safe_serialization=True)
+imported = os.path.join(work, "gpt_tiny_imported")
+code, out, _ = tool("import-hf", hf_dir, imported)
+check("import-hf of a GPT-2 with 128 positions", code == 0, out[-2000:])
+code, out, secs = train(gpt_config, 4, [f"train.load_weight={imported}", "model.max_position_embeddings=128"],
+                        "gpt_loaded")
+check(f"train.load_weight: tessel-train starts from the imported GPT-2 under tp2 x pp2 ({secs:.1f} s)",
+      code == 0 and len(LOSS.findall(out)) == 8, out[-3000:])
+expect("train.load_weight: the load is logged", out, r"loaded the gpt2 weights of .*gpt_tiny_imported")
+fresh = [float(v) for _, v in LOSS.findall(train(gpt_config, 4, [], "gpt_fresh")[1])]
+loaded = [float(v) for _, v in LOSS.findall(out)]
+check(f"train.load_weight: the first loss ({loaded[0] if loaded else None}) is the imported model's, not a fresh "
+      f"start's ({fresh[0] if fresh else None})", loaded and fresh and abs(loaded[0] - fresh[0]) > 1e-3)
+
+# train.load_weight takes the model's weights and nothing else: a ViT whose
+# every batch is the same 32 synthetic images, started from a checkpoint's
+# weights, gives as its first loss what the saving run's continuation gives.
+vit_config = os.path.join(args.source, "configs", "vit_tiny.prototxt")
+VIT = ["data.image_dataset=synthetic", "data.synthetic_samples=32", "data.split=100,0,0",
+       "scheduler.name=constant", "scheduler.warmup_iter=0"]
+vit_saved = os.path.join(work, "vit_saved")
+code, out, _ = train(vit_config, 2, VIT + ["train.train_iter=5", "train.save_period=5",
+                                           f"train.checkpoint_dir={vit_saved}"], "vit_a")
+check("ViT on 32 synthetic images: 5 iterations saved", code == 0, out[-2000:])
+code, out, _ = train(vit_config, 2, VIT + ["train.train_iter=6", f"train.checkpoint_dir={vit_saved}"], "vit_b",
+                     flags=["--resume"])
+check("ViT: the run resumed from iteration 5 makes its sixth", code == 0, out[-2000:])
+resumed = dict(LOSS.findall(out))
+code, out, _ = train(vit_config, 4, VIT + ["train.train_iter=1", f"train.load_weight={vit_saved}",
+                                           "train.dist.tensor_parallel_size=2", "train.dist.pipeline_parallel_size=2"],
+                     "vit_c")
+started = dict(LOSS.findall(out))
+check("ViT: loaded under tp2 x pp2, the first loss equals the resumed run's sixth (the same weights, the same "
+      f"batch): {started.get('1')} vs {resumed.get('6')}",
+      "1" in started and "6" in resumed and abs(float(started["1"]) - float(resumed["6"])) <= TOLERANCE *
+      max(1.0, abs(float(resumed["6"]))), out[-2000:])
+
+# Bad input, named.
+bad = os.path.join(work, "llama_hf")
+shutil.copytree(os.path.join(work, "gpt2_hf"), bad)
+cfg = json.load(open(os.path.join(bad, "config.json")))
+cfg["model_type"] = "llama"
+json.dump(cfg, open(os.path.join(bad, "config.json"), "w"))
+code, out, _ = tool("import-hf", bad, os.path.join(work, "x1"))
+check("another model type is refused", code not in (0, None), out[-1000:])
+expect("... naming it", out, r"model_type 'llama'; expected gpt2, bert or vit")
+cfg["model_type"], cfg["n_layer"] = "gpt2", 3
+json.dump(cfg, open(os.path.join(bad, "config.json"), "w"))
+code, out, _ = tool("import-hf", bad, os.path.join(work, "x2"))
+check("a tensor missing for the config's layers is refused", code not in (0, None), out[-1000:])
+expect("... naming it", out, r"has no tensor 'transformer\.h\.2\.ln_1\.weight'")
+cfg["n_layer"] = 1
+json.dump(cfg, open(os.path.join(bad, "config.json"), "w"))
+code, out, _ = tool("import-hf", bad, os.path.join(work, "x3"))
+check("tensors the config has no place for are refused", code not in (0, None), out[-1000:])
+expect("... naming them", out, r"tensor\(s\) tessel's gpt2 has no place for: transformer\.h\.1\.")
+code, out, _ = train(gpt_config, 4, [f"train.load_weight={os.path.join(work, 'bert_imported')}"], "x4")
+check("load_weight of another arch is refused", code not in (0, None), out[-1000:])
+expect("... naming both", out, r"is of model\.arch 'bert' but this config trains 'gpt2'")
+code, out, _ = train(gpt_config, 4, [f"train.load_weight={imported}", "model.max_position_embeddings=128",
+                                     "model.layernorm_epsilon=1e-6"], "x5")
+check("load_weight under another layer-norm epsilon is refused", code not in (0, None), out[-1000:])
+expect("... naming both", out, r"model\.layernorm_epsilon 1e-05 but this config has 1e-06")
+code, out, _ = train(gpt_config, 4, [f"train.load_weight={imported}"], "x6")
+check("load_weight with too few positions is refused", code not in (0, None), out[-1000:])
+expect("... naming the tensor and both shapes", out,
+       r"tensor 'model\.wpe\.weight' has shape \[128, 128\] there but \[64, 128\] in the model")
+
+shutil.rmtree(work, ignore_errors=True)
+finish()
