@@ -295,22 +295,53 @@ std::vector<int64_t> ChunkGrid(const Shape& shape, size_t element_size, int64_t 
   }
 }
 
-std::vector<Chunk> Chunks(const std::string& tensor, const SavedBox& saved) {
+namespace {
+// The part of `parts` balanced parts of `range` holding position x.
+int64_t PartOf(const Range& range, int64_t parts, int64_t x) {
+  const int64_t n = range.size(), q = n / parts, r = n % parts, at = x - range.begin;
+  return at < (q + 1) * r ? at / (q + 1) : r + (at - (q + 1) * r) / q;
+}
+}  // namespace
+
+std::vector<Chunk> ChunksOverlapping(const std::string& tensor, const SavedBox& saved, const Box& box) {
+  const Box overlap = saved.box.Intersect(box);
+  if (overlap.empty()) return {};
   const int64_t n = saved.box.ndim();
-  std::vector<int64_t> grid = saved.chunks.empty() ? std::vector<int64_t>(n, 1) : saved.chunks;
+  const std::vector<int64_t> grid = saved.chunks.empty() ? std::vector<int64_t>(n, 1) : saved.chunks;
   int64_t count = 1;
   for (int64_t p : grid) count *= p;
   if (count == 1) return {{saved.box, tensor}};
+  // Per dimension, the parts the overlap touches.
+  std::vector<int64_t> first(n), last(n);
+  for (int64_t d = 0; d < n; ++d) {
+    first[d] = PartOf(saved.box[d], grid[d], overlap[d].begin);
+    last[d] = PartOf(saved.box[d], grid[d], overlap[d].end - 1);
+  }
   std::vector<Chunk> chunks;
-  chunks.reserve(static_cast<size_t>(count));
-  std::vector<int64_t> coord(n, 0);
-  for (int64_t k = 0; k < count; ++k) {
+  std::vector<int64_t> coord = first;
+  while (true) {
     std::vector<Range> ranges(n);
-    for (int64_t d = 0; d < n; ++d) ranges[d] = BalancedPart(saved.box[d], grid[d], coord[d]);
-    chunks.push_back({Box(std::move(ranges)), tensor + "#" + std::to_string(k)});
-    for (int64_t d = n - 1; d >= 0 && ++coord[d] == grid[d]; --d) coord[d] = 0;
+    int64_t index = 0;
+    for (int64_t d = 0; d < n; ++d) {
+      ranges[d] = BalancedPart(saved.box[d], grid[d], coord[d]);
+      index = index * grid[d] + coord[d];
+    }
+    chunks.push_back({Box(std::move(ranges)), tensor + "#" + std::to_string(index)});
+    int64_t d = n - 1;
+    while (d >= 0 && coord[d] == last[d]) {
+      coord[d] = first[d];
+      --d;
+    }
+    if (d < 0) break;
+    ++coord[d];
   }
   return chunks;
+}
+
+std::vector<Chunk> Chunks(const std::string& tensor, const SavedBox& saved) {
+  const bool one = std::all_of(saved.chunks.begin(), saved.chunks.end(), [](int64_t p) { return p == 1; });
+  if (one) return {{saved.box, tensor}};  // an empty box too: one (empty) entry
+  return ChunksOverlapping(tensor, saved, saved.box);
 }
 
 fs::path Save(const fs::path& dir, int64_t iteration, const NamedTensors& tensors,
@@ -480,8 +511,7 @@ void Reader::ReadBox(const std::string& name, const Box& box, void* out) {
   for (const SavedBox& b : saved.boxes) {
     if (box.Intersect(b.box).empty()) continue;
     const zoo::SafetensorsFile& file = *OpenShard(b.file).file;
-    for (const Chunk& chunk : Chunks(name, b)) {
-      if (box.Intersect(chunk.box).empty()) continue;
+    for (const Chunk& chunk : ChunksOverlapping(name, b, box)) {
       std::string where = "checkpoint shard " + file.path().string() + ": tensor '" + name + "'" +
                           (chunk.entry == name ? "" : " (chunk '" + chunk.entry + "')");
       TESSEL_CHECK(file.contains(chunk.entry))

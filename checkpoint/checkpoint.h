@@ -85,6 +85,10 @@ struct Chunk {
   std::string entry;
 };
 std::vector<Chunk> Chunks(const std::string& tensor, const SavedBox& saved);
+// The chunks of `saved` that overlap `box`, found by arithmetic: a reader
+// never lists a grid's chunks it does not read (an index may claim a grid
+// of millions).
+std::vector<Chunk> ChunksOverlapping(const std::string& tensor, const SavedBox& saved, const Box& box);
 
 struct SaveOptions {
   int64_t keep_last = 2;    // complete checkpoints kept (older ones removed); 0 keeps all

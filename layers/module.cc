@@ -18,6 +18,21 @@ Tensor& Module::RegisterBuffer(const std::string& name, Tensor& t) {
 
 void Module::RegisterModule(const std::string& name, Module& m) { children_.push_back({name, &m}); }
 
+void Module::RegisterRngCounter(const std::string& name, int64_t& counter) {
+  rng_counters_.push_back({name, &counter});
+}
+
+void Module::CollectRngCounters(const std::string& prefix, std::vector<std::pair<std::string, int64_t*>>* out) {
+  for (auto& [name, c] : rng_counters_) out->push_back({prefix + name, c});
+  for (auto& [name, m] : children_) m->CollectRngCounters(prefix + name + ".", out);
+}
+
+std::vector<std::pair<std::string, int64_t*>> Module::NamedRngCounters() {
+  std::vector<std::pair<std::string, int64_t*>> out;
+  CollectRngCounters("", &out);
+  return out;
+}
+
 void Module::Collect(const std::string& prefix, bool buffers,
                      std::vector<std::pair<std::string, Tensor*>>* out) {
   for (auto& [name, t] : params_) out->push_back({prefix + name, t});

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,10 @@ class Module {
   std::vector<Tensor*> Parameters();
   // Parameters and buffers by name (the tensors themselves, shared).
   std::map<std::string, Tensor> StateDict();
+  // The random-number counters of this module and its submodules (how many
+  // draws each dropout has made), by name: what a checkpoint saves so a
+  // resumed run draws the masks the uninterrupted run would have.
+  std::vector<std::pair<std::string, int64_t*>> NamedRngCounters();
   void ZeroGrad();
 
   void Train(bool training = true);
@@ -32,13 +37,17 @@ class Module {
   Tensor& RegisterParameter(const std::string& name, Tensor& t);
   Tensor& RegisterBuffer(const std::string& name, Tensor& t);
   void RegisterModule(const std::string& name, Module& m);
+  // A counter on the host that keys this module's random draws.
+  void RegisterRngCounter(const std::string& name, int64_t& counter);
 
  private:
   void Collect(const std::string& prefix, bool buffers, std::vector<std::pair<std::string, Tensor*>>* out);
+  void CollectRngCounters(const std::string& prefix, std::vector<std::pair<std::string, int64_t*>>* out);
 
   bool training_ = true;
   std::vector<std::pair<std::string, Tensor*>> params_, buffers_;
   std::vector<std::pair<std::string, Module*>> children_;
+  std::vector<std::pair<std::string, int64_t*>> rng_counters_;
 };
 
 }  // namespace tessel::nn

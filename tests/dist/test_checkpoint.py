@@ -9,7 +9,8 @@ and --resume finishes from it; the last keep_last_checkpoints are kept; a
 damaged shard (one flipped byte, a truncation), a tensor missing from the
 index, a checkpoint of another model, a shape that disagrees and an empty
 directory are named before the first iteration, and leave the checkpoint
-as it was."""
+as it was. With dropout (eager), the dropouts' mask counters are saved and
+a resumed run repeats the uninterrupted losses exactly."""
 import argparse
 import glob
 import hashlib
@@ -144,6 +145,32 @@ worst = max((abs(float(resumed[i]) - float(vocab_full[i])) / abs(float(vocab_ful
              if i in resumed), default=float("inf"))
 check(f"vocab 2100: the 2,304-row table resumes as 2,176 rows on one process, iterations 6 to 10 within 1e-5 "
       f"(worst {worst:.2e})", code == 0 and sorted(resumed) == list(range(6, 11)) and worst <= 1e-5, out[-2000:])
+
+# Dropout (eager): the checkpoint keeps each dropout's mask counter, so the
+# resumed run draws the masks the uninterrupted one drew; without them (the
+# counters taken out of the index) it would draw the first iterations' again.
+drop = ["train.graph.enabled=false", "model.hidden_dropout_prob=0.1", "model.attention_dropout_prob=0.1",
+        "model.embedding_dropout_prob=0.1"]
+code, out, _ = train(gpt, 4, 2, 2, 10, os.path.join(work, "drop_full"), drop)
+drop_full = losses(out)
+drop_dir = os.path.join(work, "drop")
+code, out, _ = train(gpt, 4, 2, 2, 5, drop_dir, drop + ["train.save_period=5"])
+meta = json.load(open(os.path.join(drop_dir, "iter_0000005", "index.json")))["metadata"]
+counters = {k: v for k, v in meta.items() if k.startswith("rng.")}
+check(f"dropout: the checkpoint holds the {len(counters)} dropout counters, advanced",
+      code == 0 and len(counters) == 1 + 3 * 4 and all(int(v) > 0 for v in counters.values()), str(meta))
+no_rng_dir = os.path.join(work, "drop_no_rng")
+shutil.copytree(drop_dir, no_rng_dir)
+code, out, _ = train(gpt, 4, 2, 2, 10, drop_dir, drop, resume=True)
+check("dropout: resumed under tp2 x pp2, iterations 6 to 10 print the uninterrupted losses exactly",
+      code == 0 and losses(out) == {i: drop_full[i] for i in range(6, 11)}, f"{losses(out)} vs {drop_full}")
+index_path = os.path.join(no_rng_dir, "iter_0000005", "index.json")
+index = json.load(open(index_path))
+index["metadata"] = {k: v for k, v in index["metadata"].items() if not k.startswith("rng.")}
+json.dump(index, open(index_path, "w"))
+code, out, _ = train(gpt, 4, 2, 2, 10, no_rng_dir, drop, resume=True)
+check("dropout: without the counters the resumed losses differ (the check above can fail)",
+      code == 0 and len(losses(out)) == 5 and losses(out) != {i: drop_full[i] for i in range(6, 11)}, out[-2000:])
 
 # A job killed (SIGKILL on rank 0) at three points of the iteration-10 save
 # leaves `latest` at iteration 5, whole; --resume then finishes the run with

@@ -173,6 +173,7 @@ int main(int argc, char** argv) {
   checkpoint::NamedTensors saved;
   for (auto& [name, p] : params) saved.emplace_back("model." + name, p);
   for (auto& [name, s] : adamw.NamedState()) saved.emplace_back("optim." + name, s);
+  const auto rng_counters = task->model().NamedRngCounters();
   int64_t start_iteration = 0;
   if (FLAGS_resume) {
     const std::filesystem::path found = checkpoint::Find(t.checkpoint_dir());
@@ -192,6 +193,11 @@ int main(int argc, char** argv) {
         load.padded_rows[key] = rows;
     const auto meta = checkpoint::Load(found, saved, load);
     if (amp) amp->CopyMastersToModel();
+    // Dropout's counters: the masks go on where the saving run's would have.
+    for (auto& [name, counter] : rng_counters) {
+      const auto value = meta.find("rng." + name);
+      if (value != meta.end()) *counter = std::stoll(value->second);
+    }
     start_iteration = std::stoll(meta.at("iteration"));
     TESSEL_CHECK(start_iteration <= t.train_iter())
         << "tessel-train: checkpoint " << found.string() << " is at iteration " << start_iteration
@@ -394,10 +400,13 @@ int main(int argc, char** argv) {
       std::snprintf(layout, sizeof(layout), "dp %ld x tp %ld x pp %ld", static_cast<long>(dp),
                     static_cast<long>(d.tensor_parallel_size()),
                     static_cast<long>(d.pipeline_parallel_size()));
-      const std::filesystem::path where =
-          checkpoint::Save(t.checkpoint_dir(), done, saved,
-                           {{"iteration", std::to_string(done)}, {"arch", m.arch()}, {"layout", layout}},
-                           {.keep_last = t.keep_last_checkpoints(), .config_text = zoo::ConfigText(c)});
+      std::map<std::string, std::string> state = {
+          {"iteration", std::to_string(done)}, {"arch", m.arch()}, {"layout", layout}};
+      for (const auto& [name, counter] : rng_counters) state["rng." + name] = std::to_string(*counter);
+      checkpoint::SaveOptions options;
+      options.keep_last = t.keep_last_checkpoints();
+      options.config_text = zoo::ConfigText(c);
+      const std::filesystem::path where = checkpoint::Save(t.checkpoint_dir(), done, saved, state, options);
       if (rank == 0) {
         std::printf("saved checkpoint %s in %.2f s\n", where.c_str(),
                     std::chrono::duration<double>(Clock::now() - save_start).count());
