@@ -534,16 +534,40 @@ void Reader::ReadBox(const std::string& name, const Box& box, void* out) {
   std::sort(order.begin(), order.end(),
             [](const Piece* a, const Piece* b) { return std::tie(a->file, a->offset) < std::tie(b->file, b->offset); });
   constexpr uint64_t kMaxRead = uint64_t{64} << 20;
-  std::vector<std::unique_ptr<uint8_t[]>> buffers;
+  uint64_t total = 0;
+  for (const Piece& p : pieces) total += p.bytes;
+  if (total > scratch_bytes_) {
+    scratch_.reset(new uint8_t[total]);
+    scratch_bytes_ = total;
+  }
+  // The reads: [first, last) of `order` each, one pread.
+  std::vector<std::pair<size_t, size_t>> reads;
   for (size_t first = 0; first < order.size();) {
     size_t last = first + 1;
     uint64_t span = order[first]->bytes;
     while (last < order.size() && order[last]->file == order[first]->file &&
            order[last]->offset == order[first]->offset + span && span + order[last]->bytes <= kMaxRead)
       span += order[last++]->bytes;
+    reads.emplace_back(first, last);
+    first = last;
+  }
+  auto span_of = [&](const std::pair<size_t, size_t>& r) {
+    return order[r.second - 1]->offset + order[r.second - 1]->bytes - order[r.first]->offset;
+  };
+  uint8_t* next = scratch_.get();
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const auto [first, last] = reads[i];
+    const uint64_t span = span_of(reads[i]);
+    // The next read's pages are asked for now (exactly those: read-ahead is
+    // off), so the disk works while this one is checked and copied.
+    if (i + 1 < reads.size()) {
+      const Piece& ahead = *order[reads[i + 1].first];
+      ::posix_fadvise(OpenShard(ahead.file).fd, static_cast<off_t>(ahead.offset),
+                      static_cast<off_t>(span_of(reads[i + 1])), POSIX_FADV_WILLNEED);
+    }
     const Shard& shard = OpenShard(order[first]->file);
-    buffers.emplace_back(new uint8_t[std::max<uint64_t>(span, 1)]);
-    uint8_t* buffer = buffers.back().get();
+    uint8_t* buffer = next;
+    next += span;
     for (uint64_t done = 0; done < span;) {
       const ssize_t got =
           ::pread(shard.fd, buffer + done, span - done, static_cast<off_t>(order[first]->offset + done));
@@ -561,7 +585,6 @@ void Reader::ReadBox(const std::string& name, const Box& box, void* out) {
           << p.where << ": checksum mismatch (CRC-32C " << actual << ", saved " << p.crc << "); the file is damaged";
     }
     stats_.bytes_read += static_cast<int64_t>(span);
-    first = last;
   }
   stats_.chunks_read += static_cast<int64_t>(pieces.size());
   int64_t copied = 0;

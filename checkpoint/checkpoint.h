@@ -158,6 +158,10 @@ class Reader {
   CheckpointIndex index_;
   std::map<int, std::unique_ptr<Shard>> shards_;
   LoadStats stats_;
+  // Read buffer, kept between reads (fresh memory for every tensor costs a
+  // page fault per 4 KiB): as large as the largest read so far.
+  std::unique_ptr<uint8_t[]> scratch_;
+  uint64_t scratch_bytes_ = 0;
 };
 
 // Loads a checkpoint (a directory holding index.json) into `tensors`, each
