@@ -131,8 +131,8 @@ CheckpointIndex ParseIndex(std::string_view text, const std::string& name) {
   TESSEL_CHECK(j.contains("version") && j["version"].is_number_unsigned() &&
                j["version"].get<uint64_t>() >= kOldestVersion && j["version"].get<uint64_t>() <= kVersion)
       << "checkpoint index " << name << ": version "
-      << (j.contains("version") ? j["version"].dump() : "missing") << "; expected " << kOldestVersion << " to "
-      << kVersion << " (a newer tessel wrote it?)";
+      << (j.contains("version") ? j["version"].dump() : "missing") << "; expected " << kOldestVersion
+      << " to " << kVersion << " (a newer tessel wrote it?)";
   CheckpointIndex index;
   const nlohmann::json& world = j.contains("world_size") ? j["world_size"] : nlohmann::json();
   TESSEL_CHECK(world.is_number_unsigned() && world.get<uint64_t>() >= 1 &&
@@ -223,9 +223,8 @@ CheckpointIndex ParseIndex(std::string_view text, const std::string& name) {
               << "; expected between 1 and the box's extent per dimension";
           saved.chunks.push_back(static_cast<int64_t>(grid[d].get<uint64_t>()));
           count *= saved.chunks.back();
-          TESSEL_CHECK(count <= kMaxChunksPerBox)
-              << where() << ": box " << b.dump().substr(0, 200) << " has more than " << kMaxChunksPerBox
-              << " chunks";
+          TESSEL_CHECK(count <= kMaxChunksPerBox) << where() << ": box " << b.dump().substr(0, 200)
+                                                  << " has more than " << kMaxChunksPerBox << " chunks";
         }
       }
       for (const SavedBox& other : t.boxes)
@@ -359,8 +358,8 @@ fs::path Save(const fs::path& dir, int64_t iteration, const NamedTensors& tensor
   // checksums first (they go in the header), then the bytes.
   std::vector<zoo::SafetensorsSource> mine;
   std::map<std::string, std::string> crcs;
-  TESSEL_CHECK(options.chunk_bytes > 0) << "checkpoint: chunk_bytes " << options.chunk_bytes
-                                        << "; expected a positive byte count";
+  TESSEL_CHECK(options.chunk_bytes > 0)
+      << "checkpoint: chunk_bytes " << options.chunk_bytes << "; expected a positive byte count";
   for (const auto& [name, t] : tensors) {
     TESSEL_CHECK(t != nullptr && t->defined()) << "checkpoint: tensor '" << name << "' is undefined";
     TESSEL_CHECK(!t->is_global() || !t->nd_sbp().has_partial())
@@ -531,8 +530,9 @@ void Reader::ReadBox(const std::string& name, const Box& box, void* out) {
   // before any byte goes to `out`.
   std::vector<Piece*> order;
   for (Piece& p : pieces) order.push_back(&p);
-  std::sort(order.begin(), order.end(),
-            [](const Piece* a, const Piece* b) { return std::tie(a->file, a->offset) < std::tie(b->file, b->offset); });
+  std::sort(order.begin(), order.end(), [](const Piece* a, const Piece* b) {
+    return std::tie(a->file, a->offset) < std::tie(b->file, b->offset);
+  });
   constexpr uint64_t kMaxRead = uint64_t{64} << 20;
   uint64_t total = 0;
   for (const Piece& p : pieces) total += p.bytes;
@@ -581,8 +581,8 @@ void Reader::ReadBox(const std::string& name, const Box& box, void* out) {
       Piece& p = *order[i];
       p.data = buffer + (p.offset - order[first]->offset);
       const uint32_t actual = zoo::Crc32c(std::string_view(reinterpret_cast<const char*>(p.data), p.bytes));
-      TESSEL_CHECK(std::to_string(actual) == p.crc)
-          << p.where << ": checksum mismatch (CRC-32C " << actual << ", saved " << p.crc << "); the file is damaged";
+      TESSEL_CHECK(std::to_string(actual) == p.crc) << p.where << ": checksum mismatch (CRC-32C " << actual
+                                                    << ", saved " << p.crc << "); the file is damaged";
     }
     stats_.bytes_read += static_cast<int64_t>(span);
   }
@@ -590,13 +590,13 @@ void Reader::ReadBox(const std::string& name, const Box& box, void* out) {
   int64_t copied = 0;
   for (const Piece& p : pieces) {
     const Box overlap = box.Intersect(p.box);
-    CopyBox(p.data, Dims(p.box.shape()), overlap.OffsetIn(p.box), out, Dims(box.shape()), overlap.OffsetIn(box),
-            Dims(overlap.shape()), element);
+    CopyBox(p.data, Dims(p.box.shape()), overlap.OffsetIn(p.box), out, Dims(box.shape()),
+            overlap.OffsetIn(box), Dims(overlap.shape()), element);
     copied += overlap.numel();
   }
-  TESSEL_CHECK(copied == box.numel()) << "checkpoint " << path_.string() << ": tensor '" << name
-                                      << "': the saved boxes cover " << copied << " of the " << box.numel()
-                                      << " elements of " << box.ToString();
+  TESSEL_CHECK(copied == box.numel())
+      << "checkpoint " << path_.string() << ": tensor '" << name << "': the saved boxes cover " << copied
+      << " of the " << box.numel() << " elements of " << box.ToString();
   stats_.bytes_needed += box.numel() * static_cast<int64_t>(element);
 }
 

@@ -91,8 +91,8 @@ std::vector<Chunk> Chunks(const std::string& tensor, const SavedBox& saved);
 std::vector<Chunk> ChunksOverlapping(const std::string& tensor, const SavedBox& saved, const Box& box);
 
 struct SaveOptions {
-  int64_t keep_last = 2;    // complete checkpoints kept (older ones removed); 0 keeps all
-  std::string config_text;  // written as config.prototxt when not empty
+  int64_t keep_last = 2;                     // complete checkpoints kept (older ones removed); 0 keeps all
+  std::string config_text;                   // written as config.prototxt when not empty
   int64_t chunk_bytes = int64_t{256} << 10;  // ChunkGrid's bound
 };
 

@@ -35,10 +35,10 @@ struct Rule {
   std::string tessel;
   std::vector<std::string> hf;  // three for kSeparateQkv
   Layout layout;
-  std::vector<int64_t> tessel_shape;              // rows of a vocabulary unpadded
-  std::vector<std::vector<int64_t>> hf_shapes;    // one per name in `hf`
-  bool vocabulary_rows = false;                   // padded in tessel's memory: cut to vocab_size on export
-  std::vector<std::string> aliases = {};          // a tied copy the file may hold instead (import)
+  std::vector<int64_t> tessel_shape;            // rows of a vocabulary unpadded
+  std::vector<std::vector<int64_t>> hf_shapes;  // one per name in `hf`
+  bool vocabulary_rows = false;                 // padded in tessel's memory: cut to vocab_size on export
+  std::vector<std::string> aliases = {};        // a tied copy the file may hold instead (import)
 };
 
 // "<prefix><i>." (built by appending: GCC 12 warns falsely on "h" + to_string(i)).
@@ -51,13 +51,17 @@ std::string Numbered(const std::string& prefix, int64_t i) {
 std::vector<Rule> Rules(const config::ModelConfig& m) {
   const int64_t h = m.hidden_size(), layers = m.hidden_layers();
   const int64_t ffn = m.ffn_hidden_size() > 0 ? m.ffn_hidden_size() : 4 * h;
-  const int64_t positions = m.max_position_embeddings() > 0 ? m.max_position_embeddings() : m.max_seq_length();
+  const int64_t positions =
+      m.max_position_embeddings() > 0 ? m.max_position_embeddings() : m.max_seq_length();
   std::vector<Rule> rules;
   auto same = [&](std::string t, std::string hf, std::vector<int64_t> shape) {
     rules.push_back({std::move(t), {std::move(hf)}, Layout::kSame, shape, {shape}});
   };
   auto linear = [&](const std::string& t, const std::string& hf, int64_t in, int64_t out, bool transposed) {
-    rules.push_back({t + ".weight", {hf + ".weight"}, transposed ? Layout::kTranspose : Layout::kSame, {in, out},
+    rules.push_back({t + ".weight",
+                     {hf + ".weight"},
+                     transposed ? Layout::kTranspose : Layout::kSame,
+                     {in, out},
                      {transposed ? std::vector<int64_t>{out, in} : std::vector<int64_t>{in, out}}});
     same(t + ".bias", hf + ".bias", {out});
   };
@@ -76,15 +80,23 @@ std::vector<Rule> Rules(const config::ModelConfig& m) {
   };
   if (m.arch() == "gpt2" || m.arch() == "gpt") {
     const std::string base = "transformer.";
-    rules.push_back({"wte.weight", {base + "wte.weight"}, Layout::kSame, {m.vocab_size(), h},
-                     {{m.vocab_size(), h}}, true});
+    rules.push_back({"wte.weight",
+                     {base + "wte.weight"},
+                     Layout::kSame,
+                     {m.vocab_size(), h},
+                     {{m.vocab_size(), h}},
+                     true});
     same("wpe.weight", base + "wpe.weight", {positions, h});
     for (int64_t i = 0; i < layers; ++i) {
       const std::string t = Numbered("h", i), hf = Numbered(base + "h.", i);
       norm(t + "ln1", hf + "ln_1");
-      rules.push_back({t + "attention.qkv.weight", {hf + "attn.c_attn.weight"}, Layout::kFusedQkv, {h, 3 * h},
+      rules.push_back({t + "attention.qkv.weight",
+                       {hf + "attn.c_attn.weight"},
+                       Layout::kFusedQkv,
+                       {h, 3 * h},
                        {{h, 3 * h}}});
-      rules.push_back({t + "attention.qkv.bias", {hf + "attn.c_attn.bias"}, Layout::kFusedQkv, {3 * h}, {{3 * h}}});
+      rules.push_back(
+          {t + "attention.qkv.bias", {hf + "attn.c_attn.bias"}, Layout::kFusedQkv, {3 * h}, {{3 * h}}});
       linear(t + "attention.out", hf + "attn.c_proj", h, h, false);  // Conv1D: [in, out] as tessel
       norm(t + "ln2", hf + "ln_2");
       linear(t + "mlp.fc1", hf + "mlp.c_fc", h, ffn, false);
@@ -93,8 +105,12 @@ std::vector<Rule> Rules(const config::ModelConfig& m) {
     norm("ln_f", base + "ln_f");
   } else if (m.arch() == "bert") {
     const std::string e = "bert.embeddings.";
-    rules.push_back({"word_embeddings.weight", {e + "word_embeddings.weight"}, Layout::kSame, {m.vocab_size(), h},
-                     {{m.vocab_size(), h}}, true});
+    rules.push_back({"word_embeddings.weight",
+                     {e + "word_embeddings.weight"},
+                     Layout::kSame,
+                     {m.vocab_size(), h},
+                     {{m.vocab_size(), h}},
+                     true});
     same("position_embeddings.weight", e + "position_embeddings.weight", {positions, h});
     same("token_type_embeddings.weight", e + "token_type_embeddings.weight", {m.type_vocab_size(), h});
     norm("embedding_ln", e + "LayerNorm");
@@ -110,18 +126,26 @@ std::vector<Rule> Rules(const config::ModelConfig& m) {
     linear("pooler", "bert.pooler.dense", h, h, true);
     linear("mlm_transform", "cls.predictions.transform.dense", h, h, true);
     norm("mlm_ln", "cls.predictions.transform.LayerNorm");
-    rules.push_back({"mlm_bias", {"cls.predictions.bias"}, Layout::kSame, {m.vocab_size()}, {{m.vocab_size()}},
-                     true, {"cls.predictions.decoder.bias"}});
+    rules.push_back({"mlm_bias",
+                     {"cls.predictions.bias"},
+                     Layout::kSame,
+                     {m.vocab_size()},
+                     {{m.vocab_size()}},
+                     true,
+                     {"cls.predictions.decoder.bias"}});
     linear("sentence_head", "cls.seq_relationship", h, 2, true);
   } else if (m.arch() == "vit") {
     const int64_t c = m.num_channels(), p = m.patch_size();
     const int64_t tokens = (m.image_size() / p) * (m.image_size() / p) + 1;
     const std::string e = "vit.embeddings.";
     rules.push_back({"cls_token", {e + "cls_token"}, Layout::kSame, {h}, {{1, 1, h}}});
-    rules.push_back({"position_embeddings", {e + "position_embeddings"}, Layout::kSame, {tokens, h},
-                     {{1, tokens, h}}});
-    rules.push_back({"patch_embedding.proj.weight", {e + "patch_embeddings.projection.weight"}, Layout::kPatchConv,
-                     {c * p * p, h}, {{h, c, p, p}}});
+    rules.push_back(
+        {"position_embeddings", {e + "position_embeddings"}, Layout::kSame, {tokens, h}, {{1, tokens, h}}});
+    rules.push_back({"patch_embedding.proj.weight",
+                     {e + "patch_embeddings.projection.weight"},
+                     Layout::kPatchConv,
+                     {c * p * p, h},
+                     {{h, c, p, p}}});
     same("patch_embedding.proj.bias", e + "patch_embeddings.projection.bias", {h});
     for (int64_t i = 0; i < layers; ++i) {
       const std::string t = Numbered("h", i), hf = Numbered("vit.encoder.layer.", i);
@@ -211,8 +235,8 @@ Tensor ToTessel(const Rule& r, const std::vector<Tensor>& hf, int64_t heads) {
     case Layout::kSeparateQkv: {
       const int64_t h = r.hf_shapes[0][0], hd = h / heads;
       // [q|k|v] columns of [in, out] matrices (or the biases one after another), then head-major.
-      Tensor qkv = Tensor::Empty(Shape(ts.size() == 1 ? std::vector<int64_t>{3, h} : std::vector<int64_t>{h, 3 * h}),
-                                 hf[0].dtype());
+      Tensor qkv = Tensor::Empty(
+          Shape(ts.size() == 1 ? std::vector<int64_t>{3, h} : std::vector<int64_t>{h, 3 * h}), hf[0].dtype());
       const size_t element = ElementSize(qkv.dtype());
       for (int j = 0; j < 3; ++j) {
         if (ts.size() == 1) {
@@ -251,7 +275,8 @@ Tensor ToHuggingFace(const Rule& r, const Tensor& t, size_t part, int64_t heads)
         const Tensor qkv = Permuted(t, {heads, 3, hd}, {1, 0, 2});  // [3, heads, hd]
         Tensor out = Tensor::Empty(Shape(hs), t.dtype());
         const size_t element = ElementSize(t.dtype());
-        std::memcpy(out.raw_data(), static_cast<const uint8_t*>(qkv.raw_data()) + part * h * element, h * element);
+        std::memcpy(out.raw_data(), static_cast<const uint8_t*>(qkv.raw_data()) + part * h * element,
+                    h * element);
         return out;
       }
       const Tensor qkv = Permuted(t, {h, heads, 3, hd}, {0, 2, 1, 3}).Reshape(Shape({h, 3 * h}));
@@ -270,16 +295,18 @@ Tensor Widened(const Tensor& t) {
   float* dst = out.data<float>();
   const auto* bits = static_cast<const uint16_t*>(t.raw_data());
   for (int64_t i = 0; i < t.numel(); ++i)
-    dst[i] = t.dtype() == DType::kBFloat16 ? std::bit_cast<float>(static_cast<uint32_t>(bits[i]) << 16) : Float16::ToFloat(bits[i]);
+    dst[i] = t.dtype() == DType::kBFloat16 ? std::bit_cast<float>(static_cast<uint32_t>(bits[i]) << 16)
+                                           : Float16::ToFloat(bits[i]);
   return out;
 }
 
 std::string ReadSmallFile(const fs::path& path) {
   std::error_code error;
   const uintmax_t size = fs::file_size(path, error);
-  TESSEL_CHECK(!error) << "Hugging Face import: cannot read " << path.string() << " (" << error.message() << ")";
-  TESSEL_CHECK(size <= kMaxConfigBytes)
-      << "Hugging Face import: " << path.string() << " is " << size << " bytes; expected at most " << kMaxConfigBytes;
+  TESSEL_CHECK(!error) << "Hugging Face import: cannot read " << path.string() << " (" << error.message()
+                       << ")";
+  TESSEL_CHECK(size <= kMaxConfigBytes) << "Hugging Face import: " << path.string() << " is " << size
+                                        << " bytes; expected at most " << kMaxConfigBytes;
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
@@ -295,9 +322,9 @@ std::string Activation(const std::string& hf, const std::string& where) {
   if (hf == "gelu") return "gelu";
   // The tanh approximation under its three names (gelu_fast computes the same function).
   if (hf == "gelu_new" || hf == "gelu_pytorch_tanh" || hf == "gelu_fast") return "gelu_tanh";
-  TESSEL_THROW(StatusCode::kInvalidArgument)
-      << "Hugging Face config " << where << ": activation '" << hf
-      << "' is not one tessel's models have; expected gelu, or gelu_new / gelu_pytorch_tanh / gelu_fast (tanh)";
+  TESSEL_THROW(StatusCode::kInvalidArgument) << "Hugging Face config " << where << ": activation '" << hf
+                                             << "' is not one tessel's models have; expected gelu, or "
+                                                "gelu_new / gelu_pytorch_tanh / gelu_fast (tanh)";
 }
 
 }  // namespace
@@ -329,8 +356,8 @@ config::ModelConfig ModelFromHuggingFaceConfig(const std::string& config_json, c
   // Options tessel's models do not have: refused, not ignored.
   auto require = [&](const char* key, const nlohmann::json& expected) {
     if (!j.contains(key) || j[key].is_null()) return;
-    TESSEL_CHECK(j[key] == expected) << "Hugging Face config " << where << ": \"" << key << "\" is " << j[key].dump()
-                                     << "; tessel's model supports only " << expected.dump();
+    TESSEL_CHECK(j[key] == expected) << "Hugging Face config " << where << ": \"" << key << "\" is "
+                                     << j[key].dump() << "; tessel's model supports only " << expected.dump();
   };
   const std::string type = text("model_type", "");
   config::ModelConfig m;
@@ -375,11 +402,12 @@ config::ModelConfig ModelFromHuggingFaceConfig(const std::string& config_json, c
     m.set_patch_size(integer("patch_size"));
     m.set_num_channels(integer("num_channels", 3));
     int64_t classes = 0;
-    if (j.contains("id2label") && j["id2label"].is_object()) classes = static_cast<int64_t>(j["id2label"].size());
+    if (j.contains("id2label") && j["id2label"].is_object())
+      classes = static_cast<int64_t>(j["id2label"].size());
     m.set_num_classes(integer("num_labels", classes > 0 ? classes : 2));
     TESSEL_CHECK(m.image_size() % m.patch_size() == 0)
-        << "Hugging Face config " << where << ": image_size " << m.image_size() << " is not a multiple of patch_size "
-        << m.patch_size();
+        << "Hugging Face config " << where << ": image_size " << m.image_size()
+        << " is not a multiple of patch_size " << m.patch_size();
   } else {
     TESSEL_THROW(StatusCode::kInvalidArgument)
         << "Hugging Face config " << where << ": model_type '" << type << "'; expected gpt2, bert or vit";
@@ -396,7 +424,8 @@ config::ModelConfig ModelFromHuggingFaceConfig(const std::string& config_json, c
 std::string HuggingFaceConfigJson(const config::ModelConfig& m) {
   nlohmann::json j;
   const int64_t ffn = m.ffn_hidden_size() > 0 ? m.ffn_hidden_size() : 4 * m.hidden_size();
-  const int64_t positions = m.max_position_embeddings() > 0 ? m.max_position_embeddings() : m.max_seq_length();
+  const int64_t positions =
+      m.max_position_embeddings() > 0 ? m.max_position_embeddings() : m.max_seq_length();
   const bool tanh = m.hidden_act() == "gelu_tanh";
   if (m.arch() == "gpt2" || m.arch() == "gpt") {
     j = {{"model_type", "gpt2"},
@@ -486,11 +515,12 @@ HuggingFaceImport ReadHuggingFace(const fs::path& dir) {
     std::set<std::string> shards;
     for (const auto& [tensor, file] : index["weight_map"].items()) {
       TESSEL_CHECK(file.is_string() && file.get<std::string>().find('/') == std::string::npos)
-          << "Hugging Face import: " << index_path.string() << ": tensor '" << tensor << "' maps to " << file.dump()
-          << "; expected a file name beside the index";
+          << "Hugging Face import: " << index_path.string() << ": tensor '" << tensor << "' maps to "
+          << file.dump() << "; expected a file name beside the index";
       shards.insert(file.get<std::string>());
     }
-    for (const std::string& shard : shards) files.push_back(std::make_unique<zoo::SafetensorsFile>(dir / shard));
+    for (const std::string& shard : shards)
+      files.push_back(std::make_unique<zoo::SafetensorsFile>(dir / shard));
   }
   std::map<std::string, const zoo::SafetensorsFile*> where;
   for (const auto& f : files)
@@ -531,8 +561,8 @@ HuggingFaceImport ReadHuggingFace(const fs::path& dir) {
   }
   // Everything else must be a tied copy (equal to what tessel ties it to)
   // or a buffer derived from the config.
-  const std::map<std::string, std::string> tied = {{"lm_head.weight", "wte.weight"},
-                                                   {"cls.predictions.decoder.weight", "word_embeddings.weight"}};
+  const std::map<std::string, std::string> tied = {
+      {"lm_head.weight", "wte.weight"}, {"cls.predictions.decoder.weight", "word_embeddings.weight"}};
   std::vector<std::string> unknown;
   for (const auto& [name, file] : where) {
     if (used.count(name)) continue;
@@ -556,9 +586,9 @@ HuggingFaceImport ReadHuggingFace(const fs::path& dir) {
     std::string list;
     for (size_t i = 0; i < unknown.size() && i < 10; ++i) list.append(i ? ", " : "").append(unknown[i]);
     TESSEL_THROW(StatusCode::kInvalidArgument)
-        << "Hugging Face import: " << dir.string() << " holds " << unknown.size()
-        << " tensor(s) tessel's " << m.arch() << " has no place for: " << list
-        << (unknown.size() > 10 ? ", ..." : "") << " (another architecture?)";
+        << "Hugging Face import: " << dir.string() << " holds " << unknown.size() << " tensor(s) tessel's "
+        << m.arch() << " has no place for: " << list << (unknown.size() > 10 ? ", ..." : "")
+        << " (another architecture?)";
   }
   return out;
 }
@@ -581,21 +611,22 @@ void WriteHuggingFace(const fs::path& dir, const config::ModelConfig& model,
   std::vector<zoo::SafetensorsSource> sources;
   for (const Rule& r : rules) {
     for (size_t k = 0; k < r.hf.size(); ++k) {
-      sources.push_back({r.hf[k], "F32", r.hf_shapes[k], [&, r, k, last](const zoo::SafetensorsSource::Sink& write) {
-                           if (last->name != r.tessel) {
-                             Tensor t = tensor(r.tessel);
-                             TESSEL_CHECK(t.dtype() == DType::kFloat32)
-                                 << "Hugging Face export: parameter '" << r.tessel << "' is "
-                                 << DTypeName(t.dtype()) << "; expected f32";
-                             if (r.vocabulary_rows) t = FirstRows(t, r.tessel_shape[0]);
-                             TESSEL_CHECK(t.shape().dims() == r.tessel_shape)
-                                 << "Hugging Face export: parameter '" << r.tessel << "' has shape " << t.shape()
-                                 << "; the model config implies " << ShapeText(r.tessel_shape);
-                             *last = {r.tessel, t};
-                           }
-                           const Tensor part = ToHuggingFace(r, last->value, k, heads);
-                           write(part.raw_data(), part.nbytes());
-                         }});
+      sources.push_back(
+          {r.hf[k], "F32", r.hf_shapes[k], [&, r, k, last](const zoo::SafetensorsSource::Sink& write) {
+             if (last->name != r.tessel) {
+               Tensor t = tensor(r.tessel);
+               TESSEL_CHECK(t.dtype() == DType::kFloat32)
+                   << "Hugging Face export: parameter '" << r.tessel << "' is " << DTypeName(t.dtype())
+                   << "; expected f32";
+               if (r.vocabulary_rows) t = FirstRows(t, r.tessel_shape[0]);
+               TESSEL_CHECK(t.shape().dims() == r.tessel_shape)
+                   << "Hugging Face export: parameter '" << r.tessel << "' has shape " << t.shape()
+                   << "; the model config implies " << ShapeText(r.tessel_shape);
+               *last = {r.tessel, t};
+             }
+             const Tensor part = ToHuggingFace(r, last->value, k, heads);
+             write(part.raw_data(), part.nbytes());
+           }});
     }
   }
   zoo::WriteSafetensors(dir / "model.safetensors", sources, {{"format", "pt"}});

@@ -22,7 +22,8 @@ void Module::RegisterRngCounter(const std::string& name, int64_t& counter) {
   rng_counters_.push_back({name, &counter});
 }
 
-void Module::CollectRngCounters(const std::string& prefix, std::vector<std::pair<std::string, int64_t*>>* out) {
+void Module::CollectRngCounters(const std::string& prefix,
+                                std::vector<std::pair<std::string, int64_t*>>* out) {
   for (auto& [name, c] : rng_counters_) out->push_back({prefix + name, c});
   for (auto& [name, m] : children_) m->CollectRngCounters(prefix + name + ".", out);
 }

@@ -1,8 +1,8 @@
 // nn::Module: named parameters, buffers and submodules, train/eval.
 #pragma once
 
-#include <map>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 

@@ -11,7 +11,9 @@ namespace tessel::layers {
 
 class Dropout : public nn::Module {
  public:
-  explicit Dropout(double p, uint64_t seed = 555) : p_(p), seed_(seed) { RegisterRngCounter("offset", offset_); }
+  explicit Dropout(double p, uint64_t seed = 555) : p_(p), seed_(seed) {
+    RegisterRngCounter("offset", offset_);
+  }
   // Identity in eval mode or with p = 0.
   Tensor operator()(const Tensor& x);
 
@@ -23,7 +25,9 @@ class Dropout : public nn::Module {
 
 class DropPath : public nn::Module {
  public:
-  explicit DropPath(double p, uint64_t seed = 556) : p_(p), seed_(seed) { RegisterRngCounter("calls", calls_); }
+  explicit DropPath(double p, uint64_t seed = 556) : p_(p), seed_(seed) {
+    RegisterRngCounter("calls", calls_);
+  }
   // Drops whole samples (dim 0) with probability p, scaling the kept ones.
   Tensor operator()(const Tensor& x);
 

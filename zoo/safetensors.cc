@@ -55,10 +55,10 @@ void WriteSafetensors(const std::filesystem::path& path,
         << "safetensors: tensor '" << name << "' for " << path.string()
         << " must be a defined local host tensor (gather a global one first)";
     const Tensor tensor = t;
-    sources.push_back({name, SafetensorsDType(t.dtype()), t.shape().dims(),
-                       [tensor](const SafetensorsSource::Sink& write) {
-                         write(tensor.raw_data(), static_cast<size_t>(tensor.numel()) * ElementSize(tensor.dtype()));
-                       }});
+    sources.push_back(
+        {name, SafetensorsDType(t.dtype()), t.shape().dims(), [tensor](const SafetensorsSource::Sink& write) {
+           write(tensor.raw_data(), static_cast<size_t>(tensor.numel()) * ElementSize(tensor.dtype()));
+         }});
   }
   WriteSafetensors(path, sources, metadata);
 }
@@ -107,8 +107,9 @@ void WriteSafetensors(const std::filesystem::path& path, const std::vector<Safet
       write(data, bytes);
       written += bytes;
     });
-    TESSEL_CHECK(written == sizes[i]) << "safetensors: tensor '" << sources[i].name << "' for " << path.string()
-                                      << " gave " << written << " of its " << sizes[i] << " bytes";
+    TESSEL_CHECK(written == sizes[i])
+        << "safetensors: tensor '" << sources[i].name << "' for " << path.string() << " gave " << written
+        << " of its " << sizes[i] << " bytes";
   }
   TESSEL_CHECK(std::fflush(file.get()) == 0)
       << "safetensors: writing " << path.string() << " failed: " << std::strerror(errno);
@@ -268,8 +269,8 @@ uint64_t SafetensorsFile::file_offset(const std::string& name) const {
 
 Tensor SafetensorsFile::tensor(const std::string& name) const {
   const SafetensorsEntry& e = entry(name);
-  TESSEL_CHECK(e.dtype == "F32" || e.dtype == "F16" || e.dtype == "BF16" || e.dtype == "I32" || e.dtype == "I64" ||
-               e.dtype == "BOOL")
+  TESSEL_CHECK(e.dtype == "F32" || e.dtype == "F16" || e.dtype == "BF16" || e.dtype == "I32" ||
+               e.dtype == "I64" || e.dtype == "BOOL")
       << "safetensors: tensor '" << name << "' of " << path_.string() << " is " << e.dtype
       << "; a tensor is F32, F16, BF16, I32, I64 or BOOL";
   Tensor t = Tensor::Empty(Shape(e.shape), DTypeOfSafetensors(e.dtype));

@@ -68,7 +68,8 @@ void DropFromPageCache(const std::filesystem::path& checkpoint) {
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("checkpoint_io_bench --mode save|load --dir DIR [--tp N --pp N]");
   tessel::Init(&argc, &argv);
-  dist::Setup({.tensor_parallel_size = FLAGS_tp, .pipeline_parallel_size = FLAGS_pp,
+  dist::Setup({.tensor_parallel_size = FLAGS_tp,
+               .pipeline_parallel_size = FLAGS_pp,
                .pipeline_num_layers = FLAGS_layers});
   models::GPT gpt({.vocab_size = FLAGS_vocab,
                    .hidden = FLAGS_hidden,

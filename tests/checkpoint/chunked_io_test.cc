@@ -39,9 +39,8 @@ std::vector<float> Expected(int64_t cols, const Box& box) {
 class ChunkedIo : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tessel_chunked_io_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("tessel_chunked_io_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -59,10 +58,10 @@ TEST(ChunkGrid, CutsTheLongestExtentUntilAChunkFits) {
   EXPECT_EQ(ChunkGrid(Shape({384, 768}), 4, 256 << 10, {0}), (std::vector<int64_t>{6, 1}));
   EXPECT_EQ(ChunkGrid(Shape({384, 768}), 4, 256 << 10), (std::vector<int64_t>{2, 6}));
   EXPECT_EQ(ChunkGrid(Shape({768}), 4, 256 << 10, {0}), (std::vector<int64_t>{1}));  // fits
-  EXPECT_EQ(ChunkGrid(Shape({768}), 4, 256 << 10), (std::vector<int64_t>{1}));     // fits
-  EXPECT_EQ(ChunkGrid(Shape({0, 7}), 4, 16), (std::vector<int64_t>{1, 1}));        // empty
-  EXPECT_EQ(ChunkGrid(Shape({3, 5}), 4, 1), (std::vector<int64_t>{3, 5}));         // one element each at most
-  EXPECT_EQ(ChunkGrid(Shape({}), 8, 4), (std::vector<int64_t>{}));                 // a scalar
+  EXPECT_EQ(ChunkGrid(Shape({768}), 4, 256 << 10), (std::vector<int64_t>{1}));       // fits
+  EXPECT_EQ(ChunkGrid(Shape({0, 7}), 4, 16), (std::vector<int64_t>{1, 1}));          // empty
+  EXPECT_EQ(ChunkGrid(Shape({3, 5}), 4, 1), (std::vector<int64_t>{3, 5}));  // one element each at most
+  EXPECT_EQ(ChunkGrid(Shape({}), 8, 4), (std::vector<int64_t>{}));          // a scalar
 }
 
 // Chunk edges include the balanced split points of every part count that
@@ -124,7 +123,8 @@ TEST_F(ChunkedIo, AnyBoxReadsBackExactlyFromTheChunksItOverlaps) {
   const SavedTensor& index = reader.index().tensors.at("w");
   ASSERT_EQ(index.boxes.size(), 1u);
   EXPECT_EQ(index.boxes[0].chunks, ChunkGrid(Shape({37, 53}), 4, 1024));
-  EXPECT_TRUE(reader.index().tensors.at("small").boxes[0].chunks.empty());  // one chunk: the index says nothing
+  EXPECT_TRUE(
+      reader.index().tensors.at("small").boxes[0].chunks.empty());  // one chunk: the index says nothing
   std::mt19937 gen(7);
   for (int trial = 0; trial < 50; ++trial) {
     std::vector<Range> ranges;
@@ -185,8 +185,9 @@ TEST_F(ChunkedIo, ADamagedChunkIsNamedAndOnlyItsReadersFail) {
   reader.ReadBox("w", Box({{0, 12}, {0, 12}}), got.data());  // chunk 0: intact
   EXPECT_EQ(got, Expected(72, Box({{0, 12}, {0, 12}})));
   got.assign(got.size(), -1.0f);
-  const std::string error =
-      testing::ErrorOf([&] { reader.ReadBox("w", Box({{6, 18}, {6, 18}}), got.data()); });
+  const std::string error = testing::ErrorOf([&] {
+    reader.ReadBox("w", Box({{6, 18}, {6, 18}}), got.data());
+  });
   EXPECT_NE(error.find("tensor 'w' (chunk 'w#7'): checksum mismatch"), std::string::npos) << error;
   EXPECT_EQ(got, std::vector<float>(12 * 12, -1.0f));  // nothing was copied
 }
@@ -205,7 +206,9 @@ TEST_F(ChunkedIo, VersionOneCheckpointsStillLoad) {
   EXPECT_EQ(loaded.ToVector<float>(), w.ToVector<float>());
   index["version"] = 3;
   std::ofstream(saved / "index.json") << index.dump();
-  EXPECT_NE(testing::ErrorOf([&] { Load(saved, {{"w", &loaded}}); }).find("version 3; expected 1 to 2"),
+  EXPECT_NE(testing::ErrorOf([&] {
+              Load(saved, {{"w", &loaded}});
+            }).find("version 3; expected 1 to 2"),
             std::string::npos);
 }
 

@@ -60,8 +60,8 @@ int main(int argc, char** argv) {
     Tensor full = t.is_global() ? GatherLogical(t.detach().to_global(world, NdSbp({B()}))) : t;
     if (dist::Rank() == 0) out.emplace_back(name, full);
   };
-  testing::InitDumpParameters(bert, 5000, 0.05, FLAGS_load, {{"word_embeddings.weight", FLAGS_vocab},
-                                                              {"mlm_bias", FLAGS_vocab}});
+  testing::InitDumpParameters(bert, 5000, 0.05, FLAGS_load,
+                              {{"word_embeddings.weight", FLAGS_vocab}, {"mlm_bias", FLAGS_vocab}});
   for (auto& [name, t] : bert.NamedParameters()) keep("param." + name, *t);
   const int64_t b = FLAGS_batch, s = FLAGS_seq;
   std::vector<int64_t> ids(b * s), types(b * s), mlm_labels(b * s), sentence_labels(b);

@@ -34,7 +34,8 @@ inline void InitDumpParameters(nn::Module& model, uint64_t seed_base, double noi
   }
   uint64_t seed = 1;
   for (auto& [name, t] : params)
-    *t = fn::add(*t, fn::mul_scalar(randn(t->shape(), t->placement(), t->nd_sbp(), seed_base + seed++), noise));
+    *t = fn::add(*t,
+                 fn::mul_scalar(randn(t->shape(), t->placement(), t->nd_sbp(), seed_base + seed++), noise));
 }
 
 }  // namespace tessel::testing

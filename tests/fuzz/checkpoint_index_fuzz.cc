@@ -21,15 +21,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (size_t i = 0; i < t.boxes.size(); ++i)
         if (!(other.boxes[i].box == t.boxes[i].box) || other.boxes[i].file != t.boxes[i].file)
           __builtin_trap();
-    // What a reader of the first element would read: one chunk, found by
-    // arithmetic (never by listing a grid the index may make enormous).
-    for (const auto& saved : t.boxes) {
-      if (saved.box.empty()) continue;
-      std::vector<tessel::Range> corner;
-      for (int64_t d = 0; d < saved.box.ndim(); ++d) corner.push_back({saved.box[d].begin, saved.box[d].begin + 1});
-      const auto chunks = tessel::checkpoint::ChunksOverlapping(name, saved, tessel::Box(corner));
-      if (chunks.size() != 1 || chunks[0].box.Intersect(tessel::Box(corner)).numel() != 1) __builtin_trap();
-    }
+      // What a reader of the first element would read: one chunk, found by
+      // arithmetic (never by listing a grid the index may make enormous).
+      for (const auto& saved : t.boxes) {
+        if (saved.box.empty()) continue;
+        std::vector<tessel::Range> corner;
+        for (int64_t d = 0; d < saved.box.ndim(); ++d)
+          corner.push_back({saved.box[d].begin, saved.box[d].begin + 1});
+        const auto chunks = tessel::checkpoint::ChunksOverlapping(name, saved, tessel::Box(corner));
+        if (chunks.size() != 1 || chunks[0].box.Intersect(tessel::Box(corner)).numel() != 1) __builtin_trap();
+      }
     }
   } catch (const tessel::Error&) {
   }

@@ -10,7 +10,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   try {
-    const tessel::config::ModelConfig model = tessel::checkpoint::ModelFromHuggingFaceConfig(text, "fuzz/config.json");
+    const tessel::config::ModelConfig model =
+        tessel::checkpoint::ModelFromHuggingFaceConfig(text, "fuzz/config.json");
     const tessel::config::ModelConfig again = tessel::checkpoint::ModelFromHuggingFaceConfig(
         tessel::checkpoint::HuggingFaceConfigJson(model), "again");
     if (again.SerializeAsString() != model.SerializeAsString()) __builtin_trap();

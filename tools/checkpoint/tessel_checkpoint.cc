@@ -109,10 +109,11 @@ int ImportHf(const std::string& hf_dir, const std::string& dir) {
   const std::filesystem::path saved = checkpoint::Save(
       dir, 0, named,
       {{"iteration", "0"}, {"arch", imported.model.arch()}, {"source", "huggingface:" + hf_dir}}, options);
-  std::printf("tessel-checkpoint: imported %zu tensors of %s (%s) as %s\n"
-              "Train from it with train.load_weight: \"%s\" and this model block in the config:\n%s",
-              named.size(), hf_dir.c_str(), imported.model.arch().c_str(), saved.c_str(), dir.c_str(),
-              zoo::ConfigText(c).c_str());
+  std::printf(
+      "tessel-checkpoint: imported %zu tensors of %s (%s) as %s\n"
+      "Train from it with train.load_weight: \"%s\" and this model block in the config:\n%s",
+      named.size(), hf_dir.c_str(), imported.model.arch().c_str(), saved.c_str(), dir.c_str(),
+      zoo::ConfigText(c).c_str());
   return 0;
 }
 
@@ -128,11 +129,10 @@ int ExportHf(const std::string& path, const std::string& hf_dir) {
   const config::ModelConfig model = zoo::ParseConfig(text, config_path.string()).model();
   const auto arch = reader.index().metadata.find("arch");
   TESSEL_CHECK(arch == reader.index().metadata.end() || arch->second == model.arch())
-      << "tessel-checkpoint: " << found.string() << " is of arch '" << arch->second << "' but its config says '"
-      << model.arch() << "'";
-  checkpoint::WriteHuggingFace(hf_dir, model, [&](const std::string& name) {
-    return reader.ReadTensor("model." + name);
-  });
+      << "tessel-checkpoint: " << found.string() << " is of arch '" << arch->second
+      << "' but its config says '" << model.arch() << "'";
+  checkpoint::WriteHuggingFace(hf_dir, model,
+                               [&](const std::string& name) { return reader.ReadTensor("model." + name); });
   std::printf("tessel-checkpoint: exported the %s of %s to %s (config.json, model.safetensors)\n",
               model.arch().c_str(), found.c_str(), hf_dir.c_str());
   return 0;

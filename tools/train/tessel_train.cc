@@ -211,14 +211,16 @@ int main(int argc, char** argv) {
   } else if (!t.load_weight().empty()) {
     // Weights only (a fine-tuning start): the optimizer and the iteration start afresh.
     const std::filesystem::path found = checkpoint::Find(t.load_weight());
-    TESSEL_CHECK(!found.empty()) << "tessel-train: train.load_weight " << t.load_weight()
-                                 << " holds no checkpoint (a directory with index.json, or `latest` naming one); "
-                                    "make one with tessel-checkpoint import-hf, or a run's train.save_period";
+    TESSEL_CHECK(!found.empty())
+        << "tessel-train: train.load_weight " << t.load_weight()
+        << " holds no checkpoint (a directory with index.json, or `latest` naming one); "
+           "make one with tessel-checkpoint import-hf, or a run's train.save_period";
     const checkpoint::CheckpointIndex index = checkpoint::ReadIndex(found);
     const auto arch = index.metadata.find("arch");
     TESSEL_CHECK(arch != index.metadata.end() && arch->second == m.arch())
         << "tessel-train: train.load_weight " << found.string() << " is of model.arch '"
-        << (arch == index.metadata.end() ? "" : arch->second) << "' but this config trains '" << m.arch() << "'";
+        << (arch == index.metadata.end() ? "" : arch->second) << "' but this config trains '" << m.arch()
+        << "'";
     // What shapes do not show: a model computing another function on the same weights.
     if (std::filesystem::exists(found / "config.prototxt")) {
       std::ifstream in(found / "config.prototxt");
@@ -228,8 +230,9 @@ int main(int argc, char** argv) {
           << "tessel-train: train.load_weight " << found.string() << " was trained with model.hidden_act '"
           << saved.hidden_act() << "' but this config has '" << m.hidden_act() << "'";
       TESSEL_CHECK(saved.layernorm_epsilon() == m.layernorm_epsilon())
-          << "tessel-train: train.load_weight " << found.string() << " was trained with model.layernorm_epsilon "
-          << saved.layernorm_epsilon() << " but this config has " << m.layernorm_epsilon();
+          << "tessel-train: train.load_weight " << found.string()
+          << " was trained with model.layernorm_epsilon " << saved.layernorm_epsilon()
+          << " but this config has " << m.layernorm_epsilon();
     }
     checkpoint::NamedTensors weights;
     for (auto& [name, p] : params) weights.emplace_back("model." + name, p);
@@ -238,8 +241,8 @@ int main(int argc, char** argv) {
     checkpoint::Load(found, weights, load);
     if (amp) amp->CopyMastersToModel();
     if (rank == 0) {
-      std::printf("tessel-train: loaded the %s weights of %s (%zu tensors)\n", m.arch().c_str(), found.c_str(),
-                  weights.size());
+      std::printf("tessel-train: loaded the %s weights of %s (%zu tensors)\n", m.arch().c_str(),
+                  found.c_str(), weights.size());
       std::fflush(stdout);
     }
   }
