@@ -12,4 +12,20 @@ Tensor ToHidden(const Tensor& x, const Placement& placement) {
   return x.to_global(placement, dist::GetHiddenSbp());
 }
 
+Tensor ForCompute(const Tensor& param) {
+  if (!param.is_global()) return param;
+  const dist::Config& c = dist::GetConfig();
+  if (c.data_parallel_size <= 1 || c.zero_stage < 2) return param;
+  const NdSbp& stored = param.nd_sbp();
+  if (c.zero_stage >= 3) {
+    if (!stored[0].is_split()) return param;  // too small to split: kept whole
+    std::vector<Sbp> gathered = stored.sbps();
+    gathered[0] = B();
+    return param.to_global(param.placement(), NdSbp(gathered), stored);
+  }
+  const NdSbp shard = dist::ZeroShardSbp(param.shape(), stored);
+  if (shard == stored) return param;
+  return param.to_global(param.placement(), stored, shard);
+}
+
 }  // namespace tessel::layers

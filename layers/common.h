@@ -10,4 +10,13 @@ namespace tessel::layers {
 // layout: batch split over dp, replicated over tp. Differentiable.
 Tensor ToHidden(const Tensor& x, const Placement& placement);
 
+// A parameter as a layer computes with it. Under ZeRO stage 3 it is stored
+// split over dp (dist::GetParameterNdSbp) and gathered here: an all-gather
+// forward, its gradient reduce-scattered back into the stored layout. Under
+// stage 2 it is used as stored, but its gradient is reduce-scattered here
+// into dist::ZeroShardSbp as each use's gradient arrives, so no rank keeps
+// a whole gradient. Otherwise the parameter itself. Every use of a
+// parameter in layers/ and models/ goes through it.
+Tensor ForCompute(const Tensor& param);
+
 }  // namespace tessel::layers

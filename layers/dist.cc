@@ -65,6 +65,8 @@ void Setup(const Config& in) {
           << " no layers; expected every stage 0.." << c.pipeline_parallel_size - 1 << " to hold one or more";
     }
   }
+  TESSEL_CHECK(c.zero_stage >= 0 && c.zero_stage <= 3)
+      << "zero_stage=" << c.zero_stage << "; expected 0 (off), 1, 2 or 3";
   TESSEL_CHECK(c.pipeline_parallel_size == 1 || c.pipeline_num_layers >= c.pipeline_parallel_size)
       << "pipeline_parallel_size=" << c.pipeline_parallel_size
       << " needs pipeline_num_layers >= the stage count; got " << c.pipeline_num_layers;
@@ -153,5 +155,25 @@ NdSbp GetNdSbp(const std::vector<Sbp>& dp_tp) {
 }
 
 NdSbp GetHiddenSbp() { return GetNdSbp({S(0), B()}); }
+
+NdSbp ZeroShardSbp(const Shape& shape, const NdSbp& nd_sbp) {
+  const Config& c = Current();
+  // The dp axis is the placement's first when dp > 1 (GetLayerPlacement).
+  if (c.data_parallel_size <= 1 || nd_sbp.size() == 0 || !nd_sbp[0].is_broadcast()) return nd_sbp;
+  for (int64_t d = 0; d < shape.ndim(); ++d) {
+    bool split_elsewhere = false;
+    for (int axis = 1; axis < nd_sbp.size(); ++axis) split_elsewhere |= nd_sbp[axis].is_split(static_cast<int>(d));
+    if (split_elsewhere || shape[d] < c.data_parallel_size) continue;
+    std::vector<Sbp> sbps = nd_sbp.sbps();
+    sbps[0] = S(static_cast<int>(d));
+    return NdSbp(sbps);
+  }
+  return nd_sbp;
+}
+
+NdSbp GetParameterNdSbp(const Shape& shape, const Sbp& tp) {
+  const NdSbp replicated = GetNdSbp({B(), tp});
+  return Current().zero_stage >= 3 ? ZeroShardSbp(shape, replicated) : replicated;
+}
 
 }  // namespace tessel::dist

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/shape.h"
 #include "sbp/placement.h"
 #include "sbp/sbp.h"
 
@@ -26,6 +27,10 @@ struct Config {
   int64_t pipeline_num_layers = 0;  // layers to spread over the stages (0: no layer index is valid but -1/0)
   std::vector<int64_t> custom_pipeline_stage_ids = {};  // stage per layer, overriding the balanced split
   DeviceType device_type = DeviceType::kCPU;             // where the layers' placements keep their shards
+  // ZeRO (DeepSpeed's stages; LiBai's train.zero_optimization): over the
+  // data-parallel ranks, 1 splits the optimizer state, 2 the gradients too,
+  // 3 the parameters too (gathered where a layer computes with them). 0: off.
+  int64_t zero_stage = 0;
 };
 
 // Validates `config` against the world (comm::World() or a single process)
@@ -52,5 +57,15 @@ std::string LayerAssignmentText();
 NdSbp GetNdSbp(const std::vector<Sbp>& dp_tp);
 // Activations between layers: split on the batch over dp, B over tp.
 NdSbp GetHiddenSbp();
+
+// ZeRO's layout of a tensor of `shape` laid out as `nd_sbp` (a parameter,
+// replicated over dp): the data-parallel axis splits the first dimension
+// that no other axis splits and that holds at least dp elements, so each
+// dp rank keeps a part of its own shard (no data moves to get there).
+// `nd_sbp` itself when dp is 1, its dp entry is not B, or no dimension fits.
+NdSbp ZeroShardSbp(const Shape& shape, const NdSbp& nd_sbp);
+// The layout layers create a parameter in: GetNdSbp({B(), tp}), split over
+// dp as ZeroShardSbp says under ZeRO stage 3.
+NdSbp GetParameterNdSbp(const Shape& shape, const Sbp& tp);
 
 }  // namespace tessel::dist

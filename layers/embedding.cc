@@ -20,7 +20,7 @@ VocabEmbedding::VocabEmbedding(int64_t vocab_size, int64_t hidden, EmbeddingOpti
                                      << "; pad the vocabulary to a multiple of " << tp;
   NoGradGuard no_grad;
   weight = fn::mul_scalar(randn({vocab_size, hidden}, dist::GetLayerPlacement(options.layer_idx),
-                                dist::GetNdSbp({B(), S(0)}), options.seed),
+                                dist::GetParameterNdSbp(Shape({vocab_size, hidden}), S(0)), options.seed),
                           options.init_std);
   RegisterParameter("weight", weight);
 }
@@ -30,13 +30,13 @@ Tensor VocabEmbedding::operator()(const Tensor& ids) const {
   // ids: batch split over dp, replicated over tp; the lookup gives partial
   // sums over tp, reduced into the hidden layout.
   Tensor g = ToHidden(ids, p);
-  return fn::embedding(weight, g).to_global(p, dist::GetHiddenSbp());
+  return fn::embedding(ForCompute(weight), g).to_global(p, dist::GetHiddenSbp());
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t hidden, EmbeddingOptions options) {
   NoGradGuard no_grad;
   weight = fn::mul_scalar(randn({num_embeddings, hidden}, dist::GetLayerPlacement(options.layer_idx),
-                                dist::GetNdSbp({B(), B()}), options.seed),
+                                dist::GetParameterNdSbp(Shape({num_embeddings, hidden}), B()), options.seed),
                           options.init_std);
   RegisterParameter("weight", weight);
 }
@@ -46,7 +46,7 @@ Tensor Embedding::operator()(const Tensor& ids) const {
   const Placement& p = weight.placement();
   const NdSbp all_b = dist::GetNdSbp({B(), B()});
   Tensor g = ids.is_global() ? ids.to_global(p, all_b) : ids.to_global(p, all_b);
-  return fn::embedding(weight, g);
+  return fn::embedding(ForCompute(weight), g);
 }
 
 int64_t PaddedVocabSize(int64_t vocab_size, int64_t multiple, int64_t tp) {

@@ -10,14 +10,14 @@ namespace tessel::layers {
 
 LayerNorm::LayerNorm(int64_t hidden, double eps, int64_t layer_idx) : eps_(eps) {
   const Placement p = dist::GetLayerPlacement(layer_idx);
-  weight = ones({hidden}, p, dist::GetNdSbp({B(), B()}));
-  bias = zeros({hidden}, p, dist::GetNdSbp({B(), B()}));
+  weight = ones({hidden}, p, dist::GetParameterNdSbp(Shape({hidden}), B()));
+  bias = zeros({hidden}, p, dist::GetParameterNdSbp(Shape({hidden}), B()));
   RegisterParameter("weight", weight);
   RegisterParameter("bias", bias);
 }
 
 Tensor LayerNorm::operator()(const Tensor& x) const {
-  return fn::layer_norm(ToHidden(x, weight.placement()), weight, bias, eps_);
+  return fn::layer_norm(ToHidden(x, weight.placement()), ForCompute(weight), ForCompute(bias), eps_);
 }
 
 }  // namespace tessel::layers

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "graph/autograd.h"
 #include "graph/global_tensor_ops.h"
+#include "layers/common.h"
 #include "layers/dist.h"
 #include "ops/functional.h"
 #include "sbp/global_tensor.h"
@@ -34,9 +35,10 @@ Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
   const Sbp b_tp = options.parallel == Parallel::kCol ? S(0) : B();
   {
     NoGradGuard no_grad;
-    weight = fn::mul_scalar(randn({in_, out_}, placement, dist::GetNdSbp({B(), w_tp}), options.seed),
-                            options.init_std);
-    if (options.bias) bias = zeros({out_}, placement, dist::GetNdSbp({B(), b_tp}));
+    weight = fn::mul_scalar(
+        randn({in_, out_}, placement, dist::GetParameterNdSbp(Shape({in_, out_}), w_tp), options.seed),
+        options.init_std);
+    if (options.bias) bias = zeros({out_}, placement, dist::GetParameterNdSbp(Shape({out_}), b_tp));
   }
   RegisterParameter("weight", weight);
   if (options.bias) RegisterParameter("bias", bias);
@@ -54,17 +56,17 @@ Tensor Linear::operator()(const Tensor& x_in) const {
       // Copied to every tp rank forwards; the input gradient (partial over
       // tp) is all-reduced backwards: Megatron's "f".
       const NdSbp in_sbp = InputSbp(x, B());
-      y = fn::matmul(x.to_global(placement, in_sbp, in_sbp), weight);  // [S(0), S(last)]
+      y = fn::matmul(x.to_global(placement, in_sbp, in_sbp), ForCompute(weight));  // [S(0), S(last)]
     } break;
     case Parallel::kRow:
-      y = fn::matmul(x.to_global(placement, InputSbp(x, S(static_cast<int>(x.ndim() - 1)))), weight);
+      y = fn::matmul(x.to_global(placement, InputSbp(x, S(static_cast<int>(x.ndim() - 1)))), ForCompute(weight));
       y = y.to_global(placement, InputSbp(y, B()));  // reduce the partial sums over tp
       break;
     case Parallel::kData:
-      y = fn::matmul(x.to_global(placement, InputSbp(x, B())), weight);
+      y = fn::matmul(x.to_global(placement, InputSbp(x, B())), ForCompute(weight));
       break;
   }
-  if (bias.defined() && !options_.skip_bias_add) y = fn::add(y, bias);
+  if (bias.defined() && !options_.skip_bias_add) y = fn::add(y, ForCompute(bias));
   return y;
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "graph/autograd.h"
+#include "layers/dist.h"
 #include "ops/functional.h"
 #include "sbp/global_tensor.h"
 #include "sbp/sbp.h"
@@ -23,15 +24,17 @@ bool Decays(const std::string& name, const Tensor& param) {
   return !is_bias && param.ndim() >= 2;
 }
 
-// The parameter's gradient in the parameter's own layout: a partial
-// gradient (data parallel, or a replicated weight used by split compute) is
-// reduced here, once per step, and kept reduced, so that clipping and the
-// update see the same tensor and the parameter keeps its layout.
-Tensor ReducedGrad(Tensor* param) {
+// The parameter's gradient in the parameter's own layout, or in `layout`
+// (a ZeRO shard's) when given: a partial gradient (data parallel, or a
+// replicated weight used by split compute) is reduced here, once per step,
+// and kept reduced, so that clipping and the update see the same tensor and
+// the parameter keeps its layout.
+Tensor ReducedGrad(Tensor* param, const NdSbp* layout = nullptr) {
   Tensor g = param->grad();
   if (!g.defined() || !g.is_global() || !param->is_global()) return g;
-  if (g.placement() == param->placement() && g.nd_sbp() == param->nd_sbp()) return g;
-  g = g.to_global(param->placement(), param->nd_sbp());
+  const NdSbp& want = layout != nullptr ? *layout : param->nd_sbp();
+  if (g.placement() == param->placement() && g.nd_sbp() == want) return g;
+  g = g.to_global(param->placement(), want);
   param->set_grad(g);
   return g;
 }
@@ -82,13 +85,33 @@ double ScalarValue(const Tensor& t) {
 
 AdamW::AdamW(NamedParams params, AdamWConfig config) : params_(std::move(params)), config_(config) {
   CheckDistinct(params_);
+  TESSEL_CHECK(config_.zero_stage >= 0 && config_.zero_stage <= 3)
+      << "AdamW: zero_stage " << config_.zero_stage << "; expected 0 (off), 1, 2 or 3";
+  TESSEL_CHECK(config_.zero_stage == 0 || config_.zero_stage == dist::GetConfig().zero_stage)
+      << "AdamW: zero_stage " << config_.zero_stage << " but dist::Setup's is " << dist::GetConfig().zero_stage
+      << "; the layers and the optimizer must agree";
   for (auto& [name, p] : params_) {
-    exp_avg_.push_back(ZerosLike(*p));
-    exp_avg_sq_.push_back(ZerosLike(*p));
+    NdSbp layout = p->is_global() ? p->nd_sbp() : NdSbp();
+    Tensor shard;  // the tensor the update writes, when not the parameter
+    if (p->is_global() && (config_.zero_stage == 1 || config_.zero_stage == 2)) {
+      const NdSbp split = dist::ZeroShardSbp(p->shape(), layout);
+      if (split != layout) {
+        NoGradGuard no_grad;
+        layout = split;
+        shard = ZerosLike(p->detach().to_global(p->placement(), split));  // storage of its own
+      }
+    }
+    const Tensor& like = shard.defined() ? shard : *p;
+    grad_layouts_.push_back(layout);
+    shards_.push_back(shard);
+    exp_avg_.push_back(ZerosLike(like));
+    exp_avg_sq_.push_back(ZerosLike(like));
     step_.push_back(ReplicatedScalar(0, *p, DType::kInt64));
     LrBeside(*p);  // made now, so set_lr reaches every placement before the first Step
   }
 }
+
+std::vector<NdSbp> AdamW::GradientLayouts() const { return grad_layouts_; }
 
 NamedParams AdamW::NamedState() {
   NamedParams state;
@@ -124,13 +147,18 @@ void AdamW::Step() {
   NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor* p = params_[i].second;
-    Tensor g = ReducedGrad(p);
+    Tensor g = ReducedGrad(p, p->is_global() ? &grad_layouts_[i] : nullptr);
     if (!g.defined()) continue;
     fn::AdamWOptions o{config_.beta1, config_.beta2, config_.eps,
                        Decays(params_[i].first, *p) ? config_.weight_decay : 0.0};
     // In place: the parameter (through a detached handle on its storage)
-    // and its states keep their identity, as graph variables must.
-    fn::adamw_update(p->detach(), g, exp_avg_[i], exp_avg_sq_[i], step_[i], LrBeside(*p), o);
+    // and its states keep their identity, as graph variables must. Under
+    // ZeRO 1/2 the shard takes this rank's part of the parameter (a local
+    // slice), is updated, and is gathered back into the parameter.
+    const Tensor& target = shards_[i].defined() ? shards_[i] : *p;
+    if (shards_[i].defined()) fn::assign(shards_[i], p->detach());
+    fn::adamw_update(target.detach(), g, exp_avg_[i], exp_avg_sq_[i], step_[i], LrBeside(*p), o);
+    if (shards_[i].defined()) fn::assign(p->detach(), shards_[i]);
     p->zero_grad();
   }
 }
@@ -155,11 +183,16 @@ void SGD::Step() {
   first_ = false;
 }
 
-Tensor ClipGradNormTensor(const NamedParams& params, double max_norm) {
+Tensor ClipGradNormTensor(const NamedParams& params, double max_norm, const std::vector<NdSbp>& grad_layouts) {
   NoGradGuard no_grad;
+  TESSEL_CHECK(grad_layouts.empty() || grad_layouts.size() == params.size())
+      << "ClipGradNorm: " << grad_layouts.size() << " gradient layouts for " << params.size()
+      << " parameters; expected one each (AdamW::GradientLayouts) or none";
   std::vector<Tensor> grads;
-  for (auto& [name, p] : params) {
-    Tensor g = ReducedGrad(p);
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor* p = params[i].second;
+    const bool given = !grad_layouts.empty() && p->is_global();
+    Tensor g = ReducedGrad(p, given ? &grad_layouts[i] : nullptr);
     if (g.defined()) grads.push_back(g);
   }
   if (grads.empty()) return Tensor();
@@ -188,8 +221,8 @@ Tensor ClipGradNormTensor(const NamedParams& params, double max_norm) {
   return norm;
 }
 
-double ClipGradNorm(const NamedParams& params, double max_norm) {
-  const Tensor norm = ClipGradNormTensor(params, max_norm);
+double ClipGradNorm(const NamedParams& params, double max_norm, const std::vector<NdSbp>& grad_layouts) {
+  const Tensor norm = ClipGradNormTensor(params, max_norm, grad_layouts);
   return norm.defined() ? ScalarValue(norm) : 0.0;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "sbp/sbp.h"
 
 namespace tessel::optim {
 
@@ -19,6 +20,14 @@ using NamedParams = std::vector<std::pair<std::string, Tensor*>>;
 
 struct AdamWConfig {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  // ZeRO (dist::Config::zero_stage, which must agree): with 1 or 2 the
+  // moments of each parameter replicated over dp are split over dp
+  // (dist::ZeroShardSbp); each step reduce-scatters the gradient into that
+  // layout, updates an f32 shard of the parameter (a variable, refreshed
+  // from the parameter before every update) and all-gathers it back into
+  // the parameter. With 3 the parameters are split already and the
+  // moments follow them. 0: off.
+  int64_t zero_stage = 0;
 };
 
 // Capturable: the learning rate and each parameter's step count are
@@ -34,10 +43,16 @@ class AdamW {
   // steps both read them).
   void set_lr(double lr);
   double lr() const { return config_.lr; }
-  // The state, each in its parameter's layout, named after the parameter:
-  // "<name>.exp_avg", "<name>.exp_avg_sq", "<name>.step" (what a checkpoint
-  // saves and loads in place).
+  // The state, each in its parameter's layout (its ZeRO shard's under
+  // stages 1 and 2), named after the parameter: "<name>.exp_avg",
+  // "<name>.exp_avg_sq", "<name>.step" (what a checkpoint saves and loads in
+  // place; a ZeRO shard of the parameter is not state: it is refreshed from
+  // the parameter at every step).
   NamedParams NamedState();
+  // The layout each parameter's gradient is reduced into before clipping
+  // and the update (in the order of the parameters; empty for a local one):
+  // the parameter's own, or its ZeRO shard's. Pass it to ClipGradNorm.
+  std::vector<NdSbp> GradientLayouts() const;
 
  private:
   // The learning-rate scalar on param's placement (made if new).
@@ -45,6 +60,8 @@ class AdamW {
 
   NamedParams params_;
   AdamWConfig config_;
+  std::vector<NdSbp> grad_layouts_;
+  std::vector<Tensor> shards_;  // ZeRO 1/2: the f32 shard each update writes (undefined: the parameter itself)
   std::vector<Tensor> exp_avg_, exp_avg_sq_, step_;
   std::vector<Tensor> lr_;  // one f32 scalar per placement (and one local)
 };
@@ -63,12 +80,15 @@ class SGD {
 };
 
 // Scales every gradient by min(1, max_norm / (total_norm + 1e-6)); returns
-// the norm. Collective over the world (every rank gets the norm).
-double ClipGradNorm(const NamedParams& params, double max_norm);
+// the norm. Collective over the world (every rank gets the norm). Each
+// gradient is first reduced into grad_layouts[i] (AdamW::GradientLayouts:
+// a ZeRO shard's layout) or, when none is given, into its parameter's.
+double ClipGradNorm(const NamedParams& params, double max_norm, const std::vector<NdSbp>& grad_layouts = {});
 // The same with ops only, no value read on the host, so it can be captured
 // in a graph: returns the norm as a scalar tensor (undefined if no
 // parameter has a gradient).
-Tensor ClipGradNormTensor(const NamedParams& params, double max_norm);
+Tensor ClipGradNormTensor(const NamedParams& params, double max_norm,
+                          const std::vector<NdSbp>& grad_layouts = {});
 
 // Linear warmup to base_lr over warmup_steps, then cosine (or linear) decay
 // to min_lr at total_steps.

@@ -64,7 +64,8 @@ Bert::Bert(const BertConfig& c)
   mlm_ln_ = std::make_unique<layers::LayerNorm>(c.hidden, c.layernorm_epsilon, -1);
   {
     NoGradGuard no_grad;
-    mlm_bias_ = zeros({padded_vocab_}, dist::GetLayerPlacement(-1), dist::GetNdSbp({B(), S(0)}));
+    mlm_bias_ = zeros({padded_vocab_}, dist::GetLayerPlacement(-1),
+                      dist::GetParameterNdSbp(Shape({padded_vocab_}), S(0)));
   }
   RegisterModule("mlm_transform", *mlm_transform_);
   RegisterModule("mlm_ln", *mlm_ln_);
@@ -89,7 +90,8 @@ std::pair<Tensor, Tensor> Bert::Encode(const Tensor& ids, const Tensor& token_ty
     types = Tensor::FromVector<int64_t>(std::vector<int64_t>(batch * seq, 0), {batch, seq});
   // Token types are looked up in the ids' layout (batch split over dp).
   const Tensor& type_table = token_type_embeddings_.weight;
-  const Tensor type_vectors = fn::embedding(type_table, layers::ToHidden(types, type_table.placement()));
+  const Tensor type_vectors =
+      fn::embedding(layers::ForCompute(type_table), layers::ToHidden(types, type_table.placement()));
   Tensor h = fn::add(fn::add(word_embeddings_(ids), position_embeddings_(positions)), type_vectors);
   h = embedding_dropout_(embedding_ln_(h));
   const Tensor mask = attention_mask.defined() ? fn::reshape(attention_mask, {batch, 1, 1, seq}) : Tensor();
@@ -105,7 +107,8 @@ BertOutputs Bert::Forward(const Tensor& ids, const Tensor& token_type_ids,
       << " classes; its outputs are ClassificationLogits, not the pre-training heads";
   const auto [h, pooled] = Encode(ids, token_type_ids, attention_mask);
   const Tensor t = (*mlm_ln_)(Activate((*mlm_transform_)(h), config_.activation));
-  const Tensor logits = fn::add(layers::LMLogits(t, word_embeddings_.weight), mlm_bias_);
+  const Tensor logits =
+      fn::add(layers::LMLogits(t, layers::ForCompute(word_embeddings_.weight)), layers::ForCompute(mlm_bias_));
   return {layers::MaskPaddedLogits(logits, config_.vocab_size), (*sentence_head_)(pooled)};
 }
 

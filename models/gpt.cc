@@ -1,6 +1,7 @@
 #include "models/gpt.h"
 
 #include "core/error.h"
+#include "layers/common.h"
 #include "layers/dist.h"
 #include "ops/functional.h"
 
@@ -51,7 +52,7 @@ Tensor GPT::Logits(const Tensor& ids, const Tensor& position_ids, const Tensor& 
   // query of its row and every head.
   const Tensor mask = attention_mask.defined() ? fn::reshape(attention_mask, {batch, 1, 1, seq}) : Tensor();
   for (const auto& block : blocks_) h = (*block)(h, mask);
-  return layers::MaskPaddedLogits(layers::LMLogits(ln_f_(h), wte_.weight), config_.vocab_size);
+  return layers::MaskPaddedLogits(layers::LMLogits(ln_f_(h), layers::ForCompute(wte_.weight)), config_.vocab_size);
 }
 
 Tensor GPT::Loss(const Tensor& ids, const Tensor& labels, const Tensor& position_ids,

@@ -36,10 +36,10 @@ ViT::ViT(const ViTConfig& c)
   {
     NoGradGuard no_grad;
     const Placement first = dist::GetLayerPlacement(0);
-    const NdSbp replicated = dist::GetNdSbp({B(), B()});
-    cls_token_ = fn::mul_scalar(randn({c.hidden}, first, replicated, c.seed + 4), c.init_std);
-    position_embeddings_ =
-        fn::mul_scalar(randn({num_patches_ + 1, c.hidden}, first, replicated, c.seed + 5), c.init_std);
+    const Shape cls({c.hidden}), positions({num_patches_ + 1, c.hidden});
+    cls_token_ = fn::mul_scalar(randn(cls, first, dist::GetParameterNdSbp(cls, B()), c.seed + 4), c.init_std);
+    position_embeddings_ = fn::mul_scalar(
+        randn(positions, first, dist::GetParameterNdSbp(positions, B()), c.seed + 5), c.init_std);
   }
   RegisterModule("patch_embedding", patch_embedding_);
   RegisterParameter("cls_token", cls_token_);
@@ -73,11 +73,11 @@ Tensor ViT::Logits(const Tensor& images) const {
   Tensor patches = patch_embedding_(images);  // [batch, patches, hidden], hidden layout
   // The class token in front of every image's patches, in the same layout.
   const Tensor cls =
-      ApplyOp("expand", {cls_token_},
+      ApplyOp("expand", {layers::ForCompute(cls_token_)},
               {{"shape", std::vector<int64_t>{batch, 1, hidden}}, {"axes", std::vector<int64_t>{0, 1}}})
           .at(0)
           .to_global(patches.placement(), patches.nd_sbp());
-  Tensor h = embedding_dropout_(fn::add(fn::concat({cls, patches}, 1), position_embeddings_));
+  Tensor h = embedding_dropout_(fn::add(fn::concat({cls, patches}, 1), layers::ForCompute(position_embeddings_)));
   for (const auto& block : blocks_) h = (*block)(h);
   // Only the class token feeds the head (LayerNorm is per token, so
   // normalising it alone equals normalising the sequence first).

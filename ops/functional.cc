@@ -189,6 +189,7 @@ std::vector<Tensor> adamw_update(const Tensor& param, const Tensor& grad, const 
   return ApplyOp("adamw_update", {param, grad, exp_avg, exp_avg_sq, step, lr},
                  {{"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps}, {"weight_decay", o.weight_decay}});
 }
+Tensor assign(const Tensor& dst, const Tensor& src) { return ApplyOp("assign", {dst, src}, {}).at(0); }
 std::vector<Tensor> sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
                                double lr, double momentum, double weight_decay, bool first_step) {
   return ApplyOp("sgd_update", {param, grad, momentum_buffer},

@@ -85,6 +85,9 @@ struct AdamWOptions {
 std::vector<Tensor> adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                                  const Tensor& exp_avg_sq, const Tensor& step, const Tensor& lr,
                                  const AdamWOptions& options);
+// dst's values replaced by src's, in place (src is laid out like dst
+// first); returns dst. Not differentiable.
+Tensor assign(const Tensor& dst, const Tensor& src);
 // One SGD step with momentum (PyTorch's), in place: updates param and
 // momentum_buffer and returns those same tensors.
 std::vector<Tensor> sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,

@@ -48,7 +48,11 @@ struct ActorRuntime::Program {
   int stage = 0, stages = 1, micro_batches = 1;
   std::vector<char> runs;     // per op
   std::vector<int> order[2];  // per stream: op ids
-  std::vector<int> readers;   // per value: this rank's ops reading it
+  // Per op: ops of the other stream it must follow without reading their
+  // results — an in-place update of a variable and the reads of it on either
+  // side (the streams otherwise wait only for the values they read).
+  std::vector<std::vector<int>> after;
+  std::vector<int> readers;  // per value: this rank's ops reading it
   std::vector<char> keep;     // per value: a named result
   std::vector<int> off_rank;  // values read here and computed on another stage
 };
@@ -159,10 +163,23 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   const std::vector<int> order = ir::PriorityTopologicalOrder(preds, priority);
   TESSEL_CHECK_CODE(order.size() == mine.size(), StatusCode::kInternal)
       << "graph '" << graph.name() << "': this rank's ops depend on each other in a cycle";
+  auto stream_of = [&](const ir::Op& op) {
+    return GetOpDef(op.name).communicates ? Stream::kCommunication : Stream::kCompute;
+  };
   for (int i : order) {
     const ir::Op& op = ops[static_cast<size_t>(mine[static_cast<size_t>(i)])];
-    const Stream s = GetOpDef(op.name).communicates ? Stream::kCommunication : Stream::kCompute;
-    p->order[static_cast<int>(s)].push_back(op.id);
+    p->order[static_cast<int>(stream_of(op))].push_back(op.id);
+  }
+  p->after.assign(ops.size(), {});
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const ir::Op& op = ops[static_cast<size_t>(mine[i])];
+    for (int pred : preds[i]) {
+      const ir::Op& before = ops[static_cast<size_t>(mine[static_cast<size_t>(pred)])];
+      if (stream_of(before) == stream_of(op)) continue;  // the stream's order keeps it
+      bool reads_its_result = false;
+      for (int in : op.inputs) reads_its_result |= graph.value(in).producer == before.id;
+      if (!reads_its_result) p->after[static_cast<size_t>(op.id)].push_back(before.id);
+    }
   }
 
   if (VLOG_IS_ON(2)) {  // the communication order, to compare between ranks
@@ -220,6 +237,7 @@ struct StepState {
   std::condition_variable sends_changed;
   std::vector<Tensor> env;
   std::vector<char> ready;
+  std::vector<char> done;  // per op: finished (for Program::after)
   std::vector<int> readers_left;
   std::string error;  // the first failure; the streams stop at their next actor
   StatusCode error_code = StatusCode::kInternal;
@@ -277,6 +295,7 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
     state.ready[static_cast<size_t>(v)] = 1;
   }
   state.readers_left = program.readers;
+  state.done.assign(ops.size(), 0);
   const std::chrono::milliseconds timeout =
       options_.input_timeout.count() > 0
           ? options_.input_timeout
@@ -297,6 +316,20 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
       {
         std::unique_lock<std::mutex> lock(state.mu);
         const auto deadline = std::chrono::steady_clock::now() + timeout;
+        for (int before : program.after[static_cast<size_t>(id)]) {
+          ++state.waiting;
+          const bool finished = state.changed.wait_until(
+              lock, deadline, [&] { return state.done[static_cast<size_t>(before)] || !state.error.empty(); });
+          --state.waiting;
+          if (!finished) {
+            state.error = Describe(graph, op) + " waited " + std::to_string(timeout.count()) + " ms for op " +
+                          std::to_string(before) + " '" + ops[static_cast<size_t>(before)].name +
+                          "' (an in-place update ordered with it), which did not finish";
+            state.error_code = StatusCode::kTimeout;
+            state.changed.notify_all();
+          }
+          if (!state.error.empty()) return;
+        }
         for (int in : op.inputs) {
           ++state.waiting;
           const bool arrived = state.changed.wait_until(
@@ -354,6 +387,7 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
       event.end_us = NowMicros();
       log.push_back(event);
       std::lock_guard<std::mutex> lock(state.mu);
+      state.done[static_cast<size_t>(id)] = 1;
       for (size_t o = 0; o < outs.size(); ++o) {
         const size_t v = static_cast<size_t>(op.outputs[o]);
         if (program.readers[v] > 0 || program.keep[v]) state.env[v] = std::move(outs[o]);

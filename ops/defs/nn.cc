@@ -292,6 +292,34 @@ void RegisterOptimizerUpdates() {
 #endif
   RegisterOp(std::move(adamw));
 
+  // dst's values replaced by src's, in place (dst keeps its storage and
+  // layout; src is brought to that layout first): how a parameter takes the
+  // values of its ZeRO shard after the update (an all-gather into it).
+  OpDef assign;
+  assign.name = "assign";
+  assign.inputs = {"dst", "src"};
+  assign.mutates = {0};
+  assign.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    TESSEL_CHECK(in[0].shape == in[1].shape && in[0].dtype == in[1].dtype)
+        << "assign needs dst and src of one shape and dtype; got " << in[0].dtype << " " << in[0].shape << " and "
+        << in[1].dtype << " " << in[1].shape;
+    return std::vector<TensorSpec>{in[0]};
+  };
+  assign.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
+    return defs::AllSplitAlike(in[0].shape.ndim(), 2, 1, -1);
+  };
+  assign.layout_attrs = std::vector<std::string>{};
+  auto copy = [](const KernelContext& ctx) {
+    Tensor dst = ctx.inputs[0];
+    dst.CopyFrom(ctx.inputs[1]);  // device to device, on the shard's device
+    return std::vector<Tensor>{ctx.inputs[0]};
+  };
+  assign.kernels[DeviceType::kCPU] = copy;
+#ifdef TESSEL_HAS_CUDA
+  assign.kernels[DeviceType::kCUDA] = copy;
+#endif
+  RegisterOp(std::move(assign));
+
   OpDef sgd;
   sgd.name = "sgd_update";
   sgd.inputs = {"param", "grad", "momentum_buffer"};

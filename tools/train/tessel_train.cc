@@ -136,7 +136,8 @@ int main(int argc, char** argv) {
                .pipeline_num_layers = d.pipeline_num_layers(),
                .custom_pipeline_stage_ids = {d.custom_pipeline_stage_id().begin(),
                                              d.custom_pipeline_stage_id().end()},
-               .device_type = ParseDeviceType(d.device())});
+               .device_type = ParseDeviceType(d.device()),
+               .zero_stage = t.zero_optimization().enabled() ? t.zero_optimization().stage() : 0});
 
   const int micro_batches = static_cast<int>(t.num_accumulation_steps());
   // Data and model: the data is checked against the config before the
@@ -168,7 +169,9 @@ int main(int argc, char** argv) {
                               .beta1 = o.beta1(),
                               .beta2 = o.beta2(),
                               .eps = o.eps(),
-                              .weight_decay = o.weight_decay()});
+                              .weight_decay = o.weight_decay(),
+                              .zero_stage = dist::GetConfig().zero_stage});
+  const std::vector<NdSbp> grad_layouts = adamw.GradientLayouts();
   // What a checkpoint holds: the model's parameters and the optimizer's state.
   checkpoint::NamedTensors saved;
   for (auto& [name, p] : params) saved.emplace_back("model." + name, p);
@@ -254,7 +257,7 @@ int main(int argc, char** argv) {
                    [&](const Graph::Tensors& in) {
                      Tensor loss = task->Loss(in);
                      loss.backward();
-                     Tensor grad_norm = optim::ClipGradNormTensor(params, clip);
+                     Tensor grad_norm = optim::ClipGradNormTensor(params, clip, grad_layouts);
                      adamw.Step();
                      return Graph::Tensors{{"loss", loss}, {"grad_norm", grad_norm}};
                    },
@@ -337,7 +340,7 @@ int main(int argc, char** argv) {
         (amp ? amp->ScaleLoss(part_loss) : part_loss).backward();
         loss += optim::ScalarValue(part_loss);
       }
-      grad_norm = amp ? amp->UnscaleAndClip(clip) : optim::ClipGradNorm(params, clip);
+      grad_norm = amp ? amp->UnscaleAndClip(clip) : optim::ClipGradNorm(params, clip, grad_layouts);
       if (!amp || amp->StepIsFinite(grad_norm)) {
         adamw.Step();
         if (amp) amp->CopyMastersToModel();
