@@ -113,6 +113,14 @@ AdamW::AdamW(NamedParams params, AdamWConfig config) : params_(std::move(params)
 
 std::vector<NdSbp> AdamW::GradientLayouts() const { return grad_layouts_; }
 
+int64_t AdamW::LocalStateBytes() const {
+  int64_t bytes = 0;
+  for (const std::vector<Tensor>* list : {&shards_, &exp_avg_, &exp_avg_sq_, &step_})
+    for (const Tensor& t : *list)
+      if (t.defined() && !t.is_lazy()) bytes += static_cast<int64_t>(t.to_local().nbytes());
+  return bytes;
+}
+
 NamedParams AdamW::NamedState() {
   NamedParams state;
   for (size_t i = 0; i < params_.size(); ++i) {

@@ -53,6 +53,9 @@ class AdamW {
   // and the update (in the order of the parameters; empty for a local one):
   // the parameter's own, or its ZeRO shard's. Pass it to ClipGradNorm.
   std::vector<NdSbp> GradientLayouts() const;
+  // Bytes of this rank's shards of the optimizer's tensors: the moments, the
+  // step counts and, under ZeRO 1/2, the f32 shards of the parameters.
+  int64_t LocalStateBytes() const;
 
  private:
   // The learning-rate scalar on param's placement (made if new).

@@ -1,0 +1,61 @@
+"""ZeRO under tessel-train (train.zero_optimization): the tiny GPT and ViT
+give the losses of one process (1e-5 relative, 20 iterations) with stages
+1, 2 and 3 under dp4 (graph mode, 1F1B), with stage 2 eagerly, and with
+ZeRO beside tensor parallelism (dp2 x tp2, stage 3) and pipelines with
+gradient accumulation (dp2 x pp2, stage 1); a bad stage and ZeRO with
+mixed precision are named before the first iteration."""
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import check, finish  # noqa: E402
+from train_checks import LOSS, Trainer, check_bad_inputs, layout_sets, train_args  # noqa: E402
+
+args = train_args()
+work = tempfile.mkdtemp(prefix="tessel_zero_")
+ITERS = 20
+
+
+def zero(stage):
+    return [] if stage == 0 else ["train.zero_optimization.enabled=true", f"train.zero_optimization.stage={stage}"]
+
+
+def compare(model, train, common, runs):
+    """runs: name -> (ranks, tp, pp, graph, stage); the first is the reference."""
+    losses = {}
+    for name, (nproc, tp, pp, graph, stage) in runs.items():
+        out_dir = os.path.join(work, f"{model}_{name}".replace(" ", "_"))
+        code, out, secs = train(nproc, common + layout_sets(tp, pp, graph) + zero(stage) +
+                                [f"train.output_dir={out_dir}"])
+        losses[name] = [float(v) for _, v in LOSS.findall(out)]
+        check(f"{model} {name}: {ITERS} iterations ({secs:.1f} s)", code == 0 and len(losses[name]) == ITERS,
+              out[-3000:])
+    ref_name = next(iter(runs))
+    ref = losses[ref_name]
+    for name, values in losses.items():
+        if name == ref_name:
+            continue
+        worst = max((abs(a - b) / abs(b) for a, b in zip(values, ref)), default=float("inf"))
+        check(f"{model} {name}: the losses of {ref_name} within 1e-5 (worst {worst:.2e})",
+              len(values) == ITERS and worst <= 1e-5)
+
+
+RUNS = {"1x1x1": (1, 1, 1, True, 0), "dp4 stage 1": (4, 1, 1, True, 1), "dp4 stage 2": (4, 1, 1, True, 2),
+        "dp4 stage 3": (4, 1, 1, True, 3), "dp4 stage 2 eager": (4, 1, 1, False, 2),
+        "dp2 x tp2 stage 3": (4, 2, 1, True, 3), "dp2 x pp2 stage 1": (4, 1, 2, True, 1)}
+COMMON = [f"train.train_iter={ITERS}", "train.log_period=1", "evaluation.enabled=false", "scheduler.warmup_iter=5"]
+gpt = Trainer(args.launcher, args.program, os.path.join(args.source, "configs", "gpt2_tiny.prototxt"))
+compare("GPT", gpt, COMMON, RUNS)
+vit = Trainer(args.launcher, args.program, os.path.join(args.source, "configs", "vit_tiny.prototxt"))
+compare("ViT", vit, COMMON + ["train.micro_batch_size=8"],
+        {k: RUNS[k] for k in ("1x1x1", "dp4 stage 1", "dp4 stage 2", "dp4 stage 3")})
+
+check_bad_inputs(gpt, work, {
+    "stage 4": (["train.zero_optimization.enabled=true", "train.zero_optimization.stage=4"],
+                r"train\.zero_optimization\.stage is 4; expected 1 \(optimizer state\), 2 \(and gradients\) or 3"),
+    "ZeRO with mixed precision": (["train.zero_optimization.enabled=true", "train.amp.enabled=true",
+                                   "train.dist.device=cuda", "train.graph.enabled=false"],
+                                  r"train\.zero_optimization with train\.amp is not supported yet"),
+}, 4, COMMON)
+finish()
