@@ -26,6 +26,10 @@
 #include "tests/testing/test_util.h"
 
 DEFINE_int64(tp, 1, "tensor parallel size (dp is the rest of the world)");
+DEFINE_int64(layers, 2, "GPT layers");
+DEFINE_int64(hidden, 128, "GPT hidden size");
+DEFINE_int64(heads, 4, "GPT attention heads");
+DEFINE_int64(vocab, 1024, "GPT vocabulary");
 
 namespace tessel {
 namespace {
@@ -38,15 +42,16 @@ struct Held {
 int64_t LocalBytes(const Tensor& t) { return t.defined() ? static_cast<int64_t>(t.to_local().nbytes()) : 0; }
 
 Held TrainOneStep(int64_t stage) {
-  dist::Setup({.tensor_parallel_size = FLAGS_tp, .pipeline_num_layers = 2, .zero_stage = stage});
-  models::GPT gpt({.vocab_size = 1024, .hidden = 128, .heads = 4, .layers = 2, .max_seq = 32});
+  dist::Setup({.tensor_parallel_size = FLAGS_tp, .pipeline_num_layers = FLAGS_layers, .zero_stage = stage});
+  models::GPT gpt(
+      {.vocab_size = FLAGS_vocab, .hidden = FLAGS_hidden, .heads = FLAGS_heads, .layers = FLAGS_layers, .max_seq = 32});
   auto params = gpt.NamedParameters();
   optim::AdamW adamw(params, {.zero_stage = stage});
   const Placement p = dist::GetLayerPlacement(0);
   std::vector<int64_t> ids(8 * 32), labels(8 * 32);
   for (size_t i = 0; i < ids.size(); ++i) {
-    ids[i] = static_cast<int64_t>((i * 7919 + 13) % 1024);
-    labels[i] = static_cast<int64_t>((i * 104729 + 7) % 1024);
+    ids[i] = static_cast<int64_t>((i * 7919 + 13) % FLAGS_vocab);
+    labels[i] = static_cast<int64_t>((i * 104729 + 7) % FLAGS_vocab);
   }
   const NdSbp rows = dist::GetHiddenSbp();
   const Tensor ids_t = Tensor::FromVector<int64_t>(ids, {8, 32}).to_global(p, dist::GetNdSbp({B(), B()}));
