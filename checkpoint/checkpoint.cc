@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "sbp/global_tensor.h"
 #include "sbp/placement.h"
+#include "zoo/config.h"
 #include "zoo/crc32c.h"
 #include "zoo/safetensors.h"
 
@@ -35,6 +36,7 @@ constexpr const char* kFormat = "tessel.checkpoint";
 constexpr int kVersion = 2;
 constexpr int kOldestVersion = 1;
 constexpr int64_t kMaxChunksPerBox = int64_t{1} << 24;
+constexpr int64_t kMaxChunksPerShard = 200'000;
 constexpr uint64_t kMaxIndexBytes = 1ull << 30;
 constexpr int64_t kMaxDim = int64_t{1} << 48;
 constexpr size_t kMaxBoxes = 1 << 16;  // per tensor: one per distinct shard of the saving job at most
@@ -222,9 +224,11 @@ CheckpointIndex ParseIndex(std::string_view text, const std::string& name) {
               << where() << ": box " << b.dump().substr(0, 200) << ": chunks " << grid.dump()
               << "; expected between 1 and the box's extent per dimension";
           saved.chunks.push_back(static_cast<int64_t>(grid[d].get<uint64_t>()));
+          // Checked before multiplying: the product must not overflow.
+          TESSEL_CHECK(saved.chunks.back() <= kMaxChunksPerBox / count)
+              << where() << ": box " << b.dump().substr(0, 200) << " has more than " << kMaxChunksPerBox
+              << " chunks";
           count *= saved.chunks.back();
-          TESSEL_CHECK(count <= kMaxChunksPerBox) << where() << ": box " << b.dump().substr(0, 200)
-                                                  << " has more than " << kMaxChunksPerBox << " chunks";
         }
       }
       for (const SavedBox& other : t.boxes)
@@ -276,7 +280,8 @@ std::vector<int64_t> ChunkGrid(const Shape& shape, size_t element_size, int64_t 
                                const std::vector<int64_t>& split_dims) {
   const int64_t n = shape.ndim();
   std::vector<int64_t> parts(n, 1);
-  if (shape.numel() * static_cast<int64_t>(element_size) > chunk_bytes)
+  // Only where each of the 6 parts still holds a quarter chunk or more.
+  if (shape.numel() * static_cast<int64_t>(element_size) >= 6 * (chunk_bytes / 4))
     for (int64_t d : split_dims)
       if (d >= 0 && d < n) parts[d] = std::min<int64_t>(6, std::max<int64_t>(1, shape[d]));
   auto extent = [&](int64_t d) { return (shape[d] + parts[d] - 1) / parts[d]; };  // the largest chunk's
@@ -302,19 +307,25 @@ int64_t PartOf(const Range& range, int64_t parts, int64_t x) {
 }
 }  // namespace
 
-std::vector<Chunk> ChunksOverlapping(const std::string& tensor, const SavedBox& saved, const Box& box) {
+std::vector<Chunk> ChunksOverlapping(const std::string& tensor, const SavedBox& saved, const Box& box,
+                                     int64_t max_chunks) {
   const Box overlap = saved.box.Intersect(box);
   if (overlap.empty()) return {};
   const int64_t n = saved.box.ndim();
   const std::vector<int64_t> grid = saved.chunks.empty() ? std::vector<int64_t>(n, 1) : saved.chunks;
-  int64_t count = 1;
-  for (int64_t p : grid) count *= p;
-  if (count == 1) return {{saved.box, tensor}};
-  // Per dimension, the parts the overlap touches.
+  if (std::all_of(grid.begin(), grid.end(), [](int64_t p) { return p == 1; })) return {{saved.box, tensor}};
+  // Per dimension, the parts the overlap touches; their count before any is listed.
   std::vector<int64_t> first(n), last(n);
+  int64_t touched = 1;
   for (int64_t d = 0; d < n; ++d) {
     first[d] = PartOf(saved.box[d], grid[d], overlap[d].begin);
     last[d] = PartOf(saved.box[d], grid[d], overlap[d].end - 1);
+    const int64_t parts = last[d] - first[d] + 1;
+    TESSEL_CHECK(parts <= max_chunks / touched)
+        << "checkpoint: tensor '" << tensor << "': its box " << saved.box.ToString() << " in " << Shape(grid)
+        << " chunks has more chunks over " << box.ToString() << " than the " << max_chunks
+        << " its shard can hold (a damaged index?)";
+    touched *= parts;
   }
   std::vector<Chunk> chunks;
   std::vector<int64_t> coord = first;
@@ -360,6 +371,19 @@ fs::path Save(const fs::path& dir, int64_t iteration, const NamedTensors& tensor
   std::map<std::string, std::string> crcs;
   TESSEL_CHECK(options.chunk_bytes > 0)
       << "checkpoint: chunk_bytes " << options.chunk_bytes << "; expected a positive byte count";
+  // Chunks large enough that no shard holds more than kMaxChunksPerShard
+  // (each costs about 160 header bytes; a reader refuses headers over 100
+  // MB). Every rank works it out alike from the layouts.
+  int64_t chunk_bytes = options.chunk_bytes;
+  {
+    std::map<int, int64_t> shard_bytes;
+    for (const auto& [name, t] : tensors)
+      if (t != nullptr && t->defined())
+        for (const auto& [writer, box] : Writers(*t))
+          shard_bytes[writer] += box.numel() * static_cast<int64_t>(ElementSize(t->dtype()));
+    for (const auto& [writer, bytes] : shard_bytes)
+      chunk_bytes = std::max(chunk_bytes, (bytes + kMaxChunksPerShard - 1) / kMaxChunksPerShard);
+  }
   for (const auto& [name, t] : tensors) {
     TESSEL_CHECK(t != nullptr && t->defined()) << "checkpoint: tensor '" << name << "' is undefined";
     TESSEL_CHECK(!t->is_global() || !t->nd_sbp().has_partial())
@@ -379,7 +403,7 @@ fs::path Save(const fs::path& dir, int64_t iteration, const NamedTensors& tensor
       for (const Sbp& sbp : t->nd_sbp().sbps())
         if (sbp.is_split()) split_dims.push_back(sbp.axis());
     for (auto& [writer, box] : Writers(*t)) {
-      saved.boxes.push_back({writer, box, ChunkGrid(box.shape(), element, options.chunk_bytes, split_dims)});
+      saved.boxes.push_back({writer, box, ChunkGrid(box.shape(), element, chunk_bytes, split_dims)});
       if (writer != rank) continue;
       const Tensor local = t->to_local().To(Device::CPU());  // a GPU shard is written from a host copy
       const std::vector<int64_t> held = Dims(box.shape());
@@ -491,26 +515,28 @@ Reader::Shard& Reader::OpenShard(int file) {
   return *slot;
 }
 
-void Reader::ReadBox(const std::string& name, const Box& box, void* out) {
+struct Reader::Piece {
+  Box box;
+  int file;
+  uint64_t offset, bytes;
+  std::string where, crc;
+  const uint8_t* data = nullptr;  // in its read's buffer
+};
+
+std::vector<Reader::Piece> Reader::Plan(const std::string& name, const Box& box, size_t* element) {
   const auto it = index_.tensors.find(name);
   TESSEL_CHECK(it != index_.tensors.end())
       << "checkpoint " << path_.string() << " has no tensor '" << name << "' (of " << index_.tensors.size()
       << " tensors; a checkpoint of another model?)";
   const SavedTensor& saved = it->second;
-  const size_t element = zoo::SafetensorsElementSize(saved.dtype);
-  // The chunks the box overlaps, checked against the shards' headers.
-  struct Piece {
-    Box box;
-    int file;
-    uint64_t offset, bytes;
-    std::string where, crc;
-    const uint8_t* data = nullptr;  // in its read's buffer
-  };
+  *element = zoo::SafetensorsElementSize(saved.dtype);
   std::vector<Piece> pieces;
   for (const SavedBox& b : saved.boxes) {
     if (box.Intersect(b.box).empty()) continue;
     const zoo::SafetensorsFile& file = *OpenShard(b.file).file;
-    for (const Chunk& chunk : ChunksOverlapping(name, b, box)) {
+    // A shard holds no more chunks than entries: an index claiming more is damaged.
+    for (const Chunk& chunk :
+         ChunksOverlapping(name, b, box, static_cast<int64_t>(std::max<size_t>(file.entries().size(), 1)))) {
       std::string where = "checkpoint shard " + file.path().string() + ": tensor '" + name + "'" +
                           (chunk.entry == name ? "" : " (chunk '" + chunk.entry + "')");
       TESSEL_CHECK(file.contains(chunk.entry))
@@ -525,6 +551,17 @@ void Reader::ReadBox(const std::string& name, const Box& box, void* out) {
                         std::move(where), crc->second});
     }
   }
+  return pieces;
+}
+
+void Reader::ReadBox(const std::string& name, const Box& box, void* out) {
+  size_t element = 0;
+  std::vector<Piece> pieces = Plan(name, box, &element);
+  ReadPieces(pieces, name, box, element, out);
+}
+
+void Reader::ReadPieces(std::vector<Piece>& pieces, const std::string& name, const Box& box, size_t element,
+                        void* out) {
   // Chunks that follow each other in a shard are read with one pread (a
   // whole box is one read), up to 64 MiB at a time; every chunk is checked
   // before any byte goes to `out`.
@@ -604,9 +641,20 @@ Tensor Reader::ReadTensor(const std::string& name) {
   const auto it = index_.tensors.find(name);
   TESSEL_CHECK(it != index_.tensors.end())
       << "checkpoint " << path_.string() << " has no tensor '" << name << "'";
-  Tensor t = Tensor::Empty(Shape(it->second.shape), zoo::DTypeOfSafetensors(it->second.dtype));
-  ReadBox(name, Box::Full(t.shape()), t.raw_data());
+  const Box whole = Box::Full(Shape(it->second.shape));
+  size_t element = 0;
+  std::vector<Piece> pieces = Plan(name, whole, &element);  // before allocating what the index claims
+  Tensor t =
+      Tensor::Empty(Shape(it->second.shape),
+                    zoo::DTypeOfSafetensors(it->second.dtype, "tensor '" + name + "' of " + path_.string()));
+  ReadPieces(pieces, name, whole, element, t.raw_data());
   return t;
+}
+
+std::optional<config::Config> SavedConfig(const fs::path& checkpoint) {
+  const fs::path path = checkpoint / "config.prototxt";
+  if (!fs::exists(path)) return std::nullopt;
+  return zoo::LoadConfig(path.string());  // size-checked, then parsed
 }
 
 std::map<std::string, std::string> Load(const fs::path& checkpoint, const NamedTensors& tensors,

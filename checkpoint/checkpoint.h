@@ -27,12 +27,14 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/tensor.h"
 #include "sbp/slice.h"
+#include "zoo/config.pb.h"
 
 namespace tessel::checkpoint {
 
@@ -68,13 +70,14 @@ std::string IndexText(const CheckpointIndex& index);
 // The chunk grid a save stores a box of `shape` as: starting from one
 // chunk, the dimension whose chunks are longest is cut in more parts (1,
 // 2, 6, 12, 24, ...) until a chunk holds at most `chunk_bytes` (or no
-// dimension can be cut further). Chunk edges then fall on the balanced
-// split points of every count that divides the grid's (6: 2, 3 and 6
-// parts of the box; 12: 4 and 12 too; 24: 8 too), so a load under another
-// tensor- or data-parallel size mostly reads whole chunks it keeps.
-// `split_dims`, the dimensions the saving layout splits (the ones another
-// tensor-parallel size splits too), start at 6 parts when the box is over
-// `chunk_bytes`, whatever their extent.
+// dimension can be cut further). Where the extent divides by the grid's
+// count, chunk edges fall on the balanced split points of every count that
+// divides it (6: 2, 3 and 6 parts of the box; 12: 4 and 12 too; 24: 8 too),
+// so a load under another tensor- or data-parallel size mostly reads whole
+// chunks it keeps (otherwise an edge is off by one element, and a chunk row
+// or column more is read). `split_dims`, the dimensions the saving layout
+// splits (the ones another tensor-parallel size splits too), start at 6
+// parts when each part still holds a quarter of `chunk_bytes`.
 std::vector<int64_t> ChunkGrid(const Shape& shape, size_t element_size, int64_t chunk_bytes,
                                const std::vector<int64_t>& split_dims = {});
 // The chunks of `saved` (all of it when it has no grid), each as the box it
@@ -88,12 +91,17 @@ std::vector<Chunk> Chunks(const std::string& tensor, const SavedBox& saved);
 // The chunks of `saved` that overlap `box`, found by arithmetic: a reader
 // never lists a grid's chunks it does not read (an index may claim a grid
 // of millions).
-std::vector<Chunk> ChunksOverlapping(const std::string& tensor, const SavedBox& saved, const Box& box);
+// Throws naming the tensor if more than `max_chunks` overlap (counted
+// before any is listed).
+std::vector<Chunk> ChunksOverlapping(const std::string& tensor, const SavedBox& saved, const Box& box,
+                                     int64_t max_chunks = int64_t{1} << 24);
 
 struct SaveOptions {
-  int64_t keep_last = 2;                     // complete checkpoints kept (older ones removed); 0 keeps all
-  std::string config_text;                   // written as config.prototxt when not empty
-  int64_t chunk_bytes = int64_t{256} << 10;  // ChunkGrid's bound
+  int64_t keep_last = 2;    // complete checkpoints kept (older ones removed); 0 keeps all
+  std::string config_text;  // written as config.prototxt when not empty
+  // ChunkGrid's bound; raised for a save whose largest shard would hold
+  // more than 200,000 chunks (their header would pass safetensors' 100 MB).
+  int64_t chunk_bytes = int64_t{256} << 10;
 };
 
 // Collective over the world: every rank calls it with the same names in
@@ -110,6 +118,11 @@ std::filesystem::path Find(const std::filesystem::path& path);
 
 // Reads and checks a checkpoint's index.json.
 CheckpointIndex ReadIndex(const std::filesystem::path& checkpoint);
+
+// The config a checkpoint was saved with (its config.prototxt, at most
+// zoo::kMaxConfigBytes), or nullopt if it has none. Throws naming the file
+// if it is unreadable or malformed.
+std::optional<config::Config> SavedConfig(const std::filesystem::path& checkpoint);
 
 // What a load read: the bytes of the tensors' boxes this rank keeps
 // (needed), the bytes of the chunks it read for them (read: needed plus the
@@ -152,7 +165,13 @@ class Reader {
 
  private:
   struct Shard;
+  struct Piece;
   Shard& OpenShard(int file);
+  // The chunks `box` of `name` overlaps, each checked against its shard's
+  // header (so what a read allocates is backed by bytes on disk).
+  std::vector<Piece> Plan(const std::string& name, const Box& box, size_t* element);
+  void ReadPieces(std::vector<Piece>& pieces, const std::string& name, const Box& box, size_t element,
+                  void* out);
 
   std::filesystem::path path_;
   CheckpointIndex index_;

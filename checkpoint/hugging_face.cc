@@ -331,14 +331,17 @@ std::string Activation(const std::string& hf, const std::string& where) {
 
 config::ModelConfig ModelFromHuggingFaceConfig(const std::string& config_json, const std::string& where) {
   const nlohmann::json j = ParseJson(config_json, where);
+  // Sizes are bounded (a model's sizes, not counts to allocate by): the
+  // products the mapping forms of them stay far inside 64 bits.
+  constexpr int64_t kMaxSize = int64_t{1} << 24;
   auto integer = [&](const char* key, std::optional<int64_t> fallback = std::nullopt) -> int64_t {
     if (!j.contains(key) || j[key].is_null()) {
       TESSEL_CHECK(fallback.has_value()) << "Hugging Face config " << where << " has no \"" << key << "\"";
       return *fallback;
     }
-    TESSEL_CHECK(j[key].is_number_integer() && j[key].get<int64_t>() > 0)
+    TESSEL_CHECK(j[key].is_number_integer() && j[key].get<int64_t>() > 0 && j[key].get<int64_t>() <= kMaxSize)
         << "Hugging Face config " << where << ": \"" << key << "\" is " << j[key].dump()
-        << "; expected a positive integer";
+        << "; expected a positive integer up to " << kMaxSize;
     return j[key].get<int64_t>();
   };
   auto number = [&](const char* key, double fallback) -> double {
@@ -555,14 +558,15 @@ HuggingFaceImport ReadHuggingFace(const fs::path& dir) {
           << "; expected F32, F16 or BF16";
       hf.push_back(Widened(file.tensor(name)));
       used.insert(name);
-      for (const std::string& alias : r.aliases) used.insert(alias);
     }
     out.tensors.emplace_back(r.tessel, ToTessel(r, hf, heads));
   }
   // Everything else must be a tied copy (equal to what tessel ties it to)
   // or a buffer derived from the config.
   const std::map<std::string, std::string> tied = {
-      {"lm_head.weight", "wte.weight"}, {"cls.predictions.decoder.weight", "word_embeddings.weight"}};
+      {"lm_head.weight", "wte.weight"},
+      {"cls.predictions.decoder.weight", "word_embeddings.weight"},
+      {"cls.predictions.decoder.bias", "mlm_bias"}};
   std::vector<std::string> unknown;
   for (const auto& [name, file] : where) {
     if (used.count(name)) continue;
@@ -570,8 +574,8 @@ HuggingFaceImport ReadHuggingFace(const fs::path& dir) {
     if (tie != tied.end()) {
       const auto own = std::find_if(out.tensors.begin(), out.tensors.end(),
                                     [&](const auto& p) { return p.first == tie->second; });
-      const Tensor copy = file->tensor(name);
-      TESSEL_CHECK(own != out.tensors.end() && copy.nbytes() == own->second.nbytes() &&
+      const Tensor copy = Widened(file->tensor(name));  // compared as the f32 it was imported as
+      TESSEL_CHECK(own != out.tensors.end() && copy.shape() == own->second.shape() &&
                    std::memcmp(copy.raw_data(), own->second.raw_data(), copy.nbytes()) == 0)
           << "Hugging Face import: " << file->path().string() << ": tensor '" << name
           << "' differs from the embedding it is tied to in tessel's " << m.arch()
@@ -629,8 +633,16 @@ void WriteHuggingFace(const fs::path& dir, const config::ModelConfig& model,
            }});
     }
   }
-  zoo::WriteSafetensors(dir / "model.safetensors", sources, {{"format", "pt"}});
-  std::ofstream(dir / "config.json") << config;
+  // Each file is written beside its name and renamed over it when complete.
+  zoo::WriteSafetensors(dir / "model.safetensors.tmp", sources, {{"format", "pt"}});
+  {
+    std::ofstream out(dir / "config.json.tmp", std::ios::binary | std::ios::trunc);
+    out << config;
+    out.flush();
+    TESSEL_CHECK(out.good()) << "Hugging Face export: cannot write " << (dir / "config.json.tmp").string();
+  }
+  fs::rename(dir / "model.safetensors.tmp", dir / "model.safetensors");
+  fs::rename(dir / "config.json.tmp", dir / "config.json");
 }
 
 }  // namespace tessel::checkpoint

@@ -300,6 +300,7 @@ void ResolveConfig(config::Config* c, int world_size) {
   config::TrainConfig& t = *c->mutable_train();
   config::DistConfig& d = *t.mutable_dist();
   CheckOneOf("model.arch", m.arch(), {"gpt2", "gpt", "bert", "vit"});
+  m.set_arch(CanonicalArch(m.arch()));
   const bool vision = m.arch() == "vit";
   CheckOneOf("model.hidden_act", m.hidden_act(), {"gelu_tanh", "gelu"});
   for (const auto& [field, p] :
@@ -457,6 +458,8 @@ void ResolveConfig(config::Config* c, int world_size) {
     CheckPositive("evaluation.eval_iter", e.eval_iter());
   FillDefaults(c);  // last: the batch sizes above tell given from left out
 }
+
+std::string CanonicalArch(const std::string& arch) { return arch == "gpt" ? "gpt2" : arch; }
 
 std::string ConfigText(const config::Config& config) {
   std::string text;

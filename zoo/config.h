@@ -43,6 +43,10 @@ void ResolveConfig(config::Config* config, int world_size);
 // The config as protobuf text (what tessel-train saves as config.prototxt).
 std::string ConfigText(const config::Config& config);
 
+// model.arch with its aliases resolved ("gpt" is "gpt2"): what ResolveConfig
+// writes, and what checkpoints of one model are compared by.
+std::string CanonicalArch(const std::string& arch);
+
 // The name among `candidates` closest to `name` by edit distance, or "" if
 // none is close enough to be a likely typo.
 std::string ClosestName(const std::string& name, const std::vector<std::string>& candidates);

@@ -17,6 +17,10 @@
 
 namespace tessel::zoo {
 
+namespace {
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the format's own limit, for readers and writers
+}  // namespace
+
 std::string SafetensorsDType(DType dtype) {
   switch (dtype) {
     case DType::kFloat32:
@@ -35,13 +39,14 @@ std::string SafetensorsDType(DType dtype) {
   TESSEL_THROW(StatusCode::kInvalidArgument) << "safetensors: no name for dtype " << static_cast<int>(dtype);
 }
 
-DType DTypeOfSafetensors(const std::string& dtype) {
+DType DTypeOfSafetensors(const std::string& dtype, const std::string& where) {
   static const std::map<std::string, DType> kDTypes = {{"F32", DType::kFloat32},   {"F16", DType::kFloat16},
                                                        {"BF16", DType::kBFloat16}, {"I32", DType::kInt32},
                                                        {"I64", DType::kInt64},     {"BOOL", DType::kBool}};
   auto it = kDTypes.find(dtype);
-  TESSEL_CHECK(it != kDTypes.end()) << "safetensors: dtype " << dtype
-                                    << " is not one tessel holds; expected F32, F16, BF16, I32, I64 or BOOL";
+  TESSEL_CHECK(it != kDTypes.end()) << "safetensors: " << (where.empty() ? "" : where + " is of ") << "dtype "
+                                    << dtype
+                                    << ", not one tessel holds; expected F32, F16, BF16, I32, I64 or BOOL";
   return it->second;
 }
 
@@ -86,6 +91,10 @@ void WriteSafetensors(const std::filesystem::path& path, const std::vector<Safet
   }
   std::string text = header.dump();  // nlohmann's objects keep their keys sorted
   text.append((8 - text.size() % 8) % 8, ' ');
+  TESSEL_CHECK(text.size() <= kMaxHeaderBytes)
+      << "safetensors: the header for " << path.string() << " (" << sources.size() << " tensors) would be "
+      << text.size() << " bytes; readers refuse more than " << kMaxHeaderBytes
+      << " (write fewer, larger tensors)";
 
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
   TESSEL_CHECK(file != nullptr) << "safetensors: cannot write " << path.string() << ": "
@@ -133,7 +142,6 @@ int64_t SafetensorsEntry::numel() const {
 }
 
 namespace {
-constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the format's own limit
 constexpr uint64_t kMaxDim = uint64_t{1} << 48;
 }  // namespace
 
@@ -269,11 +277,8 @@ uint64_t SafetensorsFile::file_offset(const std::string& name) const {
 
 Tensor SafetensorsFile::tensor(const std::string& name) const {
   const SafetensorsEntry& e = entry(name);
-  TESSEL_CHECK(e.dtype == "F32" || e.dtype == "F16" || e.dtype == "BF16" || e.dtype == "I32" ||
-               e.dtype == "I64" || e.dtype == "BOOL")
-      << "safetensors: tensor '" << name << "' of " << path_.string() << " is " << e.dtype
-      << "; a tensor is F32, F16, BF16, I32, I64 or BOOL";
-  Tensor t = Tensor::Empty(Shape(e.shape), DTypeOfSafetensors(e.dtype));
+  Tensor t = Tensor::Empty(Shape(e.shape),
+                           DTypeOfSafetensors(e.dtype, "tensor '" + name + "' of " + path_.string()));
   const std::span<const uint8_t> b = bytes(name);
   if (!b.empty()) std::memcpy(t.raw_data(), b.data(), b.size());
   return t;

@@ -20,9 +20,10 @@ namespace tessel::zoo {
 
 // The safetensors name of a dtype: "F32", "F16", "BF16", "I32", "I64", "BOOL".
 std::string SafetensorsDType(DType dtype);
-// The dtype a safetensors name stands for; throws naming it for the
-// format's other dtypes (U8, F64, ...), which tessel does not compute in.
-DType DTypeOfSafetensors(const std::string& dtype);
+// The dtype a safetensors name stands for; throws naming it (and `where`,
+// the tensor and file it belongs to) for the format's other dtypes (U8,
+// F64, ...), which tessel does not compute in.
+DType DTypeOfSafetensors(const std::string& dtype, const std::string& where = "");
 
 // Writes local (host) tensors under their names, in the order given (the
 // header lists them sorted, as the format's own writer does; the data keeps

@@ -220,7 +220,7 @@ del index["tensors"]["model.h1.mlp.fc2.bias"]
 json.dump(index, open(index_path, "w"))
 cases["a tensor missing from the index"] = (gpt, missing, [], r"has no tensor 'model\.h1\.mlp\.fc2\.bias'")
 cases["a checkpoint of another model"] = (bert, half_dir, [],
-                                          r"checkpoint .*iter_0000005 is of model\.arch 'gpt2' but this config "
+                                          r"checkpoint .*iter_0000005 \(--resume.*\) is of model\.arch 'gpt2' but this config "
                                           r"trains 'bert'")
 cases["a shape that disagrees"] = (gpt, half_dir, ["model.ffn_hidden_size=256"],
                                    r"tensor 'model\.h0\.mlp\.fc1\.weight' has shape \[128, 512\] there but "

@@ -165,6 +165,23 @@ for arch, (cls, config, program, flags, outputs) in MODELS.items():
             err = max_error(got, want)
             check(f"{arch}: the exported model's {label} equal tessel's (max error {err:.2e})", err <= TOLERANCE)
 
+# A GPT-2 saved in bf16 (its tied lm_head too) imports as f32: tessel's
+# logits equal those of the same model widened back to f32.
+hf16 = noisy(GPT2LMHeadModel(MODELS["gpt2"][1]), seed=16).to(torch.bfloat16)
+hf16_dir = os.path.join(work, "gpt2_bf16_hf")
+hf16.save_pretrained(hf16_dir, safe_serialization=True)
+ckpt16 = os.path.join(work, "gpt2_bf16_imported")
+code, out, _ = tool("import-hf", hf16_dir, ckpt16)
+check("gpt2 in bf16: import-hf widens it to f32 (the tied lm_head compared as such)", code == 0, out[-2000:])
+if code == 0:
+    tensors, text = dump(args.gpt2_dump, 1, MODELS["gpt2"][3] + [f"--load={ckpt16}"],
+                         os.path.join(work, "gpt2_bf16.safetensors"))
+    check("gpt2 in bf16: tessel's model loads it", tensors is not None, text[-2000:])
+    if tensors is not None:
+        for label, got, want in gpt2_outputs(hf16.float().eval(), tensors, 1100):
+            err = max_error(got, want)
+            check(f"gpt2 in bf16: {label} equal the widened model's (max error {err:.2e})", err <= TOLERANCE)
+
 # A GPT trained by tessel-train under tp2 x pp2 (4 shards, its vocabulary
 # padded per tp), exported: from_pretrained gives tessel's logits.
 gpt_config = os.path.join(args.source, "configs", "gpt2_tiny.prototxt")

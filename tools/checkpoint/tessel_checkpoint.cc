@@ -18,9 +18,11 @@
 #include <gflags/gflags.h>
 #include <tessel/tessel.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -120,17 +122,32 @@ int ImportHf(const std::string& hf_dir, const std::string& dir) {
 int ExportHf(const std::string& path, const std::string& hf_dir) {
   const std::filesystem::path found = FindOrFail(path);
   checkpoint::Reader reader(found);
-  const std::filesystem::path config_path = found / "config.prototxt";
-  TESSEL_CHECK(std::filesystem::exists(config_path))
+  const std::optional<config::Config> saved = checkpoint::SavedConfig(found);
+  TESSEL_CHECK(saved.has_value())
       << "tessel-checkpoint: " << found.string()
       << " has no config.prototxt, so its model's sizes are unknown (tessel-train and import-hf write one)";
-  std::ifstream in(config_path);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const config::ModelConfig model = zoo::ParseConfig(text, config_path.string()).model();
+  config::ModelConfig model = saved->model();
+  model.set_arch(zoo::CanonicalArch(model.arch()));
   const auto arch = reader.index().metadata.find("arch");
-  TESSEL_CHECK(arch == reader.index().metadata.end() || arch->second == model.arch())
+  TESSEL_CHECK(arch == reader.index().metadata.end() || zoo::CanonicalArch(arch->second) == model.arch())
       << "tessel-checkpoint: " << found.string() << " is of arch '" << arch->second
       << "' but its config says '" << model.arch() << "'";
+  // A ViT's num_classes 0 means "the dataset's count": the head says it.
+  const auto head = reader.index().tensors.find("model.head.weight");
+  if (model.arch() == "vit" && model.num_classes() == 0 && head != reader.index().tensors.end() &&
+      head->second.shape.size() == 2)
+    model.set_num_classes(head->second.shape[1]);
+  // Every model tensor must have its place in Hugging Face's model.
+  const std::vector<std::string> mapped = checkpoint::HuggingFaceMappedParameters(model);
+  std::vector<std::string> unmapped;
+  for (const auto& [name, t] : reader.index().tensors)
+    if (name.rfind("model.", 0) == 0 &&
+        std::find(mapped.begin(), mapped.end(), name.substr(6)) == mapped.end())
+      unmapped.push_back(name);
+  TESSEL_CHECK(unmapped.empty()) << "tessel-checkpoint: " << found.string() << " holds " << unmapped.size()
+                                 << " model tensor(s) Hugging Face's " << model.arch()
+                                 << " has no place for, first '" << (unmapped.empty() ? "" : unmapped[0])
+                                 << "' (a BERT sequence classifier?); nothing was written";
   checkpoint::WriteHuggingFace(hf_dir, model,
                                [&](const std::string& name) { return reader.ReadTensor("model." + name); });
   std::printf("tessel-checkpoint: exported the %s of %s to %s (config.json, model.safetensors)\n",

@@ -19,6 +19,7 @@
 #include <gflags/gflags.h>
 #include <tessel/tessel.h>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -26,6 +27,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -178,71 +180,86 @@ int main(int argc, char** argv) {
   for (auto& [name, s] : adamw.NamedState()) saved.emplace_back("optim." + name, s);
   const auto rng_counters = task->model().NamedRngCounters();
   int64_t start_iteration = 0;
-  if (FLAGS_resume) {
-    const std::filesystem::path found = checkpoint::Find(t.checkpoint_dir());
-    TESSEL_CHECK(!found.empty()) << "tessel-train: --resume but " << t.checkpoint_dir()
-                                 << " holds no complete checkpoint (a directory with index.json, or "
-                                    "`latest` naming one); expected train.checkpoint_dir of an earlier run";
+  // The checkpoint `path` names (`what` says which field or flag gave it),
+  // checked to be of this config's model.
+  auto find_checkpoint = [&](const std::string& path, const std::string& what, const std::string& expected) {
+    const std::filesystem::path found = checkpoint::Find(path);
+    TESSEL_CHECK(!found.empty()) << "tessel-train: " << what << " " << path
+                                 << " holds no complete checkpoint (a directory with index.json, or `latest` "
+                                    "naming one); expected "
+                                 << expected;
     const checkpoint::CheckpointIndex index = checkpoint::ReadIndex(found);
     const auto arch = index.metadata.find("arch");
-    TESSEL_CHECK(arch != index.metadata.end() && arch->second == m.arch())
-        << "tessel-train: checkpoint " << found.string() << " is of model.arch '"
-        << (arch == index.metadata.end() ? "" : arch->second) << "' but this config trains '" << m.arch()
-        << "'";
-    checkpoint::LoadOptions load;
-    for (const auto& [name, rows] : task->PaddedRows())
-      for (const std::string& key :
-           {"model." + name, "optim." + name + ".exp_avg", "optim." + name + ".exp_avg_sq"})
-        load.padded_rows[key] = rows;
-    const auto meta = checkpoint::Load(found, saved, load);
-    if (amp) amp->CopyMastersToModel();
-    // Dropout's counters: the masks go on where the saving run's would have.
-    for (auto& [name, counter] : rng_counters) {
-      const auto value = meta.find("rng." + name);
-      if (value != meta.end()) *counter = std::stoll(value->second);
+    const std::string saved_arch = arch == index.metadata.end() ? "" : zoo::CanonicalArch(arch->second);
+    TESSEL_CHECK(saved_arch == m.arch())
+        << "tessel-train: checkpoint " << found.string() << " (" << what << ") is of model.arch '"
+        << saved_arch << "' but this config trains '" << m.arch() << "'";
+    return std::make_pair(found, index);
+  };
+  // Loads `keys` (model.* alone, or with optim.*) into this job's layout.
+  auto load = [&](const std::filesystem::path& found, const checkpoint::NamedTensors& tensors,
+                  bool optimizer) {
+    checkpoint::LoadOptions options;
+    for (const auto& [name, rows] : task->PaddedRows()) {
+      options.padded_rows["model." + name] = rows;
+      if (optimizer)
+        for (const char* moment : {".exp_avg", ".exp_avg_sq"})
+          options.padded_rows["optim." + name + moment] = rows;
     }
-    start_iteration = std::stoll(meta.at("iteration"));
+    const auto meta = checkpoint::Load(found, tensors, options);
+    if (amp) amp->CopyMastersToModel();
+    return meta;
+  };
+  // A number the checkpoint's metadata holds, named if it is not one.
+  auto metadata_number = [&](const std::map<std::string, std::string>& meta, const std::string& key,
+                             const std::filesystem::path& found) {
+    const auto it = meta.find(key);
+    TESSEL_CHECK(it != meta.end()) << "tessel-train: checkpoint " << found.string() << " has no '" << key
+                                   << "'";
+    int64_t value = 0;
+    const char* end = it->second.data() + it->second.size();
+    const auto [ptr, ec] = std::from_chars(it->second.data(), end, value);
+    TESSEL_CHECK(ec == std::errc() && ptr == end)
+        << "tessel-train: checkpoint " << found.string() << ": '" << key << "' is '" << it->second
+        << "'; expected an integer";
+    return value;
+  };
+  if (FLAGS_resume) {
+    const auto [found, index] = find_checkpoint(t.checkpoint_dir(), "--resume but train.checkpoint_dir",
+                                                "train.checkpoint_dir of an earlier run");
+    const auto meta = load(found, saved, /*optimizer=*/true);
+    // Dropout's counters: the masks go on where the saving run's would have.
+    for (auto& [name, counter] : rng_counters)
+      if (meta.count("rng." + name)) *counter = metadata_number(meta, "rng." + name, found);
+    start_iteration = metadata_number(meta, "iteration", found);
     TESSEL_CHECK(start_iteration <= t.train_iter())
         << "tessel-train: checkpoint " << found.string() << " is at iteration " << start_iteration
         << ", past train.train_iter " << t.train_iter();
     if (rank == 0) {
-      std::printf("tessel-train: resumed from %s at iteration %ld (saved by %s ranks as %s)\n", found.c_str(),
-                  static_cast<long>(start_iteration), std::to_string(index.world_size).c_str(),
-                  meta.count("layout") ? meta.at("layout").c_str() : "?");
+      std::printf("tessel-train: resumed from %s at iteration %ld (saved by %d rank%s as %s)\n",
+                  found.c_str(), static_cast<long>(start_iteration), index.world_size,
+                  index.world_size == 1 ? "" : "s", meta.count("layout") ? meta.at("layout").c_str() : "?");
       std::fflush(stdout);
     }
   } else if (!t.load_weight().empty()) {
     // Weights only (a fine-tuning start): the optimizer and the iteration start afresh.
-    const std::filesystem::path found = checkpoint::Find(t.load_weight());
-    TESSEL_CHECK(!found.empty())
-        << "tessel-train: train.load_weight " << t.load_weight()
-        << " holds no checkpoint (a directory with index.json, or `latest` naming one); "
-           "make one with tessel-checkpoint import-hf, or a run's train.save_period";
-    const checkpoint::CheckpointIndex index = checkpoint::ReadIndex(found);
-    const auto arch = index.metadata.find("arch");
-    TESSEL_CHECK(arch != index.metadata.end() && arch->second == m.arch())
-        << "tessel-train: train.load_weight " << found.string() << " is of model.arch '"
-        << (arch == index.metadata.end() ? "" : arch->second) << "' but this config trains '" << m.arch()
-        << "'";
+    const auto [found, index] =
+        find_checkpoint(t.load_weight(), "train.load_weight",
+                        "one tessel-checkpoint import-hf made, or a run's train.save_period");
     // What shapes do not show: a model computing another function on the same weights.
-    if (std::filesystem::exists(found / "config.prototxt")) {
-      std::ifstream in(found / "config.prototxt");
-      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      const config::ModelConfig saved = zoo::ParseConfig(text, (found / "config.prototxt").string()).model();
-      TESSEL_CHECK(saved.hidden_act() == m.hidden_act())
+    if (const std::optional<config::Config> saved_config = checkpoint::SavedConfig(found)) {
+      const config::ModelConfig& saved_model = saved_config->model();
+      TESSEL_CHECK(saved_model.hidden_act() == m.hidden_act())
           << "tessel-train: train.load_weight " << found.string() << " was trained with model.hidden_act '"
-          << saved.hidden_act() << "' but this config has '" << m.hidden_act() << "'";
-      TESSEL_CHECK(saved.layernorm_epsilon() == m.layernorm_epsilon())
+          << saved_model.hidden_act() << "' but this config has '" << m.hidden_act() << "'";
+      TESSEL_CHECK(saved_model.layernorm_epsilon() == m.layernorm_epsilon())
           << "tessel-train: train.load_weight " << found.string()
-          << " was trained with model.layernorm_epsilon " << saved.layernorm_epsilon()
+          << " was trained with model.layernorm_epsilon " << saved_model.layernorm_epsilon()
           << " but this config has " << m.layernorm_epsilon();
     }
     checkpoint::NamedTensors weights;
     for (auto& [name, p] : params) weights.emplace_back("model." + name, p);
-    checkpoint::LoadOptions load;
-    for (const auto& [name, rows] : task->PaddedRows()) load.padded_rows["model." + name] = rows;
-    checkpoint::Load(found, weights, load);
-    if (amp) amp->CopyMastersToModel();
+    load(found, weights, /*optimizer=*/false);
     if (rank == 0) {
       std::printf("tessel-train: loaded the %s weights of %s (%zu tensors)\n", m.arch().c_str(),
                   found.c_str(), weights.size());
