@@ -12,6 +12,14 @@ Tensor ToHidden(const Tensor& x, const Placement& placement) {
   return x.to_global(placement, dist::GetHiddenSbp());
 }
 
+Tensor ToActivations(const Tensor& x, const Placement& placement) {
+  // A global tensor moves (between pipeline stages) in the layout it keeps
+  // there: a same-layout hop, as between the stages' hidden states without
+  // sequence parallelism.
+  if (x.is_global()) return x.to_global(placement, dist::GetActivationSbp(x.ndim()));
+  return ToHidden(x, placement).to_global(placement, dist::GetActivationSbp(x.ndim()));
+}
+
 Tensor ForCompute(const Tensor& param) {
   if (!param.is_global()) return param;
   const dist::Config& c = dist::GetConfig();

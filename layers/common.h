@@ -9,6 +9,9 @@ namespace tessel::layers {
 // `x` (local or global) as a global tensor on `placement` in the hidden
 // layout: batch split over dp, replicated over tp. Differentiable.
 Tensor ToHidden(const Tensor& x, const Placement& placement);
+// Hidden states `x` on `placement` in dist::GetActivationSbp (sequence split
+// over tp under sequence parallelism). Differentiable.
+Tensor ToActivations(const Tensor& x, const Placement& placement);
 
 // A parameter as a layer computes with it. Under ZeRO stage 3 it is stored
 // split over dp (dist::GetParameterNdSbp) and gathered here: an all-gather

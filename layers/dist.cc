@@ -156,6 +156,10 @@ NdSbp GetNdSbp(const std::vector<Sbp>& dp_tp) {
 
 NdSbp GetHiddenSbp() { return GetNdSbp({S(0), B()}); }
 
+NdSbp GetActivationSbp(int64_t ndim) {
+  return GetNdSbp({S(0), Current().sequence_parallel && ndim >= 3 ? S(1) : B()});
+}
+
 NdSbp ZeroShardSbp(const Shape& shape, const NdSbp& nd_sbp) {
   const Config& c = Current();
   // The dp axis is the placement's first when dp > 1 (GetLayerPlacement).

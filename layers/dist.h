@@ -31,6 +31,11 @@ struct Config {
   // data-parallel ranks, 1 splits the optimizer state, 2 the gradients too,
   // 3 the parameters too (gathered where a layer computes with them). 0: off.
   int64_t zero_stage = 0;
+  // Megatron's sequence parallelism: between the tensor-parallel regions
+  // (layer norms, dropouts, residual adds) hidden states [batch, seq,
+  // hidden] are split on the sequence over tp instead of replicated; the
+  // all-reduces around each region become all-gathers and reduce-scatters.
+  bool sequence_parallel = false;
 };
 
 // Validates `config` against the world (comm::World() or a single process)
@@ -55,8 +60,13 @@ std::vector<int64_t> LayerStages();
 std::string LayerAssignmentText();
 // A [dp, tp] pair of Sbps reduced to the active mesh axes.
 NdSbp GetNdSbp(const std::vector<Sbp>& dp_tp);
-// Activations between layers: split on the batch over dp, B over tp.
+// Batch inputs (ids, labels, images): split on the batch over dp, B over tp.
 NdSbp GetHiddenSbp();
+// Hidden states [batch, seq, ...] between the tensor-parallel regions: the
+// batch split over dp, and over tp the sequence split under sequence
+// parallelism (B otherwise). Tensors of fewer than 3 dimensions (no
+// sequence) take GetHiddenSbp.
+NdSbp GetActivationSbp(int64_t ndim);
 
 // ZeRO's layout of a tensor of `shape` laid out as `nd_sbp` (a parameter,
 // replicated over dp): the data-parallel axis splits the first dimension

@@ -30,7 +30,7 @@ Tensor VocabEmbedding::operator()(const Tensor& ids) const {
   // ids: batch split over dp, replicated over tp; the lookup gives partial
   // sums over tp, reduced into the hidden layout.
   Tensor g = ToHidden(ids, p);
-  return fn::embedding(ForCompute(weight), g).to_global(p, dist::GetHiddenSbp());
+  return fn::embedding(ForCompute(weight), g).to_global(p, dist::GetActivationSbp(g.ndim() + 1));
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t hidden, EmbeddingOptions options) {

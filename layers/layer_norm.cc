@@ -17,7 +17,7 @@ LayerNorm::LayerNorm(int64_t hidden, double eps, int64_t layer_idx) : eps_(eps) 
 }
 
 Tensor LayerNorm::operator()(const Tensor& x) const {
-  return fn::layer_norm(ToHidden(x, weight.placement()), ForCompute(weight), ForCompute(bias), eps_);
+  return fn::layer_norm(ToActivations(x, weight.placement()), ForCompute(weight), ForCompute(bias), eps_);
 }
 
 }  // namespace tessel::layers

@@ -54,14 +54,20 @@ Tensor Linear::operator()(const Tensor& x_in) const {
   switch (options_.parallel) {
     case Parallel::kCol: {
       // Copied to every tp rank forwards; the input gradient (partial over
-      // tp) is all-reduced backwards: Megatron's "f".
+      // tp) comes back in the input's layout: all-reduced (Megatron's "f"),
+      // or reduce-scattered on the sequence under sequence parallelism,
+      // whose forward all-gathers it.
       const NdSbp in_sbp = InputSbp(x, B());
-      y = fn::matmul(x.to_global(placement, in_sbp, in_sbp), ForCompute(weight));  // [S(0), S(last)]
+      const NdSbp grad_sbp = x.nd_sbp().has_partial() ? in_sbp : x.nd_sbp();
+      y = fn::matmul(x.to_global(placement, in_sbp, grad_sbp), ForCompute(weight));  // [S(0), S(last)]
     } break;
-    case Parallel::kRow:
+    case Parallel::kRow: {
       y = fn::matmul(x.to_global(placement, InputSbp(x, S(static_cast<int>(x.ndim() - 1)))), ForCompute(weight));
-      y = y.to_global(placement, InputSbp(y, B()));  // reduce the partial sums over tp
-      break;
+      // The partial sums over tp reduced: all-reduced, or reduce-scattered on
+      // the sequence under sequence parallelism.
+      const bool sequence = dist::GetConfig().sequence_parallel && y.ndim() >= 3;
+      y = y.to_global(placement, InputSbp(y, sequence ? S(1) : B()));
+    } break;
     case Parallel::kData:
       y = fn::matmul(x.to_global(placement, InputSbp(x, B())), ForCompute(weight));
       break;

@@ -99,7 +99,7 @@ TransformerLayer::TransformerLayer(int64_t hidden, int64_t heads, int64_t ffn_hi
 
 Tensor TransformerLayer::operator()(const Tensor& x_in, const Tensor& mask) const {
   LayerScope layer(options_.layer_idx);  // a trace tags this layer's ops (and their gradients) with it
-  Tensor x = ToHidden(x_in, ln1.weight.placement());  // move to this layer's stage
+  Tensor x = ToActivations(x_in, ln1.weight.placement());  // move to this layer's stage
   std::optional<RecomputeScope> checkpoint;  // not around the move: recomputing it would communicate again
   if (options_.activation_checkpoint) checkpoint.emplace();
   if (options_.pre_ln) {
@@ -120,9 +120,11 @@ Tensor LMLogits(const Tensor& h, const Tensor& embedding_table) {
   if (h.is_global() && table.is_global() && h.placement() != table.placement())
     table = table.to_global(h.placement(), table.nd_sbp());
   // The logits are split over the vocabulary (tp); the hidden input's
-  // gradient comes back partial over tp and is all-reduced here.
-  Tensor x = ToHidden(h, table.placement());
-  return fn::matmul(x.to_global(x.placement(), x.nd_sbp(), x.nd_sbp()), table, false, true);
+  // gradient comes back partial over tp and is all-reduced here (or
+  // reduce-scattered on the sequence, under sequence parallelism, whose
+  // forward gathers it).
+  Tensor x = ToActivations(h, table.placement());
+  return fn::matmul(x.to_global(x.placement(), dist::GetHiddenSbp(), x.nd_sbp()), table, false, true);
 }
 
 Tensor MaskPaddedLogits(const Tensor& logits, int64_t vocab_size) {

@@ -155,9 +155,15 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
       for (int pred : preds[i]) priority[i] = std::max(priority[i], priority[static_cast<size_t>(pred)]);
       continue;
     }
+    // An op of no micro-batch that reads only variables and inputs (a
+    // variable laid out for a backward matmul, say) is ready at the start:
+    // ranked after the units it could hold back a unit that needs it, and
+    // with it the unit's transfers, which the peer stage expects in unit
+    // order. It goes first, with the hoisted ops.
+    const bool reads_only_variables = preds[i].empty() && op.name != "send" && op.name != "recv";
     const int64_t slot = op.micro_batch >= 0 ? slot_of[static_cast<size_t>(2 * op.micro_batch + op.backward)]
-                         : after_units       ? 2 * micro_batches
-                                             : -1;
+                         : after_units && !reads_only_variables ? 2 * micro_batches
+                                                                : -1;
     priority[i] = (slot + 1) * n + op.id;
   }
   const std::vector<int> order = ir::PriorityTopologicalOrder(preds, priority);

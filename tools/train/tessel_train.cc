@@ -139,7 +139,8 @@ int main(int argc, char** argv) {
                .custom_pipeline_stage_ids = {d.custom_pipeline_stage_id().begin(),
                                              d.custom_pipeline_stage_id().end()},
                .device_type = ParseDeviceType(d.device()),
-               .zero_stage = t.zero_optimization().enabled() ? t.zero_optimization().stage() : 0});
+               .zero_stage = t.zero_optimization().enabled() ? t.zero_optimization().stage() : 0,
+               .sequence_parallel = d.sequence_parallel()});
 
   const int micro_batches = static_cast<int>(t.num_accumulation_steps());
   // Data and model: the data is checked against the config before the
