@@ -30,7 +30,11 @@ Tensor VocabEmbedding::operator()(const Tensor& ids) const {
   // ids: batch split over dp, replicated over tp; the lookup gives partial
   // sums over tp, reduced into the hidden layout.
   Tensor g = ToHidden(ids, p);
-  return fn::embedding(ForCompute(weight), g).to_global(p, dist::GetActivationSbp(g.ndim() + 1));
+  // Under sequence parallelism reduce-scattered on the sequence, its
+  // gradient all-gathered back: each rank then computes its rows' gradient
+  // alone, as without it, instead of a partial gradient of the whole table.
+  return fn::embedding(ForCompute(weight), g)
+      .to_global(p, dist::GetActivationSbp(g.ndim() + 1), dist::GetHiddenSbp());
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t hidden, EmbeddingOptions options) {

@@ -1,5 +1,7 @@
 #include "layers/linear.h"
 
+#include <optional>
+
 #include "core/error.h"
 #include "graph/autograd.h"
 #include "graph/global_tensor_ops.h"
@@ -59,14 +61,24 @@ Tensor Linear::operator()(const Tensor& x_in) const {
       // whose forward all-gathers it.
       const NdSbp in_sbp = InputSbp(x, B());
       const NdSbp grad_sbp = x.nd_sbp().has_partial() ? in_sbp : x.nd_sbp();
+      // A gathered sequence is not kept for backward (1/tp of it is, the
+      // input): in graph mode backward gathers it again, as Megatron does.
+      std::optional<RecomputeScope> regather;
+      if (dist::GetConfig().sequence_parallel && x.ndim() >= 3 && x.nd_sbp() != in_sbp) regather.emplace();
       y = fn::matmul(x.to_global(placement, in_sbp, grad_sbp), ForCompute(weight));  // [S(0), S(last)]
     } break;
     case Parallel::kRow: {
-      y = fn::matmul(x.to_global(placement, InputSbp(x, S(static_cast<int>(x.ndim() - 1)))), ForCompute(weight));
+      y = fn::matmul(x.to_global(placement, InputSbp(x, S(static_cast<int>(x.ndim() - 1)))),
+                     ForCompute(weight));
       // The partial sums over tp reduced: all-reduced, or reduce-scattered on
-      // the sequence under sequence parallelism.
+      // the sequence under sequence parallelism, whose backward all-gathers
+      // the gradient (Megatron's pattern: for the long sequences it is meant
+      // for, the activations' gradient, not the weight, is what moves).
       const bool sequence = dist::GetConfig().sequence_parallel && y.ndim() >= 3;
-      y = y.to_global(placement, InputSbp(y, sequence ? S(1) : B()));
+      if (sequence)
+        y = y.to_global(placement, InputSbp(y, S(1)), InputSbp(y, B()));
+      else
+        y = y.to_global(placement, InputSbp(y, B()));
     } break;
     case Parallel::kData:
       y = fn::matmul(x.to_global(placement, InputSbp(x, B())), ForCompute(weight));

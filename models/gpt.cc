@@ -52,7 +52,8 @@ Tensor GPT::Logits(const Tensor& ids, const Tensor& position_ids, const Tensor& 
   // query of its row and every head.
   const Tensor mask = attention_mask.defined() ? fn::reshape(attention_mask, {batch, 1, 1, seq}) : Tensor();
   for (const auto& block : blocks_) h = (*block)(h, mask);
-  return layers::MaskPaddedLogits(layers::LMLogits(ln_f_(h), layers::ForCompute(wte_.weight)), config_.vocab_size);
+  return layers::MaskPaddedLogits(layers::LMLogits(ln_f_(h), layers::ForCompute(wte_.weight)),
+                                  config_.vocab_size);
 }
 
 Tensor GPT::Loss(const Tensor& ids, const Tensor& labels, const Tensor& position_ids,
@@ -64,7 +65,7 @@ std::map<std::string, Tensor> TrainStep(const GPT& gpt, const optim::NamedParams
                                         const std::map<std::string, Tensor>& batch) {
   Tensor loss = gpt.Loss(batch.at("ids"), batch.at("labels"));
   loss.backward();
-  Tensor grad_norm = optim::ClipGradNormTensor(params, 1.0);
+  Tensor grad_norm = optim::ClipGradNormTensor(params, 1.0, adamw.GradientLayouts());
   adamw.Step();
   return {{"loss", loss}, {"grad_norm", grad_norm}};
 }

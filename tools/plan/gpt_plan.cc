@@ -57,10 +57,12 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
   dist::Setup({.data_parallel_size = o.data_parallel_size,
                .tensor_parallel_size = o.tensor_parallel_size,
                .pipeline_parallel_size = o.pipeline_parallel_size,
-               .pipeline_num_layers = o.model.layers});
+               .pipeline_num_layers = o.model.layers,
+               .zero_stage = o.zero_stage,
+               .sequence_parallel = o.sequence_parallel});
   models::GPT gpt(o.model);
   auto params = gpt.NamedParameters();
-  optim::AdamW adamw(params, {});
+  optim::AdamW adamw(params, {.zero_stage = o.zero_stage});
   // The step train_gpt --graph runs.
   Graph step("train_step",
              [&](const Graph::Tensors& in) { return models::TrainStep(gpt, params, adamw, in); },

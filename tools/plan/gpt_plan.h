@@ -24,10 +24,12 @@ struct GptPlanOptions {
   int64_t pipeline_parallel_size = 1;
   int64_t data_parallel_size = 1;
   int rank = 0;
-  int64_t micro_batch_size = 1;  // sequences per micro-batch on each data-parallel rank
-  int64_t micro_batches = 1;     // gradient accumulation steps (pipeline micro-batches)
-  int64_t seq = 0;               // tokens per sequence; 0: model.max_seq
-  bool want_dot = false;         // keep the compiled logical graph as Graphviz
+  int64_t micro_batch_size = 1;    // sequences per micro-batch on each data-parallel rank
+  int64_t micro_batches = 1;       // gradient accumulation steps (pipeline micro-batches)
+  int64_t seq = 0;                 // tokens per sequence; 0: model.max_seq
+  bool want_dot = false;           // keep the compiled logical graph as Graphviz
+  bool sequence_parallel = false;  // dist::Config::sequence_parallel
+  int64_t zero_stage = 0;          // dist::Config::zero_stage (and AdamW's)
 };
 
 // The parallel group a communication runs in, seen from the job's layout

@@ -25,6 +25,11 @@ DEFINE_int64(seq, 32, "tokens per sequence (also the position table's size)");
 DEFINE_int64(micro_batch_size, 1, "sequences per micro-batch on each data-parallel rank");
 DEFINE_int64(micro_batches, 1, "micro-batches per step (gradient accumulation, pipeline micro-batches)");
 DEFINE_bool(activation_checkpoint, false, "recompute each transformer layer in backward");
+DEFINE_bool(sequence_parallel, false,
+            "Megatron's sequence parallelism: hidden states split on the sequence over tp between the "
+            "tensor-parallel regions");
+DEFINE_int64(zero_stage, 0,
+             "ZeRO over the data-parallel ranks: 1 optimizer state, 2 and gradients, 3 and parameters");
 DEFINE_bool(ops, false, "also list every op of the rank's plan with its communication");
 DEFINE_string(dot, "", "write the compiled logical graph as Graphviz to this file");
 DEFINE_string(plan_out, "", "write the rank's plan (tessel.proto.RankPlanProto, binary) to this file");
@@ -50,6 +55,8 @@ int main(int argc, char** argv) {
     o.pipeline_parallel_size = FLAGS_pp;
     o.data_parallel_size = FLAGS_dp;
     o.rank = FLAGS_rank;
+    o.sequence_parallel = FLAGS_sequence_parallel;
+    o.zero_stage = FLAGS_zero_stage;
     o.micro_batch_size = FLAGS_micro_batch_size;
     o.micro_batches = FLAGS_micro_batches;
     o.want_dot = !FLAGS_dot.empty();

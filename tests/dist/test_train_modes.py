@@ -1,9 +1,12 @@
-"""ZeRO under tessel-train (train.zero_optimization): the tiny GPT and ViT
-give the losses of one process (1e-5 relative, 20 iterations) with stages
-1, 2 and 3 under dp4 (graph mode, 1F1B), with stage 2 eagerly, and with
-ZeRO beside tensor parallelism (dp2 x tp2, stage 3) and pipelines with
-gradient accumulation (dp2 x pp2, stage 1); a bad stage and ZeRO with
-mixed precision are named before the first iteration."""
+"""Parallel modes under tessel-train: ZeRO (train.zero_optimization) and
+sequence parallelism (train.dist.sequence_parallel). The tiny GPT and ViT
+give the losses of one process (1e-5 relative, 20 iterations) with ZeRO
+stages 1, 2 and 3 under dp4 (graph mode, 1F1B), stage 2 eagerly, ZeRO
+beside tensor parallelism (dp2 x tp2, stage 3) and pipelines with gradient
+accumulation (dp2 x pp2, stage 1); and with sequence parallelism under
+tp2, dp2 x tp2, tp2 x pp2 and tp4 (eager; ViT's 17 tokens split unevenly).
+A bad stage and ZeRO with mixed precision are named before the first
+iteration."""
 import os
 import sys
 import tempfile
@@ -13,20 +16,23 @@ from harness import check, finish  # noqa: E402
 from train_checks import LOSS, Trainer, check_bad_inputs, layout_sets, train_args  # noqa: E402
 
 args = train_args()
-work = tempfile.mkdtemp(prefix="tessel_zero_")
+work = tempfile.mkdtemp(prefix="tessel_modes_")
 ITERS = 20
 
 
-def zero(stage):
+def mode(stage):
+    """ZeRO's stage, or "sp" for sequence parallelism."""
+    if stage == "sp":
+        return ["train.dist.sequence_parallel=true"]
     return [] if stage == 0 else ["train.zero_optimization.enabled=true", f"train.zero_optimization.stage={stage}"]
 
 
 def compare(model, train, common, runs):
-    """runs: name -> (ranks, tp, pp, graph, stage); the first is the reference."""
+    """runs: name -> (ranks, tp, pp, graph, mode); the first is the reference."""
     losses = {}
     for name, (nproc, tp, pp, graph, stage) in runs.items():
         out_dir = os.path.join(work, f"{model}_{name}".replace(" ", "_"))
-        code, out, secs = train(nproc, common + layout_sets(tp, pp, graph) + zero(stage) +
+        code, out, secs = train(nproc, common + layout_sets(tp, pp, graph) + mode(stage) +
                                 [f"train.output_dir={out_dir}"])
         losses[name] = [float(v) for _, v in LOSS.findall(out)]
         check(f"{model} {name}: {ITERS} iterations ({secs:.1f} s)", code == 0 and len(losses[name]) == ITERS,
@@ -43,13 +49,16 @@ def compare(model, train, common, runs):
 
 RUNS = {"1x1x1": (1, 1, 1, True, 0), "dp4 stage 1": (4, 1, 1, True, 1), "dp4 stage 2": (4, 1, 1, True, 2),
         "dp4 stage 3": (4, 1, 1, True, 3), "dp4 stage 2 eager": (4, 1, 1, False, 2),
-        "dp2 x tp2 stage 3": (4, 2, 1, True, 3), "dp2 x pp2 stage 1": (4, 1, 2, True, 1)}
+        "dp2 x tp2 stage 3": (4, 2, 1, True, 3), "dp2 x pp2 stage 1": (4, 1, 2, True, 1),
+        "tp2 sequence parallel": (2, 2, 1, True, "sp"), "dp2 x tp2 sequence parallel": (4, 2, 1, True, "sp"),
+        "tp2 x pp2 sequence parallel": (4, 2, 2, True, "sp"), "tp4 sequence parallel eager": (4, 4, 1, False, "sp")}
 COMMON = [f"train.train_iter={ITERS}", "train.log_period=1", "evaluation.enabled=false", "scheduler.warmup_iter=5"]
 gpt = Trainer(args.launcher, args.program, os.path.join(args.source, "configs", "gpt2_tiny.prototxt"))
 compare("GPT", gpt, COMMON, RUNS)
 vit = Trainer(args.launcher, args.program, os.path.join(args.source, "configs", "vit_tiny.prototxt"))
 compare("ViT", vit, COMMON + ["train.micro_batch_size=8"],
-        {k: RUNS[k] for k in ("1x1x1", "dp4 stage 1", "dp4 stage 2", "dp4 stage 3")})
+        {k: RUNS[k] for k in ("1x1x1", "dp4 stage 1", "dp4 stage 2", "dp4 stage 3", "tp2 sequence parallel",
+                              "tp2 x pp2 sequence parallel")})
 
 check_bad_inputs(gpt, work, {
     "stage 4": (["train.zero_optimization.enabled=true", "train.zero_optimization.stage=4"],
