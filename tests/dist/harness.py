@@ -49,6 +49,19 @@ def expect(name, output, pattern):
           f"  expected /{pattern}/ in the output:\n" + "\n".join("  | " + l for l in output.splitlines()))
 
 
+def install_transformers(directory):
+    """Installs Hugging Face transformers 4.40 (a version that works with
+    Debian's PyTorch 1.13) from PyPI into `directory`/pydeps and puts it on
+    sys.path; checks it, and ends the test (finish) if pip fails."""
+    deps = os.path.join(directory, "pydeps")
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                          "--target", deps, "transformers==4.40.2", "numpy<2"], capture_output=True, text=True)
+    check("pip installs transformers 4.40.2", pip.returncode == 0, pip.stderr[-2000:])
+    if pip.returncode != 0:
+        finish()
+    sys.path.insert(0, deps)
+
+
 def finish():
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)

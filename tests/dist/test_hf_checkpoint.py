@@ -22,12 +22,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, expect, finish, run  # noqa: E402
+from harness import check, expect, finish, install_transformers, run  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--launcher", required=True)
@@ -41,13 +40,7 @@ args = parser.parse_args()
 
 TOLERANCE = 1e-5
 work = tempfile.mkdtemp(prefix="tessel_hf_checkpoint_")
-deps = os.path.join(work, "pydeps")
-pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target",
-                      deps, "transformers==4.40.2", "numpy<2"], capture_output=True, text=True)
-check("pip installs transformers 4.40.2", pip.returncode == 0, pip.stderr[-2000:])
-if pip.returncode != 0:
-    finish()
-sys.path.insert(0, deps)
+install_transformers(work)
 import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from transformers import (BertConfig, BertForPreTraining, GPT2Config, GPT2LMHeadModel, ViTConfig,  # noqa: E402

@@ -10,12 +10,11 @@ names and layouts, and runs Hugging Face's model with its default GPT-2
 configuration (tanh GELU, epsilon 1e-5, labels shifted inside)."""
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, finish, run  # noqa: E402
+from harness import check, finish, install_transformers, run  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--launcher", required=True)
@@ -25,13 +24,7 @@ args = parser.parse_args()
 TOLERANCE = 1e-5
 
 work = tempfile.TemporaryDirectory(prefix="tessel_hf_gpt2_")
-deps = os.path.join(work.name, "pydeps")
-pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target",
-                      deps, "transformers==4.40.2", "numpy<2"], capture_output=True, text=True)
-check("pip installs transformers 4.40.2", pip.returncode == 0, pip.stderr[-2000:])
-if pip.returncode != 0:
-    finish()
-sys.path.insert(0, deps)
+install_transformers(work.name)
 import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
