@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/join.h"
+#include "layers/parallel_mode.h"
 #include "sbp/global_tensor.h"
 #include "sbp/slice.h"
 
@@ -15,6 +16,7 @@ namespace tessel::dist {
 
 namespace {
 Config* g_config = nullptr;
+std::vector<std::vector<int>>* g_stage_ranks = nullptr;  // the mode's grids, checked
 
 const Config& Current() {
   TESSEL_CHECK(g_config != nullptr) << "dist::Setup has not been called";
@@ -70,11 +72,43 @@ void Setup(const Config& in) {
   TESSEL_CHECK(c.pipeline_parallel_size == 1 || c.pipeline_num_layers >= c.pipeline_parallel_size)
       << "pipeline_parallel_size=" << c.pipeline_parallel_size
       << " needs pipeline_num_layers >= the stage count; got " << c.pipeline_num_layers;
+  // The mode's grids: stage s gets dp x tp ranks, every rank of the world once.
+  const ParallelMode mode = FindParallelMode(c.tensor_parallel_mode);
+  const ParallelModeSizes sizes{.world_size = world,
+                                .data_parallel_size = dp,
+                                .tensor_parallel_size = c.tensor_parallel_size,
+                                .pipeline_parallel_size = c.pipeline_parallel_size,
+                                .options = c.tensor_parallel_mode_options};
+  if (mode.check) mode.check(sizes);
+  std::vector<std::vector<int>> stage_ranks = mode.stage_ranks(sizes);
+  TESSEL_CHECK(static_cast<int64_t>(stage_ranks.size()) == c.pipeline_parallel_size)
+      << "tensor_parallel_mode '" << c.tensor_parallel_mode << "' formed " << stage_ranks.size()
+      << " stages; expected pipeline_parallel_size=" << c.pipeline_parallel_size;
+  std::vector<int> seen_in(static_cast<size_t>(world), -1);
+  for (size_t s = 0; s < stage_ranks.size(); ++s) {
+    TESSEL_CHECK(static_cast<int64_t>(stage_ranks[s].size()) == dp * c.tensor_parallel_size)
+        << "tensor_parallel_mode '" << c.tensor_parallel_mode << "' gave stage " << s << " the ranks ["
+        << Join(stage_ranks[s]) << "]; expected dp " << dp << " x tp " << c.tensor_parallel_size
+        << " of them";
+    for (int r : stage_ranks[s]) {
+      TESSEL_CHECK(r >= 0 && r < world)
+          << "tensor_parallel_mode '" << c.tensor_parallel_mode << "' gave stage " << s << " rank " << r
+          << ", outside the world of " << world;
+      TESSEL_CHECK(seen_in[static_cast<size_t>(r)] < 0)
+          << "tensor_parallel_mode '" << c.tensor_parallel_mode << "' gave rank " << r << " to stage "
+          << seen_in[static_cast<size_t>(r)] << " and again to stage " << s << "; expected each rank once";
+      seen_in[static_cast<size_t>(r)] = static_cast<int>(s);
+    }
+  }
   delete g_config;
   g_config = new Config(c);
+  delete g_stage_ranks;
+  g_stage_ranks = new std::vector<std::vector<int>>(std::move(stage_ranks));
   // Every layer's stage, stated once: a layer lost between the config and
   // the stages shows here (and graph mode refuses a layer that built nothing).
   LOG_IF(INFO, c.pipeline_parallel_size > 1 && CurrentRank() == 0) << "pipeline: " << LayerAssignmentText();
+  LOG_IF(INFO, c.tensor_parallel_mode != "1d" && CurrentRank() == 0)
+      << "tensor_parallel_mode '" << c.tensor_parallel_mode << "': " << StageGridText();
 }
 
 std::string LayerAssignmentText() {
@@ -87,14 +121,37 @@ std::string LayerAssignmentText() {
     std::vector<int64_t> layers;
     for (size_t l = 0; l < layer_stages.size(); ++l)
       if (layer_stages[l] == static_cast<int64_t>(s)) layers.push_back(static_cast<int64_t>(l));
-    os << (s ? ";" : "") << " stage " << s << " (ranks " << stage_ranks[s].front() << ".."
-       << stage_ranks[s].back() << "): ";
+    // Contiguous ranks as a range; a mode's other grids in full.
+    const std::vector<int>& ranks = stage_ranks[s];
+    bool contiguous = true;
+    for (size_t i = 1; i < ranks.size(); ++i) contiguous &= ranks[i] == ranks[i - 1] + 1;
+    os << (s ? ";" : "") << " stage " << s << " (ranks ";
+    if (contiguous)
+      os << ranks.front() << ".." << ranks.back();
+    else
+      os << "[" << Join(ranks) << "]";
+    os << "): ";
     if (layers.empty())
       os << "no layers";
     else if (layers.size() == 1)
       os << "layer " << layers[0];
     else
       os << "layers " << layers.front() << ".." << layers.back();
+  }
+  return os.str();
+}
+
+std::string StageGridText() {
+  const Config& c = Current();
+  std::ostringstream os;
+  for (size_t s = 0; s < g_stage_ranks->size(); ++s) {
+    os << (s ? "; " : "") << "stage " << s << " [dp x tp] = [";
+    const std::vector<int>& ranks = (*g_stage_ranks)[s];
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      const bool row_start = i % static_cast<size_t>(c.tensor_parallel_size) == 0;
+      os << (row_start ? (i ? "] [" : "[") : " ") << ranks[i];
+    }
+    os << "]]";
   }
   return os.str();
 }
@@ -129,12 +186,18 @@ Placement GetLayerPlacement(int64_t layer_idx) {
 }
 
 std::vector<std::vector<int>> StageRanks() {
+  Current();
+  return *g_stage_ranks;
+}
+
+int64_t DataParallelIndex(int rank) {
   const Config& c = Current();
-  const int64_t per_stage = c.data_parallel_size * c.tensor_parallel_size;
-  std::vector<std::vector<int>> stages(static_cast<size_t>(c.pipeline_parallel_size));
-  for (int64_t s = 0; s < c.pipeline_parallel_size; ++s)
-    for (int64_t r = 0; r < per_stage; ++r) stages[s].push_back(static_cast<int>(s * per_stage + r));
-  return stages;
+  for (const std::vector<int>& ranks : *g_stage_ranks) {
+    const auto it = std::find(ranks.begin(), ranks.end(), rank);
+    if (it != ranks.end()) return (it - ranks.begin()) / c.tensor_parallel_size;
+  }
+  TESSEL_THROW(StatusCode::kInvalidArgument)
+      << "rank " << rank << " is in no stage of the world of " << WorldSize();
 }
 
 std::vector<int64_t> LayerStages() {
@@ -166,7 +229,8 @@ NdSbp ZeroShardSbp(const Shape& shape, const NdSbp& nd_sbp) {
   if (c.data_parallel_size <= 1 || nd_sbp.size() == 0 || !nd_sbp[0].is_broadcast()) return nd_sbp;
   for (int64_t d = 0; d < shape.ndim(); ++d) {
     bool split_elsewhere = false;
-    for (int axis = 1; axis < nd_sbp.size(); ++axis) split_elsewhere |= nd_sbp[axis].is_split(static_cast<int>(d));
+    for (int axis = 1; axis < nd_sbp.size(); ++axis)
+      split_elsewhere |= nd_sbp[axis].is_split(static_cast<int>(d));
     if (split_elsewhere || shape[d] < c.data_parallel_size) continue;
     std::vector<Sbp> sbps = nd_sbp.sbps();
     sbps[0] = S(static_cast<int>(d));

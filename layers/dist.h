@@ -5,12 +5,14 @@
 //   Placement p = dist::GetLayerPlacement(0);      // the stage of layer 0
 //   NdSbp x_sbp = dist::GetNdSbp({S(0), B()});     // [dp, tp] -> active mesh
 //
-// Rank layout (DESIGN.md): world = pp x dp x tp; stage s owns the contiguous
-// block of world/pp ranks; inside a stage the ranks form a [dp, tp] grid
-// with tp innermost.
+// Rank layout: world = pp x dp x tp, and the parallel mode
+// (layers/parallel_mode.h) says which ranks form each stage's [dp, tp]
+// grid. The default, "1d", gives stage s the contiguous block of world/pp
+// ranks with tp innermost.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,7 +28,7 @@ struct Config {
   int64_t pipeline_parallel_size = 1;
   int64_t pipeline_num_layers = 0;  // layers to spread over the stages (0: no layer index is valid but -1/0)
   std::vector<int64_t> custom_pipeline_stage_ids = {};  // stage per layer, overriding the balanced split
-  DeviceType device_type = DeviceType::kCPU;             // where the layers' placements keep their shards
+  DeviceType device_type = DeviceType::kCPU;            // where the layers' placements keep their shards
   // ZeRO (DeepSpeed's stages; LiBai's train.zero_optimization): over the
   // data-parallel ranks, 1 splits the optimizer state, 2 the gradients too,
   // 3 the parameters too (gathered where a layer computes with them). 0: off.
@@ -36,6 +38,10 @@ struct Config {
   // hidden] are split on the sequence over tp instead of replicated; the
   // all-reduces around each region become all-gathers and reduce-scatters.
   bool sequence_parallel = false;
+  // The registered parallel mode that forms the stages' rank grids, and its
+  // options (layers/parallel_mode.h).
+  std::string tensor_parallel_mode = "1d";
+  std::map<std::string, std::string> tensor_parallel_mode_options = {};
 };
 
 // Validates `config` against the world (comm::World() or a single process)
@@ -54,10 +60,16 @@ Placement GetLayerPlacement(int64_t layer_idx);
 // For graph mode (GraphOptions): the world ranks of each pipeline stage,
 // and the stage of each of the pipeline_num_layers layers.
 std::vector<std::vector<int>> StageRanks();
+// This rank's (or `rank`'s) index along the data-parallel axis of its
+// stage's grid.
+int64_t DataParallelIndex(int rank);
 std::vector<int64_t> LayerStages();
 // "4 layers on 2 stages: stage 0 (ranks 0..1): layers 0..1; stage 1 (ranks
 // 2..3): layers 2..3" — what Setup logs (rank 0, pp > 1).
 std::string LayerAssignmentText();
+// "stage 0 [dp x tp] = [[0 2] [4 6]]; stage 1 ...": each stage's grid, as
+// the parallel mode formed it (Setup logs it for modes other than 1d).
+std::string StageGridText();
 // A [dp, tp] pair of Sbps reduced to the active mesh axes.
 NdSbp GetNdSbp(const std::vector<Sbp>& dp_tp);
 // Batch inputs (ids, labels, images): split on the batch over dp, B over tp.

@@ -24,12 +24,9 @@ bool Decays(const std::string& name, const Tensor& param) {
   return !is_bias && param.ndim() >= 2;
 }
 
-// The parameter's gradient in the parameter's own layout, or in `layout`
-// (a ZeRO shard's) when given: a partial gradient (data parallel, or a
-// replicated weight used by split compute) is reduced here, once per step,
-// and kept reduced, so that clipping and the update see the same tensor and
-// the parameter keeps its layout.
-Tensor ReducedGrad(Tensor* param, const NdSbp* layout = nullptr) {
+}  // namespace
+
+Tensor ReducedGrad(Tensor* param, const NdSbp* layout) {
   Tensor g = param->grad();
   if (!g.defined() || !g.is_global() || !param->is_global()) return g;
   const NdSbp& want = layout != nullptr ? *layout : param->nd_sbp();
@@ -38,6 +35,8 @@ Tensor ReducedGrad(Tensor* param, const NdSbp* layout = nullptr) {
   param->set_grad(g);
   return g;
 }
+
+namespace {
 
 // Updates are in place, so two parameters on one memory would be updated
 // twice (a tied weight must be listed once).
@@ -88,8 +87,8 @@ AdamW::AdamW(NamedParams params, AdamWConfig config) : params_(std::move(params)
   TESSEL_CHECK(config_.zero_stage >= 0 && config_.zero_stage <= 3)
       << "AdamW: zero_stage " << config_.zero_stage << "; expected 0 (off), 1, 2 or 3";
   TESSEL_CHECK(config_.zero_stage == 0 || config_.zero_stage == dist::GetConfig().zero_stage)
-      << "AdamW: zero_stage " << config_.zero_stage << " but dist::Setup's is " << dist::GetConfig().zero_stage
-      << "; the layers and the optimizer must agree";
+      << "AdamW: zero_stage " << config_.zero_stage << " but dist::Setup's is "
+      << dist::GetConfig().zero_stage << "; the layers and the optimizer must agree";
   for (auto& [name, p] : params_) {
     NdSbp layout = p->is_global() ? p->nd_sbp() : NdSbp();
     Tensor shard;  // the tensor the update writes, when not the parameter
@@ -191,7 +190,8 @@ void SGD::Step() {
   first_ = false;
 }
 
-Tensor ClipGradNormTensor(const NamedParams& params, double max_norm, const std::vector<NdSbp>& grad_layouts) {
+Tensor ClipGradNormTensor(const NamedParams& params, double max_norm,
+                          const std::vector<NdSbp>& grad_layouts) {
   NoGradGuard no_grad;
   TESSEL_CHECK(grad_layouts.empty() || grad_layouts.size() == params.size())
       << "ClipGradNorm: " << grad_layouts.size() << " gradient layouts for " << params.size()

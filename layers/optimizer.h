@@ -64,7 +64,8 @@ class AdamW {
   NamedParams params_;
   AdamWConfig config_;
   std::vector<NdSbp> grad_layouts_;
-  std::vector<Tensor> shards_;  // ZeRO 1/2: the f32 shard each update writes (undefined: the parameter itself)
+  std::vector<Tensor>
+      shards_;  // ZeRO 1/2: the f32 shard each update writes (undefined: the parameter itself)
   std::vector<Tensor> exp_avg_, exp_avg_sq_, step_;
   std::vector<Tensor> lr_;  // one f32 scalar per placement (and one local)
 };
@@ -81,6 +82,13 @@ class SGD {
   std::vector<Tensor> buffers_;
   bool first_ = true;
 };
+
+// The parameter's gradient in the parameter's own layout, or in `layout`
+// (a ZeRO shard's) when given: a partial gradient (data parallel, or a
+// replicated weight used by split compute) is reduced here, once per step,
+// and kept reduced (set_grad), so that gradient handlers, clipping and the
+// update see the same tensor and the parameter keeps its layout.
+Tensor ReducedGrad(Tensor* param, const NdSbp* layout = nullptr);
 
 // Scales every gradient by min(1, max_norm / (total_norm + 1e-6)); returns
 // the norm. Collective over the world (every rank gets the norm). Each

@@ -52,12 +52,14 @@ struct ActorRuntime::Program {
   // results — an in-place update of a variable and the reads of it on either
   // side (the streams otherwise wait only for the values they read).
   std::vector<std::vector<int>> after;
-  std::vector<int> readers;  // per value: this rank's ops reading it
+  std::vector<int> readers;   // per value: this rank's ops reading it
   std::vector<char> keep;     // per value: a named result
   std::vector<int> off_rank;  // values read here and computed on another stage
 };
 
-ActorRuntime::ActorRuntime(RuntimeOptions options) : options_(std::move(options)) {}
+ActorRuntime::ActorRuntime(RuntimeOptions options) : options_(std::move(options)) {
+  options_.schedule = ParseSchedule(options_.schedule);  // an unknown name fails here, listing the known
+}
 ActorRuntime::~ActorRuntime() = default;
 
 std::function<ActorRuntime::Tensors(const ir::Graph&, const ActorRuntime::Tensors&)>
@@ -95,7 +97,11 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   p->stages = std::max(stages, 1);
   p->stage = stages == 0 ? 0 : stage;
   p->micro_batches = micro_batches;
-  if (p->stages > 1 && options_.schedule == Schedule::kOneFOneB && micro_batches < p->stages) {
+  // Every rank plays the whole pipeline's orders, so a schedule whose
+  // stages would wait on each other fails on every rank before a step runs.
+  const std::string deadlock = CheckSchedule(options_.schedule, p->stages, micro_batches);
+  TESSEL_CHECK(deadlock.empty()) << "graph '" << graph.name() << "': " << deadlock;
+  if (p->stages > 1 && options_.schedule == "1f1b" && micro_batches < p->stages) {
     LOG_IF(WARNING, rank == 0)
         << "graph '" << graph.name() << "': 1F1B over " << micro_batches << " micro-batches on " << p->stages
         << " stages: the warm-up of stages 0.." << p->stages - micro_batches
@@ -222,8 +228,8 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   }
   VLOG(1) << "graph '" << graph.name() << "': rank " << rank << " runs " << mine.size() << " of "
           << ops.size() << " ops on stage " << p->stage << " of " << p->stages << " (" << p->order[0].size()
-          << " compute, " << p->order[1].size() << " communication), " << ScheduleName(options_.schedule)
-          << " over " << micro_batches << " micro-batches";
+          << " compute, " << p->order[1].size() << " communication), " << options_.schedule << " over "
+          << micro_batches << " micro-batches";
   cached = std::move(p);
   return *cached;
 }
@@ -324,8 +330,9 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
         const auto deadline = std::chrono::steady_clock::now() + timeout;
         for (int before : program.after[static_cast<size_t>(id)]) {
           ++state.waiting;
-          const bool finished = state.changed.wait_until(
-              lock, deadline, [&] { return state.done[static_cast<size_t>(before)] || !state.error.empty(); });
+          const bool finished = state.changed.wait_until(lock, deadline, [&] {
+            return state.done[static_cast<size_t>(before)] || !state.error.empty();
+          });
           --state.waiting;
           if (!finished) {
             state.error = Describe(graph, op) + " waited " + std::to_string(timeout.count()) + " ms for op " +
@@ -530,8 +537,7 @@ std::string ActorRuntime::TimelineJson(const ir::Graph& graph) const {
   os << "{\"ph\":\"X\",\"name\":\"step\",\"cat\":\"step\",\"pid\":" << r.rank
      << ",\"tid\":2,\"ts\":" << r.start_us << ",\"dur\":" << r.end_us - r.start_us
      << ",\"args\":{\"stage\":" << r.stage << ",\"stages\":" << r.stages
-     << ",\"micro_batches\":" << r.micro_batches << ",\"schedule\":\"" << ScheduleName(r.schedule)
-     << "\"}}\n";
+     << ",\"micro_batches\":" << r.micro_batches << ",\"schedule\":\"" << r.schedule << "\"}}\n";
   os << "]}\n";
   return os.str();
 }

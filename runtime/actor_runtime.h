@@ -19,7 +19,7 @@
 // the step: the error names the op, its stage, micro-batch and pass, and the
 // other stream stops at its next actor.
 //
-//   runtime::ActorRuntime actors({.schedule = runtime::Schedule::kOneFOneB});
+//   runtime::ActorRuntime actors({.schedule = "1f1b"});
 //   Graph step("step", build, {.micro_batches = 8, ..., .executor = actors.Executor()});
 #pragma once
 
@@ -37,7 +37,9 @@
 namespace tessel::runtime {
 
 struct RuntimeOptions {
-  Schedule schedule = Schedule::kOneFOneB;
+  // A registered pipeline schedule (runtime/pipeline_schedule.h): "1f1b",
+  // "gpipe" or one the program registered.
+  std::string schedule = "1f1b";
   // How long an actor waits for an input this rank produces before the step
   // fails; 0: the world communicator's timeout.
   std::chrono::milliseconds input_timeout{0};
@@ -68,7 +70,7 @@ struct ActorEvent {
 struct StepReport {
   int rank = 0;
   int stage = 0, stages = 1, micro_batches = 1;
-  Schedule schedule = Schedule::kOneFOneB;
+  std::string schedule = "1f1b";
   // The forward and backward units of this stage in the order the compute
   // stream began them (a unit is the ops of one micro-batch's forward or
   // backward on this stage).

@@ -1,39 +1,143 @@
 #include "runtime/pipeline_schedule.h"
 
 #include <algorithm>
+#include <cctype>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/join.h"
 
 namespace tessel::runtime {
 
-Schedule ParseSchedule(const std::string& name) {
-  if (name == "gpipe" || name == "naive") return Schedule::kGPipe;
-  if (name == "1f1b") return Schedule::kOneFOneB;
-  TESSEL_THROW(StatusCode::kInvalidArgument)
-      << "pipeline schedule '" << name << "' is unknown; expected gpipe (or naive) or 1f1b";
-}
+namespace {
 
-const char* ScheduleName(Schedule schedule) { return schedule == Schedule::kGPipe ? "gpipe" : "1f1b"; }
-
-std::vector<Action> StageActions(Schedule schedule, int stages, int stage, int micro_batches) {
-  TESSEL_CHECK(stages >= 1 && stage >= 0 && stage < stages && micro_batches >= 1)
-      << "pipeline schedule of stage " << stage << " of " << stages << " over " << micro_batches
-      << " micro-batches; expected 0 <= stage < stages and at least one micro-batch";
+// GPipe's and 1F1B's orders: `warmup` forwards, then one forward and one
+// backward (the forward's stash grows by one and the backward frees the
+// oldest), then the remaining backwards.
+std::vector<Action> WarmupThenAlternate(int warmup, int micro_batches) {
   std::vector<Action> out;
   out.reserve(static_cast<size_t>(2 * micro_batches));
-  const int warmup =
-      schedule == Schedule::kGPipe ? micro_batches : std::min(stages - stage - 1, micro_batches);
   int next_forward = 0, next_backward = 0;
   for (; next_forward < warmup; ++next_forward) out.push_back({false, next_forward});
-  // Steady state: one forward, one backward (the forward's stash grows by
-  // one and the backward frees the oldest).
   while (next_forward < micro_batches) {
     out.push_back({false, next_forward++});
     out.push_back({true, next_backward++});
   }
   while (next_backward < micro_batches) out.push_back({true, next_backward++});
   return out;
+}
+
+std::vector<Action> GPipe(int, int, int micro_batches) {
+  return WarmupThenAlternate(micro_batches, micro_batches);
+}
+
+std::vector<Action> OneFOneB(int stages, int stage, int micro_batches) {
+  return WarmupThenAlternate(std::min(stages - stage - 1, micro_batches), micro_batches);
+}
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, ScheduleFunction> schedules = {
+      {"1f1b", OneFOneB}, {"gpipe", GPipe}, {"naive", GPipe}};
+};
+
+Registry& TheRegistry() {
+  static Registry registry;
+  return registry;
+}
+
+ScheduleFunction Find(const std::string& name) {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const auto it = r.schedules.find(name);
+  if (it != r.schedules.end()) return it->second;
+  std::vector<std::string> names;
+  for (const auto& entry : r.schedules) names.push_back(entry.first);
+  TESSEL_THROW(StatusCode::kInvalidArgument)
+      << "pipeline schedule '" << name << "' is not registered; registered: " << Join(names, ", ")
+      << " (a program adds its own with runtime::RegisterSchedule)";
+}
+
+}  // namespace
+
+void RegisterSchedule(const std::string& name, ScheduleFunction schedule) {
+  TESSEL_CHECK(!name.empty() && std::all_of(name.begin(), name.end(),
+                                            [](char c) {
+                                              return std::isalnum(static_cast<unsigned char>(c)) ||
+                                                     c == '_' || c == '-' || c == '.';
+                                            }))
+      << "RegisterSchedule: name '" << name << "'; expected letters, digits, '_', '-' or '.'";
+  TESSEL_CHECK(schedule != nullptr) << "RegisterSchedule('" << name << "'): no function given";
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  TESSEL_CHECK(r.schedules.emplace(name, std::move(schedule)).second)
+      << "RegisterSchedule: a pipeline schedule named '" << name << "' is already registered";
+}
+
+std::vector<std::string> ScheduleNames() {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> names;
+  for (const auto& entry : r.schedules) names.push_back(entry.first);
+  return names;
+}
+
+std::string ParseSchedule(const std::string& name) {
+  Find(name);
+  return name == "naive" ? "gpipe" : name;
+}
+
+std::vector<Action> StageActions(const std::string& schedule, int stages, int stage, int micro_batches) {
+  TESSEL_CHECK(stages >= 1 && stage >= 0 && stage < stages && micro_batches >= 1)
+      << "pipeline schedule of stage " << stage << " of " << stages << " over " << micro_batches
+      << " micro-batches; expected 0 <= stage < stages and at least one micro-batch";
+  const std::vector<Action> out = Find(schedule)(stages, stage, micro_batches);
+  const std::string wrong = ValidateActions(out, micro_batches);
+  TESSEL_CHECK(wrong.empty()) << "pipeline schedule '" << schedule << "' gives stage " << stage << " of "
+                              << stages << " over " << micro_batches << " micro-batches the order ["
+                              << ActionsText(out) << "]: " << wrong
+                              << "; expected each micro-batch's F once, then its B once";
+  return out;
+}
+
+std::string CheckSchedule(const std::string& schedule, int stages, int micro_batches) {
+  std::vector<std::vector<Action>> orders;
+  for (int s = 0; s < stages; ++s) orders.push_back(StageActions(schedule, stages, s, micro_batches));
+  const size_t m = static_cast<size_t>(micro_batches);
+  std::vector<std::vector<char>> forward_done(static_cast<size_t>(stages), std::vector<char>(m, 0)),
+      backward_done = forward_done;
+  std::vector<size_t> next(static_cast<size_t>(stages), 0);
+  // A unit is ready once what it receives was sent: the previous stage's
+  // forward, the next stage's backward (the last stage's backward starts
+  // from its own forward, which ValidateActions already put first).
+  auto ready = [&](size_t s, const Action& a) {
+    const size_t k = static_cast<size_t>(a.micro_batch);
+    if (!a.backward) return s == 0 || forward_done[s - 1][k] != 0;
+    return s + 1 == static_cast<size_t>(stages) || backward_done[s + 1][k] != 0;
+  };
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (size_t s = 0; s < orders.size(); ++s) {
+      while (next[s] < orders[s].size() && ready(s, orders[s][next[s]])) {
+        const Action& a = orders[s][next[s]++];
+        (a.backward ? backward_done : forward_done)[s][static_cast<size_t>(a.micro_batch)] = 1;
+        moved = true;
+      }
+    }
+  }
+  std::ostringstream waits;
+  for (size_t s = 0; s < orders.size(); ++s) {
+    if (next[s] == orders[s].size()) continue;
+    const Action& a = orders[s][next[s]];
+    waits << (waits.tellp() > 0 ? "; " : "") << "stage " << s << " waits at " << (a.backward ? 'B' : 'F')
+          << a.micro_batch << " for stage " << (a.backward ? s + 1 : s - 1) << "'s "
+          << (a.backward ? 'B' : 'F') << a.micro_batch;
+  }
+  if (waits.tellp() == 0) return "";
+  return "pipeline schedule '" + schedule + "' deadlocks on " + std::to_string(stages) + " stages over " +
+         std::to_string(micro_batches) + " micro-batches: " + waits.str();
 }
 
 std::string ActionsText(const std::vector<Action>& actions) {

@@ -3,6 +3,8 @@
 // runs a rank's ops in this order; the same functions give the reference
 // sequences tests compare a run's trace with.
 //
+// Schedules are registered by name; the config's train.graph.pipeline picks
+// one. Built in:
 // GPipe ("gpipe", also "naive"): every forward, then every backward. A stage
 // holds the activations of all m micro-batches at once.
 // 1F1B ("1f1b"): stage s of p runs min(p - s - 1, m) warm-up forwards, then
@@ -10,19 +12,27 @@
 // A stage holds at most min(p - s, m) micro-batches' activations.
 // With fewer micro-batches than stages, the first stages' warm-up covers
 // every micro-batch, so they run GPipe's order (the runtime logs this).
+//
+// A program adds its own before it builds the runtime (docs/extending.md):
+//
+//   runtime::RegisterSchedule("gpipe_lifo", [](int stages, int stage, int m) {
+//     std::vector<runtime::Action> out;
+//     for (int k = 0; k < m; ++k) out.push_back({false, k});
+//     for (int k = m - 1; k >= 0; --k) out.push_back({true, k});
+//     return out;
+//   });
+//
+// Before a schedule runs, CheckSchedule plays every stage's sequence
+// together: a sequence that misses or repeats a unit, or stages whose orders
+// wait on each other (a deadlock), is an error naming the schedule, the
+// stage and the unit, not a hang.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace tessel::runtime {
-
-enum class Schedule { kGPipe, kOneFOneB };
-
-// "gpipe" / "naive" and "1f1b"; anything else throws naming the value and
-// the choices.
-Schedule ParseSchedule(const std::string& name);
-const char* ScheduleName(Schedule schedule);
 
 struct Action {
   bool backward = false;
@@ -30,9 +40,31 @@ struct Action {
   bool operator==(const Action& o) const { return backward == o.backward && micro_batch == o.micro_batch; }
 };
 
-// The reference order of stage `stage` of `stages` over `micro_batches`
-// micro-batches. Throws on a stage out of range or counts below 1.
-std::vector<Action> StageActions(Schedule schedule, int stages, int stage, int micro_batches);
+// The order of stage `stage` of `stages` over `micro_batches` micro-batches.
+using ScheduleFunction = std::function<std::vector<Action>(int stages, int stage, int micro_batches)>;
+
+// Adds a schedule under `name` (letters, digits, '_', '-', '.'). Throws if
+// the name is taken or malformed. Thread-safe; call it before the runtime
+// that uses it is built.
+void RegisterSchedule(const std::string& name, ScheduleFunction schedule);
+// The registered names, sorted ("1f1b", "gpipe", "naive", and the program's).
+std::vector<std::string> ScheduleNames();
+
+// The registered schedule `name` stands for ("naive" is "gpipe"); anything
+// else throws naming the value and the registered names.
+std::string ParseSchedule(const std::string& name);
+
+// The order of stage `stage` of `stages` under schedule `schedule`,
+// checked with ValidateActions. Throws on a stage out of range, counts
+// below 1, an unknown schedule or a sequence that does not hold.
+std::vector<Action> StageActions(const std::string& schedule, int stages, int stage, int micro_batches);
+
+// Plays the sequences of all `stages` stages together, as the pipeline
+// runs them: a stage's forward of micro-batch k waits for the previous
+// stage's, its backward for the next stage's. Returns "" when every unit
+// runs, else what is wrong ("stage 1: B3 before F3", or, when the stages
+// wait on each other, where each waits). Throws what StageActions throws.
+std::string CheckSchedule(const std::string& schedule, int stages, int micro_batches);
 
 // "F0 F1 B0 F2 B1 B2".
 std::string ActionsText(const std::vector<Action>& actions);

@@ -351,17 +351,17 @@ void ResolveConfig(config::Config* c, int world_size) {
         << "train.dist.device: \"cuda\" (the CPU kernels compute in f32)";
     TESSEL_CHECK(amp.initial_loss_scale() >= amp.min_loss_scale() && amp.min_loss_scale() > 0 &&
                  amp.loss_scale_window() > 0)
-        << "config: train.amp loss scale: initial_loss_scale " << amp.initial_loss_scale() << ", min_loss_scale "
-        << amp.min_loss_scale() << ", loss_scale_window " << amp.loss_scale_window()
+        << "config: train.amp loss scale: initial_loss_scale " << amp.initial_loss_scale()
+        << ", min_loss_scale " << amp.min_loss_scale() << ", loss_scale_window " << amp.loss_scale_window()
         << "; expected initial >= min > 0 and a positive window";
   }
   if (t.zero_optimization().enabled()) {
     TESSEL_CHECK(t.zero_optimization().stage() >= 1 && t.zero_optimization().stage() <= 3)
         << "config: train.zero_optimization.stage is " << t.zero_optimization().stage()
         << "; expected 1 (optimizer state), 2 (and gradients) or 3 (and parameters)";
-    TESSEL_CHECK(!t.amp().enabled())
-        << "config: train.zero_optimization with train.amp is not supported yet (mixed precision keeps its own "
-           "f32 master weights); turn one of them off";
+    TESSEL_CHECK(!t.amp().enabled()) << "config: train.zero_optimization with train.amp is not supported yet "
+                                        "(mixed precision keeps its own "
+                                        "f32 master weights); turn one of them off";
   }
   TESSEL_CHECK(d.device() == "cpu" || !t.graph().enabled())
       << "config: train.dist.device \"cuda\" runs eager only for now (the graph executor allocates on the "
@@ -404,7 +404,16 @@ void ResolveConfig(config::Config* c, int world_size) {
   ResolveBatchSizes(&t, dp);
   CheckPositive("train.train_iter", t.train_iter());
   CheckPositive("train.log_period", t.log_period());
-  CheckOneOf("train.graph.pipeline", t.graph().pipeline(), {"1f1b", "gpipe", "naive", "in_order"});
+  // Schedules, parallel modes and gradient handlers are registries a
+  // training program can add to: it checks their names (and the handlers'
+  // options) against them before any work starts.
+  TESSEL_CHECK(!t.graph().pipeline().empty()) << "config: train.graph.pipeline is empty; expected a schedule "
+                                                 "name such as 1f1b, gpipe or in_order";
+  TESSEL_CHECK(!d.tensor_parallel_mode().empty())
+      << "config: train.dist.tensor_parallel_mode is empty; expected a parallel mode such as 1d";
+  for (int i = 0; i < t.gradient_handler_size(); ++i)
+    TESSEL_CHECK(!t.gradient_handler(i).name().empty())
+        << "config: train.gradient_handler[" << i << "] has no name; expected e.g. name: \"clip_value\"";
   TESSEL_CHECK(!t.activation_checkpoint() || t.graph().enabled())
       << "config: train.activation_checkpoint is true but train.graph.enabled is false; recomputation runs "
          "in a captured step (graph mode)";

@@ -54,18 +54,18 @@ Trained Train(ActorRuntime* actors) {
 
 TEST(ActorRuntime, AccumulatedStepsEqualTheInOrderExecutorsUnderBothSchedules) {
   const Trained want = Train(nullptr);
-  for (Schedule schedule : {Schedule::kOneFOneB, Schedule::kGPipe}) {
+  for (const std::string schedule : {"1f1b", "gpipe"}) {
     ActorRuntime actors({.schedule = schedule});
     const Trained got = Train(&actors);
-    EXPECT_EQ(got.losses, want.losses) << ScheduleName(schedule);
-    EXPECT_EQ(got.w1, want.w1) << ScheduleName(schedule);
+    EXPECT_EQ(got.losses, want.losses) << schedule;
+    EXPECT_EQ(got.w1, want.w1) << schedule;
     const StepReport& r = actors.last_step();
     EXPECT_EQ(r.stages, 1);
     EXPECT_EQ(r.micro_batches, 4);
     // One stage: 1F1B has no warm-up; GPipe still runs every forward first.
-    EXPECT_EQ(ActionsText(r.actions), ActionsText(StageActions(schedule, 1, 0, 4))) << ScheduleName(schedule);
+    EXPECT_EQ(ActionsText(r.actions), ActionsText(StageActions(schedule, 1, 0, 4))) << schedule;
     EXPECT_EQ(ValidateActions(r.actions, 4), "");
-    EXPECT_EQ(r.max_in_flight, schedule == Schedule::kGPipe ? 4 : 1);
+    EXPECT_EQ(r.max_in_flight, schedule == "gpipe" ? 4 : 1);
     EXPECT_GT(r.peak_bytes, 0);
     bool communicated = false, computed = false;
     for (const ActorEvent& e : r.events) {

@@ -1,10 +1,13 @@
 // Pipeline schedules (runtime/pipeline_schedule.h): the GPipe and 1F1B
 // orders of 4 stages over 8 micro-batches written out by hand from their
 // definitions, the activations each stage holds at once (1F1B: p - s;
-// GPipe: m), the validator's verdicts and the errors.
+// GPipe: m), the validator's verdicts, schedules a program registers (and
+// the deadlock check that plays all stages together), and the errors.
 #include "runtime/pipeline_schedule.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "tests/testing/test_util.h"
 
@@ -13,28 +16,32 @@ namespace {
 
 using testing::ErrorOf;
 
-std::string Order(Schedule schedule, int stages, int stage, int micro_batches) {
+std::vector<Action> OneFOneBOrder(int stages, int stage, int micro_batches) {
+  return StageActions("1f1b", stages, stage, micro_batches);
+}
+
+std::string Order(const std::string& schedule, int stages, int stage, int micro_batches) {
   return ActionsText(StageActions(schedule, stages, stage, micro_batches));
 }
 
 TEST(PipelineSchedule, GPipeRunsEveryForwardThenEveryBackward) {
   for (int s = 0; s < 4; ++s)
-    EXPECT_EQ(Order(Schedule::kGPipe, 4, s, 8), "F0 F1 F2 F3 F4 F5 F6 F7 B0 B1 B2 B3 B4 B5 B6 B7") << s;
+    EXPECT_EQ(Order("gpipe", 4, s, 8), "F0 F1 F2 F3 F4 F5 F6 F7 B0 B1 B2 B3 B4 B5 B6 B7") << s;
 }
 
 TEST(PipelineSchedule, OneFOneBWarmsUpThenAlternatesThenCoolsDown) {
   // Stage s: p - s - 1 warm-up forwards, one forward one backward, the rest backwards.
-  EXPECT_EQ(Order(Schedule::kOneFOneB, 4, 0, 8), "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7");
-  EXPECT_EQ(Order(Schedule::kOneFOneB, 4, 1, 8), "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7");
-  EXPECT_EQ(Order(Schedule::kOneFOneB, 4, 2, 8), "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7");
-  EXPECT_EQ(Order(Schedule::kOneFOneB, 4, 3, 8), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7");
+  EXPECT_EQ(Order("1f1b", 4, 0, 8), "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7");
+  EXPECT_EQ(Order("1f1b", 4, 1, 8), "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7");
+  EXPECT_EQ(Order("1f1b", 4, 2, 8), "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7");
+  EXPECT_EQ(Order("1f1b", 4, 3, 8), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7");
 }
 
 TEST(PipelineSchedule, OneFOneBHoldsAtMostStagesMinusStageMicroBatches) {
   for (int m : {1, 3, 4, 5, 8, 16}) {
     for (int s = 0; s < 4; ++s) {
-      const std::vector<Action> one_f_one_b = StageActions(Schedule::kOneFOneB, 4, s, m);
-      const std::vector<Action> gpipe = StageActions(Schedule::kGPipe, 4, s, m);
+      const std::vector<Action> one_f_one_b = StageActions("1f1b", 4, s, m);
+      const std::vector<Action> gpipe = StageActions("gpipe", 4, s, m);
       EXPECT_EQ(ValidateActions(one_f_one_b, m), "") << "m " << m << " stage " << s;
       EXPECT_EQ(ValidateActions(gpipe, m), "") << "m " << m << " stage " << s;
       EXPECT_EQ(MaxInFlight(one_f_one_b), std::min(4 - s, m)) << "m " << m << " stage " << s;
@@ -45,11 +52,11 @@ TEST(PipelineSchedule, OneFOneBHoldsAtMostStagesMinusStageMicroBatches) {
 
 TEST(PipelineSchedule, WithFewerMicroBatchesThanStagesEarlyStagesRunGPipesOrder) {
   // 3 micro-batches on 4 stages: stages 0 and 1 warm up through all of them.
-  EXPECT_EQ(Order(Schedule::kOneFOneB, 4, 0, 3), Order(Schedule::kGPipe, 4, 0, 3));
-  EXPECT_EQ(Order(Schedule::kOneFOneB, 4, 1, 3), Order(Schedule::kGPipe, 4, 1, 3));
-  EXPECT_EQ(Order(Schedule::kOneFOneB, 4, 2, 3), "F0 F1 B0 F2 B1 B2");
-  EXPECT_EQ(Order(Schedule::kOneFOneB, 4, 3, 3), "F0 B0 F1 B1 F2 B2");
-  EXPECT_EQ(Order(Schedule::kOneFOneB, 4, 3, 1), "F0 B0");
+  EXPECT_EQ(Order("1f1b", 4, 0, 3), Order("gpipe", 4, 0, 3));
+  EXPECT_EQ(Order("1f1b", 4, 1, 3), Order("gpipe", 4, 1, 3));
+  EXPECT_EQ(Order("1f1b", 4, 2, 3), "F0 F1 B0 F2 B1 B2");
+  EXPECT_EQ(Order("1f1b", 4, 3, 3), "F0 B0 F1 B1 F2 B2");
+  EXPECT_EQ(Order("1f1b", 4, 3, 1), "F0 B0");
 }
 
 TEST(PipelineSchedule, TheValidatorNamesWhatIsWrong) {
@@ -67,15 +74,71 @@ TEST(PipelineSchedule, TheValidatorNamesWhatIsWrong) {
 }
 
 TEST(PipelineSchedule, NamesAndBadArguments) {
-  EXPECT_EQ(ParseSchedule("1f1b"), Schedule::kOneFOneB);
-  EXPECT_EQ(ParseSchedule("gpipe"), Schedule::kGPipe);
-  EXPECT_EQ(ParseSchedule("naive"), Schedule::kGPipe);
-  EXPECT_STREQ(ScheduleName(Schedule::kOneFOneB), "1f1b");
-  EXPECT_NE(ErrorOf([] { ParseSchedule("interleaved"); }).find("'interleaved' is unknown; expected gpipe"),
+  EXPECT_EQ(ParseSchedule("1f1b"), "1f1b");
+  EXPECT_EQ(ParseSchedule("gpipe"), "gpipe");
+  EXPECT_EQ(ParseSchedule("naive"), "gpipe");
+  const std::string unknown = ErrorOf([] { ParseSchedule("interleaved"); });
+  EXPECT_NE(unknown.find("'interleaved' is not registered; registered: 1f1b, gpipe, naive"),
+            std::string::npos)
+      << unknown;
+  EXPECT_NE(ErrorOf([] { StageActions("gpipe", 4, 4, 8); }).find("stage 4 of 4"), std::string::npos);
+  EXPECT_NE(ErrorOf([] { StageActions("gpipe", 4, 0, 0); }).find("over 0 micro-batches"), std::string::npos);
+  EXPECT_NE(ErrorOf([] { RegisterSchedule("1f1b", OneFOneBOrder); }).find("'1f1b' is already registered"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([] { StageActions(Schedule::kGPipe, 4, 4, 8); }).find("stage 4 of 4"), std::string::npos);
-  EXPECT_NE(ErrorOf([] { StageActions(Schedule::kGPipe, 4, 0, 0); }).find("over 0 micro-batches"),
+  EXPECT_NE(ErrorOf([] { RegisterSchedule("my schedule", OneFOneBOrder); }).find("name 'my schedule'"),
             std::string::npos);
+}
+
+// Backwards last-in first-out: every forward, then the backwards from the
+// newest micro-batch down. Valid on every stage, and the stages agree.
+std::vector<Action> GPipeLifo(int, int, int micro_batches) {
+  std::vector<Action> out;
+  for (int k = 0; k < micro_batches; ++k) out.push_back({false, k});
+  for (int k = micro_batches - 1; k >= 0; --k) out.push_back({true, k});
+  return out;
+}
+
+TEST(PipelineSchedule, ARegisteredScheduleRunsByNameAndIsChecked) {
+  RegisterSchedule("test_gpipe_lifo", GPipeLifo);
+  const std::vector<std::string> names = ScheduleNames();
+  EXPECT_NE(std::find(names.begin(), names.end(), "test_gpipe_lifo"), names.end());
+  EXPECT_EQ(ParseSchedule("test_gpipe_lifo"), "test_gpipe_lifo");
+  EXPECT_EQ(Order("test_gpipe_lifo", 4, 2, 4), "F0 F1 F2 F3 B3 B2 B1 B0");
+  EXPECT_EQ(CheckSchedule("test_gpipe_lifo", 4, 8), "");
+  EXPECT_EQ(CheckSchedule("1f1b", 4, 8), "");
+  EXPECT_EQ(CheckSchedule("gpipe", 3, 5), "");
+
+  // A stage order that drops a backward is refused, naming the stage.
+  RegisterSchedule("test_drops_b0", [](int stages, int stage, int m) {
+    std::vector<Action> out = GPipeLifo(stages, stage, m);
+    if (stage == 1) out.pop_back();
+    return out;
+  });
+  const std::string dropped = ErrorOf([] { CheckSchedule("test_drops_b0", 2, 3); });
+  EXPECT_NE(dropped.find(
+                "'test_drops_b0' gives stage 1 of 2 over 3 micro-batches the order [F0 F1 F2 B2 B1]: no B0"),
+            std::string::npos)
+      << dropped;
+
+  // Each stage valid alone, but stage 0 runs micro-batch 0 through its
+  // backward before it sends micro-batch 1's forward, which stage 1 wants
+  // first: they wait on each other.
+  RegisterSchedule("test_deadlock", [](int, int stage, int m) {
+    std::vector<Action> out;
+    if (stage == 0) {
+      for (int k = 0; k < m; ++k) out.insert(out.end(), {{false, k}, {true, k}});
+    } else {
+      out.push_back({false, 1});
+      out.push_back({false, 0});
+      for (int k = 0; k < m; ++k) out.push_back({true, k});
+      for (int k = 2; k < m; ++k) out.insert(out.end() - m, {false, k});
+    }
+    return out;
+  });
+  EXPECT_EQ(
+      CheckSchedule("test_deadlock", 2, 3),
+      "pipeline schedule 'test_deadlock' deadlocks on 2 stages over 3 micro-batches: stage 0 waits at B0 "
+      "for stage 1's B0; stage 1 waits at F1 for stage 0's F1");
 }
 
 }  // namespace

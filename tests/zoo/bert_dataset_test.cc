@@ -1,6 +1,7 @@
 #include "zoo/bert_dataset.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,7 +17,8 @@ namespace {
 using testing::ErrorOf;
 
 std::filesystem::path TempDir() {
-  const auto dir = std::filesystem::temp_directory_path() / "tessel_bert_dataset_test";
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("tessel_bert_dataset_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   return dir;
 }

@@ -1,6 +1,7 @@
 #include "zoo/gpt_dataset.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <set>
@@ -37,7 +38,11 @@ TEST(GPTDatasetTest, SplitsDocumentsByProportion) {
 // Documents of 5, 7, 3 and 9 tokens whose ids are their stream positions
 // plus 1000·document, so a sample shows where it came from.
 std::string MakeDataset() {
-  const std::string prefix = (std::filesystem::temp_directory_path() / "tessel_gpt_dataset_test").string();
+  // One file per process: CTest runs these tests in parallel processes, and
+  // one rewriting the file another has mapped would change its samples.
+  const std::string prefix =
+      (std::filesystem::temp_directory_path() / ("tessel_gpt_dataset_test_" + std::to_string(::getpid())))
+          .string();
   IndexedDatasetWriter writer(prefix, TokenDType::kInt32);
   int64_t doc = 0;
   for (int64_t length : {5, 7, 3, 9}) {

@@ -1,6 +1,7 @@
 #include "zoo/indexed_dataset.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -15,7 +16,8 @@ namespace {
 using testing::ErrorOf;
 
 std::filesystem::path TempDir() {
-  auto dir = std::filesystem::temp_directory_path() / "tessel_indexed_dataset_test";
+  auto dir =
+      std::filesystem::temp_directory_path() / ("tessel_indexed_dataset_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   return dir;
 }

@@ -13,10 +13,7 @@ BatchLayout BatchLayout::ForWorld(int64_t rows) {
           .sbp = dist::GetHiddenSbp()};
 }
 
-int BatchLayout::DataParallelIndex() const {
-  const int64_t tp = dist::GetConfig().tensor_parallel_size;
-  return static_cast<int>(dist::Rank() % (dp * tp) / tp);
-}
+int BatchLayout::DataParallelIndex() const { return static_cast<int>(dist::DataParallelIndex(dist::Rank())); }
 
 int64_t BatchLayout::FirstRow(int part, int parts) const {
   return DataParallelIndex() * (rows / dp) + part * LocalRows(parts);

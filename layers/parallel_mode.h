@@ -1,0 +1,53 @@
+// Parallel modes: how the world's ranks form the mesh the layers' global
+// tensors live on. A mode takes the sizes of the config (data, tensor and
+// pipeline parallel, and the mode's own options) and gives the ranks of
+// each pipeline stage as a [dp, tp] grid; dist::Setup (layers/dist.h)
+// validates the grid and every placement, process group and batch split
+// follows from it. The communication a layer needs comes from the layouts
+// on that grid, so a mode changes which ranks talk, never the result.
+//
+// Built in: "1d" (Megatron's layout): stage s holds the contiguous block of
+// world / pp ranks; inside it tp is innermost, so a tensor-parallel group is
+// ranks next to each other (one machine's GPUs) and data-parallel peers are
+// tp apart. The config picks a mode by train.dist.tensor_parallel_mode; a
+// program adds its own before dist::Setup (docs/extending.md):
+//
+//   dist::RegisterParallelMode("dp_inner", {.stage_ranks = [](const dist::ParallelModeSizes& s) {
+//     ...  // stage -> ranks in [dp, tp] order
+//   }});
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tessel::dist {
+
+struct ParallelModeSizes {
+  int64_t world_size = 1;
+  int64_t data_parallel_size = 1, tensor_parallel_size = 1, pipeline_parallel_size = 1;
+  std::map<std::string, std::string> options;  // train.dist.tensor_parallel_mode_options
+};
+
+struct ParallelMode {
+  // Throws, naming the size or option and what the mode needs, when the
+  // sizes do not form its mesh. May be empty (any sizes do).
+  std::function<void(const ParallelModeSizes&)> check;
+  // For each of the pipeline_parallel_size stages, its
+  // data_parallel_size x tensor_parallel_size ranks, row-major: entry
+  // d * tp + t is the rank at data-parallel index d, tensor-parallel
+  // index t. Together the stages hold every rank of the world once.
+  std::function<std::vector<std::vector<int>>(const ParallelModeSizes&)> stage_ranks;
+};
+
+// Adds a mode under `name` (letters, digits, '_', '-', '.'). Throws if the
+// name is taken or malformed, or stage_ranks is empty. Thread-safe.
+void RegisterParallelMode(const std::string& name, ParallelMode mode);
+// The registered names, sorted.
+std::vector<std::string> ParallelModeNames();
+// The mode `name`; an unregistered name throws listing the registered ones.
+ParallelMode FindParallelMode(const std::string& name);
+
+}  // namespace tessel::dist

@@ -1,0 +1,138 @@
+// The registries a program extends tessel through (docs/extending.md):
+// gradient handlers (layers/gradient_handler.h) — the built-in clip_value's
+// values, a registered handler run by name, the errors naming unknown names
+// and bad options — and parallel modes (layers/parallel_mode.h): a mode's
+// grid reaches dist::StageRanks, and grids that are not a partition of the
+// world, sizes a mode's check refuses and unknown names are named.
+// Multi-rank runs of registered modes, handlers and schedules are the
+// out-of-tree example's test (tests/install/check_extensions.sh).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "graph/autograd.h"
+#include "graph/global_tensor_ops.h"
+#include "layers/dist.h"
+#include "layers/gradient_handler.h"
+#include "layers/parallel_mode.h"
+#include "ops/functional.h"
+#include "sbp/global_tensor.h"
+#include "tests/testing/test_util.h"
+
+namespace tessel {
+namespace {
+
+using testing::ErrorOf;
+
+// A parameter whose gradient is `grad` (loss = sum(w * g) gives dL/dw = g).
+Tensor ParameterWithGradient(const std::vector<float>& grad) {
+  const Placement one("cpu", {0});
+  const int64_t n = static_cast<int64_t>(grad.size());
+  Tensor w = randn({n}, one, NdSbp{B()}, 3);
+  w.set_requires_grad(true);
+  const Tensor g = FromLocal(Tensor::FromVector(grad, {n}), one, NdSbp{B()}, Shape({n}));
+  fn::sum(fn::mul(w, g), {0}).backward();
+  return w;
+}
+
+TEST(GradientHandlers, ClipValueClampsEveryElementAndLeavesTheRestBitForBit) {
+  Tensor w = ParameterWithGradient({-3.0f, -0.5f, 0.0f, 0.25f, 0.5f, 0.7f, 2.0f});
+  const optim::NamedParams params = {{"w", &w}};
+  optim::ApplyGradientHandlers({optim::MakeGradientHandler("clip_value", {{"max_value", "0.5"}})}, params);
+  EXPECT_EQ(w.grad().to_local().ToVector<float>(),
+            (std::vector<float>{-0.5f, -0.5f, 0.0f, 0.25f, 0.5f, 0.5f, 0.5f}));
+}
+
+TEST(GradientHandlers, ARegisteredHandlerRunsByNameInTheOrderGiven) {
+  optim::RegisterGradientHandler("test_scale", [](const optim::HandlerOptions& options) {
+    const double factor = optim::NumberOption(options, "factor", "test_scale");
+    return [factor](const optim::NamedParams& params) {
+      for (auto& [name, p] : params) p->set_grad(fn::mul_scalar(p->grad(), factor));
+    };
+  });
+  const std::vector<std::string> names = optim::GradientHandlerNames();
+  EXPECT_NE(std::find(names.begin(), names.end(), "test_scale"), names.end());
+  // Scale then clip, and clip then scale: the order shows in the values.
+  Tensor a = ParameterWithGradient({1.0f, -0.1f}), b = ParameterWithGradient({1.0f, -0.1f});
+  const auto scale = optim::MakeGradientHandler("test_scale", {{"factor", "4"}});
+  const auto clip = optim::MakeGradientHandler("clip_value", {{"max_value", "1"}});
+  optim::ApplyGradientHandlers({scale, clip}, {{"a", &a}});
+  optim::ApplyGradientHandlers({clip, scale}, {{"b", &b}});
+  EXPECT_EQ(a.grad().to_local().ToVector<float>(), (std::vector<float>{1.0f, -0.4f}));
+  EXPECT_EQ(b.grad().to_local().ToVector<float>(), (std::vector<float>{4.0f, -0.4f}));
+}
+
+TEST(GradientHandlers, UnknownNamesAndBadOptionsAreNamed) {
+  std::string e = ErrorOf([] { optim::MakeGradientHandler("zero_grad", {}); });
+  EXPECT_NE(e.find("gradient handler 'zero_grad' is not registered; registered: clip_value"),
+            std::string::npos)
+      << e;
+  e = ErrorOf([] { optim::MakeGradientHandler("clip_value", {}); });
+  EXPECT_NE(e.find("'clip_value' needs option 'max_value'"), std::string::npos) << e;
+  e = ErrorOf([] { optim::MakeGradientHandler("clip_value", {{"max_value", "half"}}); });
+  EXPECT_NE(e.find("option max_value is 'half'; expected a number"), std::string::npos) << e;
+  e = ErrorOf([] { optim::MakeGradientHandler("clip_value", {{"max_value", "-1"}}); });
+  EXPECT_NE(e.find("max_value is -1; expected a positive number"), std::string::npos) << e;
+  e = ErrorOf([] { optim::MakeGradientHandler("clip_value", {{"max_value", "1"}, {"norm", "2"}}); });
+  EXPECT_NE(e.find("'clip_value' has no option 'norm'"), std::string::npos) << e;
+  e = ErrorOf([] {
+    optim::RegisterGradientHandler("clip_value",
+                                   [](const optim::HandlerOptions&) { return optim::GradientHandler(); });
+  });
+  EXPECT_NE(e.find("'clip_value' is already registered"), std::string::npos) << e;
+}
+
+TEST(ParallelModes, TheModesGridIsTheStagesRanks) {
+  dist::Setup({});
+  EXPECT_EQ(dist::StageRanks(), (std::vector<std::vector<int>>{{0}}));
+  EXPECT_EQ(dist::DataParallelIndex(0), 0);
+  EXPECT_EQ(dist::StageGridText(), "stage 0 [dp x tp] = [[0]]");
+  // A mode's options reach it; Setup keeps the grid it gives.
+  std::vector<std::string> seen;
+  dist::RegisterParallelMode("test_single",
+                             {.check = nullptr, .stage_ranks = [&](const dist::ParallelModeSizes& s) {
+                                for (const auto& [k, v] : s.options) seen.push_back(k + "=" + v);
+                                return std::vector<std::vector<int>>{{0}};
+                              }});
+  dist::Setup(
+      {.tensor_parallel_mode = "test_single", .tensor_parallel_mode_options = {{"order", "reversed"}}});
+  EXPECT_EQ(seen, std::vector<std::string>{"order=reversed"});
+  EXPECT_EQ(dist::GetConfig().tensor_parallel_mode, "test_single");
+  dist::Setup({});
+}
+
+TEST(ParallelModes, GridsThatAreNotAPartitionAndRefusedSizesAreNamed) {
+  auto mode = [](std::vector<std::vector<int>> grid) {
+    return dist::ParallelMode{.check = nullptr,
+                              .stage_ranks = [grid](const dist::ParallelModeSizes&) { return grid; }};
+  };
+  dist::RegisterParallelMode("test_outside", mode({{3}}));
+  dist::RegisterParallelMode("test_two_stages", mode({{0}, {0}}));
+  dist::RegisterParallelMode("test_empty_stage", mode({{}}));
+  dist::RegisterParallelMode(
+      "test_needs_tp4",
+      {.check =
+           [](const dist::ParallelModeSizes& s) {
+             TESSEL_CHECK(s.tensor_parallel_size == 4)
+                 << "test_needs_tp4 needs tensor_parallel_size 4, got " << s.tensor_parallel_size;
+           },
+       .stage_ranks = [](const dist::ParallelModeSizes&) { return std::vector<std::vector<int>>{{0}}; }});
+  std::string e = ErrorOf([] { dist::Setup({.tensor_parallel_mode = "test_outside"}); });
+  EXPECT_NE(e.find("gave stage 0 rank 3, outside the world of 1"), std::string::npos) << e;
+  e = ErrorOf([] { dist::Setup({.tensor_parallel_mode = "test_two_stages"}); });
+  EXPECT_NE(e.find("formed 2 stages; expected pipeline_parallel_size=1"), std::string::npos) << e;
+  e = ErrorOf([] { dist::Setup({.tensor_parallel_mode = "test_empty_stage"}); });
+  EXPECT_NE(e.find("gave stage 0 the ranks []; expected dp 1 x tp 1 of them"), std::string::npos) << e;
+  e = ErrorOf([] { dist::Setup({.tensor_parallel_mode = "test_needs_tp4"}); });
+  EXPECT_NE(e.find("test_needs_tp4 needs tensor_parallel_size 4, got 1"), std::string::npos) << e;
+  e = ErrorOf([] { dist::Setup({.tensor_parallel_mode = "2d"}); });
+  EXPECT_NE(e.find("tensor_parallel_mode '2d' is not registered; registered: 1d, test_"), std::string::npos)
+      << e;
+  e = ErrorOf([] { dist::RegisterParallelMode("1d", {.check = nullptr, .stage_ranks = nullptr}); });
+  EXPECT_NE(e.find("no stage_ranks given"), std::string::npos) << e;
+  dist::Setup({});
+}
+
+}  // namespace
+}  // namespace tessel

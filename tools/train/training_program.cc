@@ -1,0 +1,479 @@
+// The training program behind tessel-train (tools/train/training_program.h):
+// it trains a model of the zoo from a config (configs/*.prototxt, schema
+// zoo/config.proto) under the layout the config and the launch give.
+//
+// Before the first step it resolves and checks the config against the world
+// (batch sizes, dist sizes, model sizes, the registered parallel mode,
+// schedule and gradient handlers), opens the dataset and checks its token
+// ids against the vocabulary; any mismatch is an error naming the field.
+// Rank 0 saves the resolved config as <output_dir>/config.prototxt, prints
+// a line every train.log_period iterations and appends it to
+// <output_dir>/metrics.jsonl and as TensorBoard scalars (events.out.tfevents.*),
+// with an evaluation (loss, perplexity) every evaluation.eval_period
+// iterations and at the end. With train.save_period it saves checkpoints
+// (checkpoint/checkpoint.h); --resume continues from the latest one, under
+// this job's layout whatever the saving job's was. train.load_weight starts
+// from a checkpoint's model weights only (one tessel-checkpoint import-hf
+// made from a Hugging Face model, say).
+#include "tools/train/training_program.h"
+
+#include <gflags/gflags.h>
+#include <tessel/tessel.h>
+
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "graph/autograd.h"
+#include "graph/plan/graph.h"
+#include "layers/dist.h"
+#include "layers/gradient_handler.h"
+#include "layers/mixed_precision.h"
+#include "layers/optimizer.h"
+#include "ops/functional.h"
+#include "runtime/actor_runtime.h"
+#include "tools/train/task.h"
+#include "zoo/config.h"
+#include "zoo/event_writer.h"
+
+DEFINE_string(
+    config, "",
+    "the training config (protobuf text, schema zoo/config.proto), e.g. configs/gpt2_tiny.prototxt");
+DEFINE_bool(resume, false,
+            "continue from the latest complete checkpoint in train.checkpoint_dir (model, optimizer state, "
+            "iteration; any layout); an error if there is none");
+DEFINE_bool(print_actions, false,
+            "graph mode: after the first step, every rank prints its pipeline stage's forward and backward "
+            "units in the order it ran them (\"rank 2 stage 1 1f1b: F0 F1 B0 F2 B1 B2\")");
+DEFINE_bool(fast_dev_run, false,
+            "a smoke run: 2 training iterations and 1 evaluation batch, a log line each, nothing written to "
+            "the output directory (also --fast-dev-run)");
+
+namespace tessel::train {
+
+namespace {
+
+// --set path=value (repeatable; also --set=path=value) and --fast-dev-run are
+// taken out of argv before gflags sees it: gflags keeps only the last of a
+// repeated flag and knows no dashes in names.
+std::vector<std::string> TakeOverrides(int* argc, char** argv) {
+  std::vector<std::string> overrides;
+  int out = 1;
+  for (int i = 1; i < *argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--set" || arg == "-set") {
+      if (i + 1 >= *argc) {
+        std::fprintf(stderr,
+                     "tessel-train: --set needs a value, e.g. --set train.dist.tensor_parallel_size=2\n");
+        std::exit(2);
+      }
+      overrides.push_back(argv[++i]);
+    } else if (arg.rfind("--set=", 0) == 0) {
+      overrides.push_back(arg.substr(6));
+    } else if (arg == "--fast-dev-run") {
+      argv[out++] = const_cast<char*>("--fast_dev_run");
+    } else {
+      argv[out++] = argv[i];
+    }
+  }
+  *argc = out;
+  argv[out] = nullptr;
+  return overrides;
+}
+
+double PeakResidentMiB() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return 0;
+}
+
+std::string HoursMinutesSeconds(double seconds) {
+  const long s = std::lround(std::max(0.0, seconds));
+  char text[32];
+  std::snprintf(text, sizeof(text), "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+  return text;
+}
+
+double LearningRate(const config::Config& c, int64_t iteration) {
+  const auto& s = c.scheduler();
+  const double lr = c.optim().lr();
+  if (s.name() == "constant") return lr;
+  if (s.name() == "warmup_linear")
+    return optim::WarmupLinearLr(iteration, lr, s.warmup_iter(), c.train().train_iter(), s.min_lr());
+  return optim::WarmupCosineLr(iteration, lr, s.warmup_iter(), c.train().train_iter(), s.min_lr());
+}
+
+}  // namespace
+
+int RunTrainingProgram(int argc, char** argv) {
+  std::vector<std::string> overrides = TakeOverrides(&argc, argv);
+  gflags::SetUsageMessage(
+      "tessel-train --config FILE [--set path.to.field=value ...] [--fast_dev_run]\n"
+      "Trains a model of the zoo from a config; run it under tessel-launch for several ranks.");
+  tessel::Init(&argc, &argv);
+  TESSEL_CHECK(!FLAGS_config.empty())
+      << "tessel-train: --config is required (e.g. configs/gpt2_tiny.prototxt)";
+  config::Config c = zoo::LoadConfig(FLAGS_config);
+  for (const std::string& o : overrides) zoo::ApplyOverride(&c, o);
+  const int world = dist::WorldSize(), rank = dist::Rank();
+  zoo::ResolveConfig(&c, world);
+  config::TrainConfig& t = *c.mutable_train();
+  if (FLAGS_fast_dev_run) {
+    t.set_train_iter(2);
+    t.set_log_period(1);
+    c.mutable_evaluation()->set_eval_iter(1);
+    c.mutable_evaluation()->set_eval_period(2);
+    c.mutable_scheduler()->set_warmup_iter(0);
+  }
+  const config::ModelConfig& m = c.model();
+  const config::DistConfig& d = t.dist();
+  // The registries' names (the program may have added its own), checked
+  // before any data is read.
+  const bool graph = t.graph().enabled(), in_order = t.graph().pipeline() == "in_order";
+  const std::string schedule = in_order ? "1f1b" : runtime::ParseSchedule(t.graph().pipeline());
+  std::vector<optim::GradientHandler> handlers;
+  for (const config::GradientHandlerConfig& h : t.gradient_handler())
+    handlers.push_back(optim::MakeGradientHandler(h.name(), {h.options().begin(), h.options().end()}));
+  TESSEL_CHECK(handlers.empty() || !t.amp().enabled())
+      << "tessel-train: train.gradient_handler with train.amp is not supported yet (the handlers would see "
+         "loss-scaled gradients); turn one of them off";
+  dist::Setup({.data_parallel_size = d.data_parallel_size(),
+               .tensor_parallel_size = d.tensor_parallel_size(),
+               .pipeline_parallel_size = d.pipeline_parallel_size(),
+               .pipeline_num_layers = d.pipeline_num_layers(),
+               .custom_pipeline_stage_ids = {d.custom_pipeline_stage_id().begin(),
+                                             d.custom_pipeline_stage_id().end()},
+               .device_type = ParseDeviceType(d.device()),
+               .zero_stage = t.zero_optimization().enabled() ? t.zero_optimization().stage() : 0,
+               .sequence_parallel = d.sequence_parallel(),
+               .tensor_parallel_mode = d.tensor_parallel_mode(),
+               .tensor_parallel_mode_options = {d.tensor_parallel_mode_options().begin(),
+                                                d.tensor_parallel_mode_options().end()}});
+
+  const int micro_batches = static_cast<int>(t.num_accumulation_steps());
+  // Data and model: the data is checked against the config before the
+  // model is built.
+  const train::TaskContext context{.config = c,
+                                   .eval_graph = {.micro_batches = micro_batches,
+                                                  .stage_ranks = dist::StageRanks(),
+                                                  .layer_stages = dist::LayerStages()},
+                                   .micro_batches = micro_batches};
+  std::unique_ptr<train::Task> task = m.arch() == "vit"    ? train::MakeViTTask(context)
+                                      : m.arch() == "bert" ? train::MakeBertTask(context)
+                                                           : train::MakeGPTTask(context);
+  const int64_t global = t.global_batch_size(), tokens_per_sample = task->tokens_per_sample();
+  const bool evaluate = c.evaluation().enabled();
+  auto params = task->model().NamedParameters();
+  // Mixed precision: the model computes in f16/bf16; the optimizer, the
+  // clipping and checkpoints see the f32 masters under the same names.
+  std::unique_ptr<optim::MixedPrecision> amp;
+  if (t.amp().enabled()) {
+    amp = std::make_unique<optim::MixedPrecision>(
+        params, ParseDType(t.amp().dtype()),
+        optim::LossScaleConfig{.initial_scale = t.amp().initial_loss_scale(),
+                               .growth_interval = t.amp().loss_scale_window(),
+                               .min_scale = t.amp().min_loss_scale()});
+    params = amp->master_params();
+  }
+  const config::OptimConfig& o = c.optim();
+  optim::AdamW adamw(params, {.lr = o.lr(),
+                              .beta1 = o.beta1(),
+                              .beta2 = o.beta2(),
+                              .eps = o.eps(),
+                              .weight_decay = o.weight_decay(),
+                              .zero_stage = dist::GetConfig().zero_stage});
+  const std::vector<NdSbp> grad_layouts = adamw.GradientLayouts();
+  // What a checkpoint holds: the model's parameters and the optimizer's state.
+  checkpoint::NamedTensors saved;
+  for (auto& [name, p] : params) saved.emplace_back("model." + name, p);
+  for (auto& [name, s] : adamw.NamedState()) saved.emplace_back("optim." + name, s);
+  const auto rng_counters = task->model().NamedRngCounters();
+  int64_t start_iteration = 0;
+  // The checkpoint `path` names (`what` says which field or flag gave it),
+  // checked to be of this config's model.
+  auto find_checkpoint = [&](const std::string& path, const std::string& what, const std::string& expected) {
+    const std::filesystem::path found = checkpoint::Find(path);
+    TESSEL_CHECK(!found.empty()) << "tessel-train: " << what << " " << path
+                                 << " holds no complete checkpoint (a directory with index.json, or `latest` "
+                                    "naming one); expected "
+                                 << expected;
+    const checkpoint::CheckpointIndex index = checkpoint::ReadIndex(found);
+    const auto arch = index.metadata.find("arch");
+    const std::string saved_arch = arch == index.metadata.end() ? "" : zoo::CanonicalArch(arch->second);
+    TESSEL_CHECK(saved_arch == m.arch())
+        << "tessel-train: checkpoint " << found.string() << " (" << what << ") is of model.arch '"
+        << saved_arch << "' but this config trains '" << m.arch() << "'";
+    return std::make_pair(found, index);
+  };
+  // Loads `keys` (model.* alone, or with optim.*) into this job's layout.
+  auto load = [&](const std::filesystem::path& found, const checkpoint::NamedTensors& tensors,
+                  bool optimizer) {
+    checkpoint::LoadOptions options;
+    for (const auto& [name, rows] : task->PaddedRows()) {
+      options.padded_rows["model." + name] = rows;
+      if (optimizer)
+        for (const char* moment : {".exp_avg", ".exp_avg_sq"})
+          options.padded_rows["optim." + name + moment] = rows;
+    }
+    const auto meta = checkpoint::Load(found, tensors, options);
+    if (amp) amp->CopyMastersToModel();
+    return meta;
+  };
+  // A number the checkpoint's metadata holds, named if it is not one.
+  auto metadata_number = [&](const std::map<std::string, std::string>& meta, const std::string& key,
+                             const std::filesystem::path& found) {
+    const auto it = meta.find(key);
+    TESSEL_CHECK(it != meta.end()) << "tessel-train: checkpoint " << found.string() << " has no '" << key
+                                   << "'";
+    int64_t value = 0;
+    const char* end = it->second.data() + it->second.size();
+    const auto [ptr, ec] = std::from_chars(it->second.data(), end, value);
+    TESSEL_CHECK(ec == std::errc() && ptr == end)
+        << "tessel-train: checkpoint " << found.string() << ": '" << key << "' is '" << it->second
+        << "'; expected an integer";
+    return value;
+  };
+  if (FLAGS_resume) {
+    const auto [found, index] = find_checkpoint(t.checkpoint_dir(), "--resume but train.checkpoint_dir",
+                                                "train.checkpoint_dir of an earlier run");
+    const auto meta = load(found, saved, /*optimizer=*/true);
+    // Dropout's counters: the masks go on where the saving run's would have.
+    for (auto& [name, counter] : rng_counters)
+      if (meta.count("rng." + name)) *counter = metadata_number(meta, "rng." + name, found);
+    start_iteration = metadata_number(meta, "iteration", found);
+    TESSEL_CHECK(start_iteration <= t.train_iter())
+        << "tessel-train: checkpoint " << found.string() << " is at iteration " << start_iteration
+        << ", past train.train_iter " << t.train_iter();
+    if (rank == 0) {
+      std::printf("tessel-train: resumed from %s at iteration %ld (saved by %d rank%s as %s)\n",
+                  found.c_str(), static_cast<long>(start_iteration), index.world_size,
+                  index.world_size == 1 ? "" : "s", meta.count("layout") ? meta.at("layout").c_str() : "?");
+      std::fflush(stdout);
+    }
+  } else if (!t.load_weight().empty()) {
+    // Weights only (a fine-tuning start): the optimizer and the iteration start afresh.
+    const auto [found, index] =
+        find_checkpoint(t.load_weight(), "train.load_weight",
+                        "one tessel-checkpoint import-hf made, or a run's train.save_period");
+    // What shapes do not show: a model computing another function on the same weights.
+    if (const std::optional<config::Config> saved_config = checkpoint::SavedConfig(found)) {
+      const config::ModelConfig& saved_model = saved_config->model();
+      TESSEL_CHECK(saved_model.hidden_act() == m.hidden_act())
+          << "tessel-train: train.load_weight " << found.string() << " was trained with model.hidden_act '"
+          << saved_model.hidden_act() << "' but this config has '" << m.hidden_act() << "'";
+      TESSEL_CHECK(saved_model.layernorm_epsilon() == m.layernorm_epsilon())
+          << "tessel-train: train.load_weight " << found.string()
+          << " was trained with model.layernorm_epsilon " << saved_model.layernorm_epsilon()
+          << " but this config has " << m.layernorm_epsilon();
+    }
+    checkpoint::NamedTensors weights;
+    for (auto& [name, p] : params) weights.emplace_back("model." + name, p);
+    load(found, weights, /*optimizer=*/false);
+    if (rank == 0) {
+      std::printf("tessel-train: loaded the %s weights of %s (%zu tensors)\n", m.arch().c_str(),
+                  found.c_str(), weights.size());
+      std::fflush(stdout);
+    }
+  }
+  runtime::ActorRuntime actors({.schedule = schedule});
+  const double clip = o.clip_grad_norm();
+  Graph train_step("train_step",
+                   [&](const Graph::Tensors& in) {
+                     Tensor loss = task->Loss(in);
+                     loss.backward();
+                     optim::ApplyGradientHandlers(handlers, params, grad_layouts);
+                     Tensor grad_norm = optim::ClipGradNormTensor(params, clip, grad_layouts);
+                     adamw.Step();
+                     return Graph::Tensors{{"loss", loss}, {"grad_norm", grad_norm}};
+                   },
+                   {.micro_batches = micro_batches,
+                    .stage_ranks = dist::StageRanks(),
+                    .layer_stages = dist::LayerStages(),
+                    .executor = in_order ? nullptr : actors.Executor()});
+  const int64_t dp = d.data_parallel_size();
+  const std::filesystem::path out_dir = t.output_dir();
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> metrics(nullptr, &std::fclose);
+  std::unique_ptr<zoo::EventWriter> events;  // TensorBoard scalars, beside metrics.jsonl
+  if (rank == 0 && !FLAGS_fast_dev_run) {
+    std::filesystem::create_directories(out_dir);
+    std::ofstream(out_dir / "config.prototxt") << zoo::ConfigText(c);
+    // A resumed run adds to the metrics of the run it continues.
+    metrics.reset(std::fopen((out_dir / "metrics.jsonl").c_str(), FLAGS_resume ? "a" : "w"));
+    TESSEL_CHECK(metrics != nullptr) << "tessel-train: cannot write " << (out_dir / "metrics.jsonl").string()
+                                     << ": " << std::strerror(errno);
+    events = std::make_unique<zoo::EventWriter>(out_dir);
+  }
+  if (rank == 0) {
+    std::printf(
+        "tessel-train: %s, %ld layers, hidden %ld; world %d = dp %ld x tp %ld x "
+        "pp %ld; global batch %ld = micro %ld x dp %ld x accumulation %d; %s%s; %ld iterations; %s\n",
+        m.arch().c_str(), static_cast<long>(m.hidden_layers()), static_cast<long>(m.hidden_size()), world,
+        static_cast<long>(dp), static_cast<long>(d.tensor_parallel_size()),
+        static_cast<long>(d.pipeline_parallel_size()), static_cast<long>(global),
+        static_cast<long>(t.micro_batch_size()), static_cast<long>(dp), micro_batches,
+        graph ? "graph mode, " : "eager", graph ? t.graph().pipeline().c_str() : "",
+        static_cast<long>(t.train_iter()), task->DataSummary().c_str());
+    if (d.tensor_parallel_mode() != "1d")
+      std::printf("tessel-train: tensor_parallel_mode %s: %s\n", d.tensor_parallel_mode().c_str(),
+                  dist::StageGridText().c_str());
+    for (const config::GradientHandlerConfig& h : t.gradient_handler())
+      std::printf("tessel-train: gradient handler %s\n", h.ShortDebugString().c_str());
+    std::fflush(stdout);
+  }
+
+  auto evaluate_now = [&](int64_t iteration) {
+    const std::vector<train::Metric> metrics_now = task->Evaluate(graph);
+    if (rank != 0) return;
+    std::string line = "evaluation at iteration " + std::to_string(iteration) + ":";
+    std::string json = "{\"iteration\": " + std::to_string(iteration);
+    char value[64];
+    for (const train::Metric& metric : metrics_now) {
+      std::snprintf(value, sizeof(value), "%.6f", metric.value);
+      line.append(" ").append(metric.name).append(" ").append(value);
+      std::snprintf(value, sizeof(value), "%.7g", metric.value);
+      json.append(", \"eval_").append(metric.name).append("\": ").append(value);
+      if (events) events->AddScalar("eval/" + metric.name, iteration, metric.value);
+    }
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    if (metrics) {
+      std::fprintf(metrics.get(), "%s}\n", json.c_str());
+      std::fflush(metrics.get());
+    }
+    if (events) events->Flush();
+  };
+
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto period_start = start;
+  double period_data_seconds = 0;
+  int64_t period_iterations = 0;
+  const bool save = t.save_period() > 0 && !FLAGS_fast_dev_run;
+  for (int64_t it = start_iteration; it < t.train_iter(); ++it) {
+    adamw.set_lr(LearningRate(c, it));
+    double loss = 0, grad_norm = 0;
+    if (graph) {
+      const auto data_start = Clock::now();
+      auto in = task->ReadTrain(it, 0, 1);
+      period_data_seconds += std::chrono::duration<double>(Clock::now() - data_start).count();
+      Graph::Tensors out = train_step(in);
+      loss = optim::ScalarValue(out.at("loss"));
+      grad_norm = optim::ScalarValue(out.at("grad_norm"));
+      if (FLAGS_print_actions && it == start_iteration && !in_order) {
+        const runtime::StepReport& r = actors.last_step();
+        std::printf("rank %d stage %d %s: %s\n", rank, r.stage, r.schedule.c_str(),
+                    runtime::ActionsText(r.actions).c_str());
+        std::fflush(stdout);
+      }
+    } else {
+      // Eagerly, micro-batches are a loop: each backward adds its share.
+      for (int part = 0; part < micro_batches; ++part) {
+        const auto data_start = Clock::now();
+        auto in = task->ReadTrain(it, part, micro_batches);
+        period_data_seconds += std::chrono::duration<double>(Clock::now() - data_start).count();
+        Tensor part_loss = task->Loss(in);
+        if (micro_batches > 1) part_loss = fn::mul_scalar(part_loss, 1.0 / micro_batches);
+        (amp ? amp->ScaleLoss(part_loss) : part_loss).backward();
+        loss += optim::ScalarValue(part_loss);
+      }
+      optim::ApplyGradientHandlers(handlers, params, grad_layouts);
+      grad_norm = amp ? amp->UnscaleAndClip(clip) : optim::ClipGradNorm(params, clip, grad_layouts);
+      if (!amp || amp->StepIsFinite(grad_norm)) {
+        adamw.Step();
+        if (amp) amp->CopyMastersToModel();
+      } else if (rank == 0) {
+        std::printf("iteration %ld: gradients overflowed f16; step skipped, loss scale now %g\n",
+                    static_cast<long>(it + 1), amp->loss_scale());
+      }
+    }
+    ++period_iterations;
+    const int64_t done = it + 1;
+    if (done == 1 || done % t.log_period() == 0 || done == t.train_iter()) {
+      const auto now = Clock::now();
+      const double seconds = std::chrono::duration<double>(now - period_start).count();
+      const double per_iter = seconds / static_cast<double>(period_iterations);
+      const double elapsed = std::chrono::duration<double>(now - start).count();
+      const double eta =
+          elapsed / static_cast<double>(done - start_iteration) * static_cast<double>(t.train_iter() - done);
+      const double samples = static_cast<double>(global) / per_iter,
+                   tokens = samples * static_cast<double>(tokens_per_sample);
+      const double data_ms = 1e3 * period_data_seconds / static_cast<double>(period_iterations);
+      const double peak = PeakResidentMiB();
+      if (rank == 0) {
+        std::printf(
+            "iteration %ld/%ld loss %.7f lr %.3e grad_norm %.4f samples/s %.1f tokens/s %.0f "
+            "time/iter %.1f ms data %.2f ms peak_rss %.0f MiB eta %s\n",
+            static_cast<long>(done), static_cast<long>(t.train_iter()), loss, adamw.lr(), grad_norm, samples,
+            tokens, 1e3 * per_iter, data_ms, peak, HoursMinutesSeconds(eta).c_str());
+        std::fflush(stdout);
+        if (metrics) {
+          std::fprintf(
+              metrics.get(),
+              "{\"iteration\": %ld, \"loss\": %.7f, \"lr\": %.6e, \"grad_norm\": %.6f, \"samples_per_s\": "
+              "%.3f, \"tokens_per_s\": %.1f, \"time_per_iter_ms\": %.3f, \"data_ms\": %.3f, "
+              "\"peak_rss_mib\": %.1f, \"eta_s\": %.1f}\n",
+              static_cast<long>(done), loss, adamw.lr(), grad_norm, samples, tokens, 1e3 * per_iter, data_ms,
+              peak, eta);
+          std::fflush(metrics.get());
+        }
+        if (events) {
+          for (const auto& [tag, value] : {std::pair<const char*, double>{"train/loss", loss},
+                                           {"train/lr", adamw.lr()},
+                                           {"train/grad_norm", grad_norm},
+                                           {"train/samples_per_s", samples},
+                                           {"train/tokens_per_s", tokens},
+                                           {"train/time_per_iter_ms", 1e3 * per_iter},
+                                           {"train/data_ms", data_ms},
+                                           {"train/peak_rss_mib", peak}})
+            events->AddScalar(tag, done, value);
+          events->Flush();
+        }
+      }
+      period_start = now;
+      period_data_seconds = 0;
+      period_iterations = 0;
+    }
+    if (evaluate && (done % c.evaluation().eval_period() == 0 || done == t.train_iter())) {
+      evaluate_now(done);
+      period_start = Clock::now();  // evaluation time is not training time
+    }
+    if (save && (done % t.save_period() == 0 || done == t.train_iter())) {
+      const auto save_start = Clock::now();
+      char layout[96];
+      std::snprintf(layout, sizeof(layout), "dp %ld x tp %ld x pp %ld", static_cast<long>(dp),
+                    static_cast<long>(d.tensor_parallel_size()),
+                    static_cast<long>(d.pipeline_parallel_size()));
+      std::map<std::string, std::string> state = {
+          {"iteration", std::to_string(done)}, {"arch", m.arch()}, {"layout", layout}};
+      for (const auto& [name, counter] : rng_counters) state["rng." + name] = std::to_string(*counter);
+      checkpoint::SaveOptions options;
+      options.keep_last = t.keep_last_checkpoints();
+      options.config_text = zoo::ConfigText(c);
+      const std::filesystem::path where = checkpoint::Save(t.checkpoint_dir(), done, saved, state, options);
+      if (rank == 0) {
+        std::printf("saved checkpoint %s in %.2f s\n", where.c_str(),
+                    std::chrono::duration<double>(Clock::now() - save_start).count());
+        std::fflush(stdout);
+      }
+      period_start = Clock::now();  // saving time is not training time
+    }
+  }
+  if (rank == 0) {
+    std::printf("tessel-train: %ld iterations in %s%s\n", static_cast<long>(t.train_iter()),
+                HoursMinutesSeconds(std::chrono::duration<double>(Clock::now() - start).count()).c_str(),
+                FLAGS_fast_dev_run ? "" : (", metrics in " + (out_dir / "metrics.jsonl").string()).c_str());
+  }
+  return 0;
+}
+
+}  // namespace tessel::train
