@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "graph/autograd.h"
@@ -89,15 +90,16 @@ TEST(ParallelModes, TheModesGridIsTheStagesRanks) {
   EXPECT_EQ(dist::DataParallelIndex(0), 0);
   EXPECT_EQ(dist::StageGridText(), "stage 0 [dp x tp] = [[0]]");
   // A mode's options reach it; Setup keeps the grid it gives.
-  std::vector<std::string> seen;
+  // Shared with the registered mode, which outlives this test.
+  auto seen = std::make_shared<std::vector<std::string>>();
   dist::RegisterParallelMode("test_single",
-                             {.check = nullptr, .stage_ranks = [&](const dist::ParallelModeSizes& s) {
-                                for (const auto& [k, v] : s.options) seen.push_back(k + "=" + v);
+                             {.check = nullptr, .stage_ranks = [seen](const dist::ParallelModeSizes& s) {
+                                for (const auto& [k, v] : s.options) seen->push_back(k + "=" + v);
                                 return std::vector<std::vector<int>>{{0}};
                               }});
   dist::Setup(
       {.tensor_parallel_mode = "test_single", .tensor_parallel_mode_options = {{"order", "reversed"}}});
-  EXPECT_EQ(seen, std::vector<std::string>{"order=reversed"});
+  EXPECT_EQ(*seen, std::vector<std::string>{"order=reversed"});
   EXPECT_EQ(dist::GetConfig().tensor_parallel_mode, "test_single");
   dist::Setup({});
 }
