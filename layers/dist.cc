@@ -67,6 +67,12 @@ void Setup(const Config& in) {
           << " no layers; expected every stage 0.." << c.pipeline_parallel_size - 1 << " to hold one or more";
     }
   }
+  TESSEL_CHECK(!(c.sequence_parallel && c.all_to_all_sequence_parallel))
+      << "sequence_parallel (Megatron's, over tp) and all_to_all_sequence_parallel (over dp) are one or the "
+         "other";
+  TESSEL_CHECK(!c.all_to_all_sequence_parallel || dp > 1)
+      << "all_to_all_sequence_parallel splits sequences over the data-parallel ranks, but data_parallel_size is "
+      << dp;
   TESSEL_CHECK(c.zero_stage >= 0 && c.zero_stage <= 3)
       << "zero_stage=" << c.zero_stage << "; expected 0 (off), 1, 2 or 3";
   TESSEL_CHECK(c.pipeline_parallel_size == 1 || c.pipeline_num_layers >= c.pipeline_parallel_size)
@@ -217,10 +223,12 @@ NdSbp GetNdSbp(const std::vector<Sbp>& dp_tp) {
   return NdSbp(out);
 }
 
-NdSbp GetHiddenSbp() { return GetNdSbp({S(0), B()}); }
+Sbp DataParallelSbp() { return Current().all_to_all_sequence_parallel ? S(1) : S(0); }
+
+NdSbp GetHiddenSbp() { return GetNdSbp({DataParallelSbp(), B()}); }
 
 NdSbp GetActivationSbp(int64_t ndim) {
-  return GetNdSbp({S(0), Current().sequence_parallel && ndim >= 3 ? S(1) : B()});
+  return GetNdSbp({DataParallelSbp(), Current().sequence_parallel && ndim >= 3 ? S(1) : B()});
 }
 
 NdSbp ZeroShardSbp(const Shape& shape, const NdSbp& nd_sbp) {

@@ -38,6 +38,13 @@ struct Config {
   // hidden] are split on the sequence over tp instead of replicated; the
   // all-reduces around each region become all-gathers and reduce-scatters.
   bool sequence_parallel = false;
+  // DeepSpeed-Ulysses' sequence parallelism over the data-parallel ranks:
+  // they share each micro-batch (micro_batch_size x dp rows) and split its
+  // sequences instead of its rows; parameters stay replicated over dp and
+  // their gradients all-reduced, as under data parallelism. Inside each
+  // attention an all-to-all trades the sequence split for a split of the
+  // heads (attention needs whole sequences) and a second one trades back.
+  bool all_to_all_sequence_parallel = false;
   // The registered parallel mode that forms the stages' rank grids, and its
   // options (layers/parallel_mode.h).
   std::string tensor_parallel_mode = "1d";
@@ -73,7 +80,12 @@ std::string StageGridText();
 // A [dp, tp] pair of Sbps reduced to the active mesh axes.
 NdSbp GetNdSbp(const std::vector<Sbp>& dp_tp);
 // Batch inputs (ids, labels, images): split on the batch over dp, B over tp.
+// Under all-to-all sequence parallelism split on the sequence (dimension
+// 1) over dp instead.
 NdSbp GetHiddenSbp();
+// The dp-axis Sbp of batch inputs and hidden states: S(0), or S(1) under
+// all-to-all sequence parallelism.
+Sbp DataParallelSbp();
 // Hidden states [batch, seq, ...] between the tensor-parallel regions: the
 // batch split over dp, and over tp the sequence split under sequence
 // parallelism (B otherwise). Tensors of fewer than 3 dimensions (no

@@ -15,7 +15,7 @@ namespace tessel::layers {
 namespace {
 // The input's dp-axis Sbp (kept), with `tp` on the tp axis.
 NdSbp InputSbp(const Tensor& x, const Sbp& tp) {
-  Sbp dp = S(0);
+  Sbp dp = dist::DataParallelSbp();
   if (x.is_global() && dist::GetConfig().data_parallel_size > 1) dp = x.nd_sbp()[0];
   return dist::GetNdSbp({dp, tp});
 }

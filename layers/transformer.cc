@@ -13,6 +13,13 @@
 namespace tessel::layers {
 
 namespace {
+// `nd_sbp` with its data-parallel entry (the first axis; dp > 1) replaced.
+NdSbp WithDataParallelSbp(const NdSbp& nd_sbp, const Sbp& dp) {
+  std::vector<Sbp> sbps = nd_sbp.sbps();
+  sbps[0] = dp;
+  return NdSbp(sbps);
+}
+
 int64_t CheckHeads(int64_t hidden, int64_t heads) {
   const int64_t tp = dist::GetConfig().tensor_parallel_size;
   TESSEL_CHECK(heads > 0 && hidden % heads == 0)
@@ -48,14 +55,35 @@ Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask) const
   // Head-major features: a split over tp keeps whole heads together.
   Tensor t = fn::reshape(qkv(x), {b, s, heads_, 3 * hd});
   t = fn::permute(t, {0, 2, 1, 3});  // [b, heads, s, 3 hd]
-  Tensor q = fn::slice(t, 3, 0, hd), k = fn::slice(t, 3, hd, 2 * hd), v = fn::slice(t, 3, 2 * hd, 3 * hd);
+  // All-to-all sequence parallelism: the dp ranks hold parts of each
+  // sequence; attention needs whole ones, so they trade them for parts of
+  // the heads (one all-to-all for q, k and v together) and trade back after.
+  // The heads go [tp groups, heads per group] first: splits nest from the
+  // outer mesh axis (dp) in, so the dp ranks split each tp rank's own heads
+  // only when the tp split is a dimension of its own. The all-to-all then
+  // stays inside each data-parallel group.
+  const int64_t tp = dist::GetConfig().tensor_parallel_size;
+  const bool all_to_all = dist::GetConfig().all_to_all_sequence_parallel && t.is_global();
+  if (all_to_all) {
+    t = fn::reshape(t, {b, tp, heads_ / tp, s, 3 * hd});
+    t = t.to_global(t.placement(), WithDataParallelSbp(t.nd_sbp(), S(2)));
+  }
+  const int last = static_cast<int>(t.ndim()) - 1;
+  Tensor q = fn::slice(t, last, 0, hd), k = fn::slice(t, last, hd, 2 * hd),
+         v = fn::slice(t, last, 2 * hd, 3 * hd);
   Tensor m = mask;
   const Placement& p = qkv.weight.placement();
   if (m.defined() && !m.is_global()) m = m.to_global(p, dist::GetNdSbp({B(), B()}));
   if (m.defined() && m.placement() != p) m = m.to_global(p, m.nd_sbp());  // to this layer's stage
+  if (m.defined() && all_to_all) m = fn::reshape(m, {b, 1, 1, 1, s});     // one more head dimension
   Tensor probs =
       fn::scale_mask_softmax(fn::matmul(q, k, false, true), m, 1.0 / std::sqrt(double(hd)), options_.causal);
-  Tensor ctx = fn::permute(fn::matmul(probs_dropout_(probs), v), {0, 2, 1, 3});  // [b, s, heads, hd]
+  Tensor ctx = fn::matmul(probs_dropout_(probs), v);  // [b, heads, s, hd] ([b, tp, heads / tp, s, hd])
+  if (all_to_all) {
+    ctx = ctx.to_global(ctx.placement(), WithDataParallelSbp(ctx.nd_sbp(), S(3)));
+    ctx = fn::reshape(ctx, {b, heads_, s, hd});
+  }
+  ctx = fn::permute(ctx, {0, 2, 1, 3});  // [b, s, heads, hd]
   return out(fn::reshape(ctx, {b, s, hidden_}));
 }
 
@@ -145,6 +173,12 @@ Tensor MaskPaddedLogits(const Tensor& logits, int64_t vocab_size) {
 Tensor ParallelCrossEntropyLoss(const Tensor& logits, const Tensor& labels, int64_t ignore_index) {
   const int64_t b = logits.shape()[0], s = logits.shape()[1], v = logits.shape()[2];
   Tensor l = logits.is_global() && !labels.is_global() ? ToHidden(labels, logits.placement()) : labels;
+  if (dist::GetConfig().all_to_all_sequence_parallel && logits.is_global()) {
+    // Split on the sequence over dp: flattened sequence-major, the rows stay
+    // split (on the outer dimension) instead of being gathered.
+    return fn::cross_entropy(fn::reshape(fn::permute(logits, {1, 0, 2}), {s * b, v}),
+                             fn::reshape(fn::permute(l, {1, 0}), {s * b}), ignore_index);
+  }
   return fn::cross_entropy(fn::reshape(logits, {b * s, v}), fn::reshape(l, {b * s}), ignore_index);
 }
 

@@ -343,6 +343,12 @@ void ResolveConfig(config::Config* c, int world_size) {
       << m.num_attention_heads();
 
   CheckOneOf("train.dist.device", d.device(), {"cpu", "cuda"});
+  CheckOneOf("train.dist.sequence_parallel_mode", d.sequence_parallel_mode(), {"megatron", "all_to_all"});
+  // Every input of the language model is [batch, seq, ...]; BERT's sentence
+  // labels and ViT's images have no sequence to split.
+  TESSEL_CHECK(!d.sequence_parallel() || d.sequence_parallel_mode() != "all_to_all" || m.arch() == "gpt2")
+      << "config: train.dist.sequence_parallel_mode all_to_all is for model.arch gpt2; this config trains '"
+      << m.arch() << "'";
   if (t.amp().enabled()) {
     const config::AmpConfig& amp = t.amp();
     CheckOneOf("train.amp.dtype", amp.dtype(), {"bf16", "f16"});
@@ -382,6 +388,9 @@ void ResolveConfig(config::Config* c, int world_size) {
   TESSEL_CHECK(dp * tp * pp == world_size)
       << "config: data_parallel_size x tensor_parallel_size x pipeline_parallel_size = " << dp << " x " << tp
       << " x " << pp << " = " << dp * tp * pp << " but the job has " << world_size << " ranks";
+  TESSEL_CHECK(!d.sequence_parallel() || d.sequence_parallel_mode() != "all_to_all" || dp > 1)
+      << "config: train.dist.sequence_parallel_mode all_to_all splits each sequence over the data-parallel "
+         "ranks, but data_parallel_size is 1; launch more ranks or use sequence_parallel_mode megatron";
   TESSEL_CHECK(m.num_attention_heads() % tp == 0)
       << "config: model.num_attention_heads " << m.num_attention_heads()
       << " is not divisible by train.dist.tensor_parallel_size " << tp;

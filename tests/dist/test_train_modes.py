@@ -4,9 +4,11 @@ give the losses of one process (1e-5 relative, 20 iterations) with ZeRO
 stages 1, 2 and 3 under dp4 (graph mode, 1F1B), stage 2 eagerly, ZeRO
 beside tensor parallelism (dp2 x tp2, stage 3) and pipelines with gradient
 accumulation (dp2 x pp2, stage 1); and with sequence parallelism under
-tp2, dp2 x tp2, tp2 x pp2 and tp4 (eager; ViT's 17 tokens split unevenly).
-A bad stage and ZeRO with mixed precision are named before the first
-iteration."""
+tp2, dp2 x tp2, tp2 x pp2 and tp4 (eager; ViT's 17 tokens split unevenly);
+for GPT also with all-to-all sequence parallelism under dp4, dp2 x tp2
+(eager) and dp2 x pp2 with ZeRO 1. A bad stage, ZeRO with mixed precision,
+all-to-all sequence parallelism without data parallelism or for ViT, and an
+unknown sequence parallel mode are named before the first iteration."""
 import os
 import sys
 import tempfile
@@ -24,6 +26,10 @@ def mode(stage):
     """ZeRO's stage, or "sp" for sequence parallelism."""
     if stage == "sp":
         return ["train.dist.sequence_parallel=true"]
+    if stage == "a2a":
+        return ["train.dist.sequence_parallel=true", "train.dist.sequence_parallel_mode=all_to_all"]
+    if stage == "a2a zero1":
+        return mode("a2a") + mode(1)
     return [] if stage == 0 else ["train.zero_optimization.enabled=true", f"train.zero_optimization.stage={stage}"]
 
 
@@ -51,7 +57,10 @@ RUNS = {"1x1x1": (1, 1, 1, True, 0), "dp4 stage 1": (4, 1, 1, True, 1), "dp4 sta
         "dp4 stage 3": (4, 1, 1, True, 3), "dp4 stage 2 eager": (4, 1, 1, False, 2),
         "dp2 x tp2 stage 3": (4, 2, 1, True, 3), "dp2 x pp2 stage 1": (4, 1, 2, True, 1),
         "tp2 sequence parallel": (2, 2, 1, True, "sp"), "dp2 x tp2 sequence parallel": (4, 2, 1, True, "sp"),
-        "tp2 x pp2 sequence parallel": (4, 2, 2, True, "sp"), "tp4 sequence parallel eager": (4, 4, 1, False, "sp")}
+        "tp2 x pp2 sequence parallel": (4, 2, 2, True, "sp"), "tp4 sequence parallel eager": (4, 4, 1, False, "sp"),
+        "dp4 all-to-all sequence parallel": (4, 1, 1, True, "a2a"),
+        "dp2 x tp2 all-to-all sequence parallel eager": (4, 2, 1, False, "a2a"),
+        "dp2 x pp2 all-to-all sequence parallel, ZeRO 1": (4, 1, 2, True, "a2a zero1")}
 COMMON = [f"train.train_iter={ITERS}", "train.log_period=1", "evaluation.enabled=false", "scheduler.warmup_iter=5"]
 gpt = Trainer(args.launcher, args.program, os.path.join(args.source, "configs", "gpt2_tiny.prototxt"))
 compare("GPT", gpt, COMMON, RUNS)
@@ -66,5 +75,18 @@ check_bad_inputs(gpt, work, {
     "ZeRO with mixed precision": (["train.zero_optimization.enabled=true", "train.amp.enabled=true",
                                    "train.dist.device=cuda", "train.graph.enabled=false"],
                                   r"train\.zero_optimization with train\.amp is not supported yet"),
+    "all-to-all sequence parallelism without data parallelism": (
+        ["train.dist.sequence_parallel=true", "train.dist.sequence_parallel_mode=all_to_all",
+         "train.dist.tensor_parallel_size=2", "train.dist.pipeline_parallel_size=2"],
+        r"sequence_parallel_mode all_to_all splits each sequence over the data-parallel ranks, but "
+        r"data_parallel_size is 1"),
+    "a sequence parallel mode not known": (["train.dist.sequence_parallel_mode=ring"],
+                                          r"train\.dist\.sequence_parallel_mode is 'ring'; expected one of "
+                                          r"megatron, all_to_all"),
+}, 4, COMMON)
+check_bad_inputs(vit, work, {
+    "all-to-all sequence parallelism of ViT": (
+        ["train.dist.sequence_parallel=true", "train.dist.sequence_parallel_mode=all_to_all"],
+        r"sequence_parallel_mode all_to_all is for model\.arch gpt2; this config trains 'vit'"),
 }, 4, COMMON)
 finish()

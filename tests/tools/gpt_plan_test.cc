@@ -257,6 +257,49 @@ TEST(GptPlan, SequenceParallelLayersAllGatherAndReduceScatterTheActivations) {
   }
 }
 
+// All-to-all sequence parallelism (DeepSpeed-Ulysses, Jacobs et al.,
+// 2023): the P ranks of a group split each sequence; per layer, q, k and v
+// go from a split of the sequence to a split of the heads and the
+// attention output comes back, four all-to-alls of N*h/P elements each
+// for N tokens in forward (here q, k and v in one call: 3Nh/P and Nh/P)
+// and the same in backward, and nothing else moves inside a layer. The
+// group here is the data-parallel one; beside tensor parallelism the heads
+// a tp rank owns are the ones split, so N*h/(dp*tp) each, and tp's own
+// all-reduces are Megatron's, unchanged.
+TEST(GptPlan, AllToAllSequenceParallelMovesFourTimesTheTokensHiddenStatesPerLayer) {
+  for (const auto& [dp, tp] : {std::pair<int64_t, int64_t>{4, 1}, {2, 2}}) {
+    GptPlanOptions o{.model = {.vocab_size = 1024, .hidden = 256, .heads = 8, .layers = 3, .max_seq = 128},
+                     .tensor_parallel_size = tp,
+                     .data_parallel_size = dp,
+                     .micro_batch_size = 2};
+    const GptPlan plain = PlanGpt(o);
+    o.all_to_all_sequence_parallel = true;
+    const int64_t tokens = o.micro_batch_size * dp * 128;  // the dp group's micro-batch
+    for (int rank : {0, static_cast<int>(dp * tp - 1)}) {
+      o.rank = rank;
+      const GptPlan plan = PlanGpt(o);
+      for (int64_t layer = 0; layer < 3; ++layer)
+        for (bool backward : {false, true}) {
+          SCOPED_TRACE("dp " + std::to_string(dp) + " tp " + std::to_string(tp) + " rank " +
+                       std::to_string(rank) + " layer " + std::to_string(layer) +
+                       (backward ? " backward" : " forward"));
+          const CommTally a2a = Tally(plan, layer, backward, "dp", "all-to-all");
+          EXPECT_EQ(a2a.count, 2);
+          EXPECT_EQ(a2a.elements, 4 * tokens * 256 / (dp * tp));
+          EXPECT_EQ(Tally(plan, layer, backward, "tp", "all-reduce").elements,
+                    Tally(plain, layer, backward, "tp", "all-reduce").elements);
+          for (const auto& [k, t] : plan.comm)
+            if (k.layer == layer && k.backward == backward)
+              EXPECT_TRUE((k.group == "dp" && k.kind == "all-to-all") ||
+                          (k.group == "tp" && k.kind == "all-reduce"))
+                  << k.group << " " << k.kind;
+        }
+      // The gradients are reduced over dp as without it.
+      EXPECT_EQ(Total(plan, "dp", "all-reduce").bytes, Total(plain, "dp", "all-reduce").bytes);
+    }
+  }
+}
+
 // ZeRO stage 1 (Rajbhandari et al., 2020) moves what data parallelism
 // moves: the gradients reduce-scattered and the updated parameters
 // all-gathered, each the rank's parameter bytes, where plain data

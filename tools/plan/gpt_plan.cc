@@ -59,7 +59,8 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
                .pipeline_parallel_size = o.pipeline_parallel_size,
                .pipeline_num_layers = o.model.layers,
                .zero_stage = o.zero_stage,
-               .sequence_parallel = o.sequence_parallel});
+               .sequence_parallel = o.sequence_parallel,
+               .all_to_all_sequence_parallel = o.all_to_all_sequence_parallel});
   models::GPT gpt(o.model);
   auto params = gpt.NamedParameters();
   optim::AdamW adamw(params, {.zero_stage = o.zero_stage});

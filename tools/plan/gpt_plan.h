@@ -29,6 +29,9 @@ struct GptPlanOptions {
   int64_t seq = 0;                 // tokens per sequence; 0: model.max_seq
   bool want_dot = false;           // keep the compiled logical graph as Graphviz
   bool sequence_parallel = false;  // dist::Config::sequence_parallel
+  // dist::Config::all_to_all_sequence_parallel: the data-parallel ranks
+  // split each sequence of their micro_batch_size x dp rows.
+  bool all_to_all_sequence_parallel = false;
   int64_t zero_stage = 0;          // dist::Config::zero_stage (and AdamW's)
 };
 

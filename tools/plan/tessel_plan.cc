@@ -28,6 +28,9 @@ DEFINE_bool(activation_checkpoint, false, "recompute each transformer layer in b
 DEFINE_bool(sequence_parallel, false,
             "Megatron's sequence parallelism: hidden states split on the sequence over tp between the "
             "tensor-parallel regions");
+DEFINE_string(sequence_parallel_mode, "megatron",
+              "with --sequence_parallel: megatron (over tp) or all_to_all (DeepSpeed-Ulysses: the dp ranks split "
+              "each sequence; all-to-alls around attention trade it for a split of the heads)");
 DEFINE_int64(zero_stage, 0,
              "ZeRO over the data-parallel ranks: 1 optimizer state, 2 and gradients, 3 and parameters");
 DEFINE_bool(ops, false, "also list every op of the rank's plan with its communication");
@@ -55,7 +58,10 @@ int main(int argc, char** argv) {
     o.pipeline_parallel_size = FLAGS_pp;
     o.data_parallel_size = FLAGS_dp;
     o.rank = FLAGS_rank;
-    o.sequence_parallel = FLAGS_sequence_parallel;
+    TESSEL_CHECK(FLAGS_sequence_parallel_mode == "megatron" || FLAGS_sequence_parallel_mode == "all_to_all")
+        << "--sequence_parallel_mode=" << FLAGS_sequence_parallel_mode << "; expected megatron or all_to_all";
+    o.sequence_parallel = FLAGS_sequence_parallel && FLAGS_sequence_parallel_mode == "megatron";
+    o.all_to_all_sequence_parallel = FLAGS_sequence_parallel && FLAGS_sequence_parallel_mode == "all_to_all";
     o.zero_stage = FLAGS_zero_stage;
     o.micro_batch_size = FLAGS_micro_batch_size;
     o.micro_batches = FLAGS_micro_batches;

@@ -109,14 +109,17 @@ class GPTTask : public Task {
     const BatchLayout layout = BatchLayout::ForWorld(global_);
     const bool needs_ids = layout.ReadsInputs(), needs_labels = layout.ReadsLabels();
     const int64_t local_rows = layout.LocalRows(parts);
+    // Each row's positions [from, to): all of them, or this rank's part of
+    // the sequence under all-to-all sequence parallelism.
+    const auto [from, to] = layout.SequenceRange(seq_);
     std::vector<int64_t> ids, labels, tokens;
     if (needs_ids || needs_labels) {
       const int64_t begin = first_sample + layout.FirstRow(part, parts);
       for (int64_t i = 0; i < local_rows; ++i) {
         tokens.clear();
         data.Sample((begin + i) % data.size(), &tokens);
-        ids.insert(ids.end(), tokens.begin(), tokens.end() - 1);
-        labels.insert(labels.end(), tokens.begin() + 1, tokens.end());
+        ids.insert(ids.end(), tokens.begin() + from, tokens.begin() + to);
+        labels.insert(labels.end(), tokens.begin() + from + 1, tokens.begin() + to + 1);
       }
     }
     const Shape shape({global_ / parts, seq_});
@@ -124,9 +127,9 @@ class GPTTask : public Task {
     // (an undefined tensor would read as f32 and change the graph's specs).
     const Tensor none = Tensor::FromVector<int64_t>({}, {0, seq_});
     return {{"ids",
-             layout.OnFirst(needs_ids ? Tensor::FromVector<int64_t>(ids, {local_rows, seq_}) : none, shape)},
+             layout.OnFirst(needs_ids ? Tensor::FromVector<int64_t>(ids, {local_rows, to - from}) : none, shape)},
             {"labels",
-             layout.OnLast(needs_labels ? Tensor::FromVector<int64_t>(labels, {local_rows, seq_}) : none,
+             layout.OnLast(needs_labels ? Tensor::FromVector<int64_t>(labels, {local_rows, to - from}) : none,
                            shape)}};
   }
 

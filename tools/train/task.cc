@@ -2,6 +2,7 @@
 
 #include "graph/global_tensor_ops.h"
 #include "layers/dist.h"
+#include "sbp/slice.h"
 
 namespace tessel::train {
 
@@ -10,13 +11,21 @@ BatchLayout BatchLayout::ForWorld(int64_t rows) {
           .dp = dist::GetConfig().data_parallel_size,
           .first = dist::GetLayerPlacement(0),
           .last = dist::GetLayerPlacement(-1),
-          .sbp = dist::GetHiddenSbp()};
+          .sbp = dist::GetHiddenSbp(),
+          .sequence_split = dist::GetConfig().all_to_all_sequence_parallel};
+}
+
+std::pair<int64_t, int64_t> BatchLayout::SequenceRange(int64_t seq) const {
+  if (!sequence_split) return {0, seq};
+  // The part of dimension 1 that S(1) over dp gives this rank.
+  const Range part = BalancedPart({0, seq}, dp, DataParallelIndex());
+  return {part.begin, part.end};
 }
 
 int BatchLayout::DataParallelIndex() const { return static_cast<int>(dist::DataParallelIndex(dist::Rank())); }
 
 int64_t BatchLayout::FirstRow(int part, int parts) const {
-  return DataParallelIndex() * (rows / dp) + part * LocalRows(parts);
+  return (sequence_split ? 0 : DataParallelIndex() * (rows / dp)) + part * LocalRows(parts);
 }
 
 bool BatchLayout::ReadsInputs() const { return first.Contains(dist::Rank()); }

@@ -22,7 +22,9 @@
 namespace tessel::train {
 
 // How a global batch reaches the ranks: each data-parallel rank reads its
-// rows (rows / dp of them, cut again into micro-batches eagerly); inputs go
+// rows (rows / dp of them, cut again into micro-batches eagerly; or every
+// row, but its part of each sequence, under all-to-all sequence
+// parallelism); inputs go
 // to the first stage's ranks and labels to the last's, so a rank of
 // neither reads nothing.
 struct BatchLayout {
@@ -30,11 +32,16 @@ struct BatchLayout {
   int64_t dp = 1;
   Placement first, last;
   NdSbp sbp;  // batch split over dp, replicated over tp
+  // Under all-to-all sequence parallelism the dp ranks share every row and
+  // each reads its part of the sequence.
+  bool sequence_split = false;
 
   static BatchLayout ForWorld(int64_t rows);
   int DataParallelIndex() const;
   // Rows this rank reads for micro-batch `part` of `parts`.
-  int64_t LocalRows(int parts) const { return rows / dp / parts; }
+  int64_t LocalRows(int parts) const { return rows / (sequence_split ? 1 : dp) / parts; }
+  // The positions [first, second) of a `seq`-long sequence this rank reads.
+  std::pair<int64_t, int64_t> SequenceRange(int64_t seq) const;
   // The position in the global batch of this rank's first row of `part`.
   int64_t FirstRow(int part, int parts) const;
   bool ReadsInputs() const;
