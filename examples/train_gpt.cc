@@ -1,4 +1,5 @@
-// A small GPT (2 layers, hidden 64, 4 heads, vocab 1000, sequence 32)
+// A small GPT (2 layers, hidden 64, 4 heads, vocab 1000, sequence 32; the
+// sizes are flags)
 // trained for --steps steps on synthetic next-token data, under the layout
 // the launch gives: world = pp x dp x tp (e.g. 4 ranks with --tp 2 is dp 2 x
 // tp 2). Eagerly by default; with --graph the step (forward, backward,
@@ -36,6 +37,9 @@ DEFINE_string(stage_ids, "",
               "the pipeline stage of each layer, comma-separated (e.g. 0,0,0,1 for 4 layers on 2 stages); "
               "empty: the layers are split evenly, earlier stages taking one more when they do not divide");
 DEFINE_int64(batch, 8, "sequences per step");
+DEFINE_int64(hidden, 64, "hidden size (heavier layers make a pipeline's compute outweigh its transfers)");
+DEFINE_int64(heads, 4, "attention heads");
+DEFINE_int64(seq, 32, "tokens per sequence");
 DEFINE_double(lr, 3e-3, "peak learning rate (warmup 3 steps, then cosine)");
 DEFINE_int32(
     micro_batches, 1,
@@ -124,6 +128,9 @@ int main(int argc, char** argv) {
       << "--activation_checkpoint recomputes layers in a captured step; it needs --graph";
   config.activation_checkpoint = FLAGS_activation_checkpoint;
   config.layers = FLAGS_layers;
+  config.hidden = FLAGS_hidden;
+  config.heads = FLAGS_heads;
+  config.max_seq = FLAGS_seq;
   dist::Setup({.tensor_parallel_size = FLAGS_tp,
                .pipeline_parallel_size = FLAGS_pp,
                .pipeline_num_layers = config.layers,

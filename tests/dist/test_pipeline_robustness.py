@@ -53,7 +53,7 @@ bad = {
     "a stage with no layers": (PP4 + ["--stage_ids=0,1,1,3"],
                                r"custom_pipeline_stage_ids \[0, 1, 1, 3\] give stage 2 no layers"),
     "stage ids not numbers": (["--pp=2", "--layers=2", "--stage_ids=0,one"], r"'one' is not an integer"),
-    "unknown schedule": (PP4 + ["--schedule=zigzag"], r"pipeline schedule 'zigzag' is unknown; expected gpipe"),
+    "unknown schedule": (PP4 + ["--schedule=zigzag"], r"pipeline schedule 'zigzag' is not registered; registered: 1f1b, gpipe, naive"),
 }
 for name, (flags, pattern) in bad.items():
     code, out, secs = run(launch(flags + ["--steps=2"]), timeout=60)
