@@ -109,7 +109,7 @@ def main():
     from matplotlib.patches import Patch
 
     order = sorted(ranks, key=lambda k: (ranks[k]["stage"], k))
-    fig, ax = plt.subplots(figsize=(12, 0.9 * len(order) + 1.6))
+    fig, ax = plt.subplots(figsize=(12, 0.9 * len(order) + 2.0))
     for row, rank in enumerate(order):
         r = ranks[rank]
         y = len(order) - 1 - row
@@ -131,7 +131,8 @@ def main():
                  f"bubble {100 * mean:.0f}% (ideal {100 * ideal:.0f}%)")
     ax.legend(handles=[Patch(color="#4C72B0", label="forward"), Patch(color="#55A868", label="backward"),
                        Patch(color="#C44E52", label="communication"),
-                       Patch(color="#DD8452", label="gradient buckets")], loc="upper right", fontsize=8)
+                       Patch(color="#DD8452", label="gradient buckets")],
+              loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4, fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(args.out, dpi=110)
     print(f"wrote {args.out}")
