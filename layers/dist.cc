@@ -71,7 +71,8 @@ void Setup(const Config& in) {
       << "sequence_parallel (Megatron's, over tp) and all_to_all_sequence_parallel (over dp) are one or the "
          "other";
   TESSEL_CHECK(!c.all_to_all_sequence_parallel || dp > 1)
-      << "all_to_all_sequence_parallel splits sequences over the data-parallel ranks, but data_parallel_size is "
+      << "all_to_all_sequence_parallel splits sequences over the data-parallel ranks, but data_parallel_size "
+         "is "
       << dp;
   TESSEL_CHECK(c.zero_stage >= 0 && c.zero_stage <= 3)
       << "zero_stage=" << c.zero_stage << "; expected 0 (off), 1, 2 or 3";

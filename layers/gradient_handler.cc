@@ -1,13 +1,10 @@
 #include "layers/gradient_handler.h"
 
-#include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cmath>
-#include <mutex>
 
 #include "core/error.h"
-#include "core/join.h"
+#include "core/named_registry.h"
 #include "graph/autograd.h"
 #include "ops/functional.h"
 
@@ -35,52 +32,23 @@ GradientHandler ClipValue(const HandlerOptions& options) {
   };
 }
 
-struct Registry {
-  std::mutex mu;
-  std::map<std::string, GradientHandlerFactory> factories = {{"clip_value", ClipValue}};
-};
-
-Registry& TheRegistry() {
-  static Registry registry;
+NamedRegistry<GradientHandlerFactory>& Handlers() {
+  static NamedRegistry<GradientHandlerFactory> registry("gradient handler", "optim::RegisterGradientHandler",
+                                                        {{"clip_value", ClipValue}});
   return registry;
 }
 
 }  // namespace
 
 void RegisterGradientHandler(const std::string& name, GradientHandlerFactory factory) {
-  TESSEL_CHECK(!name.empty() && std::all_of(name.begin(), name.end(),
-                                            [](char c) {
-                                              return std::isalnum(static_cast<unsigned char>(c)) ||
-                                                     c == '_' || c == '-' || c == '.';
-                                            }))
-      << "RegisterGradientHandler: name '" << name << "'; expected letters, digits, '_', '-' or '.'";
   TESSEL_CHECK(factory != nullptr) << "RegisterGradientHandler('" << name << "'): no factory given";
-  Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  TESSEL_CHECK(r.factories.emplace(name, std::move(factory)).second)
-      << "RegisterGradientHandler: a gradient handler named '" << name << "' is already registered";
+  Handlers().Add(name, std::move(factory));
 }
 
-std::vector<std::string> GradientHandlerNames() {
-  Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  std::vector<std::string> names;
-  for (const auto& entry : r.factories) names.push_back(entry.first);
-  return names;
-}
+std::vector<std::string> GradientHandlerNames() { return Handlers().Names(); }
 
 GradientHandler MakeGradientHandler(const std::string& name, const HandlerOptions& options) {
-  GradientHandlerFactory factory;
-  {
-    Registry& r = TheRegistry();
-    std::lock_guard<std::mutex> lock(r.mu);
-    const auto it = r.factories.find(name);
-    if (it != r.factories.end()) factory = it->second;
-  }
-  TESSEL_CHECK(factory != nullptr) << "gradient handler '" << name << "' is not registered; registered: "
-                                   << Join(GradientHandlerNames(), ", ")
-                                   << " (a program adds its own with optim::RegisterGradientHandler)";
-  GradientHandler handler = factory(options);
+  GradientHandler handler = Handlers().Get(name)(options);
   TESSEL_CHECK(handler != nullptr) << "gradient handler '" << name << "': its factory made no handler";
   return handler;
 }

@@ -1,11 +1,7 @@
 #include "layers/parallel_mode.h"
 
-#include <algorithm>
-#include <cctype>
-#include <mutex>
-
 #include "core/error.h"
-#include "core/join.h"
+#include "core/named_registry.h"
 
 namespace tessel::dist {
 
@@ -19,51 +15,29 @@ std::vector<std::vector<int>> MegatronStageRanks(const ParallelModeSizes& s) {
   return stages;
 }
 
-struct Registry {
-  std::mutex mu;
-  std::map<std::string, ParallelMode> modes = {{"1d", {.check = nullptr, .stage_ranks = MegatronStageRanks}}};
-};
+// Megatron's arrangement takes no options: one given is a typo or meant for
+// another mode.
+void CheckMegatron(const ParallelModeSizes& s) {
+  TESSEL_CHECK(s.options.empty()) << "tensor_parallel_mode '1d' takes no options; got '"
+                                  << s.options.begin()->first << "'";
+}
 
-Registry& TheRegistry() {
-  static Registry registry;
+NamedRegistry<ParallelMode>& Modes() {
+  static NamedRegistry<ParallelMode> registry(
+      "tensor_parallel_mode", "dist::RegisterParallelMode",
+      {{"1d", {.check = CheckMegatron, .stage_ranks = MegatronStageRanks}}});
   return registry;
 }
 
 }  // namespace
 
 void RegisterParallelMode(const std::string& name, ParallelMode mode) {
-  TESSEL_CHECK(!name.empty() && std::all_of(name.begin(), name.end(),
-                                            [](char c) {
-                                              return std::isalnum(static_cast<unsigned char>(c)) ||
-                                                     c == '_' || c == '-' || c == '.';
-                                            }))
-      << "RegisterParallelMode: name '" << name << "'; expected letters, digits, '_', '-' or '.'";
   TESSEL_CHECK(mode.stage_ranks != nullptr) << "RegisterParallelMode('" << name << "'): no stage_ranks given";
-  Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  TESSEL_CHECK(r.modes.emplace(name, std::move(mode)).second)
-      << "RegisterParallelMode: a parallel mode named '" << name << "' is already registered";
+  Modes().Add(name, std::move(mode));
 }
 
-std::vector<std::string> ParallelModeNames() {
-  Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  std::vector<std::string> names;
-  for (const auto& entry : r.modes) names.push_back(entry.first);
-  return names;
-}
+std::vector<std::string> ParallelModeNames() { return Modes().Names(); }
 
-ParallelMode FindParallelMode(const std::string& name) {
-  {
-    Registry& r = TheRegistry();
-    std::lock_guard<std::mutex> lock(r.mu);
-    const auto it = r.modes.find(name);
-    if (it != r.modes.end()) return it->second;
-  }
-  TESSEL_THROW(StatusCode::kInvalidArgument)
-      << "tensor_parallel_mode '" << name
-      << "' is not registered; registered: " << Join(ParallelModeNames(), ", ")
-      << " (a program adds its own with dist::RegisterParallelMode)";
-}
+ParallelMode FindParallelMode(const std::string& name) { return Modes().Get(name); }
 
 }  // namespace tessel::dist

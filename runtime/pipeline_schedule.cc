@@ -1,13 +1,10 @@
 #include "runtime/pipeline_schedule.h"
 
 #include <algorithm>
-#include <cctype>
-#include <map>
-#include <mutex>
 #include <sstream>
 
 #include "core/error.h"
-#include "core/join.h"
+#include "core/named_registry.h"
 
 namespace tessel::runtime {
 
@@ -37,52 +34,30 @@ std::vector<Action> OneFOneB(int stages, int stage, int micro_batches) {
   return WarmupThenAlternate(std::min(stages - stage - 1, micro_batches), micro_batches);
 }
 
-struct Registry {
-  std::mutex mu;
-  std::map<std::string, ScheduleFunction> schedules = {
-      {"1f1b", OneFOneB}, {"gpipe", GPipe}, {"naive", GPipe}};
-};
+// "in_order" is graph mode's reference executor, which tessel-train and
+// train_gpt take before looking here.
+constexpr const char* kInOrder = "in_order";
 
-Registry& TheRegistry() {
-  static Registry registry;
+NamedRegistry<ScheduleFunction>& Schedules() {
+  static NamedRegistry<ScheduleFunction> registry("pipeline schedule", "runtime::RegisterSchedule",
+                                                  {{"1f1b", OneFOneB}, {"gpipe", GPipe}, {"naive", GPipe}});
   return registry;
 }
 
 ScheduleFunction Find(const std::string& name) {
-  Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  const auto it = r.schedules.find(name);
-  if (it != r.schedules.end()) return it->second;
-  std::vector<std::string> names;
-  for (const auto& entry : r.schedules) names.push_back(entry.first);
-  TESSEL_THROW(StatusCode::kInvalidArgument)
-      << "pipeline schedule '" << name << "' is not registered; registered: " << Join(names, ", ")
-      << " (a program adds its own with runtime::RegisterSchedule)";
+  return Schedules().Get(name, std::string("and ") + kInOrder + ", graph mode's reference executor");
 }
 
 }  // namespace
 
 void RegisterSchedule(const std::string& name, ScheduleFunction schedule) {
-  TESSEL_CHECK(!name.empty() && std::all_of(name.begin(), name.end(),
-                                            [](char c) {
-                                              return std::isalnum(static_cast<unsigned char>(c)) ||
-                                                     c == '_' || c == '-' || c == '.';
-                                            }))
-      << "RegisterSchedule: name '" << name << "'; expected letters, digits, '_', '-' or '.'";
+  TESSEL_CHECK(name != kInOrder) << "RegisterSchedule: '" << kInOrder
+                                 << "' is reserved for graph mode's reference executor";
   TESSEL_CHECK(schedule != nullptr) << "RegisterSchedule('" << name << "'): no function given";
-  Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  TESSEL_CHECK(r.schedules.emplace(name, std::move(schedule)).second)
-      << "RegisterSchedule: a pipeline schedule named '" << name << "' is already registered";
+  Schedules().Add(name, std::move(schedule));
 }
 
-std::vector<std::string> ScheduleNames() {
-  Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  std::vector<std::string> names;
-  for (const auto& entry : r.schedules) names.push_back(entry.first);
-  return names;
-}
+std::vector<std::string> ScheduleNames() { return Schedules().Names(); }
 
 std::string ParseSchedule(const std::string& name) {
   Find(name);
@@ -105,6 +80,26 @@ std::vector<Action> StageActions(const std::string& schedule, int stages, int st
 std::string CheckSchedule(const std::string& schedule, int stages, int micro_batches) {
   std::vector<std::vector<Action>> orders;
   for (int s = 0; s < stages; ++s) orders.push_back(StageActions(schedule, stages, s, micro_batches));
+  // Adjacent stages hand each other their transfers in unit order (a
+  // receive takes the next message from its peer), so they must agree on
+  // the order of their forwards (activations flow down) and of their
+  // backwards (gradients flow up).
+  auto micro_batch_order = [](const std::vector<Action>& order, bool backward) {
+    std::vector<int> out;
+    for (const Action& a : order)
+      if (a.backward == backward) out.push_back(a.micro_batch);
+    return out;
+  };
+  for (size_t s = 0; s + 1 < orders.size(); ++s)
+    for (bool backward : {false, true}) {
+      const std::vector<int> here = micro_batch_order(orders[s], backward),
+                             next = micro_batch_order(orders[s + 1], backward);
+      if (here != next)
+        return "pipeline schedule '" + schedule + "' runs the " + (backward ? "backwards" : "forwards") +
+               " of stage " + std::to_string(s) + " in the order [" + Join(here, " ") +
+               "] and those of stage " + std::to_string(s + 1) + " in [" + Join(next, " ") +
+               "]; adjacent stages pass their micro-batches on in order, so they must agree";
+    }
   const size_t m = static_cast<size_t>(micro_batches);
   std::vector<std::vector<char>> forward_done(static_cast<size_t>(stages), std::vector<char>(m, 0)),
       backward_done = forward_done;

@@ -23,9 +23,11 @@
 //   });
 //
 // Before a schedule runs, CheckSchedule plays every stage's sequence
-// together: a sequence that misses or repeats a unit, or stages whose orders
-// wait on each other (a deadlock), is an error naming the schedule, the
-// stage and the unit, not a hang.
+// together: a sequence that misses or repeats a unit, adjacent stages that
+// pass micro-batches on in different orders, or stages whose orders wait on
+// each other (a deadlock), is an error naming the schedule, the stage and
+// the unit, not a hang or a mixed-up transfer. "in_order" is reserved (graph
+// mode's reference executor).
 #pragma once
 
 #include <functional>
@@ -59,11 +61,14 @@ std::string ParseSchedule(const std::string& name);
 // below 1, an unknown schedule or a sequence that does not hold.
 std::vector<Action> StageActions(const std::string& schedule, int stages, int stage, int micro_batches);
 
-// Plays the sequences of all `stages` stages together, as the pipeline
-// runs them: a stage's forward of micro-batch k waits for the previous
-// stage's, its backward for the next stage's. Returns "" when every unit
-// runs, else what is wrong ("stage 1: B3 before F3", or, when the stages
-// wait on each other, where each waits). Throws what StageActions throws.
+// Checks the sequences of all `stages` stages together. Adjacent stages
+// must run their forwards in the same micro-batch order, and their
+// backwards too (transfers between them are taken in order). Then it plays
+// them as the pipeline runs them: a stage's forward of micro-batch k waits
+// for the previous stage's, its backward for the next stage's. Returns ""
+// when every unit runs, else what is wrong: the orders that disagree, or,
+// when the stages wait on each other, where each waits. A stage's own
+// sequence that does not hold throws, as StageActions does.
 std::string CheckSchedule(const std::string& schedule, int stages, int micro_batches);
 
 // "F0 F1 B0 F2 B1 B2".

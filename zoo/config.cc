@@ -344,9 +344,13 @@ void ResolveConfig(config::Config* c, int world_size) {
 
   CheckOneOf("train.dist.device", d.device(), {"cpu", "cuda"});
   CheckOneOf("train.dist.sequence_parallel_mode", d.sequence_parallel_mode(), {"megatron", "all_to_all"});
+  // A mode chosen for sequence parallelism left off would train without it.
+  TESSEL_CHECK(d.sequence_parallel() || d.sequence_parallel_mode() == "megatron")
+      << "config: train.dist.sequence_parallel_mode is '" << d.sequence_parallel_mode()
+      << "' but train.dist.sequence_parallel is false; set sequence_parallel: true to use it";
   // Every input of the language model is [batch, seq, ...]; BERT's sentence
   // labels and ViT's images have no sequence to split.
-  TESSEL_CHECK(!d.sequence_parallel() || d.sequence_parallel_mode() != "all_to_all" || m.arch() == "gpt2")
+  TESSEL_CHECK(!AllToAllSequenceParallel(d) || m.arch() == "gpt2")
       << "config: train.dist.sequence_parallel_mode all_to_all is for model.arch gpt2; this config trains '"
       << m.arch() << "'";
   if (t.amp().enabled()) {
@@ -388,7 +392,7 @@ void ResolveConfig(config::Config* c, int world_size) {
   TESSEL_CHECK(dp * tp * pp == world_size)
       << "config: data_parallel_size x tensor_parallel_size x pipeline_parallel_size = " << dp << " x " << tp
       << " x " << pp << " = " << dp * tp * pp << " but the job has " << world_size << " ranks";
-  TESSEL_CHECK(!d.sequence_parallel() || d.sequence_parallel_mode() != "all_to_all" || dp > 1)
+  TESSEL_CHECK(!AllToAllSequenceParallel(d) || dp > 1)
       << "config: train.dist.sequence_parallel_mode all_to_all splits each sequence over the data-parallel "
          "ranks, but data_parallel_size is 1; launch more ranks or use sequence_parallel_mode megatron";
   TESSEL_CHECK(m.num_attention_heads() % tp == 0)
@@ -475,6 +479,10 @@ void ResolveConfig(config::Config* c, int world_size) {
   else
     CheckPositive("evaluation.eval_iter", e.eval_iter());
   FillDefaults(c);  // last: the batch sizes above tell given from left out
+}
+
+bool AllToAllSequenceParallel(const config::DistConfig& d) {
+  return d.sequence_parallel() && d.sequence_parallel_mode() == "all_to_all";
 }
 
 std::string CanonicalArch(const std::string& arch) { return arch == "gpt" ? "gpt2" : arch; }

@@ -43,6 +43,11 @@ void ResolveConfig(config::Config* config, int world_size);
 // The config as protobuf text (what tessel-train saves as config.prototxt).
 std::string ConfigText(const config::Config& config);
 
+// train.dist.sequence_parallel with sequence_parallel_mode all_to_all
+// (DeepSpeed-Ulysses over the data-parallel ranks); Megatron's is the rest
+// of sequence_parallel.
+bool AllToAllSequenceParallel(const config::DistConfig& dist);
+
 // model.arch with its aliases resolved ("gpt" is "gpt2"): what ResolveConfig
 // writes, and what checkpoints of one model are compared by.
 std::string CanonicalArch(const std::string& arch);

@@ -5,7 +5,7 @@
 // grid reaches dist::StageRanks, and grids that are not a partition of the
 // world, sizes a mode's check refuses and unknown names are named.
 // Multi-rank runs of registered modes, handlers and schedules are the
-// out-of-tree example's test (tests/install/check_extensions.sh).
+// out-of-tree example's test (tests/install/check_extensions.py).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -128,6 +128,8 @@ TEST(ParallelModes, GridsThatAreNotAPartitionAndRefusedSizesAreNamed) {
   EXPECT_NE(e.find("gave stage 0 the ranks []; expected dp 1 x tp 1 of them"), std::string::npos) << e;
   e = ErrorOf([] { dist::Setup({.tensor_parallel_mode = "test_needs_tp4"}); });
   EXPECT_NE(e.find("test_needs_tp4 needs tensor_parallel_size 4, got 1"), std::string::npos) << e;
+  e = ErrorOf([] { dist::Setup({.tensor_parallel_mode_options = {{"depth", "2"}}}); });
+  EXPECT_NE(e.find("tensor_parallel_mode '1d' takes no options; got 'depth'"), std::string::npos) << e;
   e = ErrorOf([] { dist::Setup({.tensor_parallel_mode = "2d"}); });
   EXPECT_NE(e.find("tensor_parallel_mode '2d' is not registered; registered: 1d, test_"), std::string::npos)
       << e;

@@ -120,25 +120,41 @@ TEST(PipelineSchedule, ARegisteredScheduleRunsByNameAndIsChecked) {
             std::string::npos)
       << dropped;
 
-  // Each stage valid alone, but stage 0 runs micro-batch 0 through its
-  // backward before it sends micro-batch 1's forward, which stage 1 wants
-  // first: they wait on each other.
+  // Adjacent stages that pass micro-batches on in different orders.
+  RegisterSchedule("test_swapped_forwards", [](int, int stage, int m) {
+    std::vector<Action> out;
+    for (int k = 0; k < m; ++k) out.push_back({false, stage == 1 && k < 2 ? 1 - k : k});
+    for (int k = 0; k < m; ++k) out.push_back({true, k});
+    return out;
+  });
+  EXPECT_EQ(
+      CheckSchedule("test_swapped_forwards", 3, 3),
+      "pipeline schedule 'test_swapped_forwards' runs the forwards of stage 0 in the order [0 1 2] and those "
+      "of stage 1 in [1 0 2]; adjacent stages pass their micro-batches on in order, so they must agree");
+
+  // The same orders of forwards and backwards everywhere, but stage 0 runs
+  // micro-batch 0 through its backward before it sends micro-batch 1's
+  // forward, which stage 1 wants before it sends back B0: they wait on
+  // each other.
   RegisterSchedule("test_deadlock", [](int, int stage, int m) {
     std::vector<Action> out;
-    if (stage == 0) {
-      for (int k = 0; k < m; ++k) out.insert(out.end(), {{false, k}, {true, k}});
-    } else {
-      out.push_back({false, 1});
-      out.push_back({false, 0});
-      for (int k = 0; k < m; ++k) out.push_back({true, k});
-      for (int k = 2; k < m; ++k) out.insert(out.end() - m, {false, k});
+    for (int k = 0; k < m; ++k) {
+      if (stage == 0) {
+        out.insert(out.end(), {{false, k}, {true, k}});
+      } else {
+        out.push_back({false, k});
+      }
     }
+    if (stage == 1)
+      for (int k = 0; k < m; ++k) out.push_back({true, k});
     return out;
   });
   EXPECT_EQ(
       CheckSchedule("test_deadlock", 2, 3),
       "pipeline schedule 'test_deadlock' deadlocks on 2 stages over 3 micro-batches: stage 0 waits at B0 "
       "for stage 1's B0; stage 1 waits at F1 for stage 0's F1");
+  EXPECT_NE(ErrorOf([] { RegisterSchedule("in_order", GPipeLifo); }).find("'in_order' is reserved"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -171,6 +171,10 @@ TEST(ConfigTest, NamesAndRangesAreChecked) {
   EXPECT_NE(e.find("train.graph.pipeline is empty"), std::string::npos) << e;
   e = ResolveError(data + "train { gradient_handler { options { key: \"max_value\" value: \"1\" } } }", 1);
   EXPECT_NE(e.find("train.gradient_handler[0] has no name"), std::string::npos) << e;
+  e = ResolveError(data + "train { dist { sequence_parallel_mode: \"all_to_all\" } }", 2);
+  EXPECT_NE(e.find("sequence_parallel_mode is 'all_to_all' but train.dist.sequence_parallel is false"),
+            std::string::npos)
+      << e;
   e = ResolveError(data + "scheduler { name: \"cosine\" }", 1);
   EXPECT_NE(e.find("scheduler.name is 'cosine'; expected one of warmup_cosine, warmup_linear, constant"),
             std::string::npos)

@@ -111,8 +111,11 @@ std::string GptPlanText(const GptPlanOptions& o, const GptPlan& plan) {
      << o.data_parallel_size << " x tp " << o.tensor_parallel_size << "; rank " << o.rank << " is on stage "
      << plan.stage << "\n"
      << "step: " << o.micro_batches << " micro-batch(es) of " << o.micro_batch_size
-     << " sequence(s) per data-parallel rank (b*s*h = " << o.micro_batch_size * seq * o.model.hidden
-     << " elements)\n"
+     << (o.all_to_all_sequence_parallel
+             ? " sequence(s) per data-parallel rank, shared by the dp group, each rank holding 1/dp of every "
+               "sequence (tokens x h per rank = "
+             : " sequence(s) per data-parallel rank (b*s*h = ")
+     << o.micro_batch_size * seq * o.model.hidden << " elements)\n"
      << std::fixed << std::setprecision(2) << "compiled the logical graph (" << plan.logical_ops
      << " ops) in " << plan.compile_seconds << " s and rank " << o.rank << "'s plan (" << plan.plan.ops_size()
      << " ops) in " << plan.rank_plan_seconds << " s\n";

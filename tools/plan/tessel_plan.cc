@@ -25,12 +25,14 @@ DEFINE_int64(seq, 32, "tokens per sequence (also the position table's size)");
 DEFINE_int64(micro_batch_size, 1, "sequences per micro-batch on each data-parallel rank");
 DEFINE_int64(micro_batches, 1, "micro-batches per step (gradient accumulation, pipeline micro-batches)");
 DEFINE_bool(activation_checkpoint, false, "recompute each transformer layer in backward");
-DEFINE_bool(sequence_parallel, false,
-            "Megatron's sequence parallelism: hidden states split on the sequence over tp between the "
-            "tensor-parallel regions");
-DEFINE_string(sequence_parallel_mode, "megatron",
-              "with --sequence_parallel: megatron (over tp) or all_to_all (DeepSpeed-Ulysses: the dp ranks split "
-              "each sequence; all-to-alls around attention trade it for a split of the heads)");
+DEFINE_bool(
+    sequence_parallel, false,
+    "sequence parallelism as --sequence_parallel_mode says: by default Megatron's (hidden states split "
+    "on the sequence over tp between the tensor-parallel regions)");
+DEFINE_string(
+    sequence_parallel_mode, "megatron",
+    "with --sequence_parallel: megatron (over tp) or all_to_all (DeepSpeed-Ulysses: the dp ranks split "
+    "each sequence; all-to-alls around attention trade it for a split of the heads)");
 DEFINE_int64(zero_stage, 0,
              "ZeRO over the data-parallel ranks: 1 optimizer state, 2 and gradients, 3 and parameters");
 DEFINE_bool(ops, false, "also list every op of the rank's plan with its communication");
@@ -60,6 +62,8 @@ int main(int argc, char** argv) {
     o.rank = FLAGS_rank;
     TESSEL_CHECK(FLAGS_sequence_parallel_mode == "megatron" || FLAGS_sequence_parallel_mode == "all_to_all")
         << "--sequence_parallel_mode=" << FLAGS_sequence_parallel_mode << "; expected megatron or all_to_all";
+    TESSEL_CHECK(FLAGS_sequence_parallel || FLAGS_sequence_parallel_mode == "megatron")
+        << "--sequence_parallel_mode=" << FLAGS_sequence_parallel_mode << " needs --sequence_parallel";
     o.sequence_parallel = FLAGS_sequence_parallel && FLAGS_sequence_parallel_mode == "megatron";
     o.all_to_all_sequence_parallel = FLAGS_sequence_parallel && FLAGS_sequence_parallel_mode == "all_to_all";
     o.zero_stage = FLAGS_zero_stage;

@@ -1,5 +1,5 @@
 // What tessel-train trains: a model of the zoo with its data, behind one
-// interface so the training loop (tessel_train.cc) is the same for every
+// interface so the training loop (training_program.cc) is the same for every
 // model. One task per model, one file each: gpt_task.cc (GPT-2 on an
 // indexed dataset), bert_task.cc (BERT on an indexed dataset of sentences),
 // vit_task.cc (ViT on an image dataset).

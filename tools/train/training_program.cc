@@ -155,8 +155,8 @@ int RunTrainingProgram(int argc, char** argv) {
                                              d.custom_pipeline_stage_id().end()},
                .device_type = ParseDeviceType(d.device()),
                .zero_stage = t.zero_optimization().enabled() ? t.zero_optimization().stage() : 0,
-               .sequence_parallel = d.sequence_parallel() && d.sequence_parallel_mode() == "megatron",
-               .all_to_all_sequence_parallel = d.sequence_parallel() && d.sequence_parallel_mode() == "all_to_all",
+               .sequence_parallel = d.sequence_parallel() && !zoo::AllToAllSequenceParallel(d),
+               .all_to_all_sequence_parallel = zoo::AllToAllSequenceParallel(d),
                .tensor_parallel_mode = d.tensor_parallel_mode(),
                .tensor_parallel_mode_options = {d.tensor_parallel_mode_options().begin(),
                                                 d.tensor_parallel_mode_options().end()}});
