@@ -142,10 +142,9 @@ int main(int argc, char** argv) {
       << "--micro_batches is " << FLAGS_micro_batches << " and --batch " << FLAGS_batch
       << "; expected a count of 1 or more that divides the batch";
   const bool in_order = FLAGS_schedule == "in_order";
-  runtime::ActorRuntime actors(
-      {.schedule = in_order ? "1f1b" : runtime::ParseSchedule(FLAGS_schedule),
-       .max_pending_sends = FLAGS_max_pending_sends,
-       .timeline_dir = FLAGS_timeline_dir});
+  runtime::ActorRuntime actors({.schedule = in_order ? "1f1b" : runtime::ParseSchedule(FLAGS_schedule),
+                                .max_pending_sends = FLAGS_max_pending_sends,
+                                .timeline_dir = FLAGS_timeline_dir});
   // The same step as a graph: traced at the first call, run at every call.
   Graph train_step("train_step",
                    [&](const Graph::Tensors& in) { return models::TrainStep(gpt, params, adamw, in); },

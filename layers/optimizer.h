@@ -64,8 +64,8 @@ class AdamW {
   NamedParams params_;
   AdamWConfig config_;
   std::vector<NdSbp> grad_layouts_;
-  std::vector<Tensor>
-      shards_;  // ZeRO 1/2: the f32 shard each update writes (undefined: the parameter itself)
+  // ZeRO 1/2: the f32 shard each update writes (undefined: the parameter itself).
+  std::vector<Tensor> shards_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_, step_;
   std::vector<Tensor> lr_;  // one f32 scalar per placement (and one local)
 };

@@ -97,10 +97,11 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   p->stages = std::max(stages, 1);
   p->stage = stages == 0 ? 0 : stage;
   p->micro_batches = micro_batches;
-  // Every rank plays the whole pipeline's orders, so a schedule whose
-  // stages would wait on each other fails on every rank before a step runs.
-  const std::string deadlock = CheckSchedule(options_.schedule, p->stages, micro_batches);
-  TESSEL_CHECK(deadlock.empty()) << "graph '" << graph.name() << "': " << deadlock;
+  // Every rank checks the whole pipeline's orders, so a schedule whose
+  // stages disagree or would wait on each other fails on every rank before
+  // a step runs.
+  const std::string wrong = CheckSchedule(options_.schedule, p->stages, micro_batches);
+  TESSEL_CHECK(wrong.empty()) << "graph '" << graph.name() << "': " << wrong;
   if (p->stages > 1 && options_.schedule == "1f1b" && micro_batches < p->stages) {
     LOG_IF(WARNING, rank == 0)
         << "graph '" << graph.name() << "': 1F1B over " << micro_batches << " micro-batches on " << p->stages

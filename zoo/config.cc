@@ -369,9 +369,9 @@ void ResolveConfig(config::Config* c, int world_size) {
     TESSEL_CHECK(t.zero_optimization().stage() >= 1 && t.zero_optimization().stage() <= 3)
         << "config: train.zero_optimization.stage is " << t.zero_optimization().stage()
         << "; expected 1 (optimizer state), 2 (and gradients) or 3 (and parameters)";
-    TESSEL_CHECK(!t.amp().enabled()) << "config: train.zero_optimization with train.amp is not supported yet "
-                                        "(mixed precision keeps its own "
-                                        "f32 master weights); turn one of them off";
+    TESSEL_CHECK(!t.amp().enabled())
+        << "config: train.zero_optimization with train.amp is not supported yet (mixed precision keeps its "
+           "own f32 master weights); turn one of them off";
   }
   TESSEL_CHECK(d.device() == "cpu" || !t.graph().enabled())
       << "config: train.dist.device \"cuda\" runs eager only for now (the graph executor allocates on the "

@@ -136,17 +136,10 @@ TEST(PipelineSchedule, ARegisteredScheduleRunsByNameAndIsChecked) {
   // micro-batch 0 through its backward before it sends micro-batch 1's
   // forward, which stage 1 wants before it sends back B0: they wait on
   // each other.
-  RegisterSchedule("test_deadlock", [](int, int stage, int m) {
-    std::vector<Action> out;
-    for (int k = 0; k < m; ++k) {
-      if (stage == 0) {
-        out.insert(out.end(), {{false, k}, {true, k}});
-      } else {
-        out.push_back({false, k});
-      }
-    }
-    if (stage == 1)
-      for (int k = 0; k < m; ++k) out.push_back({true, k});
+  RegisterSchedule("test_deadlock", [](int stages, int stage, int m) {
+    if (stage == 1) return StageActions("gpipe", stages, stage, m);
+    std::vector<Action> out;  // F0 B0 F1 B1 ...
+    for (int k = 0; k < m; ++k) out.insert(out.end(), {{false, k}, {true, k}});
     return out;
   });
   EXPECT_EQ(

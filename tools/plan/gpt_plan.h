@@ -32,7 +32,7 @@ struct GptPlanOptions {
   // dist::Config::all_to_all_sequence_parallel: the data-parallel ranks
   // split each sequence of their micro_batch_size x dp rows.
   bool all_to_all_sequence_parallel = false;
-  int64_t zero_stage = 0;          // dist::Config::zero_stage (and AdamW's)
+  int64_t zero_stage = 0;  // dist::Config::zero_stage (and AdamW's)
 };
 
 // The parallel group a communication runs in, seen from the job's layout

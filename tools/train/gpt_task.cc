@@ -126,8 +126,8 @@ class GPTTask : public Task {
     // A rank outside a placement gives no rows, but in the inputs' dtype
     // (an undefined tensor would read as f32 and change the graph's specs).
     const Tensor none = Tensor::FromVector<int64_t>({}, {0, seq_});
-    return {{"ids",
-             layout.OnFirst(needs_ids ? Tensor::FromVector<int64_t>(ids, {local_rows, to - from}) : none, shape)},
+    return {{"ids", layout.OnFirst(
+                        needs_ids ? Tensor::FromVector<int64_t>(ids, {local_rows, to - from}) : none, shape)},
             {"labels",
              layout.OnLast(needs_labels ? Tensor::FromVector<int64_t>(labels, {local_rows, to - from}) : none,
                            shape)}};
