@@ -36,4 +36,10 @@ Tensor ForCompute(const Tensor& param) {
   return param.to_global(param.placement(), stored, shard);
 }
 
+Tensor GatheredForCompute(const Tensor& param, const NdSbp& compute) {
+  NdSbp grad = param.nd_sbp();
+  if (dist::GetConfig().data_parallel_size > 1 && grad[0].is_broadcast()) grad[0] = P();
+  return param.to_global(param.placement(), compute, grad);
+}
+
 }  // namespace tessel::layers

@@ -3,6 +3,7 @@
 
 #include "core/tensor.h"
 #include "sbp/placement.h"
+#include "sbp/sbp.h"
 
 namespace tessel::layers {
 
@@ -21,5 +22,11 @@ Tensor ToActivations(const Tensor& x, const Placement& placement);
 // a whole gradient. Otherwise the parameter itself. Every use of a
 // parameter in layers/ and models/ goes through it.
 Tensor ForCompute(const Tensor& param);
+// A parameter (ForCompute's) gathered to `compute` for a layer's product
+// (the multi-axis tensor-parallel modes). Its gradient comes back in the
+// parameter's layout but partial over dp: the data-parallel reduction stays
+// the optimizer's (bucketed, or ZeRO's reduce-scatter), as for a parameter
+// used where it is kept.
+Tensor GatheredForCompute(const Tensor& param, const NdSbp& compute);
 
 }  // namespace tessel::layers

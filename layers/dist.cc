@@ -17,6 +17,8 @@ namespace tessel::dist {
 namespace {
 Config* g_config = nullptr;
 std::vector<std::vector<int>>* g_stage_ranks = nullptr;  // the mode's grids, checked
+std::vector<int64_t>* g_tensor_mesh = nullptr;            // the mode's tensor mesh, checked
+TensorLayout g_layout = TensorLayout::k1d;
 
 const Config& Current() {
   TESSEL_CHECK(g_config != nullptr) << "dist::Setup has not been called";
@@ -107,8 +109,28 @@ void Setup(const Config& in) {
       seen_in[static_cast<size_t>(r)] = static_cast<int>(s);
     }
   }
+  std::vector<int64_t> tensor_mesh = {c.tensor_parallel_size};
+  if (mode.tensor_mesh) tensor_mesh = mode.tensor_mesh(sizes);
+  int64_t mesh_size = 1;
+  for (int64_t n : tensor_mesh) mesh_size *= n;
+  TESSEL_CHECK(mesh_size == c.tensor_parallel_size && !tensor_mesh.empty())
+      << "tensor_parallel_mode '" << c.tensor_parallel_mode << "' gave the tensor mesh [" << Join(tensor_mesh)
+      << "]; expected axes whose product is tensor_parallel_size=" << c.tensor_parallel_size;
+  if (mode.layout != TensorLayout::k1d) {
+    // Megatron's sequence parallelism splits 1d's replicated hidden states;
+    // the multi-axis layouts already split them over every tp rank.
+    TESSEL_CHECK(!c.sequence_parallel)
+        << "sequence_parallel (Megatron's) works with tensor_parallel_mode '1d'; '" << c.tensor_parallel_mode
+        << "' already splits the hidden states over all " << c.tensor_parallel_size << " tensor-parallel ranks";
+    TESSEL_CHECK(!c.all_to_all_sequence_parallel)
+        << "all-to-all sequence parallelism works with tensor_parallel_mode '1d', not '" << c.tensor_parallel_mode
+        << "'";
+  }
   delete g_config;
   g_config = new Config(c);
+  delete g_tensor_mesh;
+  g_tensor_mesh = new std::vector<int64_t>(std::move(tensor_mesh));
+  g_layout = mode.layout;
   delete g_stage_ranks;
   g_stage_ranks = new std::vector<std::vector<int>>(std::move(stage_ranks));
   // Every layer's stage, stated once: a layer lost between the config and
@@ -187,7 +209,8 @@ Placement GetLayerPlacement(int64_t layer_idx) {
   std::vector<int> ranks = StageRanks()[static_cast<size_t>(GetLayerStageId(layer_idx))];
   std::vector<int64_t> hierarchy;
   if (c.data_parallel_size > 1) hierarchy.push_back(c.data_parallel_size);
-  if (c.tensor_parallel_size > 1) hierarchy.push_back(c.tensor_parallel_size);
+  for (int64_t n : *g_tensor_mesh)
+    if (n > 1) hierarchy.push_back(n);
   if (hierarchy.empty()) hierarchy.push_back(1);
   return Placement(c.device_type, ranks, hierarchy);
 }
@@ -214,14 +237,115 @@ std::vector<int64_t> LayerStages() {
   return stages;
 }
 
+std::vector<int64_t> TensorMesh() {
+  Current();
+  return *g_tensor_mesh;
+}
+
+TensorLayout GetTensorLayout() {
+  Current();
+  return g_layout;
+}
+
+bool MultiAxisTensorParallel() { return GetTensorLayout() != TensorLayout::k1d; }
+
 NdSbp GetNdSbp(const std::vector<Sbp>& dp_tp) {
-  const Config& c = Current();
   TESSEL_CHECK(dp_tp.size() == 2) << "GetNdSbp takes the [dp, tp] pair, got " << dp_tp.size() << " entries";
+  Current();
+  TESSEL_CHECK(g_tensor_mesh->size() == 1 || !dp_tp[1].is_split())
+      << "GetNdSbp({" << dp_tp[0] << ", " << dp_tp[1] << "}): a split over tp names no axis of tensor_parallel_mode '"
+      << Current().tensor_parallel_mode << "' (tensor mesh [" << Join(*g_tensor_mesh)
+      << "]); use dist::MeshSbp or the mode's layouts";
+  return MeshSbp(dp_tp[0], std::vector<Sbp>(g_tensor_mesh->size(), dp_tp[1]));
+}
+
+NdSbp MeshSbp(const Sbp& dp, const std::vector<Sbp>& tensor_axes) {
+  const Config& c = Current();
+  TESSEL_CHECK(tensor_axes.size() == g_tensor_mesh->size())
+      << "MeshSbp: " << tensor_axes.size() << " tensor-parallel entries for the tensor mesh ["
+      << Join(*g_tensor_mesh) << "]";
   std::vector<Sbp> out;
-  if (c.data_parallel_size > 1) out.push_back(dp_tp[0]);
-  if (c.tensor_parallel_size > 1) out.push_back(dp_tp[1]);
-  if (out.empty()) out.push_back(dp_tp[0].is_partial() ? dp_tp[0] : dp_tp[1].is_partial() ? dp_tp[1] : B());
+  if (c.data_parallel_size > 1) out.push_back(dp);
+  for (size_t i = 0; i < tensor_axes.size(); ++i)
+    if ((*g_tensor_mesh)[i] > 1) out.push_back(tensor_axes[i]);
+  if (out.empty()) {
+    // One process: a partial entry survives (the value is still a sum).
+    Sbp kept = dp.is_partial() ? dp : B();
+    for (const Sbp& s : tensor_axes)
+      if (!kept.is_partial() && s.is_partial()) kept = s;
+    out.push_back(kept);
+  }
   return NdSbp(out);
+}
+
+LinearLayouts MultiAxisLinearLayouts(bool column, bool data, int64_t ndim) {
+  const TensorLayout layout = GetTensorLayout();
+  TESSEL_CHECK(layout != TensorLayout::k1d) << "MultiAxisLinearLayouts under tensor_parallel_mode '1d'";
+  const Sbp dp = DataParallelSbp();
+  const Sbp L = S(static_cast<int>(ndim - 1));
+  // Batch splits: the rows over 2d's r, 2.5d's depth and r, 3d's a and b.
+  const std::vector<Sbp> batch = layout == TensorLayout::k2d ? std::vector<Sbp>{S(0), B()}
+                                                             : std::vector<Sbp>{S(0), S(0), B()};
+  if (data) {
+    const NdSbp x = MeshSbp(dp, batch);
+    const NdSbp replicated = MeshSbp(B(), std::vector<Sbp>(batch.size(), B()));
+    return {x, x, replicated, replicated, x, replicated};
+  }
+  auto mesh = [&](const std::vector<Sbp>& axes) { return MeshSbp(dp, axes); };
+  auto param = [&](const std::vector<Sbp>& axes) { return MeshSbp(B(), axes); };
+  switch (layout) {
+    case TensorLayout::k2d:
+      return {mesh({S(0), L}), mesh({S(0), B()}), param({S(0), S(1)}), param({B(), S(1)}), mesh({S(0), L}),
+              param({B(), S(0)})};
+    case TensorLayout::k2p5d:
+      return {mesh({S(0), S(0), L}), mesh({S(0), S(0), B()}), param({B(), S(0), S(1)}),
+              param({B(), B(), S(1)}),  mesh({S(0), S(0), L}),  param({B(), B(), S(0)})};
+    case TensorLayout::k3d:
+      if (column)
+        return {mesh({S(0), S(0), L}), mesh({S(0), B(), L}), param({S(0), S(1), S(0)}),
+                param({B(), S(1), S(0)}), mesh({S(0), L, L}),  param({B(), S(0), S(0)})};
+      return {mesh({S(0), L, L}), mesh({S(0), L, B()}), param({S(0), S(0), S(1)}),
+              param({B(), S(0), S(1)}), mesh({S(0), S(0), L}), param({B(), B(), S(0)})};
+    case TensorLayout::k1d:
+      break;
+  }
+  TESSEL_THROW(StatusCode::kInternal) << "unknown tensor layout";
+}
+
+EmbeddingLayouts MultiAxisEmbeddingLayouts() {
+  const LinearLayouts col = MultiAxisLinearLayouts(/*column=*/true, /*data=*/false, /*ndim=*/2);
+  // W [H, V] as the table [V, H]: every split of a dimension moves to the other.
+  auto transposed = [](const NdSbp& w) {
+    std::vector<Sbp> sbps = w.sbps();
+    for (Sbp& s : sbps)
+      if (s.is_split()) s = S(1 - s.axis());
+    return NdSbp(sbps);
+  };
+  // The ids [batch, seq]: the input's batch splits, no feature split.
+  std::vector<Sbp> ids = col.input_compute.sbps();
+  for (Sbp& s : ids)
+    if (s.is_split(1)) s = B();
+  return {transposed(col.weight), transposed(col.weight_compute), NdSbp(ids)};
+}
+
+int64_t ColumnFeatureParts() {
+  const std::vector<int64_t> mesh = TensorMesh();
+  switch (GetTensorLayout()) {
+    case TensorLayout::k1d:
+      return Current().tensor_parallel_size;
+    case TensorLayout::k2d:
+    case TensorLayout::k2p5d:
+      return mesh.back();
+    case TensorLayout::k3d:
+      return mesh[1] * mesh[2];
+  }
+  return 1;
+}
+
+NdSbp FeatureParameterSbp(const NdSbp& activation, int64_t ndim) {
+  std::vector<Sbp> sbps = activation.sbps();
+  for (Sbp& s : sbps) s = s.is_split(static_cast<int>(ndim - 1)) ? S(0) : B();
+  return NdSbp(sbps);
 }
 
 Sbp DataParallelSbp() { return Current().all_to_all_sequence_parallel ? S(1) : S(0); }
@@ -229,6 +353,7 @@ Sbp DataParallelSbp() { return Current().all_to_all_sequence_parallel ? S(1) : S
 NdSbp GetHiddenSbp() { return GetNdSbp({DataParallelSbp(), B()}); }
 
 NdSbp GetActivationSbp(int64_t ndim) {
+  if (MultiAxisTensorParallel() && ndim >= 2) return MultiAxisLinearLayouts(true, false, ndim).input;
   return GetNdSbp({DataParallelSbp(), Current().sequence_parallel && ndim >= 3 ? S(1) : B()});
 }
 
@@ -248,8 +373,9 @@ NdSbp ZeroShardSbp(const Shape& shape, const NdSbp& nd_sbp) {
   return nd_sbp;
 }
 
-NdSbp GetParameterNdSbp(const Shape& shape, const Sbp& tp) {
-  const NdSbp replicated = GetNdSbp({B(), tp});
+NdSbp GetParameterNdSbp(const Shape& shape, const Sbp& tp) { return GetParameterNdSbp(shape, GetNdSbp({B(), tp})); }
+
+NdSbp GetParameterNdSbp(const Shape& shape, const NdSbp& replicated) {
   return Current().zero_stage >= 3 ? ZeroShardSbp(shape, replicated) : replicated;
 }
 

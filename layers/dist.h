@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/shape.h"
+#include "layers/parallel_mode.h"
 #include "sbp/placement.h"
 #include "sbp/sbp.h"
 
@@ -77,8 +78,54 @@ std::string LayerAssignmentText();
 // "stage 0 [dp x tp] = [[0 2] [4 6]]; stage 1 ...": each stage's grid, as
 // the parallel mode formed it (Setup logs it for modes other than 1d).
 std::string StageGridText();
-// A [dp, tp] pair of Sbps reduced to the active mesh axes.
+// The tensor-parallel mesh inside each tp group (the mode's tensor_mesh:
+// {tp} for 1d, {q, q} for 2d, {depth, q, q} for 2.5d, {q, q, q} for 3d),
+// and how layers lay their tensors on it.
+std::vector<int64_t> TensorMesh();
+TensorLayout GetTensorLayout();
+// True under 2d, 2.5d and 3d: layers use LinearLayouts and friends below
+// instead of 1d's column/row split.
+bool MultiAxisTensorParallel();
+// A [dp, tp] pair of Sbps reduced to the active mesh axes. Under a
+// multi-axis mode the tp entry (B or P; a split is ambiguous there) is
+// given to every tensor-parallel axis.
 NdSbp GetNdSbp(const std::vector<Sbp>& dp_tp);
+// `dp` with one Sbp per tensor-mesh axis, reduced to the active mesh axes.
+NdSbp MeshSbp(const Sbp& dp, const std::vector<Sbp>& tensor_axes);
+
+// Under a multi-axis mode, the layouts of a linear layer y = x W + b on
+// the tensor mesh (x of `ndim` dimensions, features last): where x is kept
+// between layers and where it is gathered to for the matmul, where W is
+// kept and gathered to, the layout y is reduce-scattered to, and b's.
+//   2d   x [S(0), S(L)] -> [S(0), B];  W [S(0), S(1)] -> [B, S(1)];
+//        y [S(0), S(L)] (SUMMA: no reduction);  b [B, S(0)]
+//   2.5d the same with the batch split over the depth first and W, b
+//        replicated over it
+//   3d   column (M a, K c, N b): x [S(0), S(0), S(L)] -> [S(0), B, S(L)];
+//        W [S(0), S(1), S(0)] -> [B, S(1), S(0)]; x W partial over c,
+//        reduce-scattered to y [S(0), S(L), S(L)]. Row (M a, K b, N c):
+//        x [S(0), S(L), S(L)] -> [S(0), S(L), B]; W [S(0), S(0), S(1)] ->
+//        [B, S(0), S(1)]; partial over b, reduce-scattered on the batch
+//        to [S(0), S(0), S(L)], the column layer's input again.
+// `data` (a replicated weight): x's batch splits kept, features gathered.
+struct LinearLayouts {
+  NdSbp input, input_compute, weight, weight_compute, output, bias;
+};
+LinearLayouts MultiAxisLinearLayouts(bool column, bool data, int64_t ndim);
+// The vocabulary embedding's table [V, H] (kept, and gathered for the
+// lookup and the logits: the column layout's W transposed), and the ids'
+// layout for the lookup.
+struct EmbeddingLayouts {
+  NdSbp table, table_compute, ids;
+};
+EmbeddingLayouts MultiAxisEmbeddingLayouts();
+// In how many parts a column-parallel layer's output features are split
+// (tp under 1d, q under 2d and 2.5d, q^2 under 3d): attention heads and
+// feature sizes must divide by it.
+int64_t ColumnFeatureParts();
+// A [features] parameter laid out like the last dimension of `activation`
+// (split where it is split), replicated over dp.
+NdSbp FeatureParameterSbp(const NdSbp& activation, int64_t ndim);
 // Batch inputs (ids, labels, images): split on the batch over dp, B over tp.
 // Under all-to-all sequence parallelism split on the sequence (dimension
 // 1) over dp instead.
@@ -101,5 +148,7 @@ NdSbp ZeroShardSbp(const Shape& shape, const NdSbp& nd_sbp);
 // The layout layers create a parameter in: GetNdSbp({B(), tp}), split over
 // dp as ZeroShardSbp says under ZeRO stage 3.
 NdSbp GetParameterNdSbp(const Shape& shape, const Sbp& tp);
+// The same for a layout given whole (replicated over dp).
+NdSbp GetParameterNdSbp(const Shape& shape, const NdSbp& replicated);
 
 }  // namespace tessel::dist

@@ -19,8 +19,13 @@ VocabEmbedding::VocabEmbedding(int64_t vocab_size, int64_t hidden, EmbeddingOpti
                                      << " is not divisible by tensor_parallel_size=" << tp
                                      << "; pad the vocabulary to a multiple of " << tp;
   NoGradGuard no_grad;
-  weight = fn::mul_scalar(randn({vocab_size, hidden}, dist::GetLayerPlacement(options.layer_idx),
-                                dist::GetParameterNdSbp(Shape({vocab_size, hidden}), S(0)), options.seed),
+  // Split on the vocabulary over tp (1d), or the column layout's weight
+  // transposed (the multi-axis modes, so the tied LM head is a column layer).
+  const Shape shape({vocab_size, hidden});
+  const NdSbp layout = dist::MultiAxisTensorParallel() ? dist::MultiAxisEmbeddingLayouts().table
+                                                       : dist::GetNdSbp({B(), S(0)});
+  weight = fn::mul_scalar(randn(shape, dist::GetLayerPlacement(options.layer_idx),
+                                dist::GetParameterNdSbp(shape, layout), options.seed),
                           options.init_std);
   RegisterParameter("weight", weight);
 }
@@ -30,6 +35,14 @@ Tensor VocabEmbedding::operator()(const Tensor& ids) const {
   // ids: batch split over dp, replicated over tp; the lookup gives partial
   // sums over tp, reduced into the hidden layout.
   Tensor g = ToHidden(ids, p);
+  if (dist::MultiAxisTensorParallel()) {
+    // The table gathered to the lookup's layout: where it is split on the
+    // vocabulary the lookup gives partial sums, reduce-scattered on the
+    // batch or the features into the hidden states' layout.
+    const dist::EmbeddingLayouts l = dist::MultiAxisEmbeddingLayouts();
+    return fn::embedding(GatheredForCompute(ForCompute(weight), l.table_compute), g.to_global(p, l.ids))
+        .to_global(p, dist::GetActivationSbp(g.ndim() + 1));
+  }
   // Under sequence parallelism reduce-scattered on the sequence, its
   // gradient all-gathered back: each rank then computes its rows' gradient
   // alone, as without it, instead of a partial gradient of the whole table.

@@ -31,6 +31,22 @@ Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
       << "row-parallel Linear: in_features=" << in_features
       << " is not divisible by tensor_parallel_size=" << tp;
   const Placement placement = dist::GetLayerPlacement(options.layer_idx);
+  if (dist::MultiAxisTensorParallel()) {
+    // 2d, 2.5d, 3d: one layout per kind (dist::MultiAxisLinearLayouts);
+    // the weight and bias kept split over the tensor mesh.
+    const int64_t parts = dist::ColumnFeatureParts();
+    TESSEL_CHECK(options.parallel != Parallel::kCol || out_features % parts == 0)
+        << "column-parallel Linear: out_features=" << out_features << " is not divisible by " << parts
+        << ", the parts tensor_parallel_mode '" << dist::GetConfig().tensor_parallel_mode
+        << "' splits its output features into";
+    const dist::LinearLayouts l = dist::MultiAxisLinearLayouts(options.parallel != Parallel::kRow,
+                                                               options.parallel == Parallel::kData, 2);
+    NoGradGuard no_grad;
+    weight = fn::mul_scalar(
+        randn({in_, out_}, placement, dist::GetParameterNdSbp(Shape({in_, out_}), l.weight), options.seed),
+        options.init_std);
+    if (options.bias) bias = zeros({out_}, placement, dist::GetParameterNdSbp(Shape({out_}), l.bias));
+  } else {
   const Sbp w_tp = options.parallel == Parallel::kCol   ? S(1)
                    : options.parallel == Parallel::kRow ? S(0)
                                                         : B();
@@ -41,6 +57,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
         randn({in_, out_}, placement, dist::GetParameterNdSbp(Shape({in_, out_}), w_tp), options.seed),
         options.init_std);
     if (options.bias) bias = zeros({out_}, placement, dist::GetParameterNdSbp(Shape({out_}), b_tp));
+  }
   }
   RegisterParameter("weight", weight);
   if (options.bias) RegisterParameter("bias", bias);
@@ -53,6 +70,16 @@ Tensor Linear::operator()(const Tensor& x_in) const {
       << "Linear(" << in_ << " -> " << out_ << "): input of shape " << x.shape() << " has " << x.shape()[-1]
       << " features; expected " << in_;
   Tensor y;
+  if (dist::MultiAxisTensorParallel()) {
+    // SUMMA-style: x gathered along one mesh axis, W along another, the
+    // product reduce-scattered along the third (3d) or already in place.
+    const dist::LinearLayouts l = dist::MultiAxisLinearLayouts(options_.parallel != Parallel::kRow,
+                                                               options_.parallel == Parallel::kData, x.ndim());
+    y = fn::matmul(x.to_global(placement, l.input_compute), GatheredForCompute(ForCompute(weight), l.weight_compute))
+            .to_global(placement, l.output);
+    if (bias.defined() && !options_.skip_bias_add) y = fn::add(y, ForCompute(bias));
+    return y;
+  }
   switch (options_.parallel) {
     case Parallel::kCol: {
       // Copied to every tp rank forwards; the input gradient (partial over

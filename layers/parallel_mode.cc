@@ -1,5 +1,7 @@
 #include "layers/parallel_mode.h"
 
+#include <cstdlib>
+
 #include "core/error.h"
 #include "core/named_registry.h"
 
@@ -15,17 +17,92 @@ std::vector<std::vector<int>> MegatronStageRanks(const ParallelModeSizes& s) {
   return stages;
 }
 
-// Megatron's arrangement takes no options: one given is a typo or meant for
-// another mode.
-void CheckMegatron(const ParallelModeSizes& s) {
-  TESSEL_CHECK(s.options.empty()) << "tensor_parallel_mode '1d' takes no options; got '"
+// The integer q >= 2 with q^power == n, or 0.
+int64_t ExactRoot(int64_t n, int power) {
+  for (int64_t q = 2;; ++q) {
+    int64_t p = 1;
+    for (int i = 0; i < power; ++i) p *= q;
+    if (p == n) return q;
+    if (p > n) return 0;
+  }
+}
+
+// A mode without options given one: a typo, or meant for another mode.
+void CheckNoOptions(const char* mode, const ParallelModeSizes& s) {
+  TESSEL_CHECK(s.options.empty()) << "tensor_parallel_mode '" << mode << "' takes no options; got '"
                                   << s.options.begin()->first << "'";
+}
+
+// 2.5d's depth option: a positive integer dividing tp.
+int64_t Depth(const ParallelModeSizes& s) {
+  for (const auto& [key, value] : s.options)
+    TESSEL_CHECK(key == "depth") << "tensor_parallel_mode '2.5d' takes the option 'depth'; got '" << key << "'";
+  const auto it = s.options.find("depth");
+  TESSEL_CHECK(it != s.options.end())
+      << "tensor_parallel_mode '2.5d' needs the option depth (tensor_parallel_mode_options { key: \"depth\" "
+         "value: \"2\" }): tensor_parallel_size = depth x q x q";
+  char* end = nullptr;
+  const long long depth = std::strtoll(it->second.c_str(), &end, 10);
+  TESSEL_CHECK(!it->second.empty() && *end == '\0' && depth >= 1)
+      << "tensor_parallel_mode '2.5d': depth '" << it->second << "'; expected a positive integer";
+  TESSEL_CHECK(s.tensor_parallel_size % depth == 0)
+      << "tensor_parallel_mode '2.5d': depth " << depth << " does not divide tensor_parallel_size "
+      << s.tensor_parallel_size << "; expected tensor_parallel_size = depth x q x q";
+  return depth;
+}
+
+void Check2d(const ParallelModeSizes& s) {
+  CheckNoOptions("2d", s);
+  TESSEL_CHECK(ExactRoot(s.tensor_parallel_size, 2) > 0)
+      << "tensor_parallel_mode '2d' needs tensor_parallel_size = q x q with q >= 2 (4, 9, 16, ...); got "
+      << s.tensor_parallel_size;
+}
+
+void Check2p5d(const ParallelModeSizes& s) {
+  const int64_t depth = Depth(s);
+  TESSEL_CHECK(ExactRoot(s.tensor_parallel_size / depth, 2) > 0)
+      << "tensor_parallel_mode '2.5d' needs tensor_parallel_size = depth x q x q with q >= 2; got "
+      << s.tensor_parallel_size << " = depth " << depth << " x " << s.tensor_parallel_size / depth;
+}
+
+void Check3d(const ParallelModeSizes& s) {
+  CheckNoOptions("3d", s);
+  TESSEL_CHECK(ExactRoot(s.tensor_parallel_size, 3) > 0)
+      << "tensor_parallel_mode '3d' needs tensor_parallel_size = q x q x q with q >= 2 (8, 27, 64, ...); got "
+      << s.tensor_parallel_size;
 }
 
 NamedRegistry<ParallelMode>& Modes() {
   static NamedRegistry<ParallelMode> registry(
       "tensor_parallel_mode", "dist::RegisterParallelMode",
-      {{"1d", {.check = CheckMegatron, .stage_ranks = MegatronStageRanks}}});
+      {{"1d", {.check = [](const ParallelModeSizes& s) { CheckNoOptions("1d", s); }, .stage_ranks = MegatronStageRanks}},
+       {"2d",
+        {.check = Check2d,
+         .stage_ranks = MegatronStageRanks,
+         .layout = TensorLayout::k2d,
+         .tensor_mesh =
+             [](const ParallelModeSizes& s) {
+               const int64_t q = ExactRoot(s.tensor_parallel_size, 2);
+               return std::vector<int64_t>{q, q};
+             }}},
+       {"2.5d",
+        {.check = Check2p5d,
+         .stage_ranks = MegatronStageRanks,
+         .layout = TensorLayout::k2p5d,
+         .tensor_mesh =
+             [](const ParallelModeSizes& s) {
+               const int64_t depth = Depth(s), q = ExactRoot(s.tensor_parallel_size / depth, 2);
+               return std::vector<int64_t>{depth, q, q};
+             }}},
+       {"3d",
+        {.check = Check3d,
+         .stage_ranks = MegatronStageRanks,
+         .layout = TensorLayout::k3d,
+         .tensor_mesh =
+             [](const ParallelModeSizes& s) {
+               const int64_t q = ExactRoot(s.tensor_parallel_size, 3);
+               return std::vector<int64_t>{q, q, q};
+             }}}});
   return registry;
 }
 

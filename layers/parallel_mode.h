@@ -6,10 +6,21 @@
 // follows from it. The communication a layer needs comes from the layouts
 // on that grid, so a mode changes which ranks talk, never the result.
 //
-// Built in: "1d" (Megatron's layout): stage s holds the contiguous block of
-// world / pp ranks; inside it tp is innermost, so a tensor-parallel group is
-// ranks next to each other (one machine's GPUs) and data-parallel peers are
-// tp apart. The config picks a mode by train.dist.tensor_parallel_mode; a
+// Built in, each holding stage s on the contiguous block of world / pp ranks
+// with tp innermost (a tensor-parallel group is ranks next to each other,
+// one machine's GPUs; data-parallel peers are tp apart):
+//   "1d"   Megatron's: one tensor-parallel axis; column- and row-parallel
+//          linears, hidden states replicated over tp.
+//   "2d"   SUMMA (Optimus) on a q x q tensor-parallel mesh, tp = q^2: hidden
+//          states split on the batch over the rows and on the features over
+//          the columns, weights split on both dimensions.
+//   "2.5d" Tesseract on d x q x q, tp = d q^2 (option depth = d): 2d's
+//          layouts with the batch split over the depth too, weights
+//          replicated over it.
+//   "3d"   on a q x q x q cube, tp = q^3: activations and weights split over
+//          all three axes.
+// The tensor mesh of the last three is laid out row-major inside each tp
+// group (the last axis innermost). The config picks a mode by train.dist.tensor_parallel_mode; a
 // program adds its own before dist::Setup (docs/extending.md):
 //
 //   dist::RegisterParallelMode("dp_inner", {.stage_ranks = [](const dist::ParallelModeSizes& s) {
@@ -31,6 +42,10 @@ struct ParallelModeSizes {
   std::map<std::string, std::string> options;  // train.dist.tensor_parallel_mode_options
 };
 
+// How layers lay their tensors on the tensor-parallel mesh
+// (layers/dist.h's LinearLayouts and friends).
+enum class TensorLayout { k1d, k2d, k2p5d, k3d };
+
 struct ParallelMode {
   // Throws, naming the size or option and what the mode needs, when the
   // sizes do not form its mesh. May be empty (any sizes do).
@@ -40,6 +55,11 @@ struct ParallelMode {
   // d * tp + t is the rank at data-parallel index d, tensor-parallel
   // index t. Together the stages hold every rank of the world once.
   std::function<std::vector<std::vector<int>>(const ParallelModeSizes&)> stage_ranks;
+  // The layers' layouts, and the shape of the tensor-parallel mesh inside
+  // each tp group (a product equal to tensor_parallel_size; the tp index
+  // is row-major over it). Empty: the one axis {tensor_parallel_size}.
+  TensorLayout layout = TensorLayout::k1d;
+  std::function<std::vector<int64_t>(const ParallelModeSizes&)> tensor_mesh;
 };
 
 // Adds a mode under `name` (letters, digits, '_', '-', '.'). Throws if the

@@ -21,11 +21,12 @@ NdSbp WithDataParallelSbp(const NdSbp& nd_sbp, const Sbp& dp) {
 }
 
 int64_t CheckHeads(int64_t hidden, int64_t heads) {
-  const int64_t tp = dist::GetConfig().tensor_parallel_size;
+  const int64_t tp = dist::GetConfig().tensor_parallel_size, parts = dist::ColumnFeatureParts();
   TESSEL_CHECK(heads > 0 && hidden % heads == 0)
       << "MultiheadAttention: hidden=" << hidden << " is not divisible by heads=" << heads;
-  TESSEL_CHECK(heads % tp == 0) << "MultiheadAttention: heads=" << heads
-                                << " is not divisible by tensor_parallel_size=" << tp;
+  TESSEL_CHECK(heads % parts == 0) << "MultiheadAttention: heads=" << heads << " is not divisible by "
+                                   << (parts == tp ? "tensor_parallel_size=" : "the head groups of tensor_parallel_mode '" + dist::GetConfig().tensor_parallel_mode + "': ")
+                                   << parts;
   return hidden;
 }
 }  // namespace
@@ -152,6 +153,14 @@ Tensor LMLogits(const Tensor& h, const Tensor& embedding_table) {
   // reduce-scattered on the sequence, under sequence parallelism, whose
   // forward gathers it).
   Tensor x = ToActivations(h, table.placement());
+  if (dist::MultiAxisTensorParallel()) {
+    // The column layer of the multi-axis modes with the table as W^T: the
+    // logits end split on the vocabulary (over the column output's axes).
+    const dist::LinearLayouts l = dist::MultiAxisLinearLayouts(/*column=*/true, /*data=*/false, x.ndim());
+    return fn::matmul(x.to_global(x.placement(), l.input_compute),
+                      GatheredForCompute(table, dist::MultiAxisEmbeddingLayouts().table_compute), false, true)
+        .to_global(x.placement(), l.output);
+  }
   return fn::matmul(x.to_global(x.placement(), dist::GetHiddenSbp(), x.nd_sbp()), table, false, true);
 }
 
@@ -165,7 +174,8 @@ Tensor MaskPaddedLogits(const Tensor& logits, int64_t vocab_size) {
     // Replicated from each rank's full copy, then sliced like the
     // vocabulary-split logits.
     const Placement& p = logits.placement();
-    mask = mask.to_global(p, dist::GetNdSbp({B(), B()})).to_global(p, dist::GetNdSbp({B(), S(0)}));
+    mask = mask.to_global(p, dist::GetNdSbp({B(), B()}))
+               .to_global(p, dist::FeatureParameterSbp(logits.nd_sbp(), logits.ndim()));
   }
   return fn::masked_fill(logits, mask, kMaskedLogit);
 }
