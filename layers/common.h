@@ -28,5 +28,10 @@ Tensor ForCompute(const Tensor& param);
 // the optimizer's (bucketed, or ZeRO's reduce-scatter), as for a parameter
 // used where it is kept.
 Tensor GatheredForCompute(const Tensor& param, const NdSbp& compute);
+// A product partial over some mesh axes (`y`) reduced into `out`; its
+// gradient is gathered back along those axes once, for both gradient
+// products to read (left to each, they gather it twice or trade the
+// gather for costlier moves of their other operand).
+Tensor ReduceScattered(const Tensor& y, const NdSbp& out);
 
 }  // namespace tessel::layers

@@ -283,16 +283,16 @@ LinearLayouts MultiAxisLinearLayouts(bool column, bool data, int64_t ndim) {
   TESSEL_CHECK(layout != TensorLayout::k1d) << "MultiAxisLinearLayouts under tensor_parallel_mode '1d'";
   const Sbp dp = DataParallelSbp();
   const Sbp L = S(static_cast<int>(ndim - 1));
-  // Batch splits: the rows over 2d's r, 2.5d's depth and r, 3d's a and b.
-  const std::vector<Sbp> batch = layout == TensorLayout::k2d ? std::vector<Sbp>{S(0), B()}
-                                                             : std::vector<Sbp>{S(0), S(0), B()};
-  if (data) {
-    const NdSbp x = MeshSbp(dp, batch);
-    const NdSbp replicated = MeshSbp(B(), std::vector<Sbp>(batch.size(), B()));
-    return {x, x, replicated, replicated, x, replicated};
-  }
   auto mesh = [&](const std::vector<Sbp>& axes) { return MeshSbp(dp, axes); };
   auto param = [&](const std::vector<Sbp>& axes) { return MeshSbp(B(), axes); };
+  if (data) {
+    // The batch splits of the hidden states kept, the features whole.
+    const std::vector<Sbp> batch = layout == TensorLayout::k2d     ? std::vector<Sbp>{S(0), B()}
+                                   : layout == TensorLayout::k2p5d ? std::vector<Sbp>{S(0), S(0), B()}
+                                                                   : std::vector<Sbp>{B(), B(), S(0)};
+    const NdSbp x = mesh(batch), replicated = param(std::vector<Sbp>(batch.size(), B()));
+    return {x, x, replicated, replicated, x, replicated};
+  }
   switch (layout) {
     case TensorLayout::k2d:
       return {mesh({S(0), L}), mesh({S(0), B()}), param({S(0), S(1)}), param({B(), S(1)}), mesh({S(0), L}),
@@ -301,11 +301,14 @@ LinearLayouts MultiAxisLinearLayouts(bool column, bool data, int64_t ndim) {
       return {mesh({S(0), S(0), L}), mesh({S(0), S(0), B()}), param({B(), S(0), S(1)}),
               param({B(), B(), S(1)}),  mesh({S(0), S(0), L}),  param({B(), B(), S(0)})};
     case TensorLayout::k3d:
+      TESSEL_CHECK(ndim >= 3) << "tensor_parallel_mode '3d': a column- or row-parallel Linear needs [batch, seq, "
+                                 "features] inputs (the sequence is split); got "
+                              << ndim << " dimensions";
       if (column)
-        return {mesh({S(0), S(0), L}), mesh({S(0), B(), L}), param({S(0), S(1), S(0)}),
-                param({B(), S(1), S(0)}), mesh({S(0), L, L}),  param({B(), S(0), S(0)})};
-      return {mesh({S(0), L, L}), mesh({S(0), L, B()}), param({S(0), S(0), S(1)}),
-              param({B(), S(0), S(1)}), mesh({S(0), S(0), L}), param({B(), B(), S(0)})};
+        return {mesh({L, S(1), S(0)}), mesh({L, B(), S(0)}), param({S(0), S(1), S(0)}),
+                param({S(0), S(1), B()}), mesh({S(1), L, S(0)}), param({B(), S(0), B()})};
+      return {mesh({S(1), L, S(0)}), mesh({B(), L, S(0)}), param({S(1), S(0), S(0)}),
+              param({S(1), S(0), B()}), mesh({L, S(1), S(0)}), param({S(0), B(), B()})};
     case TensorLayout::k1d:
       break;
   }
@@ -313,7 +316,7 @@ LinearLayouts MultiAxisLinearLayouts(bool column, bool data, int64_t ndim) {
 }
 
 EmbeddingLayouts MultiAxisEmbeddingLayouts() {
-  const LinearLayouts col = MultiAxisLinearLayouts(/*column=*/true, /*data=*/false, /*ndim=*/2);
+  const LinearLayouts col = MultiAxisLinearLayouts(/*column=*/true, /*data=*/false, /*ndim=*/3);
   // W [H, V] as the table [V, H]: every split of a dimension moves to the other.
   auto transposed = [](const NdSbp& w) {
     std::vector<Sbp> sbps = w.sbps();
@@ -321,11 +324,17 @@ EmbeddingLayouts MultiAxisEmbeddingLayouts() {
       if (s.is_split()) s = S(1 - s.axis());
     return NdSbp(sbps);
   };
-  // The ids [batch, seq]: the input's batch splits, no feature split.
-  std::vector<Sbp> ids = col.input_compute.sbps();
-  for (Sbp& s : ids)
-    if (s.is_split(1)) s = B();
+  // The ids [batch, seq]: the batch splits of the hidden states (those of
+  // a data-parallel layer's input).
+  const std::vector<Sbp> ids = MultiAxisLinearLayouts(false, /*data=*/true, 2).input.sbps();
   return {transposed(col.weight), transposed(col.weight_compute), NdSbp(ids)};
+}
+
+NdSbp AttentionKeySbp(const NdSbp& nd_sbp) {
+  std::vector<Sbp> sbps = nd_sbp.sbps();
+  for (Sbp& s : sbps)
+    if (s.is_split(2)) s = B();
+  return NdSbp(sbps);
 }
 
 int64_t ColumnFeatureParts() {
@@ -337,7 +346,7 @@ int64_t ColumnFeatureParts() {
     case TensorLayout::k2p5d:
       return mesh.back();
     case TensorLayout::k3d:
-      return mesh[1] * mesh[2];
+      return mesh[1];
   }
   return 1;
 }
@@ -353,7 +362,13 @@ Sbp DataParallelSbp() { return Current().all_to_all_sequence_parallel ? S(1) : S
 NdSbp GetHiddenSbp() { return GetNdSbp({DataParallelSbp(), B()}); }
 
 NdSbp GetActivationSbp(int64_t ndim) {
-  if (MultiAxisTensorParallel() && ndim >= 2) return MultiAxisLinearLayouts(true, false, ndim).input;
+  if (MultiAxisTensorParallel() && ndim >= 3) return MultiAxisLinearLayouts(true, false, ndim).input;
+  if (MultiAxisTensorParallel() && ndim == 2) {
+    // [rows, features] (no sequence): the features split as in [b, s, h].
+    std::vector<Sbp> sbps = MultiAxisLinearLayouts(true, false, 3).input.sbps();
+    for (Sbp& s : sbps) s = s.is_split(2) ? S(1) : s.is_split(1) ? B() : s;
+    return NdSbp(sbps);
+  }
   return GetNdSbp({DataParallelSbp(), Current().sequence_parallel && ndim >= 3 ? S(1) : B()});
 }
 

@@ -101,12 +101,17 @@ NdSbp MeshSbp(const Sbp& dp, const std::vector<Sbp>& tensor_axes);
 //        y [S(0), S(L)] (SUMMA: no reduction);  b [B, S(0)]
 //   2.5d the same with the batch split over the depth first and W, b
 //        replicated over it
-//   3d   column (M a, K c, N b): x [S(0), S(0), S(L)] -> [S(0), B, S(L)];
-//        W [S(0), S(1), S(0)] -> [B, S(1), S(0)]; x W partial over c,
-//        reduce-scattered to y [S(0), S(L), S(L)]. Row (M a, K b, N c):
-//        x [S(0), S(L), S(L)] -> [S(0), S(L), B]; W [S(0), S(0), S(1)] ->
-//        [B, S(0), S(1)]; partial over b, reduce-scattered on the batch
-//        to [S(0), S(0), S(L)], the column layer's input again.
+//   3d   on the cube [A0, A1, A2], hidden states [b, s, h] keep h over A0,
+//        s over A1, b over A2 (a second batch split would nest inside the
+//        first, and gathering the outer one is no collective).
+//        column: x [S(L), S(1), S(0)] -> [S(L), B, S(0)] (the sequence
+//        gathered over A1); W [S(0), S(1), S(0)] -> [S(0), S(1), B]; x W,
+//        partial over A0, reduce-scattered on the sequence to
+//        y [S(1), S(L), S(0)]; b [B, S(0), B].
+//        row: x [S(1), S(L), S(0)] -> [B, S(L), S(0)]; W [S(1), S(0), S(0)]
+//        -> [S(1), S(0), B]; partial over A1, reduce-scattered on the
+//        sequence to [S(L), S(1), S(0)], the column layer's input again.
+//        Attention gathers keys and values over the sequence axis.
 // `data` (a replicated weight): x's batch splits kept, features gathered.
 struct LinearLayouts {
   NdSbp input, input_compute, weight, weight_compute, output, bias;
@@ -119,8 +124,11 @@ struct EmbeddingLayouts {
   NdSbp table, table_compute, ids;
 };
 EmbeddingLayouts MultiAxisEmbeddingLayouts();
+// Keys or values [batch, heads, seq, head_dim] (`nd_sbp`) with their
+// sequence gathered (3d splits it; attention needs every key).
+NdSbp AttentionKeySbp(const NdSbp& nd_sbp);
 // In how many parts a column-parallel layer's output features are split
-// (tp under 1d, q under 2d and 2.5d, q^2 under 3d): attention heads and
+// (tp under 1d, q under 2d, 2.5d and 3d): attention heads and
 // feature sizes must divide by it.
 int64_t ColumnFeatureParts();
 // A [features] parameter laid out like the last dimension of `activation`

@@ -17,8 +17,13 @@ Tensor LayerNormOfSplitFeatures(const Tensor& x, const Tensor& gamma, const Tens
   const int64_t last = x.ndim() - 1;
   const double inverse_count = 1.0 / static_cast<double>(x.shape()[last]);
   auto row_mean = [&](const Tensor& t) {
-    const Tensor sums = fn::sum(t, {last}, /*keepdim=*/true);  // partial where the features are split
-    return fn::mul_scalar(sums.to_global(sums.placement(), sums.nd_sbp().WithoutPartial()), inverse_count);
+    // Partial where the features are split; all-reduced, and so is its
+    // gradient (else the row gradient stays partial, and so would the
+    // hidden states' gradient it is broadcast into: whole [rows, hidden]
+    // buffers reduced later instead of [rows] here).
+    const Tensor sums = fn::sum(t, {last}, /*keepdim=*/true);
+    const NdSbp reduced = sums.nd_sbp().WithoutPartial();
+    return fn::mul_scalar(sums.to_global(sums.placement(), reduced, reduced), inverse_count);
   };
   const Tensor centred = fn::sub(x, row_mean(x));
   const Tensor variance = row_mean(fn::mul(centred, centred));

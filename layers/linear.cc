@@ -40,7 +40,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
         << ", the parts tensor_parallel_mode '" << dist::GetConfig().tensor_parallel_mode
         << "' splits its output features into";
     const dist::LinearLayouts l = dist::MultiAxisLinearLayouts(options.parallel != Parallel::kRow,
-                                                               options.parallel == Parallel::kData, 2);
+                                                               options.parallel == Parallel::kData, 3);
     NoGradGuard no_grad;
     weight = fn::mul_scalar(
         randn({in_, out_}, placement, dist::GetParameterNdSbp(Shape({in_, out_}), l.weight), options.seed),
@@ -75,8 +75,9 @@ Tensor Linear::operator()(const Tensor& x_in) const {
     // product reduce-scattered along the third (3d) or already in place.
     const dist::LinearLayouts l = dist::MultiAxisLinearLayouts(options_.parallel != Parallel::kRow,
                                                                options_.parallel == Parallel::kData, x.ndim());
-    y = fn::matmul(x.to_global(placement, l.input_compute), GatheredForCompute(ForCompute(weight), l.weight_compute))
-            .to_global(placement, l.output);
+    y = ReduceScattered(
+        fn::matmul(x.to_global(placement, l.input_compute), GatheredForCompute(ForCompute(weight), l.weight_compute)),
+        l.output);
     if (bias.defined() && !options_.skip_bias_add) y = fn::add(y, ForCompute(bias));
     return y;
   }

@@ -72,6 +72,11 @@ Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask) const
   const int last = static_cast<int>(t.ndim()) - 1;
   Tensor q = fn::slice(t, last, 0, hd), k = fn::slice(t, last, hd, 2 * hd),
          v = fn::slice(t, last, 2 * hd, 3 * hd);
+  if (dist::MultiAxisTensorParallel() && t.is_global()) {
+    // Queries stay split on the sequence (3d); every key and value is needed.
+    k = k.to_global(k.placement(), dist::AttentionKeySbp(k.nd_sbp()));
+    v = v.to_global(v.placement(), dist::AttentionKeySbp(v.nd_sbp()));
+  }
   Tensor m = mask;
   const Placement& p = qkv.weight.placement();
   if (m.defined() && !m.is_global()) m = m.to_global(p, dist::GetNdSbp({B(), B()}));
@@ -154,12 +159,17 @@ Tensor LMLogits(const Tensor& h, const Tensor& embedding_table) {
   // forward gathers it).
   Tensor x = ToActivations(h, table.placement());
   if (dist::MultiAxisTensorParallel()) {
-    // The column layer of the multi-axis modes with the table as W^T: the
-    // logits end split on the vocabulary (over the column output's axes).
+    // The column layer of the multi-axis modes with the table as W^T.
+    // The logits end split on the vocabulary (over the column output's
+    // axes), their sequence whole (the loss flattens batch and sequence).
     const dist::LinearLayouts l = dist::MultiAxisLinearLayouts(/*column=*/true, /*data=*/false, x.ndim());
-    return fn::matmul(x.to_global(x.placement(), l.input_compute),
-                      GatheredForCompute(table, dist::MultiAxisEmbeddingLayouts().table_compute), false, true)
-        .to_global(x.placement(), l.output);
+    std::vector<Sbp> logits = l.output.sbps();
+    for (Sbp& s : logits)
+      if (s.is_split(1)) s = B();
+    return ReduceScattered(
+        fn::matmul(x.to_global(x.placement(), l.input_compute),
+                   GatheredForCompute(table, dist::MultiAxisEmbeddingLayouts().table_compute), false, true),
+        NdSbp(logits));
   }
   return fn::matmul(x.to_global(x.placement(), dist::GetHiddenSbp(), x.nd_sbp()), table, false, true);
 }

@@ -236,6 +236,15 @@ BoxingPlan PlanBoxing(const Placement& src_p, const NdSbp& src, const Placement&
         }
       }
     }
+    if (same_placement && !e.state.nd_sbp.has_partial() && !dst.has_partial() && !(e.state == goal)) {
+      // Straight to the target in slices: what a split nested inside
+      // another axis's split needs to be gathered along the outer axis
+      // (each rank's part belongs to ranks of another row), which
+      // collectives along one axis at a time do only by gathering more
+      // than the target holds and slicing it away. Costed like any step, so
+      // a collective route as cheap keeps its place.
+      relax(e, goal, TransferStep(src_p, e.state.nd_sbp, src_p, dst, shape, dtype, model));
+    }
     if (e.state.side == 0 && !same_placement && !e.state.nd_sbp.has_partial()) {
       // Hand over to the destination placement, landing either directly on
       // the target (partials replaced by B, restored after) or on the same

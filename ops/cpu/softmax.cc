@@ -15,6 +15,10 @@ Tensor Softmax(const Tensor& x, const SoftmaxOptions& options) {
   const int64_t q = x.ndim() >= 2 ? x.shape()[-2] : 1;
   TESSEL_CHECK(!options.causal || x.ndim() >= 2)
       << "causal softmax needs [..., q, k] scores; got " << x.shape();
+  const int64_t queries = options.queries > 0 ? options.queries : q, offset = options.query_offset;
+  TESSEL_CHECK(offset >= 0 && offset + q <= queries)
+      << "causal softmax: query rows [" << offset << ", " << offset + q << ") are not inside the " << queries
+      << " queries";
   const bool masked = options.mask.defined();
   if (masked) {
     TESSEL_CHECK(options.mask.dtype() == DType::kBool)
@@ -34,7 +38,7 @@ Tensor Softmax(const Tensor& x, const SoftmaxOptions& options) {
     float* yr = y + r * cols;
     const int64_t qi = r % q;
     auto keep = [&](int64_t c) {
-      if (options.causal && c > qi + cols - q) return false;
+      if (options.causal && c > offset + qi + cols - queries) return false;
       return !masked || mask[im(r * cols + c)];
     };
     float mx = -std::numeric_limits<float>::infinity();

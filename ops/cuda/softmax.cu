@@ -25,6 +25,7 @@ struct Visibility {
   int64_t mask_step = 0;       // the mask's step along x's last dim (1, or 0 where broadcast)
   bool causal = false;
   int64_t q = 1;  // x's second-to-last dim
+  int64_t query_offset = 0, queries = 1;  // x's rows among the logical queries (a split shard)
 };
 
 struct RowVisibility {
@@ -36,7 +37,7 @@ struct RowVisibility {
 
 __device__ __forceinline__ RowVisibility ForRow(const Visibility& v, int64_t row, int64_t cols) {
   RowVisibility r;
-  r.last = v.causal ? row % v.q + cols - v.q : cols;
+  r.last = v.causal ? v.query_offset + row % v.q + cols - v.queries : cols;
   r.mask = v.mask ? v.mask + v.mask_index(row * cols) : nullptr;
   r.step = v.mask_step;
   return r;
@@ -266,6 +267,11 @@ Tensor Softmax(const Tensor& x, const SoftmaxOptions& options) {
   Visibility vis;
   vis.causal = options.causal;
   vis.q = q;
+  vis.queries = options.queries > 0 ? options.queries : q;
+  vis.query_offset = options.query_offset;
+  TESSEL_CHECK(vis.query_offset >= 0 && vis.query_offset + q <= vis.queries)
+      << "causal softmax: query rows [" << vis.query_offset << ", " << vis.query_offset + q
+      << ") are not inside the " << vis.queries << " queries";
   if (masked) {
     vis.mask = static_cast<const bool*>(options.mask.raw_data());
     vis.mask_index = BroadcastIndexer(options.mask.shape(), x.shape());

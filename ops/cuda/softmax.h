@@ -16,6 +16,11 @@ struct SoftmaxOptions {
   // Mask position j > i of the last two dims (x is [..., q, k]; key j of
   // query i is visible when j <= i + k - q).
   bool causal = false;
+  // x holds query rows [query_offset, query_offset + q) of `queries` (0: q)
+  // under causal: a shard of scores split on the queries keeps each row's
+  // causal limit as in the whole.
+  int64_t query_offset = 0;
+  int64_t queries = 0;
 };
 
 // Rows that are masked entirely become all zeros (not NaN).

@@ -74,11 +74,11 @@ void RegisterSoftmaxOps() {
         << "scale_mask_softmax: causal needs [..., q, k] scores, got " << in[0].shape;
     return std::vector<TensorSpec>{in[0]};
   };
-  // Batch and head dims split (the mask alike where it has them); query rows
-  // too unless causal (the causal offset needs every query index).
-  fused.sbp = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+  // Batch, head and query dims split (the mask alike where it has them);
+  // a causal kernel places its rows by the shard's offset among the queries.
+  fused.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {
     const Shape &x = in[0].shape, &m = in[1].shape;
-    const int64_t last = x.ndim() - (a.Get<bool>("causal") ? 2 : 1);
+    const int64_t last = x.ndim() - 1;
     std::vector<SbpSignature> out;
     for (int64_t d = 0; d < last; ++d) {
       int64_t md = d - (x.ndim() - m.ndim());
@@ -91,15 +91,21 @@ void RegisterSoftmaxOps() {
   fused.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
     const std::vector<Tensor>& in = ctx.inputs;
     const Attrs& a = ctx.attrs;
-    return std::vector<Tensor>{
-        cpu::Softmax(in[0], {static_cast<float>(a.Get<double>("scale")), in[1], a.Get<bool>("causal")})};
+    const int64_t query_dim = in[0].ndim() - 2;
+    return std::vector<Tensor>{cpu::Softmax(
+        in[0], {static_cast<float>(a.Get<double>("scale")), in[1], a.Get<bool>("causal"),
+                query_dim >= 0 ? ctx.input_box(0)[query_dim].begin : 0,
+                query_dim >= 0 ? ctx.logical_inputs[0].shape[query_dim] : 0})};
   };
 #ifdef TESSEL_HAS_CUDA
   fused.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
     const std::vector<Tensor>& in = ctx.inputs;
     const Attrs& a = ctx.attrs;
-    return std::vector<Tensor>{
-        cuda::Softmax(in[0], {static_cast<float>(a.Get<double>("scale")), in[1], a.Get<bool>("causal")})};
+    const int64_t query_dim = in[0].ndim() - 2;
+    return std::vector<Tensor>{cuda::Softmax(
+        in[0], {static_cast<float>(a.Get<double>("scale")), in[1], a.Get<bool>("causal"),
+                query_dim >= 0 ? ctx.input_box(0)[query_dim].begin : 0,
+                query_dim >= 0 ? ctx.logical_inputs[0].shape[query_dim] : 0})};
   };
 #endif
   fused.saved = OpDef::SavedForGrad{{}, {0}};  // the gradient reads y, not the scores or the mask

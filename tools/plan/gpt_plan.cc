@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/join.h"
 #include "graph/ir/meta.h"
 #include "graph/passes/memory_planning.h"
 #include "graph/plan/graph.h"
@@ -21,17 +22,35 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 struct Layout {
   int64_t dp, tp;
+  std::vector<int64_t> tensor_mesh;  // {tp} under 1d
   int64_t Stage(int r) const { return r / (dp * tp); }
   int64_t DpIndex(int r) const { return (r % (dp * tp)) / tp; }
   int64_t TpIndex(int r) const { return r % tp; }
+  // The index along tensor-mesh axis `axis` (row-major, the last innermost).
+  int64_t TensorIndex(int r, size_t axis) const {
+    int64_t t = TpIndex(r);
+    for (size_t a = tensor_mesh.size(); a-- > axis + 1;) t /= tensor_mesh[a];
+    return t % tensor_mesh[axis];
+  }
 
   std::string GroupOf(const proto::CommProto& c, int rank) const {
-    if (c.kind() == "send" || c.kind() == "recv") return Stage(c.ranks(0)) != Stage(rank) ? "pp" : "other";
+    if ((c.kind() == "send" || c.kind() == "recv") && Stage(c.ranks(0)) != Stage(rank)) return "pp";
     bool one_stage = true, one_dp = true, one_tp = true;
     for (int r : c.ranks()) {
       one_stage &= Stage(r) == Stage(rank);
       one_dp &= DpIndex(r) == DpIndex(rank);
       one_tp &= TpIndex(r) == TpIndex(rank);
+    }
+    if (one_stage && one_dp && tensor_mesh.size() > 1) {
+      // The tensor-mesh axes the group spans: one names it.
+      std::vector<size_t> varying;
+      for (size_t a = 0; a < tensor_mesh.size(); ++a)
+        for (int r : c.ranks())
+          if (TensorIndex(r, a) != TensorIndex(rank, a)) {
+            varying.push_back(a);
+            break;
+          }
+      if (varying.size() == 1) return "tp" + std::to_string(varying[0]);
     }
     if (one_stage && one_dp) return "tp";
     if (one_stage && one_tp) return "dp";
@@ -60,7 +79,9 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
                .pipeline_num_layers = o.model.layers,
                .zero_stage = o.zero_stage,
                .sequence_parallel = o.sequence_parallel,
-               .all_to_all_sequence_parallel = o.all_to_all_sequence_parallel});
+               .all_to_all_sequence_parallel = o.all_to_all_sequence_parallel,
+               .tensor_parallel_mode = o.tensor_parallel_mode,
+               .tensor_parallel_mode_options = o.tensor_parallel_mode_options});
   models::GPT gpt(o.model);
   auto params = gpt.NamedParameters();
   optim::AdamW adamw(params, {.zero_stage = o.zero_stage});
@@ -81,7 +102,7 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
   CompileRankPlan(graph, o.rank, &out.plan);
   out.rank_plan_seconds = SecondsSince(plan_start);
 
-  const Layout layout{o.data_parallel_size, o.tensor_parallel_size};
+  const Layout layout{o.data_parallel_size, o.tensor_parallel_size, dist::TensorMesh()};
   out.stage = static_cast<int>(layout.Stage(o.rank));
   for (const proto::PlanOpProto& op : out.plan.ops()) {
     for (const proto::CommProto& c : op.comms()) {
@@ -108,7 +129,9 @@ std::string GptPlanText(const GptPlanOptions& o, const GptPlan& plan) {
   os << "GPT: " << o.model.layers << " layers, hidden " << o.model.hidden << ", " << o.model.heads
      << " heads, vocabulary " << o.model.vocab_size << ", sequence " << seq << "\n"
      << "world " << plan.world_size << " = pp " << o.pipeline_parallel_size << " x dp "
-     << o.data_parallel_size << " x tp " << o.tensor_parallel_size << "; rank " << o.rank << " is on stage "
+     << o.data_parallel_size << " x tp " << o.tensor_parallel_size;
+  if (o.tensor_parallel_mode != "1d") os << " (" << o.tensor_parallel_mode << ", tensor mesh [" << Join(dist::TensorMesh()) << "])";
+  os << "; rank " << o.rank << " is on stage "
      << plan.stage << "\n"
      << "step: " << o.micro_batches << " micro-batch(es) of " << o.micro_batch_size
      << (o.all_to_all_sequence_parallel

@@ -33,12 +33,18 @@ struct GptPlanOptions {
   // split each sequence of their micro_batch_size x dp rows.
   bool all_to_all_sequence_parallel = false;
   int64_t zero_stage = 0;  // dist::Config::zero_stage (and AdamW's)
+  // dist::Config::tensor_parallel_mode and its options (e.g. 2.5d's depth).
+  std::string tensor_parallel_mode = "1d";
+  std::map<std::string, std::string> tensor_parallel_mode_options = {};
 };
 
 // The parallel group a communication runs in, seen from the job's layout
 // (world = pp x dp x tp, tp innermost): "tp" (one stage, one data-parallel
 // index), "dp" (one stage, one tensor-parallel index), "pp" (a send or
-// receive to another stage), else "other".
+// receive to another stage), else "other". Under the multi-axis tensor
+// modes a group along one axis of the tensor mesh is "tp0", "tp1" or
+// "tp2" (2d: [rows, columns]; 2.5d: [depth, rows, columns]; 3d: the cube's
+// three axes), and "tp" spans several.
 struct CommKey {
   int64_t layer = -1;  // the transformer layer (ir::Op::layer); -1: outside every layer
   bool backward = false;
