@@ -17,7 +17,7 @@ namespace tessel::dist {
 namespace {
 Config* g_config = nullptr;
 std::vector<std::vector<int>>* g_stage_ranks = nullptr;  // the mode's grids, checked
-std::vector<int64_t>* g_tensor_mesh = nullptr;            // the mode's tensor mesh, checked
+std::vector<int64_t>* g_tensor_mesh = nullptr;           // the mode's tensor mesh, checked
 TensorLayout g_layout = TensorLayout::k1d;
 
 const Config& Current() {
@@ -121,10 +121,11 @@ void Setup(const Config& in) {
     // the multi-axis layouts already split them over every tp rank.
     TESSEL_CHECK(!c.sequence_parallel)
         << "sequence_parallel (Megatron's) works with tensor_parallel_mode '1d'; '" << c.tensor_parallel_mode
-        << "' already splits the hidden states over all " << c.tensor_parallel_size << " tensor-parallel ranks";
+        << "' already splits the hidden states over all " << c.tensor_parallel_size
+        << " tensor-parallel ranks";
     TESSEL_CHECK(!c.all_to_all_sequence_parallel)
-        << "all-to-all sequence parallelism works with tensor_parallel_mode '1d', not '" << c.tensor_parallel_mode
-        << "'";
+        << "all-to-all sequence parallelism works with tensor_parallel_mode '1d', not '"
+        << c.tensor_parallel_mode << "'";
   }
   delete g_config;
   g_config = new Config(c);
@@ -137,7 +138,8 @@ void Setup(const Config& in) {
   // the stages shows here (and graph mode refuses a layer that built nothing).
   LOG_IF(INFO, c.pipeline_parallel_size > 1 && CurrentRank() == 0) << "pipeline: " << LayerAssignmentText();
   LOG_IF(INFO, c.tensor_parallel_mode != "1d" && CurrentRank() == 0)
-      << "tensor_parallel_mode '" << c.tensor_parallel_mode << "': " << StageGridText();
+      << "tensor_parallel_mode '" << c.tensor_parallel_mode << "' (tensor mesh ["
+      << Join(*g_tensor_mesh, " x ") << "]): " << StageGridText();
 }
 
 std::string LayerAssignmentText() {
@@ -253,9 +255,9 @@ NdSbp GetNdSbp(const std::vector<Sbp>& dp_tp) {
   TESSEL_CHECK(dp_tp.size() == 2) << "GetNdSbp takes the [dp, tp] pair, got " << dp_tp.size() << " entries";
   Current();
   TESSEL_CHECK(g_tensor_mesh->size() == 1 || !dp_tp[1].is_split())
-      << "GetNdSbp({" << dp_tp[0] << ", " << dp_tp[1] << "}): a split over tp names no axis of tensor_parallel_mode '"
-      << Current().tensor_parallel_mode << "' (tensor mesh [" << Join(*g_tensor_mesh)
-      << "]); use dist::MeshSbp or the mode's layouts";
+      << "GetNdSbp({" << dp_tp[0] << ", " << dp_tp[1]
+      << "}): a split over tp names no axis of tensor_parallel_mode '" << Current().tensor_parallel_mode
+      << "' (tensor mesh [" << Join(*g_tensor_mesh) << "]); use dist::MeshSbp or the mode's layouts";
   return MeshSbp(dp_tp[0], std::vector<Sbp>(g_tensor_mesh->size(), dp_tp[1]));
 }
 
@@ -295,19 +297,20 @@ LinearLayouts MultiAxisLinearLayouts(bool column, bool data, int64_t ndim) {
   }
   switch (layout) {
     case TensorLayout::k2d:
-      return {mesh({S(0), L}), mesh({S(0), B()}), param({S(0), S(1)}), param({B(), S(1)}), mesh({S(0), L}),
-              param({B(), S(0)})};
+      return {mesh({S(0), L}),    mesh({S(0), B()}), param({S(0), S(1)}),
+              param({B(), S(1)}), mesh({S(0), L}),   param({B(), S(0)})};
     case TensorLayout::k2p5d:
-      return {mesh({S(0), S(0), L}), mesh({S(0), S(0), B()}), param({B(), S(0), S(1)}),
-              param({B(), B(), S(1)}),  mesh({S(0), S(0), L}),  param({B(), B(), S(0)})};
+      return {mesh({S(0), S(0), L}),   mesh({S(0), S(0), B()}), param({B(), S(0), S(1)}),
+              param({B(), B(), S(1)}), mesh({S(0), S(0), L}),   param({B(), B(), S(0)})};
     case TensorLayout::k3d:
-      TESSEL_CHECK(ndim >= 3) << "tensor_parallel_mode '3d': a column- or row-parallel Linear needs [batch, seq, "
-                                 "features] inputs (the sequence is split); got "
-                              << ndim << " dimensions";
+      TESSEL_CHECK(ndim >= 3)
+          << "tensor_parallel_mode '3d': a column- or row-parallel Linear needs [batch, seq, "
+             "features] inputs (the sequence is split); got "
+          << ndim << " dimensions";
       if (column)
-        return {mesh({L, S(1), S(0)}), mesh({L, B(), S(0)}), param({S(0), S(1), S(0)}),
+        return {mesh({L, S(1), S(0)}),    mesh({L, B(), S(0)}),  param({S(0), S(1), S(0)}),
                 param({S(0), S(1), B()}), mesh({S(1), L, S(0)}), param({B(), S(0), B()})};
-      return {mesh({S(1), L, S(0)}), mesh({B(), L, S(0)}), param({S(1), S(0), S(0)}),
+      return {mesh({S(1), L, S(0)}),    mesh({B(), L, S(0)}),  param({S(1), S(0), S(0)}),
               param({S(1), S(0), B()}), mesh({L, S(1), S(0)}), param({S(0), B(), B()})};
     case TensorLayout::k1d:
       break;
@@ -388,7 +391,9 @@ NdSbp ZeroShardSbp(const Shape& shape, const NdSbp& nd_sbp) {
   return nd_sbp;
 }
 
-NdSbp GetParameterNdSbp(const Shape& shape, const Sbp& tp) { return GetParameterNdSbp(shape, GetNdSbp({B(), tp})); }
+NdSbp GetParameterNdSbp(const Shape& shape, const Sbp& tp) {
+  return GetParameterNdSbp(shape, GetNdSbp({B(), tp}));
+}
 
 NdSbp GetParameterNdSbp(const Shape& shape, const NdSbp& replicated) {
   return Current().zero_stage >= 3 ? ZeroShardSbp(shape, replicated) : replicated;

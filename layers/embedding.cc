@@ -14,16 +14,19 @@
 namespace tessel::layers {
 
 VocabEmbedding::VocabEmbedding(int64_t vocab_size, int64_t hidden, EmbeddingOptions options) {
-  const int64_t tp = dist::GetConfig().tensor_parallel_size;
-  TESSEL_CHECK(vocab_size % tp == 0) << "VocabEmbedding: vocab_size=" << vocab_size
-                                     << " is not divisible by tensor_parallel_size=" << tp
-                                     << "; pad the vocabulary to a multiple of " << tp;
+  // The vocabulary is split like a column layer's output features: over
+  // tp (1d), or one side of the multi-axis modes' mesh.
+  const int64_t parts = dist::ColumnFeatureParts();
+  TESSEL_CHECK(vocab_size % parts == 0)
+      << "VocabEmbedding: vocab_size=" << vocab_size << " is not divisible by " << parts
+      << ", the parts tensor_parallel_mode '" << dist::GetConfig().tensor_parallel_mode
+      << "' splits it into; pad the vocabulary to a multiple of " << parts;
   NoGradGuard no_grad;
   // Split on the vocabulary over tp (1d), or the column layout's weight
   // transposed (the multi-axis modes, so the tied LM head is a column layer).
   const Shape shape({vocab_size, hidden});
-  const NdSbp layout = dist::MultiAxisTensorParallel() ? dist::MultiAxisEmbeddingLayouts().table
-                                                       : dist::GetNdSbp({B(), S(0)});
+  const NdSbp layout =
+      dist::MultiAxisTensorParallel() ? dist::MultiAxisEmbeddingLayouts().table : dist::GetNdSbp({B(), S(0)});
   weight = fn::mul_scalar(randn(shape, dist::GetLayerPlacement(options.layer_idx),
                                 dist::GetParameterNdSbp(shape, layout), options.seed),
                           options.init_std);
@@ -73,11 +76,12 @@ int64_t PaddedVocabSize(int64_t vocab_size, int64_t multiple, int64_t tp) {
 }
 
 int64_t PaddedVocabSizeLogged(const std::string& model, int64_t vocab_size, int64_t multiple) {
-  const int64_t tp = dist::GetConfig().tensor_parallel_size;
-  const int64_t padded = PaddedVocabSize(vocab_size, multiple, tp);
+  const int64_t parts = dist::ColumnFeatureParts();
+  const int64_t padded = PaddedVocabSize(vocab_size, multiple, parts);
   if (padded != vocab_size && dist::Rank() == 0)
     LOG(INFO) << model << ": vocabulary of " << vocab_size << " padded to " << padded
-              << " rows (a multiple of " << std::max<int64_t>(multiple, 1) << " x tp " << tp
+              << " rows (a multiple of " << std::max<int64_t>(multiple, 1) << " x " << parts
+              << (parts == dist::GetConfig().tensor_parallel_size ? " (tp)" : " (the vocabulary's split)")
               << "); the padded logits are masked out";
   return padded;
 }

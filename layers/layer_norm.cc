@@ -36,8 +36,9 @@ LayerNorm::LayerNorm(int64_t hidden, double eps, int64_t layer_idx) : eps_(eps) 
   const Placement p = dist::GetLayerPlacement(layer_idx);
   // Laid out like the hidden states' features: replicated, or split with
   // them under the multi-axis tensor-parallel modes.
-  const NdSbp layout = dist::MultiAxisTensorParallel() ? dist::FeatureParameterSbp(dist::GetActivationSbp(2), 2)
-                                                       : dist::GetNdSbp({B(), B()});
+  const NdSbp layout = dist::MultiAxisTensorParallel()
+                           ? dist::FeatureParameterSbp(dist::GetActivationSbp(2), 2)
+                           : dist::GetNdSbp({B(), B()});
   weight = ones({hidden}, p, dist::GetParameterNdSbp(Shape({hidden}), layout));
   bias = zeros({hidden}, p, dist::GetParameterNdSbp(Shape({hidden}), layout));
   RegisterParameter("weight", weight);

@@ -23,13 +23,6 @@ NdSbp InputSbp(const Tensor& x, const Sbp& tp) {
 
 Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
     : in_(in_features), out_(out_features), options_(options) {
-  const int64_t tp = dist::GetConfig().tensor_parallel_size;
-  TESSEL_CHECK(options.parallel != Parallel::kCol || out_features % tp == 0)
-      << "column-parallel Linear: out_features=" << out_features
-      << " is not divisible by tensor_parallel_size=" << tp;
-  TESSEL_CHECK(options.parallel != Parallel::kRow || in_features % tp == 0)
-      << "row-parallel Linear: in_features=" << in_features
-      << " is not divisible by tensor_parallel_size=" << tp;
   const Placement placement = dist::GetLayerPlacement(options.layer_idx);
   if (dist::MultiAxisTensorParallel()) {
     // 2d, 2.5d, 3d: one layout per kind (dist::MultiAxisLinearLayouts);
@@ -47,17 +40,24 @@ Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
         options.init_std);
     if (options.bias) bias = zeros({out_}, placement, dist::GetParameterNdSbp(Shape({out_}), l.bias));
   } else {
-  const Sbp w_tp = options.parallel == Parallel::kCol   ? S(1)
-                   : options.parallel == Parallel::kRow ? S(0)
-                                                        : B();
-  const Sbp b_tp = options.parallel == Parallel::kCol ? S(0) : B();
-  {
-    NoGradGuard no_grad;
-    weight = fn::mul_scalar(
-        randn({in_, out_}, placement, dist::GetParameterNdSbp(Shape({in_, out_}), w_tp), options.seed),
-        options.init_std);
-    if (options.bias) bias = zeros({out_}, placement, dist::GetParameterNdSbp(Shape({out_}), b_tp));
-  }
+    const int64_t tp = dist::GetConfig().tensor_parallel_size;
+    TESSEL_CHECK(options.parallel != Parallel::kCol || out_features % tp == 0)
+        << "column-parallel Linear: out_features=" << out_features
+        << " is not divisible by tensor_parallel_size=" << tp;
+    TESSEL_CHECK(options.parallel != Parallel::kRow || in_features % tp == 0)
+        << "row-parallel Linear: in_features=" << in_features
+        << " is not divisible by tensor_parallel_size=" << tp;
+    const Sbp w_tp = options.parallel == Parallel::kCol   ? S(1)
+                     : options.parallel == Parallel::kRow ? S(0)
+                                                          : B();
+    const Sbp b_tp = options.parallel == Parallel::kCol ? S(0) : B();
+    {
+      NoGradGuard no_grad;
+      weight = fn::mul_scalar(
+          randn({in_, out_}, placement, dist::GetParameterNdSbp(Shape({in_, out_}), w_tp), options.seed),
+          options.init_std);
+      if (options.bias) bias = zeros({out_}, placement, dist::GetParameterNdSbp(Shape({out_}), b_tp));
+    }
   }
   RegisterParameter("weight", weight);
   if (options.bias) RegisterParameter("bias", bias);
@@ -73,11 +73,11 @@ Tensor Linear::operator()(const Tensor& x_in) const {
   if (dist::MultiAxisTensorParallel()) {
     // SUMMA-style: x gathered along one mesh axis, W along another, the
     // product reduce-scattered along the third (3d) or already in place.
-    const dist::LinearLayouts l = dist::MultiAxisLinearLayouts(options_.parallel != Parallel::kRow,
-                                                               options_.parallel == Parallel::kData, x.ndim());
-    y = ReduceScattered(
-        fn::matmul(x.to_global(placement, l.input_compute), GatheredForCompute(ForCompute(weight), l.weight_compute)),
-        l.output);
+    const dist::LinearLayouts l = dist::MultiAxisLinearLayouts(
+        options_.parallel != Parallel::kRow, options_.parallel == Parallel::kData, x.ndim());
+    y = ReduceScattered(fn::matmul(x.to_global(placement, l.input_compute),
+                                   GatheredForCompute(ForCompute(weight), l.weight_compute)),
+                        l.output);
     if (bias.defined() && !options_.skip_bias_add) y = fn::add(y, ForCompute(bias));
     return y;
   }

@@ -36,7 +36,8 @@ void CheckNoOptions(const char* mode, const ParallelModeSizes& s) {
 // 2.5d's depth option: a positive integer dividing tp.
 int64_t Depth(const ParallelModeSizes& s) {
   for (const auto& [key, value] : s.options)
-    TESSEL_CHECK(key == "depth") << "tensor_parallel_mode '2.5d' takes the option 'depth'; got '" << key << "'";
+    TESSEL_CHECK(key == "depth") << "tensor_parallel_mode '2.5d' takes the option 'depth'; got '" << key
+                                 << "'";
   const auto it = s.options.find("depth");
   TESSEL_CHECK(it != s.options.end())
       << "tensor_parallel_mode '2.5d' needs the option depth (tensor_parallel_mode_options { key: \"depth\" "
@@ -75,7 +76,9 @@ void Check3d(const ParallelModeSizes& s) {
 NamedRegistry<ParallelMode>& Modes() {
   static NamedRegistry<ParallelMode> registry(
       "tensor_parallel_mode", "dist::RegisterParallelMode",
-      {{"1d", {.check = [](const ParallelModeSizes& s) { CheckNoOptions("1d", s); }, .stage_ranks = MegatronStageRanks}},
+      {{"1d",
+        {.check = [](const ParallelModeSizes& s) { CheckNoOptions("1d", s); },
+         .stage_ranks = MegatronStageRanks}},
        {"2d",
         {.check = Check2d,
          .stage_ranks = MegatronStageRanks,
@@ -98,11 +101,10 @@ NamedRegistry<ParallelMode>& Modes() {
         {.check = Check3d,
          .stage_ranks = MegatronStageRanks,
          .layout = TensorLayout::k3d,
-         .tensor_mesh =
-             [](const ParallelModeSizes& s) {
-               const int64_t q = ExactRoot(s.tensor_parallel_size, 3);
-               return std::vector<int64_t>{q, q, q};
-             }}}});
+         .tensor_mesh = [](const ParallelModeSizes& s) {
+           const int64_t q = ExactRoot(s.tensor_parallel_size, 3);
+           return std::vector<int64_t>{q, q, q};
+         }}}});
   return registry;
 }
 

@@ -25,7 +25,9 @@ int64_t CheckHeads(int64_t hidden, int64_t heads) {
   TESSEL_CHECK(heads > 0 && hidden % heads == 0)
       << "MultiheadAttention: hidden=" << hidden << " is not divisible by heads=" << heads;
   TESSEL_CHECK(heads % parts == 0) << "MultiheadAttention: heads=" << heads << " is not divisible by "
-                                   << (parts == tp ? "tensor_parallel_size=" : "the head groups of tensor_parallel_mode '" + dist::GetConfig().tensor_parallel_mode + "': ")
+                                   << (parts == tp ? "tensor_parallel_size="
+                                                   : "the head groups of tensor_parallel_mode '" +
+                                                         dist::GetConfig().tensor_parallel_mode + "': ")
                                    << parts;
   return hidden;
 }

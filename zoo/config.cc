@@ -398,8 +398,8 @@ void ResolveConfig(config::Config* c, int world_size) {
   // 1d splits the heads and the MLP's features over all tp ranks; the
   // multi-axis modes split them over fewer (one side of their mesh) and
   // say so when the model is built.
-  const bool multi_axis_mode =
-      d.tensor_parallel_mode() == "2d" || d.tensor_parallel_mode() == "2.5d" || d.tensor_parallel_mode() == "3d";
+  const bool multi_axis_mode = d.tensor_parallel_mode() == "2d" || d.tensor_parallel_mode() == "2.5d" ||
+                               d.tensor_parallel_mode() == "3d";
   TESSEL_CHECK(multi_axis_mode || m.num_attention_heads() % tp == 0)
       << "config: model.num_attention_heads " << m.num_attention_heads()
       << " is not divisible by train.dist.tensor_parallel_size " << tp;

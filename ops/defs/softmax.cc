@@ -92,20 +92,20 @@ void RegisterSoftmaxOps() {
     const std::vector<Tensor>& in = ctx.inputs;
     const Attrs& a = ctx.attrs;
     const int64_t query_dim = in[0].ndim() - 2;
-    return std::vector<Tensor>{cpu::Softmax(
-        in[0], {static_cast<float>(a.Get<double>("scale")), in[1], a.Get<bool>("causal"),
-                query_dim >= 0 ? ctx.input_box(0)[query_dim].begin : 0,
-                query_dim >= 0 ? ctx.logical_inputs[0].shape[query_dim] : 0})};
+    return std::vector<Tensor>{
+        cpu::Softmax(in[0], {static_cast<float>(a.Get<double>("scale")), in[1], a.Get<bool>("causal"),
+                             query_dim >= 0 ? ctx.input_box(0)[query_dim].begin : 0,
+                             query_dim >= 0 ? ctx.logical_inputs[0].shape[query_dim] : 0})};
   };
 #ifdef TESSEL_HAS_CUDA
   fused.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
     const std::vector<Tensor>& in = ctx.inputs;
     const Attrs& a = ctx.attrs;
     const int64_t query_dim = in[0].ndim() - 2;
-    return std::vector<Tensor>{cuda::Softmax(
-        in[0], {static_cast<float>(a.Get<double>("scale")), in[1], a.Get<bool>("causal"),
-                query_dim >= 0 ? ctx.input_box(0)[query_dim].begin : 0,
-                query_dim >= 0 ? ctx.logical_inputs[0].shape[query_dim] : 0})};
+    return std::vector<Tensor>{
+        cuda::Softmax(in[0], {static_cast<float>(a.Get<double>("scale")), in[1], a.Get<bool>("causal"),
+                              query_dim >= 0 ? ctx.input_box(0)[query_dim].begin : 0,
+                              query_dim >= 0 ? ctx.logical_inputs[0].shape[query_dim] : 0})};
   };
 #endif
   fused.saved = OpDef::SavedForGrad{{}, {0}};  // the gradient reads y, not the scores or the mask

@@ -132,8 +132,9 @@ TEST(ParallelModes, GridsThatAreNotAPartitionAndRefusedSizesAreNamed) {
   EXPECT_NE(e.find("test_needs_tp4 needs tensor_parallel_size 4, got 1"), std::string::npos) << e;
   e = ErrorOf([] { dist::Setup({.tensor_parallel_mode_options = {{"depth", "2"}}}); });
   EXPECT_NE(e.find("tensor_parallel_mode '1d' takes no options; got 'depth'"), std::string::npos) << e;
-  e = ErrorOf([] { dist::Setup({.tensor_parallel_mode = "2d"}); });
-  EXPECT_NE(e.find("tensor_parallel_mode '2d' is not registered; registered: 1d, test_"), std::string::npos)
+  e = ErrorOf([] { dist::Setup({.tensor_parallel_mode = "4d"}); });
+  EXPECT_NE(e.find("tensor_parallel_mode '4d' is not registered; registered: 1d, 2.5d, 2d, 3d, test_"),
+            std::string::npos)
       << e;
   e = ErrorOf([] { dist::RegisterParallelMode("1d", {.check = nullptr, .stage_ranks = nullptr}); });
   EXPECT_NE(e.find("no stage_ranks given"), std::string::npos) << e;

@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <map>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "core/error.h"
 
@@ -361,6 +363,103 @@ TEST(GptPlan, SequenceParallelCutsLayerActivationsByThePublishedRatio) {
         "tp %ld: a layer's activations with sequence parallelism are %.3f of those without (published "
         "%.3f)\n",
         static_cast<long>(t), measured, published);
+  }
+}
+
+// The multi-axis tensor-parallel modes against their papers' per-layer
+// communication (each rank's buffers, per micro-batch; b sequences per
+// data-parallel rank, s tokens, hidden h, feed-forward f = 4h; the four
+// linears of a layer have h x 3h, h x h, h x f and f x h weights, so they
+// hold 4h^2 + 2hf weights and read 3h + f input features per token):
+//   2d (Optimus' SUMMA on q x q, groups tp0 along a mesh column and tp1
+//   along a row): forward each linear all-gathers its weight's q blocks
+//   down the column ((4h^2 + 2hf)/q in all) and its input across the row
+//   ((b/q) s (3h + f)); backward reduce-scatters the same buffers. Layer
+//   norms all-reduce 2 row statistics ((b/q) s each) forward and backward.
+//   2.5d (Tesseract, d x q x q: tp0 the depth): the same with the batch
+//   split d q ways, and the weight gradients all-reduced over the depth
+//   ((4h^2 + 2hf)/q^2).
+//   3d (the cube, each linear: input gathered along one axis, weight along
+//   another, product reduce-scattered along the third; backward the
+//   reverse): inputs b s h_in/q^2, weights h_in h_out/q^2, products
+//   b s h_out/q^2; tessel's hidden states keep the sequence split (not a
+//   second batch split), so attention gathers keys and values, b s 2h/q^2.
+struct LayerComm {
+  int64_t count = 0, elements = 0;
+  bool operator==(const LayerComm&) const = default;
+};
+using LayerComms = std::map<std::tuple<bool, std::string, std::string>, LayerComm>;
+
+LayerComms PlannedLayerComms(const GptPlan& plan, int64_t layer) {
+  LayerComms out;
+  for (const auto& [k, t] : plan.comm)
+    if (k.layer == layer) out[{k.backward, k.group, k.kind}] = {t.count, t.elements};
+  return out;
+}
+
+std::string Describe(const LayerComms& comms) {
+  std::string s;
+  for (const auto& [k, v] : comms)
+    s += std::string(std::get<0>(k) ? "backward " : "forward ") + std::get<1>(k) + " " + std::get<2>(k) +
+         ": " + std::to_string(v.count) + " x, " + std::to_string(v.elements) + " elements\n";
+  return s;
+}
+
+TEST(GptPlan, MultiAxisTensorParallelLayersMoveWhatTheirPapersSay) {
+  struct Case {
+    std::string mode;
+    int64_t q, depth, dp, h, heads, b, s;
+  };
+  for (const Case& c : {Case{"2d", 2, 1, 1, 64, 4, 4, 32}, Case{"2d", 3, 1, 1, 96, 6, 6, 24},
+                        Case{"2d", 2, 1, 2, 64, 4, 4, 32}, Case{"2.5d", 2, 2, 1, 64, 4, 8, 32},
+                        Case{"3d", 2, 1, 1, 64, 4, 4, 32}, Case{"3d", 3, 1, 1, 96, 6, 6, 27}}) {
+    const int64_t q = c.q, h = c.h, f = 4 * h, b = c.b, s = c.s;
+    const int64_t tp = c.mode == "3d" ? q * q * q : c.depth * q * q;
+    GptPlanOptions o{.model = {.vocab_size = 1024, .hidden = h, .heads = c.heads, .layers = 2, .max_seq = s},
+                     .tensor_parallel_size = tp,
+                     .data_parallel_size = c.dp,
+                     .micro_batch_size = b,
+                     .tensor_parallel_mode = c.mode};
+    if (c.mode == "2.5d") o.tensor_parallel_mode_options = {{"depth", std::to_string(c.depth)}};
+    const int64_t weights = 4 * h * h + 2 * h * f, features = 3 * h + f;
+    LayerComms want;
+    if (c.mode == "3d") {
+      const int64_t col_in = b * s * 2 * h / (q * q), col_out = b * s * features / (q * q);
+      const int64_t row_in_and_kv = b * s * features / (q * q), row_out = b * s * 2 * h / (q * q);
+      const int64_t stats = 4 * (b / q) * (s / q);
+      for (bool backward : {false, true}) {
+        const char* gather = backward ? "reduce-scatter" : "all-gather";
+        const char* scatter = backward ? "all-gather" : "reduce-scatter";
+        want[{backward, "tp1", gather}] = {2, col_in};
+        want[{backward, "tp0", gather}] = {4, row_in_and_kv};
+        want[{backward, "tp2", gather}] = {4, weights / (q * q)};
+        want[{backward, "tp0", scatter}] = {2, col_out};
+        want[{backward, "tp1", scatter}] = {2, row_out};
+        want[{backward, "tp0", "all-reduce"}] = {4, stats};
+      }
+    } else {
+      // 2d's [rows, columns] are 2.5d's tp1, tp2 (tp0 its depth).
+      const std::string rows = c.mode == "2d" ? "tp0" : "tp1", columns = c.mode == "2d" ? "tp1" : "tp2";
+      const int64_t batch = b / (c.depth * q);
+      for (bool backward : {false, true}) {
+        const char* kind = backward ? "reduce-scatter" : "all-gather";
+        want[{backward, rows, kind}] = {4, weights / q};
+        want[{backward, columns, kind}] = {4, batch * s * features};
+        want[{backward, columns, "all-reduce"}] = {4, 4 * batch * s};
+      }
+      if (c.mode == "2.5d") want[{true, "tp0", "all-reduce"}] = {4, weights / (q * q)};
+    }
+    for (int rank : {0, static_cast<int>(c.dp * tp - 1)}) {
+      o.rank = rank;
+      const GptPlan plan = PlanGpt(o);
+      for (int64_t layer = 0; layer < 2; ++layer) {
+        const LayerComms got = PlannedLayerComms(plan, layer);
+        EXPECT_EQ(got, want) << c.mode << " q " << q << " dp " << c.dp << " rank " << rank << " layer "
+                             << layer << "\nplanned:\n"
+                             << Describe(got) << "expected:\n"
+                             << Describe(want);
+      }
+    }
   }
 }
 

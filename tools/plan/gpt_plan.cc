@@ -130,9 +130,9 @@ std::string GptPlanText(const GptPlanOptions& o, const GptPlan& plan) {
      << " heads, vocabulary " << o.model.vocab_size << ", sequence " << seq << "\n"
      << "world " << plan.world_size << " = pp " << o.pipeline_parallel_size << " x dp "
      << o.data_parallel_size << " x tp " << o.tensor_parallel_size;
-  if (o.tensor_parallel_mode != "1d") os << " (" << o.tensor_parallel_mode << ", tensor mesh [" << Join(dist::TensorMesh()) << "])";
-  os << "; rank " << o.rank << " is on stage "
-     << plan.stage << "\n"
+  if (o.tensor_parallel_mode != "1d")
+    os << " (" << o.tensor_parallel_mode << ", tensor mesh [" << Join(dist::TensorMesh()) << "])";
+  os << "; rank " << o.rank << " is on stage " << plan.stage << "\n"
      << "step: " << o.micro_batches << " micro-batch(es) of " << o.micro_batch_size
      << (o.all_to_all_sequence_parallel
              ? " sequence(s) per data-parallel rank, shared by the dp group, each rank holding 1/dp of every "

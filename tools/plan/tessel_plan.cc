@@ -35,9 +35,10 @@ DEFINE_string(
     "each sequence; all-to-alls around attention trade it for a split of the heads)");
 DEFINE_int64(zero_stage, 0,
              "ZeRO over the data-parallel ranks: 1 optimizer state, 2 and gradients, 3 and parameters");
-DEFINE_string(tensor_parallel_mode, "1d",
-              "how the tp ranks lay out the layers: 1d (Megatron), 2d (SUMMA, tp = q x q), 2.5d (tp = depth x q "
-              "x q, with --depth) or 3d (tp = q x q x q)");
+DEFINE_string(
+    tensor_parallel_mode, "1d",
+    "how the tp ranks lay out the layers: 1d (Megatron), 2d (SUMMA, tp = q x q), 2.5d (tp = depth x q "
+    "x q, with --depth) or 3d (tp = q x q x q)");
 DEFINE_int64(depth, 0, "with --tensor_parallel_mode 2.5d: the depth d of its d x q x q tensor mesh");
 DEFINE_bool(ops, false, "also list every op of the rank's plan with its communication");
 DEFINE_string(dot, "", "write the compiled logical graph as Graphviz to this file");
