@@ -110,7 +110,7 @@ check("without the handler wpe.weight moved in the first step", free["model.wpe.
 for what, sets, pattern in (
         ("tessel-train does not know the example's mode",
          ["train.graph.pipeline=1f1b", "train.gradient_handler=[]"], r"tensor_parallel_mode 'pp_inner' is not registered; "
-                                                             r"registered: 1d "),
+                                                             r"registered: 1d, 2\.5d, 2d, 3d "),
         ("an unregistered schedule is named", ["train.graph.pipeline=zero_bubble"],
          r"pipeline schedule 'zero_bubble' is not registered; registered: 1f1b, gpipe, gpipe_lifo, naive"),
         ("an unregistered handler is named", ['train.gradient_handler=[{name: "freez"}]'],
