@@ -17,10 +17,13 @@ VocabEmbedding::VocabEmbedding(int64_t vocab_size, int64_t hidden, EmbeddingOpti
   // The vocabulary is split like a column layer's output features: over
   // tp (1d), or one side of the multi-axis modes' mesh.
   const int64_t parts = dist::ColumnFeatureParts();
+  const bool over_tp = !dist::MultiAxisTensorParallel();
   TESSEL_CHECK(vocab_size % parts == 0)
-      << "VocabEmbedding: vocab_size=" << vocab_size << " is not divisible by " << parts
-      << ", the parts tensor_parallel_mode '" << dist::GetConfig().tensor_parallel_mode
-      << "' splits it into; pad the vocabulary to a multiple of " << parts;
+      << "VocabEmbedding: vocab_size=" << vocab_size << " is not divisible by "
+      << (over_tp ? "tensor_parallel_size="
+                  : "the vocabulary's split of tensor_parallel_mode '" +
+                        dist::GetConfig().tensor_parallel_mode + "': ")
+      << parts << "; pad the vocabulary to a multiple of " << parts;
   NoGradGuard no_grad;
   // Split on the vocabulary over tp (1d), or the column layout's weight
   // transposed (the multi-axis modes, so the tied LM head is a column layer).
