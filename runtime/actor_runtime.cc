@@ -28,8 +28,8 @@ int64_t NowMicros() {
       .count();
 }
 
-std::string UnitName(bool backward, int micro_batch) {
-  return std::string(backward ? "B" : "F").append(std::to_string(micro_batch));
+std::string UnitName(bool backward, int micro_batch, bool weight = false) {
+  return std::string(weight ? "W" : backward ? "B" : "F").append(std::to_string(micro_batch));
 }
 
 // A global value computed on another stage, as this rank sees it: its
@@ -46,7 +46,10 @@ Tensor OffRankValue(const ir::Value& v) {
 struct ActorRuntime::Program {
   size_t num_ops = 0, num_values = 0;  // of the graph it was built for
   int stage = 0, stages = 1, micro_batches = 1;
-  std::vector<char> runs;     // per op
+  std::vector<char> runs;  // per op
+  // Per op: a backward op of the weight-gradient (W) part of its
+  // micro-batch, when the schedule lists W units.
+  std::vector<char> weight;
   std::vector<int> order[2];  // per stream: op ids
   // Per op: ops of the other stream it must follow without reading their
   // results — an in-place update of a variable and the reads of it on either
@@ -124,15 +127,22 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   // input here would otherwise be ready at once and wait, first in its
   // stream, for a send made at the very end, and a send moved ahead would
   // reach a receive posted for another message.
-  std::vector<int64_t> slot_of(static_cast<size_t>(2 * micro_batches), 0);
+  // Slots per micro-batch k: 3k forward, 3k + 1 backward, 3k + 2 its
+  // weight-gradient part (the backward's slot when the schedule lists no W).
+  std::vector<int64_t> slot_of(static_cast<size_t>(3 * micro_batches), 0);
   int first_micro_batch_op = static_cast<int>(ops.size());
   for (const ir::Op& op : ops)
     if (op.micro_batch >= 0) first_micro_batch_op = std::min(first_micro_batch_op, op.id);
+  bool split_backward = false;
   if (p->stage >= 0) {
     const std::vector<Action> actions = StageActions(options_.schedule, p->stages, p->stage, micro_batches);
-    for (size_t i = 0; i < actions.size(); ++i)
-      slot_of[static_cast<size_t>(2 * actions[i].micro_batch + (actions[i].backward ? 1 : 0))] =
-          static_cast<int64_t>(i);
+    for (size_t i = 0; i < actions.size(); ++i) {
+      const size_t k = static_cast<size_t>(actions[i].micro_batch);
+      slot_of[3 * k + (actions[i].weight ? 2 : actions[i].backward ? 1 : 0)] = static_cast<int64_t>(i);
+      split_backward |= actions[i].weight;
+    }
+    if (!split_backward)
+      for (size_t k = 0; k < static_cast<size_t>(micro_batches); ++k) slot_of[3 * k + 2] = slot_of[3 * k + 1];
   }
   p->runs.assign(ops.size(), 0);
   for (const ir::Op& op : ops) p->runs[op.id] = op.stage < 0 || (p->stage >= 0 && op.stage == p->stage);
@@ -151,6 +161,39 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
     // Edges from other stages' ops are kept by the transfers themselves.
     for (int pred : all_preds[op.id])
       if (index_of[static_cast<size_t>(pred)] >= 0) preds[i].push_back(index_of[static_cast<size_t>(pred)]);
+  }
+  // A split backward: its B part is what the gradient sent to the previous
+  // stage needs (the sends of the micro-batch's backward and everything of
+  // that backward they depend on); the rest, weight gradients and their
+  // accumulation, is its W part. A first stage sends nothing back, so all
+  // of its backward is W.
+  p->weight.assign(ops.size(), 0);
+  if (split_backward) {
+    std::vector<char> feeds_send(mine.size(), 0);
+    std::vector<size_t> stack;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const ir::Op& op = ops[static_cast<size_t>(mine[i])];
+      if (op.name == "send" && op.backward && op.micro_batch >= 0) stack.push_back(i);
+    }
+    while (!stack.empty()) {
+      const size_t i = stack.back();
+      stack.pop_back();
+      if (feeds_send[i]) continue;
+      feeds_send[i] = 1;
+      const ir::Op& op = ops[static_cast<size_t>(mine[i])];
+      for (int pred : preds[i]) {
+        const ir::Op& before = ops[static_cast<size_t>(mine[static_cast<size_t>(pred)])];
+        if (before.backward && before.micro_batch == op.micro_batch)
+          stack.push_back(static_cast<size_t>(pred));
+      }
+    }
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const ir::Op& op = ops[static_cast<size_t>(mine[i])];
+      p->weight[static_cast<size_t>(op.id)] = op.backward && op.micro_batch >= 0 && !feeds_send[i];
+    }
+  }
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const ir::Op& op = ops[static_cast<size_t>(mine[i])];
     const bool after_units = op.micro_batch < 0 && op.id > first_micro_batch_op;
     bool waits_for_communication = false;  // ranked early, it would stall its stream on the other
     for (int pred : preds[i])
@@ -168,8 +211,9 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
     // with it the unit's transfers, which the peer stage expects in unit
     // order. It goes first, with the hoisted ops.
     const bool reads_only_variables = preds[i].empty() && op.name != "send" && op.name != "recv";
-    const int64_t slot = op.micro_batch >= 0 ? slot_of[static_cast<size_t>(2 * op.micro_batch + op.backward)]
-                         : after_units && !reads_only_variables ? 2 * micro_batches
+    const size_t kind = p->weight[static_cast<size_t>(op.id)] ? 2 : op.backward ? 1 : 0;
+    const int64_t slot = op.micro_batch >= 0 ? slot_of[3 * static_cast<size_t>(op.micro_batch) + kind]
+                         : after_units && !reads_only_variables ? 3 * micro_batches  // after every unit
                                                                 : -1;
     priority[i] = (slot + 1) * n + op.id;
   }
@@ -366,6 +410,7 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
                        .stream = stream,
                        .micro_batch = op.micro_batch,
                        .backward = op.backward,
+                       .weight = program.weight[static_cast<size_t>(id)] != 0,
                        .start_us = NowMicros()};
       std::vector<Tensor> outs;
       try {
@@ -469,15 +514,15 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
   last_.events = std::move(events[0]);
   last_.events.insert(last_.events.end(), events[1].begin(), events[1].end());
   // Units in the order the compute stream began them; in flight: forwards
-  // begun whose backward has not ended.
-  std::vector<char> seen(static_cast<size_t>(2 * program.micro_batches), 0);
+  // begun whose backward (and weight-gradient part) has not ended.
+  std::vector<char> seen(static_cast<size_t>(3 * program.micro_batches), 0);
   std::vector<int64_t> backward_end(static_cast<size_t>(program.micro_batches), 0);
   std::vector<int64_t> forward_start(static_cast<size_t>(program.micro_batches), -1);
   for (const ActorEvent& e : last_.events) {
     if (e.stream != Stream::kCompute || e.micro_batch < 0) continue;
-    const size_t k = static_cast<size_t>(e.micro_batch);
-    if (!seen[2 * k + e.backward]) last_.actions.push_back({e.backward, e.micro_batch});
-    seen[2 * k + e.backward] = 1;
+    const size_t k = static_cast<size_t>(e.micro_batch), kind = e.weight ? 2 : e.backward ? 1 : 0;
+    if (!seen[3 * k + kind]) last_.actions.push_back({e.backward, e.micro_batch, e.weight});
+    seen[3 * k + kind] = 1;
     if (e.backward) backward_end[k] = std::max(backward_end[k], e.end_us);
     if (!e.backward && forward_start[k] < 0) forward_start[k] = e.start_us;
   }
@@ -521,18 +566,21 @@ std::string ActorRuntime::TimelineJson(const ir::Graph& graph) const {
     os << "}},\n";
   };
   // Units: from the first to the last compute actor of (micro-batch, pass).
-  std::map<std::pair<int, int>, std::pair<int64_t, int64_t>> units;  // (backward, micro-batch) -> span
+  // Pass 0 forward, 1 backward, 2 a split backward's weight gradients.
+  std::map<std::pair<int, int>, std::pair<int64_t, int64_t>> units;  // (pass, micro-batch) -> span
+  const char* pass_names[] = {"forward", "backward", "weight"};
   for (const ActorEvent& e : r.events) {
-    const char* cat = e.micro_batch < 0 ? "step" : (e.backward ? "backward" : "forward");
+    const int pass = e.weight ? 2 : e.backward ? 1 : 0;
+    const char* cat = e.micro_batch < 0 ? "step" : pass_names[pass];
     event(graph.ops().at(static_cast<size_t>(e.op)).name, cat, static_cast<int>(e.stream), e.start_us,
           e.end_us, e.micro_batch, e.op);
     if (e.stream != Stream::kCompute || e.micro_batch < 0) continue;
-    auto [it, is_new] = units.try_emplace({e.backward ? 1 : 0, e.micro_batch}, e.start_us, e.end_us);
+    auto [it, is_new] = units.try_emplace({pass, e.micro_batch}, e.start_us, e.end_us);
     it->second.first = std::min(it->second.first, e.start_us);
     it->second.second = std::max(it->second.second, e.end_us);
   }
   for (const auto& [key, span] : units)
-    event(UnitName(key.first != 0, key.second), key.first ? "backward" : "forward", 2, span.first,
+    event(UnitName(key.first != 0, key.second, key.first == 2), pass_names[key.first], 2, span.first,
           span.second, key.second, -1);
   // The step itself closes the list (no trailing comma to strip).
   os << "{\"ph\":\"X\",\"name\":\"step\",\"cat\":\"step\",\"pid\":" << r.rank

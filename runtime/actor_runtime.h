@@ -63,6 +63,7 @@ struct ActorEvent {
   Stream stream = Stream::kCompute;
   int micro_batch = -1;
   bool backward = false;
+  bool weight = false;               // of a split backward's weight-gradient (W) part
   int64_t start_us = 0, end_us = 0;  // steady clock (shared by the processes of a machine)
 };
 
@@ -71,9 +72,10 @@ struct StepReport {
   int rank = 0;
   int stage = 0, stages = 1, micro_batches = 1;
   std::string schedule = "1f1b";
-  // The forward and backward units of this stage in the order the compute
-  // stream began them (a unit is the ops of one micro-batch's forward or
-  // backward on this stage).
+  // The forward, backward (and weight-gradient) units of this stage in the
+  // order the compute stream began them (a unit is the ops of one
+  // micro-batch's forward or backward, or of a split backward's part, on
+  // this stage).
   std::vector<Action> actions;
   // The most micro-batches whose forward had begun and backward had not
   // ended: how many micro-batches' activations the stage held at once.
@@ -103,8 +105,8 @@ class ActorRuntime {
 
   const StepReport& last_step() const { return last_; }
   // The last step as Chrome-trace JSON: one track per stream, with each
-  // actor's op, stage and micro-batch, and a "schedule" track of the F and
-  // B units named "F3", "B2".
+  // actor's op, stage and micro-batch, and a "schedule" track of the F, B
+  // (and W) units named "F3", "B2", "W1".
   std::string TimelineJson(const ir::Graph& graph) const;
 
  private:

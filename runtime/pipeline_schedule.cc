@@ -34,13 +34,33 @@ std::vector<Action> OneFOneB(int stages, int stage, int micro_batches) {
   return WarmupThenAlternate(std::min(stages - stage - 1, micro_batches), micro_batches);
 }
 
+// Qi et al.'s ZB-H1: 1F1B's order of forwards and backwards, each backward
+// B computing only the input gradients, and stage s running the weight
+// gradients W of micro-batch k right after B of k + s (the last s at the
+// end). The later a stage, the longer it waits in 1F1B's cool-down for the
+// gradients coming back; its deferred W units fill that wait, and with F,
+// B and W of one cost each the step takes 3m + p - 1 units instead of
+// 1F1B's 3(m + p - 1). Stage s holds at most p micro-batches (forward run,
+// W not yet): 1F1B's p - s, and s whose W waits.
+std::vector<Action> ZeroBubbleH1(int stages, int stage, int micro_batches) {
+  std::vector<Action> out;
+  out.reserve(static_cast<size_t>(3 * micro_batches));
+  for (const Action& a : OneFOneB(stages, stage, micro_batches)) {
+    out.push_back(a);
+    if (a.backward && a.micro_batch - stage >= 0) out.push_back({true, a.micro_batch - stage, true});
+  }
+  for (int k = std::max(0, micro_batches - stage); k < micro_batches; ++k) out.push_back({true, k, true});
+  return out;
+}
+
 // "in_order" is graph mode's reference executor, which tessel-train and
 // train_gpt take before looking here.
 constexpr const char* kInOrder = "in_order";
 
 NamedRegistry<ScheduleFunction>& Schedules() {
-  static NamedRegistry<ScheduleFunction> registry("pipeline schedule", "runtime::RegisterSchedule",
-                                                  {{"1f1b", OneFOneB}, {"gpipe", GPipe}, {"naive", GPipe}});
+  static NamedRegistry<ScheduleFunction> registry(
+      "pipeline schedule", "runtime::RegisterSchedule",
+      {{"1f1b", OneFOneB}, {"gpipe", GPipe}, {"naive", GPipe}, {"zb_h1", ZeroBubbleH1}});
   return registry;
 }
 
@@ -70,10 +90,11 @@ std::vector<Action> StageActions(const std::string& schedule, int stages, int st
       << " micro-batches; expected 0 <= stage < stages and at least one micro-batch";
   const std::vector<Action> out = Find(schedule)(stages, stage, micro_batches);
   const std::string wrong = ValidateActions(out, micro_batches);
-  TESSEL_CHECK(wrong.empty()) << "pipeline schedule '" << schedule << "' gives stage " << stage << " of "
-                              << stages << " over " << micro_batches << " micro-batches the order ["
-                              << ActionsText(out) << "]: " << wrong
-                              << "; expected each micro-batch's F once, then its B once";
+  TESSEL_CHECK(wrong.empty())
+      << "pipeline schedule '" << schedule << "' gives stage " << stage << " of " << stages << " over "
+      << micro_batches << " micro-batches the order [" << ActionsText(out) << "]: " << wrong
+      << "; expected each micro-batch's F once, then its B once (then its W once, when "
+         "the schedule lists W units)";
   return out;
 }
 
@@ -87,7 +108,7 @@ std::string CheckSchedule(const std::string& schedule, int stages, int micro_bat
   auto micro_batch_order = [](const std::vector<Action>& order, bool backward) {
     std::vector<int> out;
     for (const Action& a : order)
-      if (a.backward == backward) out.push_back(a.micro_batch);
+      if (a.backward == backward && !a.weight) out.push_back(a.micro_batch);
     return out;
   };
   for (size_t s = 0; s + 1 < orders.size(); ++s)
@@ -109,6 +130,7 @@ std::string CheckSchedule(const std::string& schedule, int stages, int micro_bat
   // from its own forward, which ValidateActions already put first).
   auto ready = [&](size_t s, const Action& a) {
     const size_t k = static_cast<size_t>(a.micro_batch);
+    if (a.weight) return true;  // after its own B (ValidateActions), nothing to receive
     if (!a.backward) return s == 0 || forward_done[s - 1][k] != 0;
     return s + 1 == static_cast<size_t>(stages) || backward_done[s + 1][k] != 0;
   };
@@ -117,7 +139,7 @@ std::string CheckSchedule(const std::string& schedule, int stages, int micro_bat
     for (size_t s = 0; s < orders.size(); ++s) {
       while (next[s] < orders[s].size() && ready(s, orders[s][next[s]])) {
         const Action& a = orders[s][next[s]++];
-        (a.backward ? backward_done : forward_done)[s][static_cast<size_t>(a.micro_batch)] = 1;
+        if (!a.weight) (a.backward ? backward_done : forward_done)[s][static_cast<size_t>(a.micro_batch)] = 1;
         moved = true;
       }
     }
@@ -135,36 +157,52 @@ std::string CheckSchedule(const std::string& schedule, int stages, int micro_bat
          std::to_string(micro_batches) + " micro-batches: " + waits.str();
 }
 
+namespace {
+char Letter(const Action& a) { return a.weight ? 'W' : a.backward ? 'B' : 'F'; }
+}  // namespace
+
 std::string ActionsText(const std::vector<Action>& actions) {
   std::ostringstream os;
   for (size_t i = 0; i < actions.size(); ++i)
-    os << (i ? " " : "") << (actions[i].backward ? 'B' : 'F') << actions[i].micro_batch;
+    os << (i ? " " : "") << Letter(actions[i]) << actions[i].micro_batch;
   return os.str();
 }
 
 std::string ValidateActions(const std::vector<Action>& actions, int micro_batches) {
-  std::vector<int> forwards(static_cast<size_t>(std::max(micro_batches, 0)), 0), backwards = forwards;
+  std::vector<int> forwards(static_cast<size_t>(std::max(micro_batches, 0)), 0), backwards = forwards,
+                                                                                 weights = forwards;
+  bool split = false;
   for (const Action& a : actions) {
-    const std::string name = std::string(a.backward ? "B" : "F").append(std::to_string(a.micro_batch));
+    const std::string name = std::string(1, Letter(a)).append(std::to_string(a.micro_batch));
+    if (a.weight && !a.backward) return name + " is a weight-gradient unit that is not a backward";
     if (a.micro_batch < 0 || a.micro_batch >= micro_batches)
       return name + " is beyond the " + std::to_string(micro_batches) + " micro-batches";
     const size_t k = static_cast<size_t>(a.micro_batch);
-    int& seen = a.backward ? backwards[k] : forwards[k];
+    int& seen = a.weight ? weights[k] : a.backward ? backwards[k] : forwards[k];
     if (seen > 0) return name + " twice";
-    if (a.backward && forwards[k] == 0) return name + " before F" + std::to_string(k);
+    if (a.backward && !a.weight && forwards[k] == 0) return name + " before F" + std::to_string(k);
+    if (a.weight && backwards[k] == 0) return name + " before B" + std::to_string(k);
     seen = 1;
+    split |= a.weight;
   }
   for (int k = 0; k < micro_batches; ++k) {
     if (forwards[static_cast<size_t>(k)] == 0) return "no F" + std::to_string(k);
     if (backwards[static_cast<size_t>(k)] == 0) return "no B" + std::to_string(k);
+    if (split && weights[static_cast<size_t>(k)] == 0)
+      return "no W" + std::to_string(k) + " (other micro-batches have W units)";
   }
   return "";
 }
 
 int MaxInFlight(const std::vector<Action>& actions) {
+  bool split = false;
+  for (const Action& a : actions) split |= a.weight;
   int live = 0, most = 0;
   for (const Action& a : actions) {
-    live += a.backward ? -1 : 1;
+    if (!a.backward)
+      ++live;
+    else if (a.weight || !split)
+      --live;  // the activations go with the unit that reads them last
     most = std::max(most, live);
   }
   return most;

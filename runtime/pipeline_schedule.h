@@ -10,8 +10,14 @@
 // 1F1B ("1f1b"): stage s of p runs min(p - s - 1, m) warm-up forwards, then
 // alternates one forward and one backward, then the cool-down backwards.
 // A stage holds at most min(p - s, m) micro-batches' activations.
-// With fewer micro-batches than stages, the first stages' warm-up covers
-// every micro-batch, so they run GPipe's order (the runtime logs this).
+// Zero bubble ("zb_h1", Qi et al.'s ZB-H1): each backward split into B
+// (input gradients, what the previous stage waits for) and W (weight
+// gradients); 1F1B's order of F and B, with stage s running W of
+// micro-batch k after B of k + s, so the later stages fill 1F1B's
+// cool-down waits with weight gradients. With F, B and W of one cost the
+// bubble is (p - 1) / (3m + p - 1) of a step against 1F1B's
+// (p - 1) / (m + p - 1); a stage holds at most p micro-batches (forward
+// run, W not yet).
 //
 // A program adds its own before it builds the runtime (docs/extending.md):
 //
@@ -39,7 +45,16 @@ namespace tessel::runtime {
 struct Action {
   bool backward = false;
   int micro_batch = 0;
-  bool operator==(const Action& o) const { return backward == o.backward && micro_batch == o.micro_batch; }
+  // A weight-gradient unit (W, with backward true): the part of the
+  // micro-batch's backward that only feeds parameter gradients. A schedule
+  // that lists W units splits every backward so: its B units then compute
+  // only what flows to the previous stage (the input gradients), and each
+  // W may come any time after its B (zero-bubble schedules fill the
+  // pipeline's gaps with them). Without W units a B is the whole backward.
+  bool weight = false;
+  bool operator==(const Action& o) const {
+    return backward == o.backward && micro_batch == o.micro_batch && weight == o.weight;
+  }
 };
 
 // The order of stage `stage` of `stages` over `micro_batches` micro-batches.
@@ -71,16 +86,18 @@ std::vector<Action> StageActions(const std::string& schedule, int stages, int st
 // sequence that does not hold throws, as StageActions does.
 std::string CheckSchedule(const std::string& schedule, int stages, int micro_batches);
 
-// "F0 F1 B0 F2 B1 B2".
+// "F0 F1 B0 F2 B1 B2" ("W1" for a weight-gradient unit).
 std::string ActionsText(const std::vector<Action>& actions);
 
 // Checks a stage's action trace: each micro-batch 0..micro_batches-1 runs
-// one forward and one backward, the forward first. Returns "" when it holds,
-// else what is wrong ("B3 before F3", "F2 twice", "no B5").
+// one forward and one backward, the forward first, and, when any W unit is
+// listed, one W after its backward. Returns "" when it holds, else what is
+// wrong ("B3 before F3", "F2 twice", "no B5", "W1 before B1", "no W4").
 std::string ValidateActions(const std::vector<Action>& actions, int micro_batches);
 
-// The most micro-batches whose forward has run and backward not yet, over
-// the trace: the activations the stage keeps at once.
+// The most micro-batches whose forward has run and backward not yet (their
+// W not yet, when the trace lists W units), over the trace: the
+// activations the stage keeps at once.
 int MaxInFlight(const std::vector<Action>& actions);
 
 }  // namespace tessel::runtime

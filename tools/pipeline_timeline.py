@@ -4,14 +4,17 @@
 Input: the timeline_rank<r>.json files a run writes with --timeline_dir (the
 Chrome-trace JSON of each rank's last step; Perfetto opens them too). Output:
 a PNG with one row per rank, labelled with its stage: forward units (F<k>)
-blue, backward units (B<k>) green, the micro-batch written on each, and under
+blue, backward units (B<k>) green, the weight-gradient units of a
+zero-bubble schedule (W<k>) purple, the micro-batch written on each, and under
 them a thin row of the rank's communication (layout changes, gradient
 buckets in orange, sends and receives). Gaps in the rows are the bubble.
 
 The bubble fraction of a rank is the share of the pipeline's span (the first
 unit to begin on any rank to the last to end) in which its compute stream
 ran nothing; it is printed per rank with their mean, next to the ideal
-(p - 1) / (m + p - 1) of p stages and m micro-batches with even stages.
+(p - 1) / (m + p - 1) of p stages and m micro-batches with even stages, or
+(p - 1) / (3m + p - 1) for a schedule with W units (F, B and W of one
+cost).
 Under data parallelism it also prints how long each rank reduced gradient
 buckets and how much of that ran while its backward units computed.
 
@@ -69,7 +72,7 @@ def is_gradient_bucket(event):
 def gradient_reduction(rank):
     """(ms reducing gradient buckets, ms of that while backward computed)."""
     buckets = [e for e in rank["communication"] if is_gradient_bucket(e)]
-    backward = [e for e in rank["compute"] if e["cat"] == "backward"]
+    backward = [e for e in rank["compute"] if e["cat"] in ("backward", "weight")]
     return sum(e["dur"] for e in buckets) / 1e3, overlap_time(buckets, backward) / 1e3
 
 
@@ -91,7 +94,8 @@ def main():
     hi = max(u["ts"] + u["dur"] for u in units)
     any_rank = next(iter(ranks.values()))
     p, m = any_rank["stages"], any_rank["micro_batches"]
-    ideal = (p - 1) / (m + p - 1)
+    split = any(u["name"].startswith("W") for u in units)
+    ideal = (p - 1) / (3 * m + p - 1) if split else (p - 1) / (m + p - 1)
     bubbles = {}
     for rank, r in sorted(ranks.items()):
         bubbles[rank] = 1 - busy_time(r["compute"], lo, hi) / (hi - lo)
@@ -101,7 +105,7 @@ def main():
                if reducing else ""))
     mean = sum(bubbles.values()) / len(bubbles)
     print(f"bubble fraction {100 * mean:.1f}% over {p} stages x {m} micro-batches "
-          f"({any_rank['schedule']}); ideal (p-1)/(m+p-1) = {100 * ideal:.1f}%")
+          f"({any_rank['schedule']}); ideal {'(p-1)/(3m+p-1)' if split else '(p-1)/(m+p-1)'} = {100 * ideal:.1f}%")
 
     import matplotlib
     matplotlib.use("Agg")
@@ -114,9 +118,9 @@ def main():
         r = ranks[rank]
         y = len(order) - 1 - row
         for u in r["units"]:
-            forward = u["name"].startswith("F")
+            colour = {"F": "#4C72B0", "B": "#55A868", "W": "#8172B3"}[u["name"][0]]
             ax.broken_barh([((u["ts"] - lo) / 1e3, u["dur"] / 1e3)], (y + 0.25, 0.6),
-                           facecolors="#4C72B0" if forward else "#55A868", edgecolor="white", linewidth=0.5)
+                           facecolors=colour, edgecolor="white", linewidth=0.5)
             ax.text((u["ts"] - lo + u["dur"] / 2) / 1e3, y + 0.55, u["name"][1:], ha="center", va="center",
                     fontsize=7, color="white")
         for buckets, colour in ((False, "#C44E52"), (True, "#DD8452")):
@@ -129,10 +133,13 @@ def main():
     ax.set_xlim(0, (hi - lo) / 1e3)
     ax.set_title(args.title or f"{any_rank['schedule']}: {p} stages x {m} micro-batches, "
                  f"bubble {100 * mean:.0f}% (ideal {100 * ideal:.0f}%)")
-    ax.legend(handles=[Patch(color="#4C72B0", label="forward"), Patch(color="#55A868", label="backward"),
-                       Patch(color="#C44E52", label="communication"),
-                       Patch(color="#DD8452", label="gradient buckets")],
-              loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4, fontsize=8, frameon=False)
+    handles = [Patch(color="#4C72B0", label="forward"),
+               Patch(color="#55A868", label="backward (input gradients)" if split else "backward")]
+    if split:
+        handles.append(Patch(color="#8172B3", label="weight gradients"))
+    handles += [Patch(color="#C44E52", label="communication"), Patch(color="#DD8452", label="gradient buckets")]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=len(handles), fontsize=8,
+              frameon=False)
     fig.tight_layout()
     fig.savefig(args.out, dpi=110)
     print(f"wrote {args.out}")

@@ -1,11 +1,26 @@
-"""The order of forwards (F) and backwards (B) one pipeline stage runs,
-computed from the schedules' definitions (for the pipeline tests)."""
+"""The order of forwards (F), backwards (B) and weight-gradient units (W)
+one pipeline stage runs, computed from the schedules' definitions (for the
+pipeline tests)."""
 
 
 def reference(schedule, stages, stage, micro_batches):
     """GPipe: every forward, then every backward. 1F1B: stage s warms up
     with p - s - 1 forwards, then alternates one forward and one backward,
-    then cools down with the remaining backwards."""
+    then cools down with the remaining backwards. ZB-H1: 1F1B's order, with
+    W of micro-batch k right after B of k + s and the last s at the end; the
+    first stage sends no gradient back, so its backwards are all W (no B
+    runs there)."""
+    if schedule == "zb_h1":
+        order = []
+        for unit in reference("1f1b", stages, stage, micro_batches):
+            if unit[0] == "B":
+                if stage > 0:
+                    order.append(unit)
+                if int(unit[1:]) - stage >= 0:
+                    order.append(f"W{int(unit[1:]) - stage}")
+            else:
+                order.append(unit)
+        return order + [f"W{k}" for k in range(max(0, micro_batches - stage), micro_batches)]
     if schedule == "gpipe":
         return [f"F{k}" for k in range(micro_batches)] + [f"B{k}" for k in range(micro_batches)]
     warmup = min(stages - stage - 1, micro_batches)

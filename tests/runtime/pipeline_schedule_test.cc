@@ -2,7 +2,9 @@
 // orders of 4 stages over 8 micro-batches written out by hand from their
 // definitions, the activations each stage holds at once (1F1B: p - s;
 // GPipe: m), the validator's verdicts, schedules a program registers (and
-// the deadlock check that plays all stages together), and the errors.
+// the deadlock check that plays all stages together), the errors, and
+// ZB-H1's split backwards: valid, within 1F1B's memory, and with unit costs
+// as short as its published bubble says.
 #include "runtime/pipeline_schedule.h"
 
 #include <gtest/gtest.h>
@@ -73,12 +75,92 @@ TEST(PipelineSchedule, TheValidatorNamesWhatIsWrong) {
   EXPECT_EQ(MaxInFlight(trace({{'F', 0}, {'F', 1}, {'B', 0}, {'F', 2}, {'B', 1}, {'B', 2}})), 2);
 }
 
+// The step time, in units, of all stages' orders when every F, B and W
+// takes one unit (a B without W units: two) and a stage runs its order as
+// soon as each unit's input arrived.
+int UnitTimeSpan(const std::string& schedule, int p, int m) {
+  std::vector<std::vector<Action>> orders;
+  bool split = false;
+  for (int s = 0; s < p; ++s) {
+    orders.push_back(StageActions(schedule, p, s, m));
+    for (const Action& a : orders.back()) split |= a.weight;
+  }
+  std::vector<std::vector<int>> forward_end(p, std::vector<int>(m, -1)), backward_end = forward_end;
+  std::vector<size_t> next(p, 0);
+  std::vector<int> free_at(p, 0);
+  int span = 0;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int s = 0; s < p; ++s) {
+      while (next[s] < orders[s].size()) {
+        const Action& a = orders[s][next[s]];
+        int start = free_at[s];
+        if (!a.weight) {
+          const int after =
+              a.backward ? (s + 1 < p ? backward_end[s + 1][a.micro_batch] : forward_end[s][a.micro_batch])
+                         : (s > 0 ? forward_end[s - 1][a.micro_batch] : 0);
+          if (after < 0) break;
+          start = std::max(start, after);
+        }
+        const int end = start + (a.backward && !a.weight && !split ? 2 : 1);
+        if (!a.weight) (a.backward ? backward_end : forward_end)[s][a.micro_batch] = end;
+        free_at[s] = end;
+        span = std::max(span, end);
+        ++next[s];
+        moved = true;
+      }
+    }
+  }
+  return span;
+}
+
+TEST(PipelineSchedule, ZeroBubbleH1SplitsBackwardsAndFillsTheBubbleWithWeightGradients) {
+  EXPECT_EQ(Order("zb_h1", 4, 0, 8),
+            "F0 F1 F2 F3 B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 B5 W5 B6 W6 B7 W7");
+  EXPECT_EQ(Order("zb_h1", 4, 3, 8),
+            "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7");
+  for (int p : {1, 2, 3, 4, 6}) {
+    for (int m : {1, 2, 3, 4, 5, 8, 12}) {
+      SCOPED_TRACE("p " + std::to_string(p) + " m " + std::to_string(m));
+      EXPECT_EQ(CheckSchedule("zb_h1", p, m), "");
+      for (int s = 0; s < p; ++s) {
+        const std::vector<Action> order = StageActions("zb_h1", p, s, m);
+        EXPECT_EQ(order.size(), static_cast<size_t>(3 * m));
+        // 1F1B's p - s micro-batches, and s more whose W waits.
+        EXPECT_LE(MaxInFlight(order), std::min(p, m)) << "stage " << s;
+      }
+      // With unit costs the step takes 3m + p - 1 units (bubble (p - 1) /
+      // (3m + p - 1)) once every stage has p micro-batches to work on;
+      // 1F1B's takes 3(m + p - 1).
+      EXPECT_EQ(UnitTimeSpan("1f1b", p, m), 3 * (m + p - 1));
+      if (m >= p) EXPECT_EQ(UnitTimeSpan("zb_h1", p, m), 3 * m + p - 1);
+      EXPECT_LE(UnitTimeSpan("zb_h1", p, m), UnitTimeSpan("1f1b", p, m));
+    }
+  }
+}
+
+TEST(PipelineSchedule, WeightGradientUnitsAreValidated) {
+  auto trace = [](std::vector<std::pair<char, int>> steps) {
+    std::vector<Action> out;
+    for (auto [kind, k] : steps) out.push_back({kind != 'F', k, kind == 'W'});
+    return out;
+  };
+  EXPECT_EQ(ValidateActions(trace({{'F', 0}, {'W', 0}, {'B', 0}}), 1), "W0 before B0");
+  EXPECT_EQ(ValidateActions(trace({{'F', 0}, {'B', 0}, {'W', 0}, {'W', 0}}), 1), "W0 twice");
+  EXPECT_EQ(ValidateActions(trace({{'F', 0}, {'F', 1}, {'B', 0}, {'W', 0}, {'B', 1}}), 2),
+            "no W1 (other micro-batches have W units)");
+  EXPECT_EQ(ValidateActions({{false, 0, true}}, 1), "W0 is a weight-gradient unit that is not a backward");
+  EXPECT_EQ(ActionsText(trace({{'F', 0}, {'B', 0}, {'W', 0}})), "F0 B0 W0");
+  // Activations are held until the W reads them.
+  EXPECT_EQ(MaxInFlight(trace({{'F', 0}, {'B', 0}, {'F', 1}, {'W', 0}, {'B', 1}, {'W', 1}})), 2);
+}
+
 TEST(PipelineSchedule, NamesAndBadArguments) {
   EXPECT_EQ(ParseSchedule("1f1b"), "1f1b");
   EXPECT_EQ(ParseSchedule("gpipe"), "gpipe");
   EXPECT_EQ(ParseSchedule("naive"), "gpipe");
   const std::string unknown = ErrorOf([] { ParseSchedule("interleaved"); });
-  EXPECT_NE(unknown.find("'interleaved' is not registered; registered: 1f1b, gpipe, naive"),
+  EXPECT_NE(unknown.find("'interleaved' is not registered; registered: 1f1b, gpipe, naive, zb_h1"),
             std::string::npos)
       << unknown;
   EXPECT_NE(ErrorOf([] { StageActions("gpipe", 4, 4, 8); }).find("stage 4 of 4"), std::string::npos);
