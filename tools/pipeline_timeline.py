@@ -106,6 +106,17 @@ def main():
     mean = sum(bubbles.values()) / len(bubbles)
     print(f"bubble fraction {100 * mean:.1f}% over {p} stages x {m} micro-batches "
           f"({any_rank['schedule']}); ideal {'(p-1)/(3m+p-1)' if split else '(p-1)/(m+p-1)'} = {100 * ideal:.1f}%")
+    if split:
+        # ZB-H1's bubble with the measured mean unit costs (Qi et al.):
+        # (p - 1)(T_F + T_B - T_W) of a step of m(T_F + T_B + T_W) plus it.
+        cost = {}
+        for kind in "FBW":
+            spans = [u["dur"] for u in units if u["name"].startswith(kind)]
+            cost[kind] = sum(spans) / len(spans) if spans else 0.0
+        idle = (p - 1) * max(cost["F"] + cost["B"] - cost["W"], 0.0)
+        work = m * (cost["F"] + cost["B"] + cost["W"])
+        print(f"mean unit ms: F {cost['F'] / 1e3:.1f}, B {cost['B'] / 1e3:.1f}, W {cost['W'] / 1e3:.1f}; "
+              f"ZB-H1 with these costs: {100 * idle / (work + idle):.1f}%")
 
     import matplotlib
     matplotlib.use("Agg")
