@@ -24,7 +24,7 @@ struct Visibility {
   StridedIndexer mask_index;   // x's flat index -> the mask's
   int64_t mask_step = 0;       // the mask's step along x's last dim (1, or 0 where broadcast)
   bool causal = false;
-  int64_t q = 1;  // x's second-to-last dim
+  int64_t q = 1;                          // x's second-to-last dim
   int64_t query_offset = 0, queries = 1;  // x's rows among the logical queries (a split shard)
 };
 
