@@ -168,6 +168,20 @@ std::vector<Sbp> Candidates(const Shape& shape, const NdSbp& src, const NdSbp& d
   return out;
 }
 
+// Whether `to` changes the Sbp of an axis whose split of some dimension has
+// another axis's split of it nested inside (a later axis splitting the same
+// dimension): no collective along that axis alone takes it there.
+bool ChangesAnOuterNestedSplit(const NdSbp& from, const NdSbp& to, int64_t ndim) {
+  for (int d = 0; d < ndim; ++d) {
+    int innermost = -1;
+    for (int a = 0; a < from.size(); ++a)
+      if (from[a].is_split(d)) innermost = a;
+    for (int a = 0; a < innermost; ++a)
+      if (from[a].is_split(d) && !(to[a] == from[a])) return true;
+  }
+  return false;
+}
+
 struct State {
   int side;  // 0: source placement, 1: destination placement
   NdSbp nd_sbp;
@@ -236,14 +250,17 @@ BoxingPlan PlanBoxing(const Placement& src_p, const NdSbp& src, const Placement&
         }
       }
     }
-    if (same_placement && !e.state.nd_sbp.has_partial() && !dst.has_partial() && !(e.state == goal)) {
+    if (same_placement && e.state == start && !src.has_partial() && !dst.has_partial() &&
+        ChangesAnOuterNestedSplit(src, dst, shape.ndim())) {
       // Straight to the target in slices: what a split nested inside
       // another axis's split needs to be gathered along the outer axis
       // (each rank's part belongs to ranks of another row), which
       // collectives along one axis at a time do only by gathering more
       // than the target holds and slicing it away. Costed like any step, so
-      // a collective route as cheap keeps its place.
-      relax(e, goal, TransferStep(src_p, e.state.nd_sbp, src_p, dst, shape, dtype, model));
+      // a collective route as cheap keeps its place; offered from the
+      // source only and only where it can help, as the slices cost a pass
+      // over every rank pair.
+      relax(e, goal, TransferStep(src_p, src, src_p, dst, shape, dtype, model));
     }
     if (e.state.side == 0 && !same_placement && !e.state.nd_sbp.has_partial()) {
       // Hand over to the destination placement, landing either directly on
