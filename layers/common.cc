@@ -42,7 +42,7 @@ Tensor GatheredForCompute(const Tensor& param, const NdSbp& compute) {
   return param.to_global(param.placement(), compute, grad);
 }
 
-Tensor ReduceScattered(const Tensor& y, const NdSbp& out) {
+Tensor ReducedInto(const Tensor& y, const NdSbp& out) {
   if (!y.nd_sbp().has_partial()) return y.to_global(y.placement(), out);
   return y.to_global(y.placement(), out, y.nd_sbp().WithoutPartial());
 }

@@ -32,6 +32,6 @@ Tensor GatheredForCompute(const Tensor& param, const NdSbp& compute);
 // gradient is gathered back along those axes once, for both gradient
 // products to read (left to each, they gather it twice or trade the
 // gather for costlier moves of their other operand).
-Tensor ReduceScattered(const Tensor& y, const NdSbp& out);
+Tensor ReducedInto(const Tensor& y, const NdSbp& out);
 
 }  // namespace tessel::layers

@@ -32,6 +32,8 @@ Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
         << "column-parallel Linear: out_features=" << out_features << " is not divisible by " << parts
         << ", the parts tensor_parallel_mode '" << dist::GetConfig().tensor_parallel_mode
         << "' splits its output features into";
+    // (The weight's layouts are the same for inputs of any rank; 3 is the
+    // hidden states'.)
     const dist::LinearLayouts l = dist::MultiAxisLinearLayouts(options.parallel != Parallel::kRow,
                                                                options.parallel == Parallel::kData, 3);
     NoGradGuard no_grad;
@@ -51,13 +53,11 @@ Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
                      : options.parallel == Parallel::kRow ? S(0)
                                                           : B();
     const Sbp b_tp = options.parallel == Parallel::kCol ? S(0) : B();
-    {
-      NoGradGuard no_grad;
-      weight = fn::mul_scalar(
-          randn({in_, out_}, placement, dist::GetParameterNdSbp(Shape({in_, out_}), w_tp), options.seed),
-          options.init_std);
-      if (options.bias) bias = zeros({out_}, placement, dist::GetParameterNdSbp(Shape({out_}), b_tp));
-    }
+    NoGradGuard no_grad;
+    weight = fn::mul_scalar(
+        randn({in_, out_}, placement, dist::GetParameterNdSbp(Shape({in_, out_}), w_tp), options.seed),
+        options.init_std);
+    if (options.bias) bias = zeros({out_}, placement, dist::GetParameterNdSbp(Shape({out_}), b_tp));
   }
   RegisterParameter("weight", weight);
   if (options.bias) RegisterParameter("bias", bias);
@@ -75,9 +75,9 @@ Tensor Linear::operator()(const Tensor& x_in) const {
     // product reduce-scattered along the third (3d) or already in place.
     const dist::LinearLayouts l = dist::MultiAxisLinearLayouts(
         options_.parallel != Parallel::kRow, options_.parallel == Parallel::kData, x.ndim());
-    y = ReduceScattered(fn::matmul(x.to_global(placement, l.input_compute),
-                                   GatheredForCompute(ForCompute(weight), l.weight_compute)),
-                        l.output);
+    y = ReducedInto(fn::matmul(x.to_global(placement, l.input_compute),
+                               GatheredForCompute(ForCompute(weight), l.weight_compute)),
+                    l.output);
     if (bias.defined() && !options_.skip_bias_add) y = fn::add(y, ForCompute(bias));
     return y;
   }

@@ -52,25 +52,34 @@ int64_t Depth(const ParallelModeSizes& s) {
   return depth;
 }
 
-void Check2d(const ParallelModeSizes& s) {
-  CheckNoOptions("2d", s);
-  TESSEL_CHECK(ExactRoot(s.tensor_parallel_size, 2) > 0)
-      << "tensor_parallel_mode '2d' needs tensor_parallel_size = q x q with q >= 2 (4, 9, 16, ...); got "
-      << s.tensor_parallel_size;
+// tp = q^power with q >= 2, as {q, q, ...}; `what` the mode needs, for
+// the error.
+std::vector<int64_t> EqualSides(const char* mode, int64_t tp, int power, const char* what) {
+  const int64_t q = ExactRoot(tp, power);
+  TESSEL_CHECK(q > 0) << "tensor_parallel_mode '" << mode << "' needs " << what << "; got " << tp;
+  return std::vector<int64_t>(static_cast<size_t>(power), q);
 }
 
-void Check2p5d(const ParallelModeSizes& s) {
+std::vector<int64_t> Mesh2d(const ParallelModeSizes& s) {
+  CheckNoOptions("2d", s);
+  return EqualSides("2d", s.tensor_parallel_size, 2,
+                    "tensor_parallel_size = q x q with q >= 2 (4, 9, 16, ...)");
+}
+
+std::vector<int64_t> Mesh2p5d(const ParallelModeSizes& s) {
   const int64_t depth = Depth(s);
   TESSEL_CHECK(ExactRoot(s.tensor_parallel_size / depth, 2) > 0)
       << "tensor_parallel_mode '2.5d' needs tensor_parallel_size = depth x q x q with q >= 2; got "
       << s.tensor_parallel_size << " = depth " << depth << " x " << s.tensor_parallel_size / depth;
+  std::vector<int64_t> mesh = {depth};
+  for (int64_t side : EqualSides("2.5d", s.tensor_parallel_size / depth, 2, "")) mesh.push_back(side);
+  return mesh;
 }
 
-void Check3d(const ParallelModeSizes& s) {
+std::vector<int64_t> Mesh3d(const ParallelModeSizes& s) {
   CheckNoOptions("3d", s);
-  TESSEL_CHECK(ExactRoot(s.tensor_parallel_size, 3) > 0)
-      << "tensor_parallel_mode '3d' needs tensor_parallel_size = q x q x q with q >= 2 (8, 27, 64, ...); got "
-      << s.tensor_parallel_size;
+  return EqualSides("3d", s.tensor_parallel_size, 3,
+                    "tensor_parallel_size = q x q x q with q >= 2 (8, 27, 64, ...)");
 }
 
 NamedRegistry<ParallelMode>& Modes() {
@@ -79,32 +88,22 @@ NamedRegistry<ParallelMode>& Modes() {
       {{"1d",
         {.check = [](const ParallelModeSizes& s) { CheckNoOptions("1d", s); },
          .stage_ranks = MegatronStageRanks}},
+       // Each multi-axis mode's check is forming its mesh.
        {"2d",
-        {.check = Check2d,
+        {.check = [](const ParallelModeSizes& s) { Mesh2d(s); },
          .stage_ranks = MegatronStageRanks,
          .layout = TensorLayout::k2d,
-         .tensor_mesh =
-             [](const ParallelModeSizes& s) {
-               const int64_t q = ExactRoot(s.tensor_parallel_size, 2);
-               return std::vector<int64_t>{q, q};
-             }}},
+         .tensor_mesh = Mesh2d}},
        {"2.5d",
-        {.check = Check2p5d,
+        {.check = [](const ParallelModeSizes& s) { Mesh2p5d(s); },
          .stage_ranks = MegatronStageRanks,
          .layout = TensorLayout::k2p5d,
-         .tensor_mesh =
-             [](const ParallelModeSizes& s) {
-               const int64_t depth = Depth(s), q = ExactRoot(s.tensor_parallel_size / depth, 2);
-               return std::vector<int64_t>{depth, q, q};
-             }}},
+         .tensor_mesh = Mesh2p5d}},
        {"3d",
-        {.check = Check3d,
+        {.check = [](const ParallelModeSizes& s) { Mesh3d(s); },
          .stage_ranks = MegatronStageRanks,
          .layout = TensorLayout::k3d,
-         .tensor_mesh = [](const ParallelModeSizes& s) {
-           const int64_t q = ExactRoot(s.tensor_parallel_size, 3);
-           return std::vector<int64_t>{q, q, q};
-         }}}});
+         .tensor_mesh = Mesh3d}}});
   return registry;
 }
 

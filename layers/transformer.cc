@@ -168,7 +168,7 @@ Tensor LMLogits(const Tensor& h, const Tensor& embedding_table) {
     std::vector<Sbp> logits = l.output.sbps();
     for (Sbp& s : logits)
       if (s.is_split(1)) s = B();
-    return ReduceScattered(
+    return ReducedInto(
         fn::matmul(x.to_global(x.placement(), l.input_compute),
                    GatheredForCompute(table, dist::MultiAxisEmbeddingLayouts().table_compute), false, true),
         NdSbp(logits));

@@ -395,15 +395,15 @@ void ResolveConfig(config::Config* c, int world_size) {
   TESSEL_CHECK(!AllToAllSequenceParallel(d) || dp > 1)
       << "config: train.dist.sequence_parallel_mode all_to_all splits each sequence over the data-parallel "
          "ranks, but data_parallel_size is 1; launch more ranks or use sequence_parallel_mode megatron";
-  // 1d splits the heads and the MLP's features over all tp ranks; the
-  // multi-axis modes split them over fewer (one side of their mesh) and
-  // say so when the model is built.
-  const bool multi_axis_mode = d.tensor_parallel_mode() == "2d" || d.tensor_parallel_mode() == "2.5d" ||
-                               d.tensor_parallel_mode() == "3d";
-  TESSEL_CHECK(multi_axis_mode || m.num_attention_heads() % tp == 0)
+  // 1d (the default, the one mode the zoo knows) splits the heads and the
+  // MLP's features over all tp ranks. Other modes are registries the
+  // training program holds; their layers name what they split when the
+  // model is built, before any work.
+  const bool one_d = d.tensor_parallel_mode() == "1d";
+  TESSEL_CHECK(!one_d || m.num_attention_heads() % tp == 0)
       << "config: model.num_attention_heads " << m.num_attention_heads()
       << " is not divisible by train.dist.tensor_parallel_size " << tp;
-  TESSEL_CHECK(multi_axis_mode || m.ffn_hidden_size() % tp == 0)
+  TESSEL_CHECK(!one_d || m.ffn_hidden_size() % tp == 0)
       << "config: model.ffn_hidden_size " << m.ffn_hidden_size()
       << " is not divisible by train.dist.tensor_parallel_size " << tp;
   if (d.pipeline_num_layers() == 0) d.set_pipeline_num_layers(m.hidden_layers());

@@ -53,49 +53,47 @@ std::string Named(const ModeCase& c) {
 
 TEST(TensorParallelModes, SizesThatDoNotFormTheMeshAreNamed) {
   MetaScope meta(8, 0);
-  auto error = [](dist::Config config) { return ErrorOf([&] { dist::Setup(config); }); };
-  std::string e = error({.tensor_parallel_size = 8, .tensor_parallel_mode = "2d"});
-  EXPECT_NE(
-      e.find(
-          "tensor_parallel_mode '2d' needs tensor_parallel_size = q x q with q >= 2 (4, 9, 16, ...); got 8"),
-      std::string::npos)
-      << e;
-  e = error({.tensor_parallel_size = 8, .tensor_parallel_mode = "2.5d"});
-  EXPECT_NE(e.find("tensor_parallel_mode '2.5d' needs the option depth"), std::string::npos) << e;
-  e = error({.tensor_parallel_size = 8,
-             .tensor_parallel_mode = "2.5d",
-             .tensor_parallel_mode_options = {{"depth", "3"}}});
-  EXPECT_NE(e.find("depth 3 does not divide tensor_parallel_size 8"), std::string::npos) << e;
-  e = error({.tensor_parallel_size = 4,
-             .tensor_parallel_mode = "2.5d",
-             .tensor_parallel_mode_options = {{"depth", "2"}}});
-  EXPECT_NE(e.find("needs tensor_parallel_size = depth x q x q with q >= 2; got 4 = depth 2 x 2"),
-            std::string::npos)
-      << e;
-  e = error({.tensor_parallel_size = 8,
-             .tensor_parallel_mode = "2.5d",
-             .tensor_parallel_mode_options = {{"depth", "two"}}});
-  EXPECT_NE(e.find("depth 'two'; expected a positive integer"), std::string::npos) << e;
-  e = error({.tensor_parallel_size = 8,
-             .tensor_parallel_mode = "2.5d",
-             .tensor_parallel_mode_options = {{"depth", "2"}, {"dept", "2"}}});
-  EXPECT_NE(e.find("takes the option 'depth'; got 'dept'"), std::string::npos) << e;
-  e = error({.tensor_parallel_size = 4, .tensor_parallel_mode = "3d"});
-  EXPECT_NE(e.find("tensor_parallel_mode '3d' needs tensor_parallel_size = q x q x q with q >= 2 (8, 27, 64, "
-                   "...); got 4"),
-            std::string::npos)
-      << e;
-  e = error({.tensor_parallel_size = 8,
-             .tensor_parallel_mode = "3d",
-             .tensor_parallel_mode_options = {{"depth", "2"}}});
-  EXPECT_NE(e.find("tensor_parallel_mode '3d' takes no options; got 'depth'"), std::string::npos) << e;
-  e = error({.tensor_parallel_size = 4, .sequence_parallel = true, .tensor_parallel_mode = "2d"});
-  EXPECT_NE(e.find("sequence_parallel (Megatron's) works with tensor_parallel_mode '1d'"), std::string::npos)
-      << e;
-  e = error({.tensor_parallel_size = 4, .all_to_all_sequence_parallel = true, .tensor_parallel_mode = "2d"});
-  EXPECT_NE(e.find("all-to-all sequence parallelism works with tensor_parallel_mode '1d', not '2d'"),
-            std::string::npos)
-      << e;
+  struct Bad {
+    dist::Config config;
+    std::string message;
+  };
+  const std::vector<Bad> cases = {
+      {{.tensor_parallel_size = 8, .tensor_parallel_mode = "2d"},
+       "tensor_parallel_mode '2d' needs tensor_parallel_size = q x q with q >= 2 (4, 9, 16, ...); got 8"},
+      {{.tensor_parallel_size = 8, .tensor_parallel_mode = "2.5d"},
+       "tensor_parallel_mode '2.5d' needs the option depth"},
+      {{.tensor_parallel_size = 8,
+        .tensor_parallel_mode = "2.5d",
+        .tensor_parallel_mode_options = {{"depth", "3"}}},
+       "depth 3 does not divide tensor_parallel_size 8"},
+      {{.tensor_parallel_size = 4,
+        .tensor_parallel_mode = "2.5d",
+        .tensor_parallel_mode_options = {{"depth", "2"}}},
+       "needs tensor_parallel_size = depth x q x q with q >= 2; got 4 = depth 2 x 2"},
+      {{.tensor_parallel_size = 8,
+        .tensor_parallel_mode = "2.5d",
+        .tensor_parallel_mode_options = {{"depth", "two"}}},
+       "depth 'two'; expected a positive integer"},
+      {{.tensor_parallel_size = 8,
+        .tensor_parallel_mode = "2.5d",
+        .tensor_parallel_mode_options = {{"depth", "2"}, {"dept", "2"}}},
+       "takes the option 'depth'; got 'dept'"},
+      {{.tensor_parallel_size = 4, .tensor_parallel_mode = "3d"},
+       "tensor_parallel_mode '3d' needs tensor_parallel_size = q x q x q with q >= 2 (8, 27, 64, ...); got "
+       "4"},
+      {{.tensor_parallel_size = 8,
+        .tensor_parallel_mode = "3d",
+        .tensor_parallel_mode_options = {{"depth", "2"}}},
+       "tensor_parallel_mode '3d' takes no options; got 'depth'"},
+      {{.tensor_parallel_size = 4, .sequence_parallel = true, .tensor_parallel_mode = "2d"},
+       "sequence_parallel (Megatron's) works with tensor_parallel_mode '1d'"},
+      {{.tensor_parallel_size = 4, .all_to_all_sequence_parallel = true, .tensor_parallel_mode = "2d"},
+       "all-to-all sequence parallelism works with tensor_parallel_mode '1d', not '2d'"},
+  };
+  for (const Bad& bad : cases) {
+    const std::string e = ErrorOf([&] { dist::Setup(bad.config); });
+    EXPECT_NE(e.find(bad.message), std::string::npos) << "expected: " << bad.message << "\ngot: " << e;
+  }
 }
 
 TEST(TensorParallelModes, PlacementsCarryTheTensorMesh) {

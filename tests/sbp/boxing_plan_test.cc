@@ -110,6 +110,24 @@ TEST(BoxingPlan, CrossPlacementUsesSliceTransfers) {
   EXPECT_FALSE(PlanBoxing(one, {B()}, kLine, {P()}, kEven, DType::kFloat32).steps.empty());
 }
 
+// Gathering the outer of two nested splits of one dimension: rank (a, c)
+// holds quarter 2a + c and needs half c, so each rank's part belongs to
+// ranks of another row and no collective along one axis does it. One slice
+// transfer does: quarter 2a + c goes to the ranks (x, a) that lack it, at
+// most two of them, T/2 from the busiest rank. Collectives alone gather
+// along c (T/4 per rank), then along a (T/2), and slice: 3T/4. A
+// conversion that changes only the inner split stays a collective.
+TEST(BoxingPlan, GatheringAnOuterNestedSplitIsOneSliceTransfer) {
+  Placement mesh("cpu", {{0, 1}, {2, 3}});
+  BoxingPlan outer = PlanBoxing(mesh, {S(0), S(0)}, mesh, {B(), S(0)}, kEven, DType::kFloat32);
+  ASSERT_EQ(outer.steps.size(), 1u) << outer.Explain();
+  EXPECT_EQ(outer.steps[0].op, BoxingOp::kSliceTransfer) << outer.Explain();
+  EXPECT_DOUBLE_EQ(outer.bytes_per_rank(), T / 2) << outer.Explain();
+  BoxingPlan inner = PlanBoxing(mesh, {S(0), S(0)}, mesh, {S(0), B()}, kEven, DType::kFloat32);
+  ASSERT_EQ(inner.steps.size(), 1u) << inner.Explain();
+  EXPECT_EQ(inner.steps[0].op, BoxingOp::kAllGather) << inner.Explain();
+}
+
 TEST(BoxingPlan, BadInputIsNamed) {
   try {
     PlanBoxing(kLine, {S(2)}, kLine, {B()}, kEven, DType::kFloat32);
