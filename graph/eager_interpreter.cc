@@ -19,6 +19,9 @@
 #include "graph/sbp_inference.h"
 #include "ops/functional.h"
 #include "sbp/global_tensor.h"
+#ifdef TESSEL_HAS_CUDA
+#include "core/cuda/cuda_runtime.h"
+#endif
 
 namespace tessel {
 namespace {
@@ -124,8 +127,9 @@ std::vector<Tensor> RunGlobal(const OpDef& op, const std::vector<Tensor>& inputs
   if (!op.mutates.empty()) CheckNoOverlap(op, locals);
   if (placement.Contains(rank)) {
     const Device device = locals.empty() ? Device::CPU() : locals[0].device();
-    outs = RunKernel(op, placement.device_type(), KernelFor(op, placement.device_type()),
-                     KernelContext{locals, attrs, device, nullptr, logical, out_specs, &in_boxes, &out_boxes});
+    outs =
+        RunKernel(op, placement.device_type(), KernelFor(op, placement.device_type()),
+                  KernelContext{locals, attrs, device, nullptr, logical, out_specs, &in_boxes, &out_boxes});
   } else {
     for (int o = 0; o < op.num_outputs; ++o) {
       outs.push_back(Tensor::Empty(LocalBox(out_specs[o].shape, placement, sig.outputs[o], rank).shape(),
@@ -139,12 +143,22 @@ std::vector<Tensor> RunGlobal(const OpDef& op, const std::vector<Tensor>& inputs
 }
 
 // TESSEL_PROFILE_OPS=1: time spent per op (kernel and boxing, not
-// recording), printed to stderr at exit, slowest first.
+// recording), printed to stderr at exit, slowest first. On a GPU the
+// kernels run behind the host, so that is the host's time: dispatch, and
+// waits when the launch queue is full. TESSEL_PROFILE_OPS=sync waits for
+// the GPU before and after each op, so each op's figure is its GPU time
+// plus its dispatch (the step gets slower: for finding where GPU time goes).
 class OpProfile {
  public:
   static OpProfile* Get() {
     static OpProfile* profile = std::getenv("TESSEL_PROFILE_OPS") ? new OpProfile() : nullptr;
     return profile;
+  }
+  static void WaitForDevice() {
+#ifdef TESSEL_HAS_CUDA
+    static const bool sync = std::string(std::getenv("TESSEL_PROFILE_OPS")) == "sync";
+    if (sync && cuda::DeviceCount() > 0) cuda::Synchronize();
+#endif
   }
   void Add(const std::string& op, double seconds) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -177,8 +191,10 @@ class EagerInterpreterImpl final : public Interpreter {
   std::vector<Tensor> Apply(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) override {
     OpProfile* profile = OpProfile::Get();
     if (profile == nullptr) return Run(op, inputs, attrs);
+    OpProfile::WaitForDevice();
     auto t0 = std::chrono::steady_clock::now();
     std::vector<Tensor> outs = Run(op, inputs, attrs);
+    OpProfile::WaitForDevice();
     profile->Add(op.name, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return outs;
   }

@@ -42,11 +42,8 @@ Tensor MixedPrecision::ScaleLoss(const Tensor& loss) const {
 
 bool MixedPrecision::WholeOnGpu(bool with_grads) const {
 #ifdef TESSEL_HAS_CUDA
-  auto whole_on_gpu = [](const Tensor& t) {
-    return t.defined() && t.device().is_cuda() && (!t.is_global() || t.placement().size() == 1);
-  };
   for (const auto& [name, p] : model_)
-    if (!whole_on_gpu(*p) || (with_grads && !whole_on_gpu(p->grad()))) return false;
+    if (!WholeOnOneGpu(*p) || (with_grads && !WholeOnOneGpu(p->grad()))) return false;
   return !model_.empty();
 #else
   return false;
@@ -71,9 +68,7 @@ double MixedPrecision::UnscaleAndClip(double max_norm) {
     const double norm = ScalarValue(cuda::UnscaleAndNorm(low, wide, 1.0 / scale_));
     // ClipGradNorm's rule: scale by min(1, max_norm / (norm + 1e-6)).
     const double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0 && std::isfinite(norm)) {
-      for (Tensor& m : masters_) m.set_grad(fn::mul_scalar(m.grad(), coef));
-    }
+    if (coef < 1.0 && std::isfinite(norm)) cuda::CastInto(wide, wide, coef);  // in place, one launch
     return norm;
   }
 #endif

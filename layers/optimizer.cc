@@ -10,6 +10,10 @@
 #include "ops/functional.h"
 #include "sbp/global_tensor.h"
 #include "sbp/sbp.h"
+#ifdef TESSEL_HAS_CUDA
+#include "ops/cuda/multi_tensor.h"
+#include "ops/interpreter.h"
+#endif
 
 namespace tessel::optim {
 
@@ -82,6 +86,10 @@ double ScalarValue(const Tensor& t) {
   return static_cast<double>(v.To(Device::CPU()).data<float>()[0]);
 }
 
+bool WholeOnOneGpu(const Tensor& t) {
+  return t.defined() && !t.is_lazy() && t.device().is_cuda() && (!t.is_global() || t.placement().size() == 1);
+}
+
 AdamW::AdamW(NamedParams params, AdamWConfig config) : params_(std::move(params)), config_(config) {
   CheckDistinct(params_);
   TESSEL_CHECK(config_.zero_stage >= 0 && config_.zero_stage <= 3)
@@ -150,8 +158,42 @@ void AdamW::set_lr(double lr) {
   }
 }
 
+bool AdamW::StepOnOneGpu() {
+#ifdef TESSEL_HAS_CUDA
+  if (IsTracing() || params_.empty()) return false;
+  Tensor lr;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = *params_[i].second;
+    if (shards_[i].defined() || !WholeOnOneGpu(p) || p.dtype() != DType::kFloat32) return false;
+    const Tensor& g = p.grad();
+    if (g.defined() && (!WholeOnOneGpu(g) || g.dtype() != DType::kFloat32)) return false;
+    const Tensor l = LrBeside(p).to_local();
+    if (!lr.defined()) lr = l;
+    if (l.raw_data() != lr.raw_data()) return false;  // two placements: two learning-rate tensors
+  }
+  cuda::AdamWGroup group;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor* p = params_[i].second;
+    Tensor g = ReducedGrad(p, p->is_global() ? &grad_layouts_[i] : nullptr);  // one rank: nothing moves
+    if (!g.defined()) continue;
+    group.params.push_back(p->to_local());
+    group.grads.push_back(g.to_local());
+    group.exp_avgs.push_back(exp_avg_[i].to_local());
+    group.exp_avg_sqs.push_back(exp_avg_sq_[i].to_local());
+    group.steps.push_back(step_[i].to_local());
+    group.weight_decays.push_back(Decays(params_[i].first, *p) ? config_.weight_decay : 0.0);
+  }
+  cuda::AdamWStep(group, lr, config_.beta1, config_.beta2, config_.eps);
+  for (auto& [name, p] : params_) p->zero_grad();
+  return true;
+#else
+  return false;
+#endif
+}
+
 void AdamW::Step() {
   NoGradGuard no_grad;
+  if (StepOnOneGpu()) return;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor* p = params_[i].second;
     Tensor g = ReducedGrad(p, p->is_global() ? &grad_layouts_[i] : nullptr);
@@ -230,6 +272,29 @@ Tensor ClipGradNormTensor(const NamedParams& params, double max_norm,
 }
 
 double ClipGradNorm(const NamedParams& params, double max_norm, const std::vector<NdSbp>& grad_layouts) {
+#ifdef TESSEL_HAS_CUDA
+  // Every gradient whole on one GPU: the norm in one launch and the clip in
+  // another, instead of three ops per parameter.
+  const bool one_gpu = !IsTracing() && std::all_of(params.begin(), params.end(), [](const auto& named) {
+    const Tensor& g = named.second->grad();
+    return !g.defined() || (WholeOnOneGpu(g) && g.dtype() == DType::kFloat32);
+  });
+  if (one_gpu) {
+    NoGradGuard no_grad;
+    std::vector<Tensor> grads;
+    for (size_t i = 0; i < params.size(); ++i) {
+      Tensor* p = params[i].second;
+      const bool given = !grad_layouts.empty() && p->is_global();
+      const Tensor g = ReducedGrad(p, given ? &grad_layouts[i] : nullptr);  // one rank: nothing moves
+      if (g.defined()) grads.push_back(g.to_local());
+    }
+    if (grads.empty()) return 0.0;
+    const double norm = ScalarValue(cuda::UnscaleAndNorm(grads, grads, 1.0));  // in place, unchanged
+    const double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0 && std::isfinite(norm)) cuda::CastInto(grads, grads, coef);
+    return norm;
+  }
+#endif
   const Tensor norm = ClipGradNormTensor(params, max_norm, grad_layouts);
   return norm.defined() ? ScalarValue(norm) : 0.0;
 }

@@ -60,6 +60,10 @@ class AdamW {
  private:
   // The learning-rate scalar on param's placement (made if new).
   Tensor LrBeside(const Tensor& param);
+  // Every parameter whole on one GPU (one rank, no ZeRO shards): the whole
+  // step in two launches (ops/cuda/multi_tensor.h). False, having changed
+  // nothing, where that does not hold.
+  bool StepOnOneGpu();
 
   NamedParams params_;
   AdamWConfig config_;
@@ -111,5 +115,9 @@ double WarmupLinearLr(int64_t step, double base_lr, int64_t warmup_steps, int64_
 // The value of a one-element tensor (local or global, any SBP) on every rank,
 // including ranks outside its placement. Collective over the world.
 double ScalarValue(const Tensor& t);
+
+// True for a tensor on a GPU that this rank holds whole (local, or global on
+// a placement of one rank): where the multi-tensor kernels may take it.
+bool WholeOnOneGpu(const Tensor& t);
 
 }  // namespace tessel::optim

@@ -94,5 +94,7 @@ void PhiloxUniform(float* device_out, int64_t n, uint64_t seed, uint64_t offset,
   CheckCuda(cudaDeviceSynchronize(), "PhiloxUniformKernel");
 }
 
+void Synchronize() { CheckCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
 }  // namespace cuda
 }  // namespace tessel

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "core/philox.h"
+#include "ops/cuda/adamw_math.cuh"
 #include "ops/cuda/cuda_util.cuh"
 #include "ops/cuda/nn_kernels.h"
 
@@ -303,27 +304,19 @@ __device__ __forceinline__ void Store(float* p, int64_t g, const float (&v)[kWid
 
 __global__ void CountStepKernel(int64_t* step) { ++*step; }
 
-// The CPU's AdamW arithmetic (ops/cpu/nn_kernels.cc) operation for
-// operation in double, rounding to float where it stores; the _rn
-// intrinsics keep nvcc from fusing a multiply and an add the CPU rounds
-// apart. n counts groups of kWidth floats.
+// The CPU's AdamW arithmetic (ops/cuda/adamw_math.cuh). n counts groups of
+// kWidth floats.
 template <int kWidth>
 __global__ void AdamWKernel(float* __restrict__ param, const float* __restrict__ grad,
                             float* __restrict__ exp_avg, float* __restrict__ exp_avg_sq, int64_t n,
                             const int64_t* __restrict__ step, const float* __restrict__ lr, double beta1,
                             double beta2, double eps, double weight_decay) {
-  // decay = 1 - lr * wd, step_size = lr / bc1, sqrt(bc2): once per block,
-  // read from the device so a captured step sees the current values.
-  __shared__ double coef[3];
-  if (threadIdx.x == 0) {
-    const double l = static_cast<double>(*lr), s = static_cast<double>(*step);
-    coef[0] = __dadd_rn(1, -__dmul_rn(l, weight_decay));
-    coef[1] = l / (1 - pow(beta1, s));
-    coef[2] = sqrt(1 - pow(beta2, s));
-  }
+  // Once per block, read from the device so a captured step sees the
+  // current values.
+  __shared__ AdamWCoef coef;
+  if (threadIdx.x == 0) coef = MakeAdamWCoef(*lr, *step, beta1, beta2, weight_decay);
   __syncthreads();
-  const double decay = coef[0], step_size = coef[1], sqrt_bc2 = coef[2];
-  const double one_minus_beta1 = 1 - beta1, one_minus_beta2 = 1 - beta2;
+  const AdamWCoef c = coef;
   TESSEL_CUDA_GRID_LOOP(i, n) {
     float p[kWidth], g[kWidth], m[kWidth], v[kWidth];
     Load(param, i, p);
@@ -331,15 +324,7 @@ __global__ void AdamWKernel(float* __restrict__ param, const float* __restrict__
     Load(exp_avg, i, m);
     Load(exp_avg_sq, i, v);
 #pragma unroll
-    for (int k = 0; k < kWidth; ++k) {
-      const double gk = g[k];
-      p[k] = static_cast<float>(__dmul_rn(p[k], decay));
-      m[k] = static_cast<float>(__dadd_rn(__dmul_rn(beta1, m[k]), __dmul_rn(one_minus_beta1, gk)));
-      v[k] = static_cast<float>(
-          __dadd_rn(__dmul_rn(beta2, v[k]), __dmul_rn(__dmul_rn(one_minus_beta2, gk), gk)));
-      const double denom = __dadd_rn(__ddiv_rn(__fsqrt_rn(v[k]), sqrt_bc2), eps);
-      p[k] = static_cast<float>(__dadd_rn(p[k], -__ddiv_rn(__dmul_rn(step_size, m[k]), denom)));
-    }
+    for (int k = 0; k < kWidth; ++k) AdamWElement(p[k], g[k], m[k], v[k], c, beta1, beta2, eps);
     Store(param, i, p);
     Store(exp_avg, i, m);
     Store(exp_avg_sq, i, v);

@@ -1,8 +1,10 @@
-// The multi-tensor kernels of the mixed-precision step (ops/cuda/multi_tensor.h)
+// The multi-tensor kernels of the optimizer step (ops/cuda/multi_tensor.h)
 // against the ops they stand in for, on tensors of sizes that cross the
 // kernels' 65,536-element chunks: widening and unscaling equal cast and
-// mul_scalar bit for bit, the norm equals global_norm's to rounding, and
-// narrowing equals cast bit for bit. "skipped: no CUDA device" without a GPU
+// mul_scalar bit for bit, the norm equals global_norm's to rounding,
+// narrowing (and clipping) equals cast (of mul_scalar) bit for bit, and
+// the AdamW step equals adamw_update's per parameter bit for bit, step
+// counts included. "skipped: no CUDA device" without a GPU
 // (TESSEL_REQUIRE_GPU=1 fails instead).
 #include "ops/cuda/multi_tensor.h"
 
@@ -70,6 +72,65 @@ TEST(MultiTensor, CastIntoMatchesCast) {
                 want.ToVector<float>())
           << i;
     }
+  }
+}
+
+TEST(MultiTensor, ScaledCastIntoInPlaceMatchesMulScalar) {
+  if (NoGpu()) GTEST_SKIP() << "skipped: no CUDA device";
+  NoGradGuard no_grad;
+  const std::vector<Tensor> grads = Grads(DType::kFloat32);
+  std::vector<Tensor> want, inplace;
+  for (const Tensor& g : grads) {
+    want.push_back(fn::mul_scalar(g, 0.3183));
+    inplace.push_back(fn::mul_scalar(g, 1.0));  // a copy to clip in place
+  }
+  cuda::CastInto(inplace, inplace, 0.3183);
+  for (size_t i = 0; i < grads.size(); ++i)
+    EXPECT_EQ(inplace[i].To(Device::CPU()).ToVector<float>(), want[i].To(Device::CPU()).ToVector<float>())
+        << i;
+}
+
+TEST(MultiTensor, AdamWStepMatchesAdamWUpdateOfEachParameter) {
+  if (NoGpu()) GTEST_SKIP() << "skipped: no CUDA device";
+  NoGradGuard no_grad;
+  const std::vector<Tensor> start = Grads(DType::kFloat32);
+  const Device gpu = Device::CUDA(0);
+  // Two copies of every parameter and its state: one for the op, one for
+  // the multi-tensor step. Odd parameters decay, even ones do not.
+  struct State {
+    std::vector<Tensor> params, exp_avgs, exp_avg_sqs, steps;
+  } op, multi;
+  for (State* s : {&op, &multi}) {
+    for (const Tensor& p : start) {
+      s->params.push_back(fn::mul_scalar(p, 1.0));
+      s->exp_avgs.push_back(zeros(p.shape(), DType::kFloat32, gpu));
+      s->exp_avg_sqs.push_back(zeros(p.shape(), DType::kFloat32, gpu));
+      s->steps.push_back(zeros(Shape(std::vector<int64_t>{}), DType::kInt64, gpu));
+    }
+  }
+  const Tensor lr = Tensor::FromVector<float>({3e-3f}, Shape(std::vector<int64_t>{})).To(gpu);
+  uint64_t seed = 100;
+  for (int step = 0; step < 3; ++step) {
+    cuda::AdamWGroup group{multi.params, {}, multi.exp_avgs, multi.exp_avg_sqs, multi.steps, {}};
+    for (size_t i = 0; i < start.size(); ++i) {
+      const Tensor g = randn(start[i].shape(), seed++).To(gpu);
+      const double wd = i % 2 == 1 ? 0.1 : 0.0;
+      fn::adamw_update(op.params[i], g, op.exp_avgs[i], op.exp_avg_sqs[i], op.steps[i], lr,
+                       {0.9, 0.95, 1e-8, wd});
+      group.grads.push_back(g);
+      group.weight_decays.push_back(wd);
+    }
+    cuda::AdamWStep(group, lr, 0.9, 0.95, 1e-8);
+  }
+  for (size_t i = 0; i < start.size(); ++i) {
+    SCOPED_TRACE(start[i].shape().ToString());
+    EXPECT_EQ(multi.params[i].To(Device::CPU()).ToVector<float>(),
+              op.params[i].To(Device::CPU()).ToVector<float>());
+    EXPECT_EQ(multi.exp_avgs[i].To(Device::CPU()).ToVector<float>(),
+              op.exp_avgs[i].To(Device::CPU()).ToVector<float>());
+    EXPECT_EQ(multi.exp_avg_sqs[i].To(Device::CPU()).ToVector<float>(),
+              op.exp_avg_sqs[i].To(Device::CPU()).ToVector<float>());
+    EXPECT_EQ(multi.steps[i].To(Device::CPU()).ToVector<int64_t>(), std::vector<int64_t>{3});
   }
 }
 
