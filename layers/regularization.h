@@ -16,6 +16,7 @@ class Dropout : public nn::Module {
   }
   // Identity in eval mode or with p = 0.
   Tensor operator()(const Tensor& x);
+  double p() const { return p_; }
 
  private:
   double p_;

@@ -53,6 +53,13 @@ MultiheadAttention::MultiheadAttention(int64_t hidden, int64_t heads, AttentionO
   RegisterModule("probs_dropout", probs_dropout_);
 }
 
+bool MultiheadAttention::UsesFusedAttention(const Tensor& q, const Tensor& mask) const {
+  const DeviceType device = q.is_global() ? q.placement().device_type() : q.device().type();
+  const bool probs_dropped = probs_dropout_.p() > 0 && probs_dropout_.is_training();
+  return options_.fused && device == DeviceType::kCUDA && q.dtype() != DType::kFloat32 && !mask.defined() &&
+         !probs_dropped && !dist::MultiAxisTensorParallel();
+}
+
 Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask) const {
   const int64_t b = x.shape()[0], s = x.shape()[1], hd = hidden_ / heads_;
   // Head-major features: a split over tp keeps whole heads together.
@@ -84,9 +91,14 @@ Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask) const
   if (m.defined() && !m.is_global()) m = m.to_global(p, dist::GetNdSbp({B(), B()}));
   if (m.defined() && m.placement() != p) m = m.to_global(p, m.nd_sbp());  // to this layer's stage
   if (m.defined() && all_to_all) m = fn::reshape(m, {b, 1, 1, 1, s});     // one more head dimension
-  Tensor probs =
-      fn::scale_mask_softmax(fn::matmul(q, k, false, true), m, 1.0 / std::sqrt(double(hd)), options_.causal);
-  Tensor ctx = fn::matmul(probs_dropout_(probs), v);  // [b, heads, s, hd] ([b, tp, heads / tp, s, hd])
+  const double scale = 1.0 / std::sqrt(double(hd));
+  Tensor ctx;  // [b, heads, s, hd] ([b, tp, heads / tp, s, hd])
+  if (UsesFusedAttention(q, m)) {
+    ctx = fn::attention(q, k, v, scale, options_.causal);
+  } else {
+    Tensor probs = fn::scale_mask_softmax(fn::matmul(q, k, false, true), m, scale, options_.causal);
+    ctx = fn::matmul(probs_dropout_(probs), v);
+  }
   if (all_to_all) {
     ctx = ctx.to_global(ctx.placement(), WithDataParallelSbp(ctx.nd_sbp(), S(3)));
     ctx = fn::reshape(ctx, {b, heads_, s, hd});
@@ -120,7 +132,8 @@ TransformerLayer::TransformerLayer(int64_t hidden, int64_t heads, int64_t ffn_hi
                  .causal = o.causal,
                  .seed = o.seed,
                  .init_std = o.init_std,
-                 .dropout = o.attention_dropout}),
+                 .dropout = o.attention_dropout,
+                 .fused = o.fused_attention}),
       mlp(hidden, ffn_hidden, o.layer_idx, o.seed + 10, o.init_std, o.activation),
       options_(o),
       attention_output_dropout_(o.hidden_dropout, o.seed + 20),

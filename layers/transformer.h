@@ -26,6 +26,12 @@ struct AttentionOptions {
   uint64_t seed = 77;
   double init_std = 0.02;  // of the normal its weights start from
   double dropout = 0;      // on the attention probabilities (training only)
+  // On GPUs in bf16 or f16 (mixed precision), attention without the [seq,
+  // seq] score matrix (fn::attention: flash-style tensor-core tiles) where
+  // nothing needs the probabilities: no padding mask, no dropout on them,
+  // one tensor-parallel axis. f32 and the CPU keep the matrix products
+  // (their GEMMs are faster than the kernel's f32 path).
+  bool fused = true;
 };
 
 class MultiheadAttention : public nn::Module {
@@ -39,6 +45,9 @@ class MultiheadAttention : public nn::Module {
   Linear qkv, out;
 
  private:
+  // fn::attention in place of the score matrix (AttentionOptions::fused).
+  bool UsesFusedAttention(const Tensor& q, const Tensor& mask) const;
+
   int64_t hidden_, heads_;
   AttentionOptions options_;
   mutable Dropout probs_dropout_;  // its mask counter advances per call
@@ -75,6 +84,7 @@ struct TransformerLayerOptions {
   // outputs before each residual add (training only; eager mode only).
   double attention_dropout = 0;
   double hidden_dropout = 0;
+  bool fused_attention = true;  // AttentionOptions::fused
 };
 
 class TransformerLayer : public nn::Module {

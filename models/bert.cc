@@ -45,7 +45,8 @@ Bert::Bert(const BertConfig& c)
                                         .init_std = c.init_std,
                                         .activation = c.activation,
                                         .attention_dropout = c.attention_dropout,
-                                        .hidden_dropout = c.hidden_dropout}));
+                                        .hidden_dropout = c.hidden_dropout,
+                                        .fused_attention = c.fused_attention}));
     RegisterModule(std::string("h").append(std::to_string(i)), *blocks_.back());
   }
   RegisterModule("pooler", pooler_);

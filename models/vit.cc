@@ -56,7 +56,8 @@ ViT::ViT(const ViTConfig& c)
                                         .init_std = c.init_std,
                                         .activation = c.activation,
                                         .attention_dropout = c.attention_dropout,
-                                        .hidden_dropout = c.hidden_dropout}));
+                                        .hidden_dropout = c.hidden_dropout,
+                                        .fused_attention = c.fused_attention}));
     RegisterModule(std::string("h").append(std::to_string(i)), *blocks_.back());
   }
   RegisterModule("ln_f", ln_f_);

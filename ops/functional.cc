@@ -135,6 +135,9 @@ Tensor scale_mask_softmax(const Tensor& x, const Tensor& mask, double scale, boo
   }
   return One("scale_mask_softmax", {x, m}, {{"scale", scale}, {"causal", causal}});
 }
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
+  return One("attention", {q, k, v}, {{"scale", scale}, {"causal", causal}});
+}
 Tensor cast(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   return One("cast", {x}, {{"dtype", std::string(DTypeName(dtype))}});

@@ -54,6 +54,11 @@ Tensor max(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim = fal
 // (mask broadcasts to x; undefined: none), and with `causal`, key j hidden
 // from query i when j > i + (keys - queries). Fully masked rows give zeros.
 Tensor scale_mask_softmax(const Tensor& x, const Tensor& mask, double scale, bool causal);
+// softmax(scale * q k^T) v over the last two dims of q [..., sq, d] and k, v
+// [..., sk, d], with `causal` as scale_mask_softmax's, without the [sq, sk]
+// score matrix (flash attention): the same values as
+// matmul(scale_mask_softmax(matmul(q, k^T), none, scale, causal), v).
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal);
 Tensor cast(const Tensor& x, DType dtype);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor equal(const Tensor& a, const Tensor& b);

@@ -3,6 +3,7 @@
 namespace tessel {
 
 void RegisterActivationOps();
+void RegisterAttentionOps();
 void RegisterCrossEntropyOps();
 void RegisterElementwiseOps();
 void RegisterLayerNormOps();
@@ -16,6 +17,7 @@ void RegisterWhereCastOps();
 
 void RegisterAllOps() {
   RegisterActivationOps();
+  RegisterAttentionOps();
   RegisterCrossEntropyOps();
   RegisterElementwiseOps();
   RegisterLayerNormOps();

@@ -122,6 +122,12 @@ std::vector<Case> Cases() {
        {Randn({2, 3, 5, 5}), mask},
        {{S(0), S(0)}, {S(1), B()}, {S(3), B()}, {S(2), B()}},
        [](const std::vector<Tensor>& in) { return fn::scale_mask_softmax(in[0], in[1], 0.5, true); }},
+      // Heads, batch or queries split (a query shard keeps its causal limit),
+      // and a layout that must be converted first.
+      {"attention_causal",
+       {Randn({2, 4, 6, 8}), Randn({2, 4, 9, 8}), Randn({2, 4, 9, 8})},
+       {{S(0), S(0), S(0)}, {S(1), S(1), S(1)}, {S(2), B(), B()}, {B(), B(), B()}, {S(2), S(0), S(1)}},
+       [](const std::vector<Tensor>& in) { return fn::attention(in[0], in[1], in[2], 0.3, true); }},
       {"patch_embed",
        {Randn({4, 3, 4, 6}), Randn({5, 12}), Randn({5})},
        {{S(0), B(), B()}, {B(), S(0), S(0)}},

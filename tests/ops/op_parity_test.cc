@@ -258,6 +258,26 @@ std::vector<Case> MakeCases() {
     });
   }
 
+  // Attention without the score matrix: head sizes 64 and 128 take the CUDA
+  // tensor-core tiles in bf16 and f16 (sizes that are not multiples of the
+  // 64-row tiles, keys beyond the queries under causal), other sizes and f32
+  // a warp per row.
+  struct Attn {
+    Shape q, kv;
+    double scale;
+    bool causal;
+  };
+  for (const Attn& at : {Attn{{2, 3, 70, 64}, {2, 3, 70, 64}, 0.125, true},
+                         Attn{{1, 2, 100, 64}, {1, 2, 130, 64}, 0.2, false},
+                         Attn{{2, 1, 50, 128}, {2, 1, 90, 128}, 0.088, true},
+                         Attn{{2, 2, 2, 40, 64}, {2, 2, 2, 40, 64}, 0.125, true},
+                         Attn{{2, 5, 16}, {2, 7, 16}, 0.25, true}}) {
+    std::ostringstream attrs;
+    attrs << "{\"scale\": " << at.scale << ", \"causal\": " << bool_json(at.causal) << "}";
+    add("attention", attrs.str(), {{Randn(at.q), true}, {Randn(at.kv), true}, {Randn(at.kv), true}},
+        [at](const std::vector<Tensor>& in) { return fn::attention(in[0], in[1], in[2], at.scale, at.causal); });
+  }
+
   // where, masked_fill, cast round trips.
   Tensor cond = Tensor::Empty({7, 5}, DType::kBool);
   for (int64_t i = 0; i < 35; ++i) cond.data<bool>()[i] = (i * 7) % 3 == 0;

@@ -70,6 +70,9 @@ def run(op, ins, a):
         if len(ins) > 1:
             a = dict(a, mask=ins[1])
         return softmax(ins[0], a)
+    if op == "attention":
+        q, k, v = ins
+        return torch.matmul(softmax(torch.matmul(q, k.mT), a), v)
     if op == "layer_norm":
         x, g, b = ins
         return F.layer_norm(x, (x.shape[-1],), g, b, a["eps"])

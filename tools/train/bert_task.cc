@@ -74,6 +74,7 @@ class BertTask : public Task {
                            .embedding_dropout = m.embedding_dropout_prob(),
                            .attention_dropout = m.attention_dropout_prob(),
                            .hidden_dropout = m.hidden_dropout_prob(),
+                           .fused_attention = m.fused_attention(),
                            .make_vocab_size_divisible_by = m.make_vocab_size_divisible_by(),
                            .activation_checkpoint = t.activation_checkpoint()});
     eval_step_ = std::make_unique<Graph>(

@@ -71,6 +71,7 @@ class ViTTask : public Task {
                                                         .embedding_dropout = m.embedding_dropout_prob(),
                                                         .attention_dropout = m.attention_dropout_prob(),
                                                         .hidden_dropout = m.hidden_dropout_prob(),
+                                                        .fused_attention = m.fused_attention(),
                                                         .activation_checkpoint = t.activation_checkpoint()});
     eval_step_ = std::make_unique<Graph>(
         "eval_step",

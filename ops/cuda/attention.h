@@ -1,0 +1,24 @@
+// Attention without the score matrix on CUDA devices (the semantics of
+// ops/cpu/attention.h): f32, bf16 and f16 (sums in f32). bf16 and f16 with a
+// head size of 64 or 128 run flash-attention-style tiles on the tensor
+// cores (64 queries by 64 keys per step, the probabilities rounded to the
+// dtype before they multiply v, as FlashAttention does); anything else runs
+// a warp per query row.
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+#include "ops/cpu/attention.h"
+
+namespace tessel::cuda {
+
+using AttentionOptions = cpu::AttentionOptions;
+
+// {out in q's dtype, lse f32}; see cpu::Attention.
+std::vector<Tensor> Attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options);
+// {dq, dk, dv}; see cpu::AttentionGrad.
+std::vector<Tensor> AttentionGrad(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                  const Tensor& lse, const Tensor& dout, const AttentionOptions& options);
+
+}  // namespace tessel::cuda
