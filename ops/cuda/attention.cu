@@ -318,25 +318,57 @@ __global__ void RowDotKernel(const T* __restrict__ a, const T* __restrict__ b, f
   if (lane == 0) dot[row] = acc;
 }
 
+// p = exp(scale s - lse) and ds = p (dp - delta) of the 16 query rows a warp
+// owns (rows [16 warp, 16 warp + 16) of the tiles), masked to 0, stored in
+// the dtype for the tensor-core products. With kTransposedOut they are
+// written transposed ([key][query]), as the key-side products read them.
+template <typename T>
+__device__ __forceinline__ void WarpProbsAndDs(T* ps, T* dss, const float* ss, const float* dps,
+                                               const float* lse_s, const float* delta_s, const Dims& s,
+                                               int64_t q0, int64_t k0, int warp, int lane) {
+  constexpr int ldp = kLdHalf<64>, lds = kLdF32<64>;
+  for (int rr = 0; rr < 16; ++rr) {
+    const int r = 16 * warp + rr;
+    const int64_t i = q0 + r;
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      const int c = lane + 32 * t;
+      const bool seen = i < s.sq && Visible(s, i, k0 + c);
+      const float p = seen ? __expf(ss[r * lds + c] * s.scale - lse_s[r]) : 0.0f;
+      if (ps != nullptr) ps[r * ldp + c] = FromF32<T>(p);
+      dss[r * ldp + c] = FromF32<T>(p * (dps[r * lds + c] - delta_s[r]));
+    }
+  }
+}
+
+// Loads the lse and delta of query rows [q0, q0 + 64) (past sq: +inf and 0,
+// so their probabilities are 0).
+__device__ __forceinline__ void LoadRowTerms(float* lse_s, float* delta_s, const float* lse, const float* delta,
+                                             int64_t b, int64_t q0, const Dims& s) {
+  if (threadIdx.x < 64) {
+    const int64_t i = q0 + threadIdx.x;
+    lse_s[threadIdx.x] = i < s.sq ? lse[b * s.sq + i] : INFINITY;
+    delta_s[threadIdx.x] = i < s.sq ? delta[b * s.sq + i] : 0.0f;
+  }
+}
+
 template <typename T, int D>
-constexpr size_t FlashBackwardSmem() {
-  // k, v, q, dout tiles and p, ds (T); scores and dp (f32, together reused
-  // for the tile's dq); dk and dv accumulators (f32); lse and delta per row.
+constexpr size_t FlashBackwardKvSmem() {
+  // k, v, q, dout tiles and p, ds (T); scores and dp (f32); dk and dv
+  // accumulators (f32); lse and delta per row.
   return (4 * 64 * kLdHalf<D> + 2 * 64 * kLdHalf<64>) * sizeof(T) +
          (2 * 64 * kLdF32<64> + 2 * 64 * kLdF32<D> + 2 * 64) * sizeof(float);
 }
 
-// One block: 64 key rows of one (batch, head); loops over the query tiles
-// that can see them, summing dk and dv in shared memory and adding each
-// tile's dq into an f32 buffer (FlashAttention-2's backward).
+// dk and dv. One block: 64 key rows of one (batch, head); loops over the
+// query tiles that can see them, summing in shared memory
+// (FlashAttention-2's backward, without its dq: see FlashBackwardQKernel).
 template <typename T, int D>
 __global__ void __launch_bounds__(kFlashThreads)
-    FlashBackwardKernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                        const float* __restrict__ lse, const float* __restrict__ delta,
-                        const T* __restrict__ dout, float* __restrict__ dq_acc, T* __restrict__ dk,
-                        T* __restrict__ dv, Dims s) {
+    FlashBackwardKvKernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                          const float* __restrict__ lse, const float* __restrict__ delta,
+                          const T* __restrict__ dout, T* __restrict__ dk, T* __restrict__ dv, Dims s) {
   constexpr int ldt = kLdHalf<D>, ldp = kLdHalf<64>, lds = kLdF32<64>, ldo = kLdF32<D>;
-  static_assert(64 * ldo <= 2 * 64 * lds, "a tile's dq fits in the score buffers");
   extern __shared__ __align__(128) unsigned char smem[];
   T* ks = reinterpret_cast<T*>(smem);
   T* vs = ks + 64 * ldt;
@@ -345,7 +377,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   T* ps = gs + 64 * ldt;
   T* dss = ps + 64 * ldp;
   float* ss = reinterpret_cast<float*>(dss + 64 * ldp);
-  float* dps = ss + 64 * lds;  // ss and dps together hold a tile's dq
+  float* dps = ss + 64 * lds;
   float* dks = dps + 64 * lds;
   float* dvs = dks + 64 * ldo;
   float* lse_s = dvs + 64 * ldo;
@@ -360,47 +392,20 @@ __global__ void __launch_bounds__(kFlashThreads)
   int64_t q_begin = 0;
   if (s.causal && k0 - s.shift > 0) q_begin = (k0 - s.shift) / kBr * kBr;
   for (int64_t q0 = q_begin; q0 < s.sq; q0 += kBr) {
-    __syncthreads();  // the last tile's readers are done with qs, gs, ss, dps
+    __syncthreads();  // the last tile's readers are done with qs, gs, ps, dss
     LoadTile<T, D>(qs, qb, q0, s.sq);
     LoadTile<T, D>(gs, gb, q0, s.sq);
-    if (threadIdx.x < 64) {
-      const int64_t i = q0 + threadIdx.x;
-      lse_s[threadIdx.x] = i < s.sq ? lse[b * s.sq + i] : INFINITY;
-      delta_s[threadIdx.x] = i < s.sq ? delta[b * s.sq + i] : 0.0f;
-    }
+    LoadRowTerms(lse_s, delta_s, lse, delta, b, q0, s);
     __syncthreads();
-    // Query rows [16 warp, 16 warp + 16): scores and dp = dout v^T.
+    // Query rows [16 warp, 16 warp + 16): scores, dp = dout v^T, p and ds.
     WarpRowsTimesRowsT<T, D>(ss + 16 * warp * lds, lds, qs + 16 * warp * ldt, ks);
     WarpRowsTimesRowsT<T, D>(dps + 16 * warp * lds, lds, gs + 16 * warp * ldt, vs);
     __syncwarp();
-    for (int rr = 0; rr < 16; ++rr) {
-      const int r = 16 * warp + rr;
-      const int64_t i = q0 + r;
-#pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        const int c = lane + 32 * t;
-        const bool seen = i < s.sq && Visible(s, i, k0 + c);
-        const float p = seen ? __expf(ss[r * lds + c] * s.scale - lse_s[r]) : 0.0f;
-        ps[r * ldp + c] = FromF32<T>(p);
-        dss[r * ldp + c] = FromF32<T>(p * (dps[r * lds + c] - delta_s[r]));
-      }
-    }
+    WarpProbsAndDs<T>(ps, dss, ss, dps, lse_s, delta_s, s, q0, k0, warp, lane);
     __syncthreads();  // every warp's p and ds rows are needed for dk and dv
     // Key rows [16 warp, 16 warp + 16): dv += p^T dout, dk += ds^T q.
     WarpTimesTile<T, D, true>(dvs + 16 * warp * ldo, ps + 16 * warp, gs, /*accumulate=*/true);
     WarpTimesTile<T, D, true>(dks + 16 * warp * ldo, dss + 16 * warp, qs, /*accumulate=*/true);
-    // Query rows again: this tile's dq = ds k, into the score buffers (every
-    // warp has read them: the barrier above).
-    float* dq_tile = ss;
-    WarpTimesTile<T, D, false>(dq_tile + 16 * warp * ldo, dss + 16 * warp * ldp, ks, /*accumulate=*/false);
-    __syncwarp();
-    for (int rr = 0; rr < 16; ++rr) {
-      const int r = 16 * warp + rr;
-      const int64_t i = q0 + r;
-      if (i >= s.sq) break;
-      for (int c = lane; c < D; c += 32)
-        atomicAdd(dq_acc + (b * s.sq + i) * D + c, dq_tile[r * ldo + c] * s.scale);
-    }
   }
   __syncthreads();
   for (int x = threadIdx.x; x < 64 * D; x += kFlashThreads) {
@@ -408,6 +413,64 @@ __global__ void __launch_bounds__(kFlashThreads)
     if (k0 + r >= s.sk) continue;
     dk[(b * s.sk + k0) * D + x] = FromF32<T>(dks[r * ldo + c] * s.scale);
     dv[(b * s.sk + k0) * D + x] = FromF32<T>(dvs[r * ldo + c]);
+  }
+}
+
+template <typename T, int D>
+constexpr size_t FlashBackwardQSmem() {
+  // q, dout, k, v tiles and ds (T); scores, dp and the dq accumulator (f32);
+  // lse and delta per row.
+  return (4 * 64 * kLdHalf<D> + 64 * kLdHalf<64>) * sizeof(T) +
+         (2 * 64 * kLdF32<64> + 64 * kLdF32<D> + 2 * 64) * sizeof(float);
+}
+
+// dq. One block: 64 query rows of one (batch, head); loops over the key
+// tiles they see, recomputing p and ds as the dk/dv kernel does (two more
+// products per tile, instead of summing dq across blocks with atomics).
+// Each warp owns 16 query rows of every per-row buffer, as in the forward.
+template <typename T, int D>
+__global__ void __launch_bounds__(kFlashThreads)
+    FlashBackwardQKernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                         const float* __restrict__ lse, const float* __restrict__ delta,
+                         const T* __restrict__ dout, T* __restrict__ dq, Dims s) {
+  constexpr int ldt = kLdHalf<D>, ldp = kLdHalf<64>, lds = kLdF32<64>, ldo = kLdF32<D>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* qs = reinterpret_cast<T*>(smem);
+  T* gs = qs + 64 * ldt;  // dout
+  T* ks = gs + 64 * ldt;
+  T* vs = ks + 64 * ldt;
+  T* dss = vs + 64 * ldt;
+  float* ss = reinterpret_cast<float*>(dss + 64 * ldp);
+  float* dps = ss + 64 * lds;
+  float* dqs = dps + 64 * lds;
+  float* lse_s = dqs + 64 * ldo;
+  float* delta_s = lse_s + 64;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t b = blockIdx.x, q0 = static_cast<int64_t>(blockIdx.y) * kBr;
+  const T *kb = k + b * s.sk * D, *vb = v + b * s.sk * D;
+  LoadTile<T, D>(qs, q + b * s.sq * D, q0, s.sq);
+  LoadTile<T, D>(gs, dout + b * s.sq * D, q0, s.sq);
+  LoadRowTerms(lse_s, delta_s, lse, delta, b, q0, s);
+  for (int x = threadIdx.x; x < 64 * ldo; x += kFlashThreads) dqs[x] = 0.0f;
+  const int64_t key_end = KeyEnd(s, q0 + kBr - 1);
+  for (int64_t k0 = 0; k0 < key_end; k0 += kBc) {
+    __syncthreads();  // the last tile's readers are done with ks and vs
+    LoadTile<T, D>(ks, kb, k0, s.sk);
+    LoadTile<T, D>(vs, vb, k0, s.sk);
+    __syncthreads();
+    WarpRowsTimesRowsT<T, D>(ss + 16 * warp * lds, lds, qs + 16 * warp * ldt, ks);
+    WarpRowsTimesRowsT<T, D>(dps + 16 * warp * lds, lds, gs + 16 * warp * ldt, vs);
+    __syncwarp();
+    WarpProbsAndDs<T>(nullptr, dss, ss, dps, lse_s, delta_s, s, q0, k0, warp, lane);
+    __syncwarp();
+    WarpTimesTile<T, D, false>(dqs + 16 * warp * ldo, dss + 16 * warp * ldp, ks, /*accumulate=*/true);
+  }
+  __syncthreads();  // with no key tile at all, the zeros written by other warps
+  for (int rr = 0; rr < 16; ++rr) {
+    const int r = 16 * warp + rr;
+    const int64_t i = q0 + r;
+    if (i >= s.sq) break;
+    for (int c = lane; c < D; c += 32) dq[(b * s.sq + i) * D + c] = FromF32<T>(dqs[r * ldo + c] * s.scale);
   }
 }
 
@@ -472,18 +535,26 @@ void LaunchFlashForward(const Tensor& q, const Tensor& k, const Tensor& v, const
 
 template <typename T, int D>
 void LaunchFlashBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
-                         const Tensor& delta, const Tensor& dout, const Tensor& dq_acc, const Tensor& dk,
+                         const Tensor& delta, const Tensor& dout, const Tensor& dq, const Tensor& dk,
                          const Tensor& dv, const Dims& s) {
-  constexpr size_t smem = FlashBackwardSmem<T, D>();
-  static const bool allowed = (AllowSmem(FlashBackwardKernel<T, D>, smem), true);
+  constexpr size_t kv_smem = FlashBackwardKvSmem<T, D>(), q_smem = FlashBackwardQSmem<T, D>();
+  static const bool allowed =
+      (AllowSmem(FlashBackwardKvKernel<T, D>, kv_smem), AllowSmem(FlashBackwardQKernel<T, D>, q_smem), true);
   (void)allowed;
-  const dim3 grid(static_cast<unsigned>(s.n), static_cast<unsigned>((s.sk + kBc - 1) / kBc));
-  FlashBackwardKernel<T, D><<<grid, kFlashThreads, smem, CurrentStream()>>>(
-      static_cast<const T*>(q.raw_data()), static_cast<const T*>(k.raw_data()),
-      static_cast<const T*>(v.raw_data()), static_cast<const float*>(lse.raw_data()),
-      static_cast<const float*>(delta.raw_data()), static_cast<const T*>(dout.raw_data()),
-      static_cast<float*>(dq_acc.raw_data()), static_cast<T*>(dk.raw_data()), static_cast<T*>(dv.raw_data()), s);
-  CheckLaunch("FlashBackwardKernel");
+  const auto* qp = static_cast<const T*>(q.raw_data());
+  const auto* kp = static_cast<const T*>(k.raw_data());
+  const auto* vp = static_cast<const T*>(v.raw_data());
+  const auto* gp = static_cast<const T*>(dout.raw_data());
+  const auto* lp = static_cast<const float*>(lse.raw_data());
+  const auto* dp = static_cast<const float*>(delta.raw_data());
+  const dim3 kv_grid(static_cast<unsigned>(s.n), static_cast<unsigned>((s.sk + kBc - 1) / kBc));
+  FlashBackwardKvKernel<T, D><<<kv_grid, kFlashThreads, kv_smem, CurrentStream()>>>(
+      qp, kp, vp, lp, dp, gp, static_cast<T*>(dk.raw_data()), static_cast<T*>(dv.raw_data()), s);
+  CheckLaunch("FlashBackwardKvKernel");
+  const dim3 q_grid(static_cast<unsigned>(s.n), static_cast<unsigned>((s.sq + kBr - 1) / kBr));
+  FlashBackwardQKernel<T, D><<<q_grid, kFlashThreads, q_smem, CurrentStream()>>>(
+      qp, kp, vp, lp, dp, gp, static_cast<T*>(dq.raw_data()), s);
+  CheckLaunch("FlashBackwardQKernel");
 }
 
 Tensor LseLike(const Tensor& q) {
@@ -539,21 +610,16 @@ std::vector<Tensor> AttentionGrad(const Tensor& q, const Tensor& k, const Tensor
     if constexpr (!std::is_same_v<T, float>) {
       if (UsesFlashTiles(s, {&q, &k, &v, &out, &dout, &dk, &dv})) {
         Tensor delta = LseLike(q);
-        Tensor dq_acc = Tensor::Empty(q.shape(), DType::kFloat32, q.device());
-        Zero(dq_acc);
         const int64_t rows = s.n * s.sq;
         RowDotKernel<T><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, CurrentStream()>>>(
             static_cast<const T*>(dout.raw_data()), static_cast<const T*>(out.raw_data()),
             static_cast<float*>(delta.raw_data()), rows, s.d);
         CheckLaunch("RowDotKernel");
         if (s.d == 64) {
-          LaunchFlashBackward<T, 64>(q, k, v, lse, delta, dout, dq_acc, dk, dv, s);
+          LaunchFlashBackward<T, 64>(q, k, v, lse, delta, dout, dq, dk, dv, s);
         } else {
-          LaunchFlashBackward<T, 128>(q, k, v, lse, delta, dout, dq_acc, dk, dv, s);
+          LaunchFlashBackward<T, 128>(q, k, v, lse, delta, dout, dq, dk, dv, s);
         }
-        CastF32Kernel<T><<<Blocks(dq.numel()), kThreads, 0, CurrentStream()>>>(
-            static_cast<const float*>(dq_acc.raw_data()), static_cast<T*>(dq.raw_data()), dq.numel());
-        CheckLaunch("CastF32Kernel");
         return;
       }
     }

@@ -154,33 +154,57 @@ __global__ void RowReduceWarpKernel(Load load, Store store, int64_t rows, int64_
 }
 
 // [outer, len, inner] -> [outer, splits, inner]: block (kColTile, kColRows)
-// reduces rows [split * chunk, +chunk) of 32 adjacent columns.
-template <bool kMax, typename In, typename Store>
+// reduces rows [split * chunk, +chunk) of kColTile x V adjacent columns,
+// each thread V of them (V > 1: one 16-byte load per row, inner % V == 0).
+// Each column adds its rows in the same order whatever V is.
+template <bool kMax, int V, typename In, typename Store>
 __global__ void ColReduceKernel(const In* __restrict__ x, Store store, int64_t len, int64_t inner,
                                 int64_t tiles, int64_t splits, int64_t chunk) {
   const int64_t b = blockIdx.x;
   const int64_t tile = b % tiles, rest = b / tiles;
   const int64_t split = rest % splits, o = rest / splits;
-  const int64_t col = tile * kColTile + threadIdx.x;
+  const int64_t col = (tile * kColTile + threadIdx.x) * V;
   const int64_t begin = split * chunk, end = min(len, begin + chunk);
-  double acc = Identity<kMax>();
+  double acc[V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) acc[e] = Identity<kMax>();
   if (col < inner) {
     const In* p = x + o * len * inner + col;
-    int64_t r = begin + threadIdx.y;
-    for (; r + 3 * kColRows < end; r += 4 * kColRows) {
-      const double v0 = ToF64(p[r * inner]), v1 = ToF64(p[(r + kColRows) * inner]),
-                   v2 = ToF64(p[(r + 2 * kColRows) * inner]), v3 = ToF64(p[(r + 3 * kColRows) * inner]);
-      acc = Combine<kMax>(Combine<kMax>(Combine<kMax>(Combine<kMax>(acc, v0), v1), v2), v3);
+    if constexpr (V == 1) {
+      int64_t r = begin + threadIdx.y;
+      for (; r + 3 * kColRows < end; r += 4 * kColRows) {
+        const double v0 = ToF64(p[r * inner]), v1 = ToF64(p[(r + kColRows) * inner]),
+                     v2 = ToF64(p[(r + 2 * kColRows) * inner]), v3 = ToF64(p[(r + 3 * kColRows) * inner]);
+        acc[0] = Combine<kMax>(Combine<kMax>(Combine<kMax>(Combine<kMax>(acc[0], v0), v1), v2), v3);
+      }
+      for (; r < end; r += kColRows) acc[0] = Combine<kMax>(acc[0], ToF64(p[r * inner]));
+    } else {
+      int64_t r = begin + threadIdx.y;
+      for (; r + kColRows < end; r += 2 * kColRows) {  // two loads in flight
+        const Pack<In, V> v0 = *reinterpret_cast<const Pack<In, V>*>(p + r * inner);
+        const Pack<In, V> v1 = *reinterpret_cast<const Pack<In, V>*>(p + (r + kColRows) * inner);
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[e] = Combine<kMax>(Combine<kMax>(acc[e], ToF64(v0.v[e])), ToF64(v1.v[e]));
+      }
+      for (; r < end; r += kColRows) {
+        const Pack<In, V> v0 = *reinterpret_cast<const Pack<In, V>*>(p + r * inner);
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[e] = Combine<kMax>(acc[e], ToF64(v0.v[e]));
+      }
     }
-    for (; r < end; r += kColRows) acc = Combine<kMax>(acc, ToF64(p[r * inner]));
   }
-  __shared__ double partial[kColRows][kColTile];
-  partial[threadIdx.y][threadIdx.x] = acc;
+  __shared__ double partial[kColRows][kColTile * V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) partial[threadIdx.y][threadIdx.x * V + e] = acc[e];
   __syncthreads();
   if (threadIdx.y == 0 && col < inner) {
 #pragma unroll
-    for (int k = 1; k < kColRows; ++k) acc = Combine<kMax>(acc, partial[k][threadIdx.x]);
-    store((o * splits + split) * inner + col, acc);
+    for (int e = 0; e < V; ++e) {
+      double a = acc[e];
+#pragma unroll
+      for (int k = 1; k < kColRows; ++k) a = Combine<kMax>(a, partial[k][threadIdx.x * V + e]);
+      store((o * splits + split) * inner + col + e, a);
+    }
   }
 }
 
@@ -224,17 +248,17 @@ void RowReduce(const Load& load, StoreFinal<T> store, int64_t rows, int64_t len,
 }
 
 // Reduces the middle axis of a contiguous [outer, len, inner] (inner > 1).
-template <bool kMax, typename T>
-void ColReduce(const T* x, StoreFinal<T> store, int64_t outer, int64_t len, int64_t inner,
-               const Device& device) {
-  const int64_t tiles = CeilDiv(inner, kColTile);
+template <bool kMax, int V, typename T>
+void ColReduceWidth(const T* x, StoreFinal<T> store, int64_t outer, int64_t len, int64_t inner,
+                    const Device& device) {
+  const int64_t tiles = CeilDiv(inner, kColTile * V);
   const dim3 block(kColTile, kColRows);
   int64_t splits = 1;
   // Few column tiles (a bias gradient over many rows): split the rows too.
   if (len > 64 && tiles * outer < kTargetBlocks)
     splits = std::min(CeilDiv(kTargetBlocks, tiles * outer), CeilDiv(len, 32));
   if (splits <= 1) {
-    ColReduceKernel<kMax><<<static_cast<unsigned>(tiles * outer), block, 0, CurrentStream()>>>(
+    ColReduceKernel<kMax, V><<<static_cast<unsigned>(tiles * outer), block, 0, CurrentStream()>>>(
         x, store, len, inner, tiles, 1, len);
     CheckLaunch("ColReduceKernel");
     return;
@@ -243,12 +267,24 @@ void ColReduce(const T* x, StoreFinal<T> store, int64_t outer, int64_t len, int6
   splits = CeilDiv(len, chunk);
   Tensor holder;
   double* partial = Scratch(&holder, outer * splits * inner, device);
-  ColReduceKernel<kMax><<<static_cast<unsigned>(tiles * outer * splits), block, 0, CurrentStream()>>>(
+  ColReduceKernel<kMax, V><<<static_cast<unsigned>(tiles * outer * splits), block, 0, CurrentStream()>>>(
       x, StorePartial{partial}, len, inner, tiles, splits, chunk);
   CheckLaunch("ColReduceKernel");
-  ColReduceKernel<kMax><<<static_cast<unsigned>(tiles * outer), block, 0, CurrentStream()>>>(
-      static_cast<const double*>(partial), store, splits, inner, tiles, 1, splits);
+  const int64_t final_tiles = CeilDiv(inner, kColTile);
+  ColReduceKernel<kMax, 1><<<static_cast<unsigned>(final_tiles * outer), block, 0, CurrentStream()>>>(
+      static_cast<const double*>(partial), store, splits, inner, final_tiles, 1, splits);
   CheckLaunch("ColReduceKernel");
+}
+
+// 16-byte loads where every row of columns starts aligned (the bias
+// gradients of [tokens, features] activations); one element per load else.
+template <bool kMax, typename T>
+void ColReduce(const T* x, StoreFinal<T> store, int64_t outer, int64_t len, int64_t inner,
+               const Device& device) {
+  constexpr int kVec = 16 / sizeof(T);
+  if (inner % kVec == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0)
+    return ColReduceWidth<kMax, kVec>(x, store, outer, len, inner, device);
+  ColReduceWidth<kMax, 1>(x, store, outer, len, inner, device);
 }
 
 template <typename T>

@@ -156,6 +156,13 @@ std::vector<Case> MakeCases() {
     std::vector<int64_t> axes;
     bool keepdim;
   };
+  // Bias gradients: the leading axes of [tokens, features] summed, with
+  // features a multiple of 8 (the CUDA kernel's 16-byte loads) and enough
+  // rows to split them over blocks; and between kept axes.
+  add("sum", "{\"axes\": [0, 1], \"keepdim\": false}", {{Randn({3, 110, 64}), true}},
+      [](const std::vector<Tensor>& in) { return fn::sum(in[0], {0, 1}); });
+  add("sum", "{\"axes\": [1], \"keepdim\": false}", {{Randn({2, 130, 48}), true}},
+      [](const std::vector<Tensor>& in) { return fn::sum(in[0], {1}); });
   for (const char* name : {"sum", "mean"}) {
     for (const Red& r : {Red{{0}, false}, Red{{-1}, true}, Red{{0, 2}, false}, Red{{1}, true}}) {
       bool is_sum = std::string(name) == "sum";
@@ -407,6 +414,15 @@ double Tolerance(DType dtype) {
   }
 }
 
+// Attention's gradients in bf16: the probabilities and their gradient
+// (ds = p (dp - delta), which cancels) are rounded to bf16 before the
+// tensor-core products, as FlashAttention rounds them; the worst of the
+// cases reached 3.7e-2 on an H200 (f16's 8 more bits stay within 1e-2).
+double CaseTolerance(const Case& k, DType dtype) {
+  if (k.op == "attention" && dtype == DType::kBFloat16) return 5e-2;
+  return Tolerance(dtype);
+}
+
 // Cases that are f32 by nature: optimizer updates (f32 master weights) and
 // the cast round trip.
 bool F32Only(const Case& k) { return k.op == "adamw3" || k.op == "sgd3" || k.op == "cast_roundtrip"; }
@@ -425,7 +441,6 @@ int CheckParity(const Device& device, const std::string& torch_device, bool cpu_
       if (i.value.dtype() == DType::kFloat32) i.value = fn::cast(i.value, dtype);
     cases.push_back(std::move(k));
   }
-  const double tolerance = Tolerance(dtype);
   std::vector<Tensor> dys;
   std::vector<Result> results;
   std::ostringstream manifest;
@@ -470,6 +485,7 @@ int CheckParity(const Device& device, const std::string& torch_device, bool cpu_
     const Case& k = cases[c];
     const Result& got = results[c];
     SCOPED_TRACE(k.name + " " + k.attrs_json + " on " + device.ToString());
+    const double tolerance = CaseTolerance(k, dtype);
     EXPECT_LE(RelError(got.out, ReadRaw(dir / (k.name + ".out"))), tolerance) << "forward vs PyTorch";
     for (size_t g = 0; g < got.grads.size(); ++g) {
       Tensor ref = ReadRaw(dir / (k.name + ".grad" + std::to_string(g)));
@@ -492,7 +508,7 @@ int CheckParity(const Device& device, const std::string& torch_device, bool cpu_
       "op parity on %s in %s vs PyTorch on %s%s (tolerance %g): %d op/case pairs, forward and backward (%zu "
       "ops):%s\n",
       device.ToString().c_str(), std::string(DTypeName(dtype)).c_str(), torch_device.c_str(),
-      cpu_too ? " and the CPU kernels" : "", tolerance, total, checked.size(), summary.str().c_str());
+      cpu_too ? " and the CPU kernels" : "", Tolerance(dtype), total, checked.size(), summary.str().c_str());
   fs::remove_all(dir);
   return total;
 }
