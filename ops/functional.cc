@@ -1,6 +1,8 @@
 #include "ops/functional.h"
 
+#include "core/bounded_cache.h"
 #include "core/error.h"
+#include "ops/interpreter.h"
 #include "sbp/global_tensor.h"
 
 namespace tessel {
@@ -126,13 +128,30 @@ Tensor log(const Tensor& x) { return One("log", {x}); }
 Tensor max(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim) {
   return One("max", {x}, {{"axes", axes}, {"keepdim", keepdim}});
 }
+namespace {
+// The mask that keeps everything: a broadcast `true`, local or global like
+// x. Made once per placement (or device) of each rank and reused: making it
+// copies a byte from the host, which on a GPU first waits for every kernel
+// already queued. Not while building for planning (meta tensors) or tracing.
+Tensor KeepAllMask(const Tensor& x) {
+  auto make = [&x] {
+    return x.is_global() ? full(Shape{1}, 1.0, x.placement(),
+                                NdSbp(std::vector<Sbp>(x.placement().ndim(), B())), DType::kBool)
+                         : Tensor::FromVector<bool>({true}, Shape{1}).To(x.device());
+  };
+  if (InMetaWorld() || x.is_lazy() || IsTracing()) return make();
+  static BoundedCache<std::string, Tensor> masks(64);
+  const std::string key = std::to_string(CurrentRank()) + "/" + std::to_string(CurrentWorldSize()) + "/" +
+                          (x.is_global() ? "p" + std::to_string(x.placement().id()) : x.device().ToString());
+  if (std::optional<Tensor> m = masks.Get(key)) return *m;
+  Tensor m = make();
+  masks.Put(key, m);
+  return m;
+}
+}  // namespace
+
 Tensor scale_mask_softmax(const Tensor& x, const Tensor& mask, double scale, bool causal) {
-  Tensor m = mask;
-  if (!m.defined()) {  // keep everything: a broadcast `true`, local or global like x
-    m = x.is_global() ? full(Shape{1}, 1.0, x.placement(), NdSbp(std::vector<Sbp>(x.placement().ndim(), B())),
-                             DType::kBool)
-                      : Tensor::FromVector<bool>({true}, Shape{1}).To(x.device());
-  }
+  const Tensor m = mask.defined() ? mask : KeepAllMask(x);
   return One("scale_mask_softmax", {x, m}, {{"scale", scale}, {"causal", causal}});
 }
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {

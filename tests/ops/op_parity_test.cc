@@ -93,7 +93,10 @@ Tensor Scale(const Tensor& t, double s) {
   return out;
 }
 
+// The same inputs on every call (each device and dtype checks the same
+// values; a case added does not reshuffle the others between runs).
 std::vector<Case> MakeCases() {
+  g_seed = 1;
   std::vector<Case> cases;
   auto add = [&](std::string op, std::string attrs, std::vector<Input> inputs,
                  std::function<Tensor(const std::vector<Tensor>&)> forward) {
@@ -414,13 +417,22 @@ double Tolerance(DType dtype) {
   }
 }
 
-// Attention's gradients in bf16: the probabilities and their gradient
-// (ds = p (dp - delta), which cancels) are rounded to bf16 before the
-// tensor-core products, as FlashAttention rounds them; the worst of the
-// cases reached 3.7e-2 on an H200 (f16's 8 more bits stay within 1e-2).
+// Gradients that cancel, in bf16: softmax's (y (dy - sum(y dy))) and
+// attention's (ds = p (dp - delta), with p and ds rounded to bf16 before the
+// tensor-core products, as FlashAttention rounds them) reached 3.7e-2 on an
+// H200; f16's 3 more bits keep them within its 1e-2.
 double CaseTolerance(const Case& k, DType dtype) {
-  if (k.op == "attention" && dtype == DType::kBFloat16) return 5e-2;
+  if ((k.op == "attention" || k.op == "softmax") && dtype == DType::kBFloat16) return 5e-2;
   return Tolerance(dtype);
+}
+
+// A gradient of one element summed from many low-precision products (a
+// broadcast scalar operand) may cancel to a fraction of its terms, and
+// RelError has no other elements to scale the difference by: 5x the
+// dtype's tolerance there (f16 reached 7e-2 for a 12-term sum on an H200).
+double GradTolerance(const Case& k, DType dtype, const Tensor& ref) {
+  const double t = CaseTolerance(k, dtype);
+  return dtype != DType::kFloat32 && ref.numel() == 1 ? 5 * t : t;
 }
 
 // Cases that are f32 by nature: optimizer updates (f32 master weights) and
@@ -491,7 +503,7 @@ int CheckParity(const Device& device, const std::string& torch_device, bool cpu_
       Tensor ref = ReadRaw(dir / (k.name + ".grad" + std::to_string(g)));
       if (!got.grads[g].defined()) continue;  // RunCase reported it
       EXPECT_EQ(got.grads[g].shape(), ref.shape()) << "gradient " << g;
-      EXPECT_LE(RelError(got.grads[g], ref), tolerance) << "gradient " << g << " vs PyTorch";
+      EXPECT_LE(RelError(got.grads[g], ref), GradTolerance(k, dtype, ref)) << "gradient " << g << " vs PyTorch";
     }
     if (cpu_too) {
       const Result cpu = RunCase(k, dys[c], Device::CPU());
