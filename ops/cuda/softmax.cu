@@ -30,9 +30,10 @@ struct Visibility {
 
 struct RowVisibility {
   int64_t last;  // the last visible column (causal), or past the end
-  const bool* mask;
+  const bool* mask;  // per column; null: no mask, or one value for the row (row_keep)
   int64_t step;
-  __device__ bool operator()(int64_t c) const { return c <= last && (mask == nullptr || mask[c * step]); }
+  bool row_keep;
+  __device__ bool operator()(int64_t c) const { return c <= last && (mask == nullptr ? row_keep : mask[c * step]); }
 };
 
 __device__ __forceinline__ RowVisibility ForRow(const Visibility& v, int64_t row, int64_t cols) {
@@ -40,7 +41,24 @@ __device__ __forceinline__ RowVisibility ForRow(const Visibility& v, int64_t row
   r.last = v.causal ? v.query_offset + row % v.q + cols - v.queries : cols;
   r.mask = v.mask ? v.mask + v.mask_index(row * cols) : nullptr;
   r.step = v.mask_step;
+  r.row_keep = true;
+  if (r.mask != nullptr && r.step == 0) {  // broadcast along the row: read once, not per column
+    r.row_keep = *r.mask;
+    r.mask = nullptr;
+  }
   return r;
+}
+
+// exp in the scores' precision: the fast intrinsic for bf16 and f16 (its
+// error is far below their rounding), the accurate one for f32, whose
+// results match the CPU's within 1e-5.
+template <typename T>
+__device__ __forceinline__ float ExpFor(float x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return expf(x);
+  } else {
+    return __expf(x);
+  }
 }
 
 // Lane l holds columns l, l + 32, ...: each load is one coalesced line.
@@ -74,7 +92,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   float sum = 0.0f;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
-    v[j] = (kept >> j & 1u) ? expf(v[j] - mx) : 0.0f;
+    v[j] = (kept >> j & 1u) ? ExpFor<T>(v[j] - mx) : 0.0f;
     sum += v[j];
   }
   sum = WarpAllReduce(sum, SumOp());

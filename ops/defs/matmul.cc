@@ -57,6 +57,21 @@ std::vector<SbpSignature> Signatures(const std::vector<TensorSpec>& in, const At
   return out;
 }
 
+// x's leading dims merge into its rows without moving data: x is local, or
+// each of its splits is on the first dim (into equal parts, so each shard's
+// rows stay one block) or on the last.
+bool FoldsBatchInPlace(const Tensor& x) {
+  if (!x.is_global()) return true;
+  const std::vector<Sbp>& sbps = x.nd_sbp().sbps();
+  int64_t first_parts = 1;
+  for (size_t axis = 0; axis < sbps.size(); ++axis) {
+    if (!sbps[axis].is_split() || sbps[axis].axis() == x.ndim() - 1) continue;
+    if (sbps[axis].axis() != 0) return false;
+    first_parts *= x.placement().hierarchy()[axis];
+  }
+  return x.shape()[0] % first_parts == 0;
+}
+
 std::vector<Tensor> Grad(const GradContext& c) {
   const Tensor &a = c.inputs[0], &b = c.inputs[1], &g = c.grad_outputs[0];
   bool ta = c.attrs.Get<bool>("transpose_a"), tb = c.attrs.Get<bool>("transpose_b");
@@ -66,7 +81,7 @@ std::vector<Tensor> Grad(const GradContext& c) {
     da = fn::sum_to(da, a.shape());
   }
   if (c.needs_input_grad[1]) {
-    if (!a.is_global() && b.ndim() == 2 && a.ndim() > 2 && !ta) {
+    if (b.ndim() == 2 && a.ndim() > 2 && !ta && FoldsBatchInPlace(a) && FoldsBatchInPlace(g)) {
       // A weight shared by every batch: fold the batch into the rows and
       // take one GEMM instead of batched GEMMs plus a sum over the batch.
       const int64_t k = a.shape()[-1], n = g.shape()[-1], rows = a.numel() / k;
