@@ -108,8 +108,8 @@ BertOutputs Bert::Forward(const Tensor& ids, const Tensor& token_type_ids,
       << " classes; its outputs are ClassificationLogits, not the pre-training heads";
   const auto [h, pooled] = Encode(ids, token_type_ids, attention_mask);
   const Tensor t = (*mlm_ln_)(Activate((*mlm_transform_)(h), config_.activation));
-  const Tensor logits =
-      fn::add(layers::LMLogits(t, layers::ForCompute(word_embeddings_.weight)), layers::ForCompute(mlm_bias_));
+  const Tensor logits = fn::add(layers::LMLogits(t, layers::ForCompute(word_embeddings_.weight)),
+                                layers::ForCompute(mlm_bias_));
   return {layers::MaskPaddedLogits(logits, config_.vocab_size), (*sentence_head_)(pooled)};
 }
 

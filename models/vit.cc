@@ -78,7 +78,8 @@ Tensor ViT::Logits(const Tensor& images) const {
               {{"shape", std::vector<int64_t>{batch, 1, hidden}}, {"axes", std::vector<int64_t>{0, 1}}})
           .at(0)
           .to_global(patches.placement(), patches.nd_sbp());
-  Tensor h = embedding_dropout_(fn::add(fn::concat({cls, patches}, 1), layers::ForCompute(position_embeddings_)));
+  Tensor h =
+      embedding_dropout_(fn::add(fn::concat({cls, patches}, 1), layers::ForCompute(position_embeddings_)));
   for (const auto& block : blocks_) h = (*block)(h);
   // Only the class token feeds the head (LayerNorm is per token, so
   // normalising it alone equals normalising the sequence first).

@@ -19,8 +19,8 @@ Dims CheckedDims(const Tensor& q, const Tensor& k, const Tensor& v) {
         << "attention's CPU kernel needs f32 q, k and v of rank >= 3; got " << t->ToString();
   }
   const int64_t d = q.shape()[-1], sq = q.shape()[-2], sk = k.shape()[-2];
-  TESSEL_CHECK(k.shape() == v.shape() && k.shape()[-1] == d && k.numel() / std::max<int64_t>(sk * d, 1) ==
-                                                                   q.numel() / std::max<int64_t>(sq * d, 1))
+  TESSEL_CHECK(k.shape() == v.shape() && k.shape()[-1] == d &&
+               k.numel() / std::max<int64_t>(sk * d, 1) == q.numel() / std::max<int64_t>(sq * d, 1))
       << "attention: q " << q.shape() << ", k " << k.shape() << ", v " << v.shape()
       << "; expected [..., sq, d], [..., sk, d], [..., sk, d] with the same leading dims";
   return {sq * d == 0 ? 0 : q.numel() / (sq * d), sq, sk, d};
@@ -73,8 +73,9 @@ std::vector<Tensor> AttentionGrad(const Tensor& q, const Tensor& k, const Tensor
   const Dims s = CheckedDims(q, k, v);
   TESSEL_CHECK(out.shape() == q.shape() && dout.shape() == q.shape() && lse.numel() == s.n * s.sq &&
                dout.dtype() == DType::kFloat32 && out.dtype() == DType::kFloat32)
-      << "attention_grad: out " << out.ToString() << ", lse " << lse.ToString() << ", dout " << dout.ToString()
-      << " for q " << q.shape() << "; expected f32 out and dout of q's shape and one lse per query";
+      << "attention_grad: out " << out.ToString() << ", lse " << lse.ToString() << ", dout "
+      << dout.ToString() << " for q " << q.shape()
+      << "; expected f32 out and dout of q's shape and one lse per query";
   Tensor dq = Tensor::Empty(q.shape(), DType::kFloat32), dk = Tensor::Empty(k.shape(), DType::kFloat32),
          dv = Tensor::Empty(v.shape(), DType::kFloat32);
   const float *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>(), *op = out.data<float>(),

@@ -21,7 +21,8 @@ struct AttentionOptions {
 
 // {out [..., sq, d] in q's dtype, lse [..., sq] f32}. A row that sees no key
 // gets zeros and lse +inf.
-std::vector<Tensor> Attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options);
+std::vector<Tensor> Attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                              const AttentionOptions& options);
 // {dq, dk, dv} from the forward's inputs, out, lse and dL/dout.
 std::vector<Tensor> AttentionGrad(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& lse, const Tensor& dout, const AttentionOptions& options);

@@ -1,5 +1,3 @@
-#include "ops/cuda/attention.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
@@ -7,6 +5,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "ops/cuda/attention.h"
 #include "ops/cuda/cuda_util.cuh"
 #include "ops/cuda/row_util.cuh"
 
@@ -142,7 +141,7 @@ __global__ void RowBackwardKernel(const T* __restrict__ q, const T* __restrict__
 
 // ------------------------------------------------ flash tiles on the tensor cores (bf16, f16)
 
-constexpr int kBr = 64, kBc = 64;  // query rows and key rows per tile
+constexpr int kBr = 64, kBc = 64;   // query rows and key rows per tile
 constexpr int kFlashThreads = 128;  // four warps, each owning 16 query (or key) rows of a tile
 
 // Shared-memory rows are padded (16 bytes for the 16-bit tiles, 16 bytes for
@@ -224,7 +223,7 @@ template <typename T, int D>
 constexpr size_t FlashForwardSmem() {
   // q, k, v tiles and the probabilities (T); scores and the output
   // accumulator (f32); the running max and sum per row.
-  return (3 * 64 * kLdHalf<D> + 64 * kLdHalf<64>) * sizeof(T) +
+  return (3 * 64 * kLdHalf<D> + 64 * kLdHalf<64>)*sizeof(T) +
          (64 * kLdF32<64> + 64 * kLdF32<D> + 2 * 64) * sizeof(float);
 }
 
@@ -343,8 +342,8 @@ __device__ __forceinline__ void WarpProbsAndDs(T* ps, T* dss, const float* ss, c
 
 // Loads the lse and delta of query rows [q0, q0 + 64) (past sq: +inf and 0,
 // so their probabilities are 0).
-__device__ __forceinline__ void LoadRowTerms(float* lse_s, float* delta_s, const float* lse, const float* delta,
-                                             int64_t b, int64_t q0, const Dims& s) {
+__device__ __forceinline__ void LoadRowTerms(float* lse_s, float* delta_s, const float* lse,
+                                             const float* delta, int64_t b, int64_t q0, const Dims& s) {
   if (threadIdx.x < 64) {
     const int64_t i = q0 + threadIdx.x;
     lse_s[threadIdx.x] = i < s.sq ? lse[b * s.sq + i] : INFINITY;
@@ -356,7 +355,7 @@ template <typename T, int D>
 constexpr size_t FlashBackwardKvSmem() {
   // k, v, q, dout tiles and p, ds (T); scores and dp (f32); dk and dv
   // accumulators (f32); lse and delta per row.
-  return (4 * 64 * kLdHalf<D> + 2 * 64 * kLdHalf<64>) * sizeof(T) +
+  return (4 * 64 * kLdHalf<D> + 2 * 64 * kLdHalf<64>)*sizeof(T) +
          (2 * 64 * kLdF32<64> + 2 * 64 * kLdF32<D> + 2 * 64) * sizeof(float);
 }
 
@@ -420,7 +419,7 @@ template <typename T, int D>
 constexpr size_t FlashBackwardQSmem() {
   // q, dout, k, v tiles and ds (T); scores, dp and the dq accumulator (f32);
   // lse and delta per row.
-  return (4 * 64 * kLdHalf<D> + 64 * kLdHalf<64>) * sizeof(T) +
+  return (4 * 64 * kLdHalf<D> + 64 * kLdHalf<64>)*sizeof(T) +
          (2 * 64 * kLdF32<64> + 64 * kLdF32<D> + 2 * 64) * sizeof(float);
 }
 
@@ -481,7 +480,8 @@ __global__ void CastF32Kernel(const float* __restrict__ src, T* __restrict__ dst
 
 // ------------------------------------------------ host side
 
-Dims CheckedDims(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+Dims CheckedDims(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                 const AttentionOptions& o) {
   for (const Tensor* t : {&q, &k, &v}) {
     TESSEL_CHECK(t->ndim() >= 3 && t->dtype() == q.dtype())
         << op << " needs q, k and v of rank >= 3 and one dtype; got " << t->ToString() << " beside "
@@ -492,8 +492,8 @@ Dims CheckedDims(const char* op, const Tensor& q, const Tensor& k, const Tensor&
   TESSEL_CHECK(k.shape() == v.shape() && k.shape()[-1] == d && k.numel() == n * sk * d)
       << op << ": q " << q.shape() << ", k " << k.shape() << ", v " << v.shape()
       << "; expected [..., sq, d], [..., sk, d], [..., sk, d] with the same leading dims";
-  TESSEL_CHECK(d <= 32 * kMaxPerLane) << op << ": head size " << d << " is over the CUDA kernel's "
-                                      << 32 * kMaxPerLane;
+  TESSEL_CHECK(d <= 32 * kMaxPerLane)
+      << op << ": head size " << d << " is over the CUDA kernel's " << 32 * kMaxPerLane;
   // Query tiles (or rows in fours) and key tiles go on the grid's y axis.
   TESSEL_CHECK(sq <= 4 * 65535LL && sk <= 64 * 65535LL)
       << op << ": " << sq << " queries and " << sk << " keys; the CUDA kernels take up to " << 4 * 65535LL
@@ -520,16 +520,16 @@ void AllowSmem(Kernel kernel, size_t bytes) {
 }
 
 template <typename T, int D>
-void LaunchFlashForward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                        const Dims& s) {
+void LaunchFlashForward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const Dims& s) {
   constexpr size_t smem = FlashForwardSmem<T, D>();
   static const bool allowed = (AllowSmem(FlashForwardKernel<T, D>, smem), true);
   (void)allowed;
   const dim3 grid(static_cast<unsigned>(s.n), static_cast<unsigned>((s.sq + kBr - 1) / kBr));
   FlashForwardKernel<T, D><<<grid, kFlashThreads, smem, CurrentStream()>>>(
       static_cast<const T*>(q.raw_data()), static_cast<const T*>(k.raw_data()),
-      static_cast<const T*>(v.raw_data()), static_cast<T*>(out.raw_data()), static_cast<float*>(lse.raw_data()),
-      s);
+      static_cast<const T*>(v.raw_data()), static_cast<T*>(out.raw_data()),
+      static_cast<float*>(lse.raw_data()), s);
   CheckLaunch("FlashForwardKernel");
 }
 
@@ -582,8 +582,8 @@ std::vector<Tensor> Attention(const Tensor& q, const Tensor& k, const Tensor& v,
     }
     RowForwardKernel<T><<<RowGrid(s), 32 * kRowWarps, 0, CurrentStream()>>>(
         static_cast<const T*>(q.raw_data()), static_cast<const T*>(k.raw_data()),
-        static_cast<const T*>(v.raw_data()), static_cast<T*>(out.raw_data()), static_cast<float*>(lse.raw_data()),
-        s);
+        static_cast<const T*>(v.raw_data()), static_cast<T*>(out.raw_data()),
+        static_cast<float*>(lse.raw_data()), s);
     CheckLaunch("RowForwardKernel");
   });
   return {out, lse};
@@ -594,8 +594,9 @@ std::vector<Tensor> AttentionGrad(const Tensor& q, const Tensor& k, const Tensor
   const Dims s = CheckedDims("attention_grad", q, k, v, o);
   TESSEL_CHECK(out.shape() == q.shape() && dout.shape() == q.shape() && out.dtype() == q.dtype() &&
                dout.dtype() == q.dtype() && lse.dtype() == DType::kFloat32 && lse.numel() == s.n * s.sq)
-      << "attention_grad: out " << out.ToString() << ", lse " << lse.ToString() << ", dout " << dout.ToString()
-      << " for q " << q.ToString() << "; expected out and dout like q and one f32 lse per query";
+      << "attention_grad: out " << out.ToString() << ", lse " << lse.ToString() << ", dout "
+      << dout.ToString() << " for q " << q.ToString()
+      << "; expected out and dout like q and one f32 lse per query";
   CheckOnDevice("attention_grad", q.device(), {out, lse, dout});
   Tensor dq = Tensor::Empty(q.shape(), q.dtype(), q.device());
   Tensor dk = Tensor::Empty(k.shape(), k.dtype(), k.device());

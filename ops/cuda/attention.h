@@ -16,7 +16,8 @@ namespace tessel::cuda {
 using AttentionOptions = cpu::AttentionOptions;
 
 // {out in q's dtype, lse f32}; see cpu::Attention.
-std::vector<Tensor> Attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options);
+std::vector<Tensor> Attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                              const AttentionOptions& options);
 // {dq, dk, dv}; see cpu::AttentionGrad.
 std::vector<Tensor> AttentionGrad(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& lse, const Tensor& dout, const AttentionOptions& options);

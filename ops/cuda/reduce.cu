@@ -184,7 +184,8 @@ __global__ void ColReduceKernel(const In* __restrict__ x, Store store, int64_t l
         const Pack<In, V> v0 = *reinterpret_cast<const Pack<In, V>*>(p + r * inner);
         const Pack<In, V> v1 = *reinterpret_cast<const Pack<In, V>*>(p + (r + kColRows) * inner);
 #pragma unroll
-        for (int e = 0; e < V; ++e) acc[e] = Combine<kMax>(Combine<kMax>(acc[e], ToF64(v0.v[e])), ToF64(v1.v[e]));
+        for (int e = 0; e < V; ++e)
+          acc[e] = Combine<kMax>(Combine<kMax>(acc[e], ToF64(v0.v[e])), ToF64(v1.v[e]));
       }
       for (; r < end; r += kColRows) {
         const Pack<In, V> v0 = *reinterpret_cast<const Pack<In, V>*>(p + r * inner);

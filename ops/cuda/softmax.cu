@@ -29,11 +29,13 @@ struct Visibility {
 };
 
 struct RowVisibility {
-  int64_t last;  // the last visible column (causal), or past the end
+  int64_t last;      // the last visible column (causal), or past the end
   const bool* mask;  // per column; null: no mask, or one value for the row (row_keep)
   int64_t step;
   bool row_keep;
-  __device__ bool operator()(int64_t c) const { return c <= last && (mask == nullptr ? row_keep : mask[c * step]); }
+  __device__ bool operator()(int64_t c) const {
+    return c <= last && (mask == nullptr ? row_keep : mask[c * step]);
+  }
 };
 
 __device__ __forceinline__ RowVisibility ForRow(const Visibility& v, int64_t row, int64_t cols) {

@@ -163,7 +163,9 @@ std::vector<Case> MakeCases() {
   // features a multiple of 8 (the CUDA kernel's 16-byte loads) and enough
   // rows to split them over blocks; and between kept axes.
   add("sum", "{\"axes\": [0, 1], \"keepdim\": false}", {{Randn({3, 110, 64}), true}},
-      [](const std::vector<Tensor>& in) { return fn::sum(in[0], {0, 1}); });
+      [](const std::vector<Tensor>& in) {
+        return fn::sum(in[0], {0, 1});
+      });
   add("sum", "{\"axes\": [1], \"keepdim\": false}", {{Randn({2, 130, 48}), true}},
       [](const std::vector<Tensor>& in) { return fn::sum(in[0], {1}); });
   for (const char* name : {"sum", "mean"}) {
@@ -277,15 +279,16 @@ std::vector<Case> MakeCases() {
     double scale;
     bool causal;
   };
-  for (const Attn& at : {Attn{{2, 3, 70, 64}, {2, 3, 70, 64}, 0.125, true},
-                         Attn{{1, 2, 100, 64}, {1, 2, 130, 64}, 0.2, false},
-                         Attn{{2, 1, 50, 128}, {2, 1, 90, 128}, 0.088, true},
-                         Attn{{2, 2, 2, 40, 64}, {2, 2, 2, 40, 64}, 0.125, true},
-                         Attn{{2, 5, 16}, {2, 7, 16}, 0.25, true}}) {
+  for (const Attn& at :
+       {Attn{{2, 3, 70, 64}, {2, 3, 70, 64}, 0.125, true}, Attn{{1, 2, 100, 64}, {1, 2, 130, 64}, 0.2, false},
+        Attn{{2, 1, 50, 128}, {2, 1, 90, 128}, 0.088, true},
+        Attn{{2, 2, 2, 40, 64}, {2, 2, 2, 40, 64}, 0.125, true}, Attn{{2, 5, 16}, {2, 7, 16}, 0.25, true}}) {
     std::ostringstream attrs;
     attrs << "{\"scale\": " << at.scale << ", \"causal\": " << bool_json(at.causal) << "}";
     add("attention", attrs.str(), {{Randn(at.q), true}, {Randn(at.kv), true}, {Randn(at.kv), true}},
-        [at](const std::vector<Tensor>& in) { return fn::attention(in[0], in[1], in[2], at.scale, at.causal); });
+        [at](const std::vector<Tensor>& in) {
+          return fn::attention(in[0], in[1], in[2], at.scale, at.causal);
+        });
   }
 
   // where, masked_fill, cast round trips.
@@ -503,7 +506,8 @@ int CheckParity(const Device& device, const std::string& torch_device, bool cpu_
       Tensor ref = ReadRaw(dir / (k.name + ".grad" + std::to_string(g)));
       if (!got.grads[g].defined()) continue;  // RunCase reported it
       EXPECT_EQ(got.grads[g].shape(), ref.shape()) << "gradient " << g;
-      EXPECT_LE(RelError(got.grads[g], ref), GradTolerance(k, dtype, ref)) << "gradient " << g << " vs PyTorch";
+      EXPECT_LE(RelError(got.grads[g], ref), GradTolerance(k, dtype, ref))
+          << "gradient " << g << " vs PyTorch";
     }
     if (cpu_too) {
       const Result cpu = RunCase(k, dys[c], Device::CPU());
