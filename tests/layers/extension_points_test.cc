@@ -98,7 +98,8 @@ TEST(ParallelModes, TheModesGridIsTheStagesRanks) {
                              {.check = nullptr, .stage_ranks = [seen](const dist::ParallelModeSizes& s) {
                                 for (const auto& [k, v] : s.options) seen->push_back(k + "=" + v);
                                 return std::vector<std::vector<int>>{{0}};
-                              }});
+                              },
+                              .tensor_mesh = {}});
   dist::Setup(
       {.tensor_parallel_mode = "test_single", .tensor_parallel_mode_options = {{"order", "reversed"}}});
   EXPECT_EQ(*seen, std::vector<std::string>{"order=reversed"});
@@ -109,7 +110,8 @@ TEST(ParallelModes, TheModesGridIsTheStagesRanks) {
 TEST(ParallelModes, GridsThatAreNotAPartitionAndRefusedSizesAreNamed) {
   auto mode = [](std::vector<std::vector<int>> grid) {
     return dist::ParallelMode{.check = nullptr,
-                              .stage_ranks = [grid](const dist::ParallelModeSizes&) { return grid; }};
+                              .stage_ranks = [grid](const dist::ParallelModeSizes&) { return grid; },
+                              .tensor_mesh = {}};
   };
   dist::RegisterParallelMode("test_outside", mode({{3}}));
   dist::RegisterParallelMode("test_two_stages", mode({{0}, {0}}));
@@ -121,7 +123,8 @@ TEST(ParallelModes, GridsThatAreNotAPartitionAndRefusedSizesAreNamed) {
              TESSEL_CHECK(s.tensor_parallel_size == 4)
                  << "test_needs_tp4 needs tensor_parallel_size 4, got " << s.tensor_parallel_size;
            },
-       .stage_ranks = [](const dist::ParallelModeSizes&) { return std::vector<std::vector<int>>{{0}}; }});
+       .stage_ranks = [](const dist::ParallelModeSizes&) { return std::vector<std::vector<int>>{{0}}; },
+       .tensor_mesh = {}});
   std::string e = ErrorOf([] { dist::Setup({.tensor_parallel_mode = "test_outside"}); });
   EXPECT_NE(e.find("gave stage 0 rank 3, outside the world of 1"), std::string::npos) << e;
   e = ErrorOf([] { dist::Setup({.tensor_parallel_mode = "test_two_stages"}); });
@@ -136,7 +139,7 @@ TEST(ParallelModes, GridsThatAreNotAPartitionAndRefusedSizesAreNamed) {
   EXPECT_NE(e.find("tensor_parallel_mode '4d' is not registered; registered: 1d, 2.5d, 2d, 3d, test_"),
             std::string::npos)
       << e;
-  e = ErrorOf([] { dist::RegisterParallelMode("1d", {.check = nullptr, .stage_ranks = nullptr}); });
+  e = ErrorOf([] { dist::RegisterParallelMode("1d", {.check = nullptr, .stage_ranks = nullptr, .tensor_mesh = {}}); });
   EXPECT_NE(e.find("no stage_ranks given"), std::string::npos) << e;
   dist::Setup({});
 }

@@ -290,11 +290,13 @@ TEST(GptPlan, AllToAllSequenceParallelMovesFourTimesTheTokensHiddenStatesPerLaye
           EXPECT_EQ(a2a.elements, 4 * tokens * 256 / (dp * tp));
           EXPECT_EQ(Tally(plan, layer, backward, "tp", "all-reduce").elements,
                     Tally(plain, layer, backward, "tp", "all-reduce").elements);
-          for (const auto& [k, t] : plan.comm)
-            if (k.layer == layer && k.backward == backward)
+          for (const auto& [k, t] : plan.comm) {
+            if (k.layer == layer && k.backward == backward) {
               EXPECT_TRUE((k.group == "dp" && k.kind == "all-to-all") ||
                           (k.group == "tp" && k.kind == "all-reduce"))
                   << k.group << " " << k.kind;
+            }
+          }
         }
       // The gradients are reduced over dp as without it.
       EXPECT_EQ(Total(plan, "dp", "all-reduce").bytes, Total(plain, "dp", "all-reduce").bytes);
