@@ -65,11 +65,7 @@ double MixedPrecision::UnscaleAndClip(double max_norm) {
                                                    : w);
       p->zero_grad();
     }
-    const double norm = ScalarValue(cuda::UnscaleAndNorm(low, wide, 1.0 / scale_));
-    // ClipGradNorm's rule: scale by min(1, max_norm / (norm + 1e-6)).
-    const double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0 && std::isfinite(norm)) cuda::CastInto(wide, wide, coef);  // in place, one launch
-    return norm;
+    return UnscaleAndClipOnOneGpu(low, wide, 1.0 / scale_, max_norm);
   }
 #endif
   for (size_t i = 0; i < model_.size(); ++i) {

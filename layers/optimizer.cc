@@ -271,6 +271,16 @@ Tensor ClipGradNormTensor(const NamedParams& params, double max_norm,
   return norm;
 }
 
+#ifdef TESSEL_HAS_CUDA
+double UnscaleAndClipOnOneGpu(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, double unscale,
+                              double max_norm) {
+  const double norm = ScalarValue(cuda::UnscaleAndNorm(src, dst, unscale));
+  const double coef = max_norm / (norm + 1e-6);                           // ClipGradNormTensor's rule
+  if (coef < 1.0 && std::isfinite(norm)) cuda::CastInto(dst, dst, coef);  // in place
+  return norm;
+}
+#endif
+
 double ClipGradNorm(const NamedParams& params, double max_norm, const std::vector<NdSbp>& grad_layouts) {
 #ifdef TESSEL_HAS_CUDA
   // Every gradient whole on one GPU: the norm in one launch and the clip in
@@ -288,11 +298,7 @@ double ClipGradNorm(const NamedParams& params, double max_norm, const std::vecto
       const Tensor g = ReducedGrad(p, given ? &grad_layouts[i] : nullptr);  // one rank: nothing moves
       if (g.defined()) grads.push_back(g.to_local());
     }
-    if (grads.empty()) return 0.0;
-    const double norm = ScalarValue(cuda::UnscaleAndNorm(grads, grads, 1.0));  // in place, unchanged
-    const double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0 && std::isfinite(norm)) cuda::CastInto(grads, grads, coef);
-    return norm;
+    return grads.empty() ? 0.0 : UnscaleAndClipOnOneGpu(grads, grads, 1.0, max_norm);
   }
 #endif
   const Tensor norm = ClipGradNormTensor(params, max_norm, grad_layouts);

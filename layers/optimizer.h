@@ -120,4 +120,13 @@ double ScalarValue(const Tensor& t);
 // a placement of one rank): where the multi-tensor kernels may take it.
 bool WholeOnOneGpu(const Tensor& t);
 
+#ifdef TESSEL_HAS_CUDA
+// ClipGradNorm on local gradients of one GPU, in two launches: dst[i] =
+// src[i] * unscale (f32; src and dst may be the same tensors), then dst
+// scaled by min(1, max_norm / (norm + 1e-6)) unless the norm is not finite.
+// Returns the norm of the unscaled gradients.
+double UnscaleAndClipOnOneGpu(const std::vector<Tensor>& src, const std::vector<Tensor>& dst, double unscale,
+                              double max_norm);
+#endif
+
 }  // namespace tessel::optim

@@ -21,7 +21,7 @@ void CheckNotTraced(const char* layer, double p) {
 }  // namespace
 
 Tensor Dropout::operator()(const Tensor& x) {
-  if (!is_training() || p_ == 0) return x;
+  if (!drops()) return x;
   CheckNotTraced("Dropout", p_);
   Tensor y = fn::dropout(x, p_, static_cast<int64_t>(seed_), offset_);
   offset_ += x.numel();

@@ -14,9 +14,10 @@ class Dropout : public nn::Module {
   explicit Dropout(double p, uint64_t seed = 555) : p_(p), seed_(seed) {
     RegisterRngCounter("offset", offset_);
   }
-  // Identity in eval mode or with p = 0.
+  // Identity unless it drops().
   Tensor operator()(const Tensor& x);
-  double p() const { return p_; }
+  // Training with p > 0.
+  bool drops() const { return is_training() && p_ > 0; }
 
  private:
   double p_;

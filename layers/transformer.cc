@@ -55,9 +55,8 @@ MultiheadAttention::MultiheadAttention(int64_t hidden, int64_t heads, AttentionO
 
 bool MultiheadAttention::UsesFusedAttention(const Tensor& q, const Tensor& mask) const {
   const DeviceType device = q.is_global() ? q.placement().device_type() : q.device().type();
-  const bool probs_dropped = probs_dropout_.p() > 0 && probs_dropout_.is_training();
   return options_.fused && device == DeviceType::kCUDA && q.dtype() != DType::kFloat32 && !mask.defined() &&
-         !probs_dropped && !dist::MultiAxisTensorParallel();
+         !probs_dropout_.drops() && !dist::MultiAxisTensorParallel();
 }
 
 Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask) const {
