@@ -50,4 +50,12 @@ class Module {
   std::vector<std::pair<std::string, int64_t*>> rng_counters_;
 };
 
+// A model whose forward is its training loss: what parallel::parallelize
+// takes (a model written for one device, its batch given by name).
+class LossModule : public Module {
+ public:
+  // The scalar loss of a batch of named inputs ("ids", "labels", ...).
+  virtual Tensor Loss(const std::map<std::string, Tensor>& inputs) const = 0;
+};
+
 }  // namespace tessel::nn

@@ -12,9 +12,19 @@ Tensor TracingInterpreter::Input(const std::string& name, const Tensor& example)
   return LazyResult(graph_.AddInput(name, example));
 }
 
+namespace {
+// What identifies a variable's tensor: its storage, or, for a metadata-only
+// tensor (no storage), its lazy identity.
+const void* VariableIdentity(const Tensor& t) {
+  if (t.is_lazy() && t.lazy_value() != nullptr) return t.lazy_value().get();
+  return t.impl_ptr()->storage().get();
+}
+}  // namespace
+
 void TracingInterpreter::AddVariable(const std::string& name, const Tensor& tensor) {
+  TESSEL_CHECK(tensor.defined()) << "graph '" << graph_.name() << "': variable '" << name << "' is undefined";
   const int id = graph_.AddVariable(name, tensor);
-  variables_.emplace(tensor.impl_ptr()->storage().get(), id);
+  variables_.emplace(VariableIdentity(tensor), id);
 }
 
 int TracingInterpreter::ValueOf(const Tensor& t, const std::string& what) {
