@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 
+#include <chrono>
 #include <numeric>
 #include <sstream>
 
@@ -188,8 +189,35 @@ std::map<std::string, Shape> LocalParameterShapes(nn::LossModule& module) {
   return shapes;
 }
 
+// A few training steps of the model under `plan` on the sample batch, in
+// a scratch layout (the module's parameters are put back after); the mean
+// step time over the ranks, so all see the same figure.
+double MeasurePlan(nn::LossModule& module, const Tensors& sample, const ir::Graph& one_device,
+                   const ParallelPlan& plan, const ComputeConfig& config) {
+  ParameterSwap keep(module);
+  double seconds = 0;
+  {
+    ParallelModule scratch(module, plan, config, sample, FirstUseStages(one_device, plan.op_stage));
+    optim::AdamW still(scratch.NamedParameters(), {.lr = 0, .weight_decay = 0});
+    scratch.TrainStep(sample, still);
+    constexpr int kSteps = 2;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kSteps; ++i) scratch.TrainStep(sample, still);
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / kSteps;
+  }
+  const int world = CurrentWorldSize();
+  if (world == 1) return seconds;
+  std::vector<int> ranks(static_cast<size_t>(world));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  const Placement everyone(config.device_type, ranks);
+  NoGradGuard no_grad;
+  const Tensor mine = Tensor::FromVector<float>({static_cast<float>(seconds)}, {1});
+  return optim::ScalarValue(FromLocal(mine, everyone, {P()}, Shape({1})).to_global(everyone, {B()})) / world;
+}
+
 ParallelPlan PlanWithGraph(nn::LossModule& module, const Tensors& sample_inputs, const Policy& policy,
-                           const ComputeConfig& config, std::unique_ptr<ir::Graph>* one_device_out) {
+                           const ComputeConfig& config, std::unique_ptr<ir::Graph>* one_device_out,
+                           bool may_run) {
   TESSEL_CHECK(config.plan_ranks >= 1 && config.runtime_ranks >= 1 &&
                config.runtime_ranks % config.plan_ranks == 0)
       << "parallelize: runtime_ranks=" << config.runtime_ranks
@@ -208,6 +236,11 @@ ParallelPlan PlanWithGraph(nn::LossModule& module, const Tensors& sample_inputs,
   context.trace = [&](const ParallelPlan& plan) {
     return TraceUnderPlan(module, sample_inputs, *one_device, plan, config.device_type);
   };
+  if (may_run)
+    context.measure = [&](const ParallelPlan& plan) {
+      CheckPlan(plan, *one_device, config, parameters, shapes);
+      return MeasurePlan(module, sample_inputs, *one_device, plan, config);
+    };
   ParallelPlan plan = policy(context);
   CheckPlan(plan, *one_device, config, parameters, shapes);
   if (one_device_out) *one_device_out = std::move(one_device);
@@ -218,7 +251,7 @@ ParallelPlan PlanWithGraph(nn::LossModule& module, const Tensors& sample_inputs,
 ParallelPlan MakePlan(nn::LossModule& module, const Tensors& sample_inputs, const Policy& policy,
                       ComputeConfig config) {
   if (config.runtime_ranks == 0) config.runtime_ranks = config.plan_ranks;
-  return PlanWithGraph(module, sample_inputs, policy, config, nullptr);
+  return PlanWithGraph(module, sample_inputs, policy, config, nullptr, /*may_run=*/false);
 }
 
 std::unique_ptr<ParallelModule> parallelize(nn::LossModule& module, const Tensors& sample_inputs,
@@ -230,7 +263,10 @@ std::unique_ptr<ParallelModule> parallelize(nn::LossModule& module, const Tensor
   TESSEL_CHECK(config.runtime_ranks == world)
       << "parallelize: runtime_ranks=" << config.runtime_ranks << " but the job has " << world << " ranks";
   std::unique_ptr<ir::Graph> one_device;
-  ParallelPlan plan = PlanWithGraph(module, sample_inputs, policy, config, &one_device);
+  ParallelPlan plan = PlanWithGraph(module, sample_inputs, policy, config, &one_device, /*may_run=*/true);
+  // A policy that decides differently on different ranks (from timings of
+  // its own, say) would have them run different programs.
+  CheckLockstep("parallelize's plan", plan.ToText());
   LOG_IF(INFO, CurrentRank() == 0) << "parallelize: " << plan.ToText()
                                    << (config.runtime_ranks > config.plan_ranks
                                            ? "  replicated data-parallel over " +

@@ -7,8 +7,13 @@
 // rule eager mode and the graph compiler use.
 //
 // A policy is a function over the model's traced graph (ir::Graph of the
-// forward on one device). Built in: "dp", "tp", "pp", "hybrid"
-// (parallel/policies.cc); a program registers more with RegisterPolicy.
+// forward on one device). Built in (parallel/policies.cc): "dp", "tp",
+// "pp", "hybrid", and "auto", which predicts every data x tensor x
+// pipeline split and micro-batch count with the cost model
+// (parallel/cost_model.h), keeps those within ComputeConfig::
+// memory_limit_bytes, times the three splits predicted fastest for a few
+// steps where it may (PolicyContext::measure) and prints what it weighed;
+// a program registers more with RegisterPolicy.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +45,9 @@ struct ComputeConfig {
   int data_parallel_size = 0, tensor_parallel_size = 0, pipeline_parallel_size = 0;
   // A registered pipeline schedule (runtime/pipeline_schedule.h).
   std::string schedule = "1f1b";
+  // "auto": the most bytes a rank may hold (parameters, gradients, AdamW
+  // moments, activations in flight); 0: no limit.
+  int64_t memory_limit_bytes = 0;
   DeviceType device_type = DeviceType::kCPU;
 };
 
@@ -77,6 +85,12 @@ struct PolicyContext {
   // value: what "tp" consults to split the weights. Throws what the trace
   // throws.
   std::function<std::unique_ptr<ir::Graph>(const ParallelPlan&)> trace;
+  // Trains the model under a plan for a few steps on the sample batch (a
+  // scratch layout with an optimizer that changes nothing; the model is
+  // left as it was) and returns the mean step time in seconds, the same on
+  // every rank (collective over the world). Null where nothing may run
+  // (MakePlan).
+  std::function<double(const ParallelPlan&)> measure;
 };
 
 using Policy = std::function<ParallelPlan(const PolicyContext&)>;
@@ -91,6 +105,12 @@ std::vector<std::string> PolicyNames();
 // The stage of each parameter and each input: that of the first op of
 // `graph` reading it. What a plan puts where follows from its op stages.
 std::map<std::string, int> FirstUseStages(const ir::Graph& graph, const std::vector<int>& op_stage);
+
+// A plan of data x tensor x pipeline ranks: stages cut by SplitStages,
+// weights split by ChooseTensorSplits, `micro_batches` per step (0: twice
+// the stages where the batch allows, else the stages; 1 without stages).
+ParallelPlan ComposePlan(const PolicyContext& context, const std::string& name, int64_t data, int64_t tensor,
+                         int64_t pipeline, int micro_batches = 0);
 
 // Building blocks of the built-in policies (parallel/stage_split.cc and
 // parallel/tensor_split.cc), for programs writing their own.

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/error.h"
 #include "graph/autograd.h"
 #include "layers/optimizer.h"
 #include "models/plain_gpt.h"
@@ -123,6 +124,32 @@ TEST(Parallelize, LossesAndMergedWeightsMatchOneDevice) {
   const Tensors again = parallel::merge_state_dicts(*pm);
   for (const auto& [name, t] : merged)
     EXPECT_EQ(again.at(name).ToVector<float>(), t.ToVector<float>()) << name;
+}
+
+TEST(Parallelize, ABatchUnlikeTheSampleIsRefusedBeforeAnyStep) {
+  std::unique_ptr<nn::LossModule> model = MakeModel();
+  auto pm = parallel::parallelize(*model, Batch(0), FLAGS_policy, {.plan_ranks = FLAGS_plan_ranks});
+  auto adamw = parallel::build_optimizer(*pm);
+  Tensors wrong = Batch(0);
+  const std::string first = wrong.begin()->first;
+  wrong[first] = fn::slice(wrong[first], 0, 0, 4);  // 4 rows instead of 8
+  try {
+    pm->TrainStep(wrong, *adamw);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("parallelize: input '" + first + "' is "), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("as the sample inputs the plan was made for"), std::string::npos)
+        << e.what();
+  }
+  Tensors missing = Batch(0);
+  missing.erase("labels");
+  try {
+    pm->TrainStep(missing, *adamw);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the batch has no input 'labels'"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

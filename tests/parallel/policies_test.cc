@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "models/plain_gpt.h"
 #include "models/plain_vit.h"
+#include "parallel/cost_model.h"
 #include "parallel/parallelize.h"
 
 namespace tessel::parallel {
@@ -29,6 +30,7 @@ Tensors GptBatch(int64_t batch = 8, int64_t seq = 8) {
 Tensors VitBatch(int64_t batch = 8) {
   return {{"images", zeros({batch, 3, 8, 8})}, {"labels", zeros({batch}, DType::kInt64)}};
 }
+std::string ErrorOf(const std::function<void()>& f);
 std::string Split(const ParallelPlan& plan, const std::string& name) {
   auto it = plan.parameter_split.find(name);
   return it == plan.parameter_split.end() || it->second.is_broadcast() ? "B" : NdSbp({it->second}).ToString();
@@ -151,6 +153,50 @@ TEST(Policies, DataParallelSplitsNothing) {
   EXPECT_TRUE(plan.parameter_split.empty());
 }
 
+TEST(Policies, CostModelSplitsMemoryAndAddsTensorParallelCollectives) {
+  models::PlainGPT gpt(TinyGpt());
+  std::map<std::string, PlanEstimate> estimates;
+  const CostModel model;  // the defaults: the figures below are ratios
+  for (const std::string name : {"dp", "tp", "pp"}) {
+    const Policy estimated = [&](const PolicyContext& c) {
+      ParallelPlan plan = GetPolicy(name)(c);
+      estimates[name] = EstimatePlan(c, plan, model);
+      return plan;
+    };
+    MakePlan(gpt, GptBatch(), estimated, {.plan_ranks = 4});
+  }
+  // dp holds every parameter with its gradient and moments; tp and pp a
+  // part (tp keeps whole activations, which this tiny model has many of).
+  EXPECT_GT(estimates["dp"].memory_bytes, estimates["tp"].memory_bytes) << estimates["dp"].ToText() << "\n"
+                                                                        << estimates["tp"].ToText();
+  EXPECT_GT(estimates["dp"].memory_bytes, 2 * estimates["pp"].memory_bytes)
+      << estimates["dp"].ToText() << "\n"
+      << estimates["pp"].ToText();
+  // tp: 2 per layer each way, the lookup's and the loss's, forward and backward.
+  EXPECT_EQ(estimates["tp"].collectives, 2 * (2 * 2 + 1 + 3)) << estimates["tp"].ToText();
+  EXPECT_GT(estimates["pp"].bubble, 0.2);
+  EXPECT_EQ(estimates["dp"].bubble, 0);
+}
+
+TEST(Policies, AutoPrintsWhatItWeighedAndRefusesAnUnmeetableMemoryLimit) {
+  models::PlainGPT gpt(TinyGpt());
+  const ParallelPlan plan = MakePlan(gpt, GptBatch(), GetPolicy("auto"), {.plan_ranks = 4});
+  EXPECT_EQ(plan.ranks(), 4);
+  const std::string text = plan.ToText();
+  EXPECT_NE(text.find("auto: chose data "), std::string::npos) << text;
+  EXPECT_NE(text.find("auto:   data 1 x tensor 2 x pipeline 2, 4 micro-batches: "), std::string::npos)
+      << text;
+  const std::string e = ErrorOf(
+      [&] { MakePlan(gpt, GptBatch(), GetPolicy("auto"), {.plan_ranks = 4, .memory_limit_bytes = 1000}); });
+  EXPECT_NE(e.find("no plan meets the memory limit of 1000 bytes per rank; the smallest of the"),
+            std::string::npos)
+      << e;
+  // Within a limit only the pipeline's and tensor's plans meet, auto picks one of them.
+  const ParallelPlan tight =
+      MakePlan(gpt, GptBatch(), GetPolicy("auto"), {.plan_ranks = 4, .memory_limit_bytes = 200 * 1024});
+  EXPECT_EQ(tight.data_parallel, 1) << tight.ToText();
+}
+
 std::string ErrorOf(const std::function<void()>& f) {
   try {
     f();
@@ -208,7 +254,7 @@ TEST(Policies, SampleInputsTheModelRefusesAreNamed) {
 
 TEST(Policies, UnknownPolicyNamesTheRegisteredOnes) {
   const std::string e = ErrorOf([] { GetPolicy("magic"); });
-  EXPECT_NE(e.find("unknown parallelization policy 'magic'; registered: dp, hybrid, pp, tp"),
+  EXPECT_NE(e.find("unknown parallelization policy 'magic'; registered: auto, dp, hybrid, pp, tp"),
             std::string::npos)
       << e;
 }
