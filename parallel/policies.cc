@@ -101,32 +101,42 @@ ParallelPlan SearchPlan(const PolicyContext& c) {
     return a.estimate.step_s < b.estimate.step_s;
   });
   // The prediction ranks; a few steps of the three splits it ranks first
-  // (each with its best micro-batch count) decide: the model misses costs
+  // (each with its best micro-batch count), then of the fastest split's
+  // other micro-batch counts, decide: the model misses costs
   // that grow with the op count, such as each micro-batch's scheduling, by
   // up to a few times on a busy host.
   size_t best = 0;
   std::vector<std::string> trials;
-  if (c.measure) {
-    double fastest = 0;
-    std::set<std::vector<int64_t>> tried;
-    for (size_t i = 0; i < fits.size() && tried.size() < 3; ++i) {
-      const ParallelPlan& plan = fits[i].plan;
-      if (!tried.insert({plan.data_parallel, plan.tensor_parallel, plan.stages}).second) continue;
-      double seconds = 0;
-      try {
-        seconds = c.measure(plan);
-      } catch (const Error& e) {  // refused the same way on every rank, before any step
-        trials.push_back("auto: could not try " + text(fits[i]) + ": " + e.what());
-        continue;
-      }
-      char line[64];
-      std::snprintf(line, sizeof(line), ": measured %.1f ms per step", seconds * 1e3);
-      trials.push_back("auto: tried " + text(fits[i]) + line);
-      if (fastest == 0 || seconds < fastest) {
-        fastest = seconds;
-        best = i;
-      }
+  double fastest = 0;
+  // Times candidate i; keeps it if fastest so far.
+  auto try_candidate = [&](size_t i) {
+    double seconds = 0;
+    try {
+      seconds = c.measure(fits[i].plan);
+    } catch (const Error& e) {  // refused the same way on every rank, before any step
+      trials.push_back("auto: could not try " + text(fits[i]) + ": " + e.what());
+      return;
     }
+    char line[64];
+    std::snprintf(line, sizeof(line), ": measured %.1f ms per step", seconds * 1e3);
+    trials.push_back("auto: tried " + text(fits[i]) + line);
+    if (fastest == 0 || seconds < fastest) {
+      fastest = seconds;
+      best = i;
+    }
+  };
+  auto split_of = [](const ParallelPlan& p) {
+    return std::vector<int64_t>{p.data_parallel, p.tensor_parallel, p.stages};
+  };
+  if (c.measure) {
+    std::set<std::vector<int64_t>> tried;
+    for (size_t i = 0; i < fits.size() && tried.size() < 3; ++i)
+      if (tried.insert(split_of(fits[i].plan)).second) try_candidate(i);
+    // Then the winner's other micro-batch counts: the model favours many
+    // (a smaller bubble) more than a busy host does.
+    const size_t winner = best;
+    for (size_t i = 0; i < fits.size(); ++i)
+      if (i != winner && split_of(fits[i].plan) == split_of(fits[winner].plan)) try_candidate(i);
   }
   ParallelPlan chosen = fits[best].plan;
   std::vector<std::string> reasons = {
