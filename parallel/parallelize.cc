@@ -12,6 +12,7 @@
 #include "graph/ir/meta.h"
 #include "graph/ir/tracer.h"
 #include "ops/functional.h"
+#include "parallel/plan_file.h"
 #include "parallel/stage_placer.h"
 #include "sbp/global_tensor.h"
 
@@ -243,6 +244,7 @@ ParallelPlan PlanWithGraph(nn::LossModule& module, const Tensors& sample_inputs,
     };
   ParallelPlan plan = policy(context);
   CheckPlan(plan, *one_device, config, parameters, shapes);
+  plan.model_fingerprint = ModelFingerprint(*one_device);
   if (one_device_out) *one_device_out = std::move(one_device);
   return plan;
 }

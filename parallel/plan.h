@@ -64,6 +64,9 @@ struct ParallelPlan {
   std::vector<int> op_stage;
   // What the policy decided and why, a line each (parallelize prints them).
   std::vector<std::string> reasons;
+  // What it was made for (parallel/plan_file.h: ModelFingerprint); set by
+  // parallelize and MakePlan.
+  std::string model_fingerprint;
 
   int64_t ranks() const { return data_parallel * tensor_parallel * stages; }
   // The plan in a few lines: sizes, stages, splits, reasons.

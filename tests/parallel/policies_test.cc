@@ -10,6 +10,7 @@
 #include "models/plain_vit.h"
 #include "parallel/cost_model.h"
 #include "parallel/parallelize.h"
+#include "parallel/plan_file.h"
 
 namespace tessel::parallel {
 namespace {
@@ -254,6 +255,37 @@ TEST(Policies, SampleInputsTheModelRefusesAreNamed) {
              {.plan_ranks = 4});
   });
   EXPECT_NE(v.find("images of shape [8, 3, 16, 16]; expected [batch, 3, 8, 8]"), std::string::npos) << v;
+}
+
+TEST(PlanFile, APlanSavedIsTheOneLoadedForTheSameModelAndRefusedForAnother) {
+  models::PlainGPT gpt(TinyGpt());
+  const ParallelPlan plan = MakePlan(gpt, GptBatch(), GetPolicy("hybrid"), {.plan_ranks = 4});
+  ASSERT_NE(plan.model_fingerprint.find("fnv1a64:"), std::string::npos);
+  const std::string path = ::testing::TempDir() + "/gpt.plan";
+  SavePlan(plan, path);
+  const ParallelPlan loaded = MakePlan(gpt, GptBatch(), PlanFromFile(path), {.plan_ranks = 4});
+  EXPECT_EQ(loaded.op_stage, plan.op_stage);
+  EXPECT_EQ(loaded.parameter_split, plan.parameter_split);
+  EXPECT_EQ(loaded.micro_batches, plan.micro_batches);
+  EXPECT_EQ(loaded.reasons.front(), "loaded from " + path);
+  EXPECT_EQ(PlanToText(ParsePlanText(PlanToText(plan), "again")), PlanToText(plan));
+
+  // Another sample batch, another model, another plan size: each named.
+  std::string e = ErrorOf([&] { MakePlan(gpt, GptBatch(8, 12), PlanFromFile(path), {.plan_ranks = 4}); });
+  EXPECT_NE(e.find("was made for another model or sample batch"), std::string::npos) << e;
+  models::PlainGPTConfig c = TinyGpt();
+  c.layers = 3;
+  models::PlainGPT deeper(c);
+  e = ErrorOf([&] { MakePlan(deeper, GptBatch(), PlanFromFile(path), {.plan_ranks = 4}); });
+  EXPECT_NE(e.find("was made for another model or sample batch"), std::string::npos) << e;
+  e = ErrorOf([&] { MakePlan(gpt, GptBatch(), PlanFromFile(path), {.plan_ranks = 8}); });
+  EXPECT_NE(e.find("spans 4 ranks; this job plans 8"), std::string::npos) << e;
+  e = ErrorOf([&] { ParsePlanText("stages: 0 data_parallel: 1", "bad.plan"); });
+  EXPECT_NE(e.find("plan bad.plan: "), std::string::npos) << e;
+  e = ErrorOf([&] { ParsePlanText("stages: [", "broken.plan"); });
+  EXPECT_NE(e.find("plan broken.plan: line 1:"), std::string::npos) << e;
+  e = ErrorOf([&] { MakePlan(gpt, GptBatch(), PlanFromFile(path + ".missing"), {.plan_ranks = 4}); });
+  EXPECT_NE(e.find("cannot read it"), std::string::npos) << e;
 }
 
 TEST(Policies, UnknownPolicyNamesTheRegisteredOnes) {
