@@ -338,10 +338,19 @@ std::string Describe(const ir::Graph& graph, const ir::Op& op) {
 
 ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& inputs) {
   const Program& program = ProgramFor(graph);
-  TESSEL_CHECK(program.stages == 1 || !LockstepChecksEnabled())
-      << "graph '" << graph.name() << "': lockstep checks (--check_lockstep, TESSEL_CHECK_LOCKSTEP) compare "
-      << "every rank's calls, and the " << program.stages
-      << " pipeline stages run different ops by design; turn them off to run the pipeline";
+  // Lockstep checks exchange a fingerprint over the world for every layout
+  // change. The two streams change layouts at once, so their exchanges
+  // would interleave on the world's connections (Gloo then fails on a
+  // message of the wrong size, or hangs); and with several stages ranks
+  // run different ops by design.
+  TESSEL_CHECK(!LockstepChecksEnabled())
+      << "graph '" << graph.name() << "': lockstep checks (--check_lockstep, TESSEL_CHECK_LOCKSTEP) exchange "
+      << "a fingerprint over the world for every layout change, from one thread at a time; the actor runtime "
+      << "changes layouts on its compute and communication threads at once"
+      << (program.stages > 1
+              ? " and its " + std::to_string(program.stages) + " pipeline stages run different ops by design"
+              : std::string())
+      << ". Turn them off to run on the actor runtime (the in-order executor runs under them)";
   const std::vector<ir::Op>& ops = graph.ops();
   StepState state;
   state.env = BindGraphValues(graph, inputs);
