@@ -11,6 +11,7 @@
 #include "graph/global_tensor_ops.h"
 #include "graph/ir/meta.h"
 #include "graph/ir/tracer.h"
+#include "layers/dist.h"
 #include "ops/functional.h"
 #include "parallel/plan_file.h"
 #include "parallel/stage_placer.h"
@@ -223,7 +224,6 @@ ParallelPlan PlanWithGraph(nn::LossModule& module, const Tensors& sample_inputs,
                config.runtime_ranks % config.plan_ranks == 0)
       << "parallelize: runtime_ranks=" << config.runtime_ranks
       << " is not a multiple of plan_ranks=" << config.plan_ranks;
-  TESSEL_CHECK(!config.use_zero) << "parallelize: use_zero is not supported yet; leave it false";
   TESSEL_CHECK(!sample_inputs.empty()) << "parallelize: no sample inputs";
   for (const auto& [name, t] : sample_inputs)
     TESSEL_CHECK(t.defined() && !t.is_global()) << "parallelize: sample input '" << name
@@ -286,6 +286,17 @@ ParallelModule::ParallelModule(nn::LossModule& module, ParallelPlan plan, const 
     : module_(module), plan_(std::move(plan)), config_(config) {
   const int64_t replicas = config_.runtime_ranks / config_.plan_ranks;
   stages_ = StagePlacements(plan_, replicas, config_.device_type);
+  if (config_.use_zero) {
+    // ZeRO's split (dist::ZeroShardSbp) reads the data-parallel size from
+    // the dist config; its stage grids are the plan's ([data, tensor],
+    // contiguous stages, tensor innermost).
+    dist::Setup({.data_parallel_size = plan_.data_parallel * replicas,
+                 .tensor_parallel_size = plan_.tensor_parallel,
+                 .pipeline_parallel_size = plan_.stages,
+                 .pipeline_num_layers = plan_.stages,
+                 .device_type = config_.device_type,
+                 .zero_stage = 1});
+  }
   for (const auto& [name, t] : sample_inputs) {
     input_specs_[name] = ir::Value::SpecOf(t);
     input_stages_[name] = StageOrFirst(first_use_stages, name);
@@ -376,7 +387,14 @@ ParallelModule::StepResult ParallelModule::TrainStep(const Tensors& batch, optim
   return {optim::ScalarValue(out.at("loss")), optim::ScalarValue(out.at("grad_norm"))};
 }
 
-std::unique_ptr<optim::AdamW> build_optimizer(ParallelModule& module, const optim::AdamWConfig& config) {
+std::unique_ptr<optim::AdamW> build_optimizer(ParallelModule& module, const optim::AdamWConfig& config_in) {
+  optim::AdamWConfig config = config_in;
+  if (module.config().use_zero) {
+    TESSEL_CHECK(config.zero_stage == 0 || config.zero_stage == 1)
+        << "build_optimizer: zero_stage " << config.zero_stage
+        << " with use_zero; parallelize shards the optimizer state (stage 1) only";
+    config.zero_stage = 1;
+  }
   return std::make_unique<optim::AdamW>(module.NamedParameters(), config);
 }
 

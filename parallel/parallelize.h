@@ -43,6 +43,8 @@ class ParallelModule {
   ParallelModule& operator=(const ParallelModule&) = delete;
 
   const ParallelPlan& plan() const { return plan_; }
+  // With plan_ranks and runtime_ranks resolved.
+  const ComputeConfig& config() const { return config_; }
   // Each stage's ranks as [data x replicas, tensor] (axes of size 1 dropped).
   const std::vector<Placement>& stage_placements() const { return stages_; }
   // The model's parameters, now global tensors in the plan's layouts.
@@ -93,7 +95,8 @@ std::unique_ptr<ParallelModule> parallelize(nn::LossModule& module, const Tensor
 ParallelPlan MakePlan(nn::LossModule& module, const Tensors& sample_inputs, const Policy& policy,
                       ComputeConfig config);
 
-// An AdamW over the parallel module's parameters, in their layouts.
+// An AdamW over the parallel module's parameters, in their layouts (ZeRO
+// stage 1 under ComputeConfig::use_zero).
 std::unique_ptr<optim::AdamW> build_optimizer(ParallelModule& module, const optim::AdamWConfig& config = {});
 
 // Every parameter whole, as a local tensor on every rank, under the names

@@ -36,7 +36,12 @@ struct ComputeConfig {
   // Ranks the job trains on (0: the world); a multiple of plan_ranks: the
   // plan is replicated data-parallel over runtime_ranks / plan_ranks copies.
   int runtime_ranks = 0;
-  // ZeRO over the data-parallel ranks: not supported by parallelize yet.
+  // ZeRO stage 1 over the data-parallel ranks (replicas included): AdamW's
+  // moments, and an f32 shard of each parameter it updates, are split over
+  // them; each gradient is reduce-scattered into its split and the updated
+  // shards all-gathered back (layers/dist.h: ZeroShardSbp). parallelize
+  // then sets the dist config (dist::Setup) to the plan's sizes, and
+  // build_optimizer asks AdamW for stage 1.
   bool use_zero = false;
   // Gradient-accumulation micro-batches per step (0: the policy chooses;
   // pipelines need at least as many as stages to fill).

@@ -27,6 +27,7 @@ DEFINE_string(policy, "dp", "a registered policy: dp, tp, pp, hybrid");
 DEFINE_int32(plan_ranks, 0, "ranks one plan copy spans (0: the world)");
 DEFINE_int32(steps, 4, "training steps");
 DEFINE_string(schedule, "1f1b", "pipeline schedule");
+DEFINE_bool(use_zero, false, "ZeRO stage 1 over the data-parallel ranks");
 
 namespace tessel {
 namespace {
@@ -66,9 +67,25 @@ TEST(Parallelize, LossesAndMergedWeightsMatchOneDevice) {
   optim::AdamW reference_adamw(reference_params, adamw_config);
 
   std::unique_ptr<nn::LossModule> model = MakeModel();
-  auto pm = parallel::parallelize(*model, Batch(0), FLAGS_policy,
-                                  {.plan_ranks = FLAGS_plan_ranks, .schedule = FLAGS_schedule});
+  auto pm = parallel::parallelize(
+      *model, Batch(0), FLAGS_policy,
+      {.plan_ranks = FLAGS_plan_ranks, .use_zero = FLAGS_use_zero, .schedule = FLAGS_schedule});
   auto adamw = parallel::build_optimizer(*pm, adamw_config);
+  if (FLAGS_use_zero) {
+    // The moments split over the data-parallel ranks, with an f32 shard of
+    // each parameter: (8 + 4) / dp bytes per element, against 8 without.
+    double parameter_bytes = 0;
+    for (const auto& [name, p] : pm->NamedParameters())
+      if (p->placement().IndexOf(CurrentRank()) >= 0)
+        parameter_bytes += static_cast<double>(p->to_local().nbytes());
+    const double dp = static_cast<double>(pm->plan().data_parallel * CurrentWorldSize() / pm->plan().ranks());
+    const double state = static_cast<double>(adamw->LocalStateBytes());
+    if (CurrentRank() == 0)
+      std::printf(
+          "ZeRO-1 over %.0f data-parallel ranks: optimizer state %.0f bytes for %.0f parameter bytes\n", dp,
+          state, parameter_bytes);
+    EXPECT_LT(state, (2.0 + 1.0) / dp * parameter_bytes * 1.3) << "parameter bytes " << parameter_bytes;
+  }
   const int rank = CurrentRank();
   if (rank == 0) std::printf("plan: %s", pm->plan().ToText().c_str());
 
