@@ -90,8 +90,10 @@ std::unique_ptr<ParallelModule> parallelize(nn::LossModule& module, const Tensor
                                             const Policy& policy, const ComputeConfig& config = {});
 
 // The plan `policy` makes for `module` on config.plan_ranks ranks, without
-// laying anything out (the job's world need not have them): what
-// parallelize would print and use.
+// laying anything out or running a step (the job's world need not have
+// them): what parallelize would print and use ("auto" decides on its
+// predictions alone here). In a job of several ranks "auto" measures its
+// rates collectively, so every rank must call it.
 ParallelPlan MakePlan(nn::LossModule& module, const Tensors& sample_inputs, const Policy& policy,
                       ComputeConfig config);
 
