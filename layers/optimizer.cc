@@ -78,9 +78,7 @@ double ScalarValue(const Tensor& t) {
     } else {
       // Replicate it on every rank of the world: ranks outside the tensor's
       // placement (other pipeline stages) need the value too.
-      std::vector<int> all(CurrentWorldSize());
-      for (int r = 0; r < CurrentWorldSize(); ++r) all[r] = r;
-      v = v.to_global(Placement(p.device_type(), all), NdSbp{B()}).to_local();
+      v = v.to_global(WorldPlacement(p.device_type()), NdSbp{B()}).to_local();
     }
   }
   return static_cast<double>(v.To(Device::CPU()).data<float>()[0]);

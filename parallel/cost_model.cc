@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <numeric>
 #include <vector>
 
 #include "core/error.h"
@@ -45,14 +44,8 @@ double Parallelism(const ir::Value& out) {
 // An op's time alone on one rank: a matmul's multiply-adds at the matmul
 // rate, any other op the elements it writes at the elementwise rate.
 double OpSeconds(const ir::Graph& g, const ir::Op& op, const CostModel& m) {
-  double out = 0;
-  for (int v : op.outputs) out += static_cast<double>(g.value(v).shape.numel());
-  if (op.name == "matmul" && op.inputs.size() == 2) {
-    const ir::Value& a = g.value(op.inputs[0]);
-    const bool ta = op.attrs.Has("transpose_a") && op.attrs.Get<bool>("transpose_a");
-    return 2 * out * static_cast<double>(a.shape.ndim() >= 2 ? a.shape[ta ? -2 : -1] : 1) / m.flops_per_s;
-  }
-  return out / m.elements_per_s;
+  const OpWork work = WorkOf(g, op);
+  return 2 * work.multiply_adds / m.flops_per_s + work.elements / m.elements_per_s;
 }
 
 struct StageCost {
@@ -84,14 +77,28 @@ void AddLayoutChange(const ir::Value& v, const NdSbp& to, double micro, const Co
 
 }  // namespace
 
+std::vector<double> MeanOverRanks(const std::vector<double>& mine) {
+  const int world = CurrentWorldSize();
+  if (world == 1) return mine;
+  const Placement everyone = WorldPlacement(DeviceType::kCPU);
+  const std::vector<float> values(mine.begin(), mine.end());
+  const int64_t n = static_cast<int64_t>(values.size());
+  NoGradGuard no_grad;
+  const std::vector<float> sum =
+      FromLocal(Tensor::FromVector<float>(values, {n}), everyone, {P()}, Shape({n}))
+          .to_global(everyone, {B()})
+          .to_local()
+          .ToVector<float>();
+  std::vector<double> mean(sum.begin(), sum.end());
+  for (double& x : mean) x /= world;
+  return mean;
+}
+
 CostModel CostModel::Measure() {
   CostModel m;
   NoGradGuard no_grad;
-  const int world = CurrentWorldSize();
-  if (world > 1) {
-    std::vector<int> ranks(static_cast<size_t>(world));
-    std::iota(ranks.begin(), ranks.end(), 0);
-    const Placement everyone(DeviceType::kCPU, ranks);
+  if (CurrentWorldSize() > 1) {
+    const Placement everyone = WorldPlacement(DeviceType::kCPU);
     auto time_all_reduce = [&](int64_t elements, int reps) {
       const Tensor p = zeros({elements}, everyone, {P()});
       p.to_global(everyone, {B()});
@@ -101,7 +108,7 @@ CostModel CostModel::Measure() {
     };
     m.latency_s = time_all_reduce(2, 5);
     const double big = time_all_reduce(256 * 1024, 3);
-    const double bytes = 2.0 * (world - 1) / world * 1024 * 1024;
+    const double bytes = 2.0 * (CurrentWorldSize() - 1) / CurrentWorldSize() * 1024 * 1024;
     m.bytes_per_s = bytes / std::max(big - m.latency_s, big * 0.1);
   }
   {
@@ -138,27 +145,15 @@ CostModel CostModel::Measure() {
     for (int i = 0; i < 5; ++i) chain(in);
     m.op_overhead_s = Since(t) / (5 * kOps);
   }
-  if (world > 1) {
-    // Every rank must plan alike: the rates averaged over the ranks, an
-    // all-reduce giving each the same bits.
-    std::vector<int> ranks(static_cast<size_t>(world));
-    std::iota(ranks.begin(), ranks.end(), 0);
-    const Placement everyone(DeviceType::kCPU, ranks);
-    const std::vector<float> mine = {
-        static_cast<float>(m.flops_per_s / 1e9), static_cast<float>(m.elements_per_s / 1e9),
-        static_cast<float>(m.op_overhead_s * 1e6), static_cast<float>(m.latency_s * 1e3),
-        static_cast<float>(m.bytes_per_s / 1e9)};
-    const std::vector<float> sum =
-        FromLocal(Tensor::FromVector<float>(mine, {5}), everyone, {P()}, Shape({5}))
-            .to_global(everyone, {B()})
-            .to_local()
-            .ToVector<float>();
-    m.flops_per_s = sum[0] / world * 1e9;
-    m.elements_per_s = sum[1] / world * 1e9;
-    m.op_overhead_s = sum[2] / world * 1e-6;
-    m.latency_s = sum[3] / world * 1e-3;
-    m.bytes_per_s = sum[4] / world * 1e9;
-  }
+  // Every rank must plan alike: the rates averaged over the ranks.
+  const std::vector<double> mean =
+      MeanOverRanks({m.flops_per_s / 1e9, m.elements_per_s / 1e9, m.op_overhead_s * 1e6, m.latency_s * 1e3,
+                     m.bytes_per_s / 1e9});
+  m.flops_per_s = mean[0] * 1e9;
+  m.elements_per_s = mean[1] * 1e9;
+  m.op_overhead_s = mean[2] * 1e-6;
+  m.latency_s = mean[3] * 1e-3;
+  m.bytes_per_s = mean[4] * 1e9;
   return m;
 }
 

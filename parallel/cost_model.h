@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "parallel/plan.h"
 
@@ -45,6 +46,10 @@ struct PlanEstimate {
   // "12.3 ms (compute 8.1, communication 3.0, overhead 1.2; bubble 0%), 4.5 MiB per rank"
   std::string ToText() const;
 };
+
+// Each element averaged over the world's ranks (an all-reduce, so every
+// rank gets the same bits); `mine` itself in a world of one. Collective.
+std::vector<double> MeanOverRanks(const std::vector<double>& mine);
 
 PlanEstimate EstimatePlan(const PolicyContext& context, const ParallelPlan& plan, const CostModel& model);
 

@@ -13,6 +13,7 @@
 #include "graph/ir/tracer.h"
 #include "layers/dist.h"
 #include "ops/functional.h"
+#include "parallel/cost_model.h"
 #include "parallel/plan_file.h"
 #include "parallel/stage_placer.h"
 #include "sbp/global_tensor.h"
@@ -207,14 +208,7 @@ double MeasurePlan(nn::LossModule& module, const Tensors& sample, const ir::Grap
     for (int i = 0; i < kSteps; ++i) scratch.TrainStep(sample, still);
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / kSteps;
   }
-  const int world = CurrentWorldSize();
-  if (world == 1) return seconds;
-  std::vector<int> ranks(static_cast<size_t>(world));
-  std::iota(ranks.begin(), ranks.end(), 0);
-  const Placement everyone(config.device_type, ranks);
-  NoGradGuard no_grad;
-  const Tensor mine = Tensor::FromVector<float>({static_cast<float>(seconds)}, {1});
-  return optim::ScalarValue(FromLocal(mine, everyone, {P()}, Shape({1})).to_global(everyone, {B()})) / world;
+  return MeanOverRanks({seconds})[0];
 }
 
 ParallelPlan PlanWithGraph(nn::LossModule& module, const Tensors& sample_inputs, const Policy& policy,
@@ -372,7 +366,7 @@ ParallelModule::StepResult ParallelModule::TrainStep(const Tensors& batch, optim
             loss = module_.Loss(in);
           }
           loss.backward();
-          optim::AdamW& adamw = *const_cast<optim::AdamW*>(step_optimizer_);
+          optim::AdamW& adamw = *step_optimizer_;
           Tensor norm =
               optim::ClipGradNormTensor(module_.NamedParameters(), step_max_norm_, adamw.GradientLayouts());
           adamw.Step();
@@ -399,9 +393,7 @@ std::unique_ptr<optim::AdamW> build_optimizer(ParallelModule& module, const opti
 }
 
 Tensors merge_state_dicts(ParallelModule& module) {
-  std::vector<int> ranks(static_cast<size_t>(CurrentWorldSize()));
-  std::iota(ranks.begin(), ranks.end(), 0);
-  const Placement everyone(module.stage_placements()[0].device_type(), ranks);
+  const Placement everyone = WorldPlacement(module.stage_placements()[0].device_type());
   NoGradGuard no_grad;
   Tensors whole;
   // Copies: where a parameter is replicated on every rank already, the

@@ -74,7 +74,7 @@ class ParallelModule {
   std::map<std::string, ir::Value> input_specs_;  // the sample's (shape, dtype)
   std::unique_ptr<runtime::ActorRuntime> actors_;
   std::unique_ptr<Graph> step_;
-  const optim::AdamW* step_optimizer_ = nullptr;
+  optim::AdamW* step_optimizer_ = nullptr;  // the one the step was captured with
   double step_max_norm_ = 0;
 };
 

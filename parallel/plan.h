@@ -120,6 +120,13 @@ std::map<std::string, int> FirstUseStages(const ir::Graph& graph, const std::vec
 ParallelPlan ComposePlan(const PolicyContext& context, const std::string& name, int64_t data, int64_t tensor,
                          int64_t pipeline, int micro_batches = 0);
 
+// An op's work: a matmul's multiply-adds, or the elements any other op
+// writes (what SplitStages balances and the cost model times).
+struct OpWork {
+  double multiply_adds = 0, elements = 0;
+};
+OpWork WorkOf(const ir::Graph& graph, const ir::Op& op);
+
 // Building blocks of the built-in policies (parallel/stage_split.cc and
 // parallel/tensor_split.cc), for programs writing their own.
 //

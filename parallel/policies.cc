@@ -41,10 +41,6 @@ int ChooseMicroBatches(const PolicyContext& c, int64_t stages, int64_t data_para
   return static_cast<int>(stages);  // parallelize names the rows that do not divide
 }
 
-ParallelPlan Compose(const PolicyContext& c, const std::string& name, int64_t dp, int64_t tp, int64_t pp) {
-  return ComposePlan(c, name, dp, tp, pp);
-}
-
 // "auto": every data x tensor x pipeline factorisation of the plan's ranks,
 // and for pipelines p, 2p and 4p micro-batches where the rows allow,
 // predicted by the cost model; the fastest within the memory limit wins.
@@ -156,9 +152,9 @@ ParallelPlan SearchPlan(const PolicyContext& c) {
 std::map<std::string, Policy>& Registry() {
   static std::map<std::string, Policy> registry = {
       {"auto", SearchPlan},
-      {"dp", [](const PolicyContext& c) { return Compose(c, "dp", c.config.plan_ranks, 1, 1); }},
-      {"tp", [](const PolicyContext& c) { return Compose(c, "tp", 1, c.config.plan_ranks, 1); }},
-      {"pp", [](const PolicyContext& c) { return Compose(c, "pp", 1, 1, c.config.plan_ranks); }},
+      {"dp", [](const PolicyContext& c) { return ComposePlan(c, "dp", c.config.plan_ranks, 1, 1); }},
+      {"tp", [](const PolicyContext& c) { return ComposePlan(c, "tp", 1, c.config.plan_ranks, 1); }},
+      {"pp", [](const PolicyContext& c) { return ComposePlan(c, "pp", 1, 1, c.config.plan_ranks); }},
       {"hybrid",
        [](const PolicyContext& c) {
          // The config's sizes; unset ones: tensor 2, then pipeline 2, then
@@ -170,7 +166,7 @@ std::map<std::string, Policy>& Registry() {
          if (!tp) tp = left() % 2 == 0 ? 2 : 1;
          if (!pp) pp = left() % 2 == 0 ? 2 : 1;
          if (!dp) dp = left();
-         return Compose(c, "hybrid", dp, tp, pp);
+         return ComposePlan(c, "hybrid", dp, tp, pp);
        }},
   };
   return registry;

@@ -7,21 +7,16 @@
 
 namespace tessel::parallel {
 
-namespace {
-// An op's cost: a matmul's multiply-adds, any other op the elements it
-// writes. Only the ratio between stages matters.
-double OpCost(const ir::Graph& g, const ir::Op& op) {
+OpWork WorkOf(const ir::Graph& g, const ir::Op& op) {
   double out = 0;
   for (int v : op.outputs) out += static_cast<double>(g.value(v).shape.numel());
   if (op.name == "matmul" && op.inputs.size() == 2) {
     const ir::Value& a = g.value(op.inputs[0]);
     const bool ta = op.attrs.Has("transpose_a") && op.attrs.Get<bool>("transpose_a");
-    const int64_t k = a.shape.ndim() >= 2 ? a.shape[ta ? -2 : -1] : 1;
-    return out * static_cast<double>(k);
+    return {out * static_cast<double>(a.shape.ndim() >= 2 ? a.shape[ta ? -2 : -1] : 1), 0};
   }
-  return out;
+  return {0, out};
 }
-}  // namespace
 
 std::vector<int> SplitStages(const ir::Graph& g, const std::set<std::string>& parameters, int64_t stages,
                              std::vector<std::string>* reasons) {
@@ -41,7 +36,9 @@ std::vector<int> SplitStages(const ir::Graph& g, const std::set<std::string>& pa
         fresh = true;
     }
     if (fresh && i > 0) candidates.push_back(i);
-    before[static_cast<size_t>(i) + 1] = before[static_cast<size_t>(i)] + OpCost(g, op);
+    // Only the ratio between stages matters: multiply-adds and elements add.
+    const OpWork work = WorkOf(g, op);
+    before[static_cast<size_t>(i) + 1] = before[static_cast<size_t>(i)] + work.multiply_adds + work.elements;
   }
   TESSEL_CHECK(static_cast<int64_t>(candidates.size()) >= stages - 1)
       << "pipeline: the model has " << candidates.size()

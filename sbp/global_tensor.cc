@@ -43,6 +43,12 @@ int CurrentWorldSize() {
   return comm::IsWorldInitialized() ? comm::GetDistEnv().world_size : 1;
 }
 
+Placement WorldPlacement(DeviceType type) {
+  std::vector<int> ranks(static_cast<size_t>(CurrentWorldSize()));
+  for (size_t r = 0; r < ranks.size(); ++r) ranks[r] = static_cast<int>(r);
+  return Placement(type, ranks);
+}
+
 Box LocalBox(const Shape& logical, const Placement& placement, const NdSbp& nd_sbp, int rank) {
   int index = placement.IndexOf(rank);
   if (index < 0) return Box(std::vector<Range>(logical.ndim(), Range{0, 0}));

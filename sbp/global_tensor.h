@@ -29,6 +29,8 @@ class GlobalMeta {
 // the planned ones inside a MetaWorldScope.
 int CurrentRank();
 int CurrentWorldSize();
+// Every rank of the (current) world as a 1-D placement of `type`.
+Placement WorldPlacement(DeviceType type);
 
 // Planning for a world this process is not (tessel-plan compiles rank r's
 // plan of a 1,024-rank job on one machine). While a scope is alive on this

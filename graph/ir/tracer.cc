@@ -29,15 +29,14 @@ void TracingInterpreter::AddVariable(const std::string& name, const Tensor& tens
 
 int TracingInterpreter::ValueOf(const Tensor& t, const std::string& what) {
   TESSEL_CHECK(t.defined()) << "graph '" << graph_.name() << "': " << what << " is undefined";
-  const void* identity = t.impl_ptr()->storage().get();
   if (t.is_lazy()) {
     const std::shared_ptr<const LazyValue> v = t.lazy_value();
     TESSEL_CHECK(v != nullptr && (v->graph == &graph_ || v->graph == nullptr))
         << "graph '" << graph_.name() << "': " << what << " is a lazy tensor " << t.ToString()
         << (v == nullptr ? " that belongs to no graph (metadata only)" : " of another graph");
     if (v->graph == &graph_) return v->id;
-    identity = v.get();  // metadata only, built for planning: a variable with no data
   }
+  const void* identity = VariableIdentity(t);
   const ir::Value spec = ir::Value::SpecOf(t);
   auto [begin, end] = variables_.equal_range(identity);
   for (auto it = begin; it != end; ++it) {

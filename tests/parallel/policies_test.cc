@@ -3,8 +3,6 @@
 // traces), and the errors of bad plans and bad sample batches.
 #include <gtest/gtest.h>
 
-#include <cstdio>
-
 #include "core/error.h"
 #include "models/plain_gpt.h"
 #include "models/plain_vit.h"
@@ -194,7 +192,6 @@ TEST(Policies, AutoPrintsWhatItWeighedAndRefusesAnUnmeetableMemoryLimit) {
   EXPECT_NE(e.find("no plan meets the memory limit of 1000 bytes per rank; the smallest of the"),
             std::string::npos)
       << e;
-  std::printf("%s\n", e.c_str());
   // Within a limit only the pipeline's and tensor's plans meet, auto picks one of them.
   const ParallelPlan tight =
       MakePlan(gpt, GptBatch(), GetPolicy("auto"), {.plan_ranks = 4, .memory_limit_bytes = 200 * 1024});
@@ -224,7 +221,6 @@ TEST(Policies, APlanLeavingAnOpWithoutAStageIsRefusedNamingIt) {
   };
   const std::string e = ErrorOf([&] { MakePlan(gpt, GptBatch(), lazy, {.plan_ranks = 4}); });
   EXPECT_NE(e.find("policy 'lazy' leaves op 3 '"), std::string::npos) << e;
-  std::printf("%s\n", e.c_str());
   EXPECT_NE(e.find("without a placement (stage -1; expected 0..1)"), std::string::npos) << e;
 }
 
