@@ -160,7 +160,8 @@ TEST(PipelineSchedule, NamesAndBadArguments) {
   EXPECT_EQ(ParseSchedule("gpipe"), "gpipe");
   EXPECT_EQ(ParseSchedule("naive"), "gpipe");
   const std::string unknown = ErrorOf([] { ParseSchedule("interleaved"); });
-  EXPECT_NE(unknown.find("'interleaved' is not registered; registered: 1f1b, gpipe, naive, zb_h1"),
+  EXPECT_NE(unknown.find(
+                "'interleaved' is not registered; registered: 1f1b, gpipe, interleaved_1f1b, naive, zb_h1"),
             std::string::npos)
       << unknown;
   EXPECT_NE(ErrorOf([] { StageActions("gpipe", 4, 4, 8); }).find("stage 4 of 4"), std::string::npos);
@@ -169,6 +170,130 @@ TEST(PipelineSchedule, NamesAndBadArguments) {
             std::string::npos);
   EXPECT_NE(ErrorOf([] { RegisterSchedule("my schedule", OneFOneBOrder); }).find("name 'my schedule'"),
             std::string::npos);
+}
+
+// The step time, in units, of all stages' orders over `chunks` chunks per
+// stage when every chunk's F takes one unit and its B two, and a stage
+// runs its order as soon as each unit's input arrived (virtual stage j's
+// forward after j - 1's, its backward after j + 1's).
+int ChunkedUnitTimeSpan(const std::string& schedule, int p, int m, int v) {
+  std::vector<std::vector<Action>> orders;
+  for (int s = 0; s < p; ++s) orders.push_back(StageActions(schedule, p, s, m, v));
+  const int virtual_stages = p * v;
+  std::vector<std::vector<int>> forward_end(virtual_stages, std::vector<int>(m, -1)),
+      backward_end = forward_end;
+  std::vector<size_t> next(p, 0);
+  std::vector<int> free_at(p, 0);
+  int span = 0;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int s = 0; s < p; ++s) {
+      while (next[s] < orders[s].size()) {
+        const Action& a = orders[s][next[s]];
+        const int j = a.chunk * p + s;
+        const int after = a.backward ? (j + 1 < virtual_stages ? backward_end[j + 1][a.micro_batch]
+                                                               : forward_end[j][a.micro_batch])
+                                     : (j > 0 ? forward_end[j - 1][a.micro_batch] : 0);
+        if (after < 0) break;
+        const int end = std::max(free_at[s], after) + (a.backward ? 2 : 1);
+        (a.backward ? backward_end : forward_end)[j][a.micro_batch] = end;
+        free_at[s] = end;
+        span = std::max(span, end);
+        ++next[s];
+        moved = true;
+      }
+    }
+  }
+  return span;
+}
+
+TEST(PipelineSchedule, InterleavedOneFOneBRunsChunksInRoundsOfStagesMicroBatches) {
+  // 2 stages of 2 chunks over 4 micro-batches: forwards in rounds of 2
+  // micro-batches, chunk 0 then chunk 1; backwards from chunk 1 down.
+  EXPECT_EQ(ActionsText(StageActions("interleaved_1f1b", 2, 0, 4, 2)),
+            "F0c0 F1c0 F0c1 F1c1 F2c0 B0c1 F3c0 B1c1 F2c1 B0c0 F3c1 B1c0 B2c1 B3c1 B2c0 B3c0");
+  EXPECT_EQ(ActionsText(StageActions("interleaved_1f1b", 2, 1, 4, 2)),
+            "F0c0 F1c0 F0c1 B0c1 F1c1 B1c1 F2c0 B0c0 F3c0 B1c0 F2c1 B2c1 F3c1 B3c1 B2c0 B3c0");
+  // One chunk is 1F1B.
+  EXPECT_EQ(ActionsText(StageActions("interleaved_1f1b", 4, 1, 8, 1)), Order("1f1b", 4, 1, 8));
+  for (int p : {2, 3, 4}) {
+    for (int v : {1, 2, 3}) {
+      for (int rounds : {1, 2, 3, 4}) {
+        const int m = rounds * p;
+        SCOPED_TRACE("p " + std::to_string(p) + " v " + std::to_string(v) + " m " + std::to_string(m));
+        EXPECT_EQ(CheckSchedule("interleaved_1f1b", p, m, v), "");
+        for (int s = 0; s < p; ++s) {
+          const std::vector<Action> order = StageActions("interleaved_1f1b", p, s, m, v);
+          EXPECT_EQ(order.size(), static_cast<size_t>(2 * m * v));
+          // Warm-up forwards plus the one in flight in the steady state.
+          if (v > 1 && m > p)
+            EXPECT_EQ(MaxInFlight(order), std::min(m * v, 2 * (p - s - 1) + (v - 1) * p + 1));
+        }
+        // Chunk units (F 1, B 2): the ideal is 3 v m on every stage and the
+        // bubble 3 (p - 1) — a stage's 3 (p - 1) v of 1F1B, cut v-fold —
+        // once there are two rounds; with one (m = p) the stages run every
+        // forward first.
+        if (rounds >= 2) EXPECT_EQ(ChunkedUnitTimeSpan("interleaved_1f1b", p, m, v), 3 * (v * m + p - 1));
+        EXPECT_LE(ChunkedUnitTimeSpan("interleaved_1f1b", p, m, v), 3 * v * (m + p - 1));
+      }
+    }
+  }
+}
+
+TEST(PipelineSchedule, InterleavedOneFOneBNeedsAMultipleOfTheStagesAndChunkedSchedules) {
+  const std::string not_multiple = ErrorOf([] { StageActions("interleaved_1f1b", 4, 0, 6, 2); });
+  EXPECT_NE(
+      not_multiple.find("interleaved 1F1B over 6 micro-batches on 4 stages: expected the micro-batches a "
+                        "multiple of the stage count"),
+      std::string::npos)
+      << not_multiple;
+  EXPECT_NE(not_multiple.find("use 4 or 8"), std::string::npos) << not_multiple;
+  EXPECT_NE(ErrorOf([] { CheckSchedule("interleaved_1f1b", 4, 3, 2); }).find("use 4"), std::string::npos);
+  // A schedule of one chunk per stage refuses two.
+  const std::string one_chunk = ErrorOf([] { StageActions("1f1b", 2, 0, 4, 2); });
+  EXPECT_NE(one_chunk.find("pipeline schedule '1f1b' runs one model chunk per stage, and each stage holds 2 "
+                           "(virtual_pipeline_size 2); expected interleaved_1f1b"),
+            std::string::npos)
+      << one_chunk;
+  // The validator names chunks.
+  EXPECT_EQ(ValidateActions({{false, 0, false, 0}, {true, 0, false, 0}, {false, 0, false, 1}}, 1, 2),
+            "no B0c1");
+  EXPECT_EQ(ValidateActions({{false, 0, false, 1}, {true, 0, false, 0}}, 1, 2), "B0c0 before F0c0");
+  EXPECT_EQ(ValidateActions({{false, 0, false, 2}}, 1, 2), "F0c2 is beyond the 2 chunk(s)");
+  EXPECT_EQ(ActionsText({{false, 1, false, 0}, {true, 1, false, 1}}), "F1c0 B1c1");
+  // Two chunks of one micro-batch each held at once count twice.
+  EXPECT_EQ(
+      MaxInFlight({{false, 0, false, 0}, {false, 0, false, 1}, {true, 0, false, 1}, {true, 0, false, 0}}), 2);
+}
+
+TEST(PipelineSchedule, AChunkedScheduleRegistersAndIsCheckedOverVirtualStages) {
+  // GPipe over chunks: every chunk's forwards in chunk order, then the
+  // backwards from the last chunk down.
+  RegisterSchedule("test_chunked_gpipe", [](int, int, int m, int v) {
+    std::vector<Action> out;
+    for (int c = 0; c < v; ++c)
+      for (int k = 0; k < m; ++k) out.push_back({false, k, false, c});
+    for (int c = v - 1; c >= 0; --c)
+      for (int k = 0; k < m; ++k) out.push_back({true, k, false, c});
+    return out;
+  });
+  EXPECT_EQ(CheckSchedule("test_chunked_gpipe", 2, 3, 2), "");
+  EXPECT_EQ(ActionsText(StageActions("test_chunked_gpipe", 2, 1, 2, 2)),
+            "F0c0 F1c0 F0c1 F1c1 B0c1 B1c1 B0c0 B1c0");
+  // Backwards from chunk 0 up: chunk 0's backward waits for chunk 1's on
+  // the next stage, which waits for this stage's chunk 1 behind it.
+  RegisterSchedule("test_chunked_wrong_way", [](int, int, int m, int v) {
+    std::vector<Action> out;
+    for (int c = 0; c < v; ++c)
+      for (int k = 0; k < m; ++k) out.push_back({false, k, false, c});
+    for (int c = 0; c < v; ++c)
+      for (int k = 0; k < m; ++k) out.push_back({true, k, false, c});
+    return out;
+  });
+  EXPECT_EQ(
+      CheckSchedule("test_chunked_wrong_way", 2, 1, 2),
+      "pipeline schedule 'test_chunked_wrong_way' deadlocks on 2 stages of 2 chunks over 1 micro-batches: "
+      "stage 0 waits at B0c0 for stage 1's B0c0; stage 1 waits at B0c0 for stage 0's B0c1");
 }
 
 // Backwards last-in first-out: every forward, then the backwards from the
