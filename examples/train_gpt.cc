@@ -12,6 +12,8 @@
 //   tessel-launch --nproc_per_node 4 -- train_gpt --tp 2 [--graph] [--micro_batches 4]
 //   tessel-launch --nproc_per_node 4 -- train_gpt --pp 4 --layers 4 --graph --micro_batches 8
 //       --schedule gpipe --timeline_dir timelines --print_actions
+//   tessel-launch --nproc_per_node 2 -- train_gpt --pp 2 --virtual_pipeline_size 2 --layers 4 --graph
+//       --micro_batches 4 --schedule interleaved_1f1b
 #include <gflags/gflags.h>
 #include <tessel/tessel.h>
 
@@ -32,9 +34,14 @@
 DEFINE_int64(tp, 1, "tensor parallel size (dp is derived)");
 DEFINE_int64(pp, 1, "pipeline parallel size: layers spread over stages, run one after another");
 DEFINE_int64(steps, 20, "training steps");
-DEFINE_int64(layers, 2, "transformer layers (at least --pp)");
+DEFINE_int64(layers, 2, "transformer layers (at least --pp x --virtual_pipeline_size)");
+DEFINE_int64(
+    virtual_pipeline_size, 1,
+    "model chunks per pipeline stage: the layers split into pp x this many parts, part j on stage j mod "
+    "pp (run with --schedule interleaved_1f1b; --micro_batches a multiple of --pp)");
 DEFINE_string(stage_ids, "",
-              "the pipeline stage of each layer, comma-separated (e.g. 0,0,0,1 for 4 layers on 2 stages); "
+              "the pipeline stage of each layer, comma-separated (e.g. 0,0,0,1 for 4 layers on 2 stages; the "
+              "virtual stage 0..pp x virtual_pipeline_size - 1 with chunks); "
               "empty: the layers are split evenly, earlier stages taking one more when they do not divide");
 DEFINE_int64(batch, 8, "sequences per step");
 DEFINE_int64(hidden, 64, "hidden size (heavier layers make a pipeline's compute outweigh its transfers)");
@@ -49,10 +56,12 @@ DEFINE_int32(
 DEFINE_bool(graph, false,
             "graph mode: capture the training step (forward, backward, clipping, AdamW) once and run the "
             "captured graph at every step");
-DEFINE_string(schedule, "1f1b",
-              "with --graph, how the captured step runs: 1f1b or gpipe (also: naive) on the actor runtime "
-              "(communication on its own thread, each pipeline stage in the schedule's order), or in_order "
-              "(the reference executor: one op after another in program order)");
+DEFINE_string(
+    schedule, "1f1b",
+    "with --graph, how the captured step runs: 1f1b, gpipe (also: naive), zb_h1 or interleaved_1f1b on "
+    "the actor runtime "
+    "(communication on its own thread, each pipeline stage in the schedule's order), or in_order "
+    "(the reference executor: one op after another in program order)");
 DEFINE_int32(max_pending_sends, 0,
              "actor runtime: how many stage transfers a rank may have waiting for their receivers at once "
              "(a send beyond it waits: back-pressure between stages); 0: no bound");
@@ -134,6 +143,7 @@ int main(int argc, char** argv) {
   dist::Setup({.tensor_parallel_size = FLAGS_tp,
                .pipeline_parallel_size = FLAGS_pp,
                .pipeline_num_layers = config.layers,
+               .virtual_pipeline_size = FLAGS_virtual_pipeline_size,
                .custom_pipeline_stage_ids = StageIds(FLAGS_stage_ids)});
   models::GPT gpt(config);
   auto params = gpt.NamedParameters();

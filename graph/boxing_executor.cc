@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "core/bounded_cache.h"
@@ -151,15 +152,18 @@ Shard RunAxisStep(const BoxingStep& step, const Shard& cur, const Shape& shape, 
 // Posts this rank's sends of `transfers` (parts of `cur`, whose buffers
 // go to `buffers` until the sends complete). Tags count the boxing messages
 // per peer, on both sides in the same (planned) order: unique among
-// concurrent transfers on other channels.
+// concurrent transfers on other channels. A given `tag` (a stage
+// transfer's own) is used for every message instead.
 void PostSends(const std::vector<SliceTransfer>& transfers, const Shard& cur, DType dtype, int rank,
-               std::vector<Tensor>* buffers, std::vector<std::unique_ptr<comm::Work>>* pending) {
+               std::vector<Tensor>* buffers, std::vector<std::unique_ptr<comm::Work>>* pending,
+               std::optional<uint32_t> given_tag = std::nullopt) {
   comm::Communicator& world = comm::World();
   for (const SliceTransfer& t : transfers) {
     if (t.src_rank != rank || t.dst_rank == rank) continue;
     buffers->push_back(Extract(cur, t.box, dtype));
-    const uint32_t tag =
-        world.NextTag(comm::Communicator::kBoxingChannel, t.dst_rank, comm::Communicator::Direction::kSend);
+    const uint32_t tag = given_tag ? *given_tag
+                                   : world.NextTag(comm::Communicator::kBoxingChannel, t.dst_rank,
+                                                   comm::Communicator::Direction::kSend);
     pending->push_back(world.ISend(buffers->back().raw_data(), t.box.numel(), dtype, t.dst_rank, tag));
   }
 }
@@ -167,13 +171,15 @@ void PostSends(const std::vector<SliceTransfer>& transfers, const Shard& cur, DT
 // Posts this rank's receives of `transfers` into `parts` (buffer, box).
 void PostReceives(const std::vector<SliceTransfer>& transfers, DType dtype, int rank,
                   std::vector<std::pair<Tensor, Box>>* parts,
-                  std::vector<std::unique_ptr<comm::Work>>* pending) {
+                  std::vector<std::unique_ptr<comm::Work>>* pending,
+                  std::optional<uint32_t> given_tag = std::nullopt) {
   comm::Communicator& world = comm::World();
   for (const SliceTransfer& t : transfers) {
     if (t.dst_rank != rank || t.src_rank == rank) continue;
     parts->emplace_back(Tensor::Empty(t.box.shape(), dtype), t.box);
-    const uint32_t tag =
-        world.NextTag(comm::Communicator::kBoxingChannel, t.src_rank, comm::Communicator::Direction::kRecv);
+    const uint32_t tag = given_tag ? *given_tag
+                                   : world.NextTag(comm::Communicator::kBoxingChannel, t.src_rank,
+                                                   comm::Communicator::Direction::kRecv);
     pending->push_back(world.IRecv(parts->back().first.raw_data(), t.box.numel(), dtype, t.src_rank, tag));
   }
 }
@@ -240,7 +246,8 @@ Tensor ExecuteBoxing(const Tensor& input, const BoxingPlan& plan) {
   return MakeGlobal(cur.data, plan.shape, plan.dst_placement, plan.dst);
 }
 
-PostedSends PostSendSlices(const Tensor& input, const Placement& placement, const NdSbp& nd_sbp) {
+PostedSends PostSendSlices(const Tensor& input, const Placement& placement, const NdSbp& nd_sbp,
+                           std::optional<uint32_t> tag) {
   const int rank = CurrentRank();
   TESSEL_CHECK(input.is_global() && !input.placement().Overlaps(placement))
       << "SendSlices of " << input.ToString() << " to " << placement
@@ -250,7 +257,7 @@ PostedSends PostSendSlices(const Tensor& input, const Placement& placement, cons
   const std::vector<SliceTransfer> transfers =
       PlanSliceTransfers(input.placement(), input.nd_sbp(), placement, nd_sbp, input.shape());
   const Shard cur{HostShard(input), LocalBox(input.shape(), input.placement(), input.nd_sbp(), rank)};
-  PostSends(transfers, cur, input.dtype(), rank, &posted.slices, &posted.works);
+  PostSends(transfers, cur, input.dtype(), rank, &posted.slices, &posted.works, tag);
   return posted;
 }
 
@@ -260,12 +267,13 @@ void PostedSends::Wait() {
   slices.clear();
 }
 
-void SendSlices(const Tensor& input, const Placement& placement, const NdSbp& nd_sbp) {
-  PostSendSlices(input, placement, nd_sbp).Wait();
+void SendSlices(const Tensor& input, const Placement& placement, const NdSbp& nd_sbp,
+                std::optional<uint32_t> tag) {
+  PostSendSlices(input, placement, nd_sbp, tag).Wait();
 }
 
 Tensor ReceiveSlices(const Placement& src_placement, const NdSbp& src, const Shape& shape, DType dtype,
-                     const Placement& placement, const NdSbp& nd_sbp) {
+                     const Placement& placement, const NdSbp& nd_sbp, std::optional<uint32_t> tag) {
   const int rank = CurrentRank();
   TESSEL_CHECK(!src_placement.Overlaps(placement))
       << "ReceiveSlices from " << src_placement << " to " << placement
@@ -276,7 +284,7 @@ Tensor ReceiveSlices(const Placement& src_placement, const NdSbp& src, const Sha
     std::vector<std::pair<Tensor, Box>> parts;
     std::vector<std::unique_ptr<comm::Work>> pending;
     PostReceives(PlanSliceTransfers(src_placement, src, placement, nd_sbp, shape), dtype, rank, &parts,
-                 &pending);
+                 &pending, tag);
     for (auto& w : pending) w->Wait();
     for (auto& [buf, part] : parts) CopyPart(Shard{buf, part}, part, out.data.raw_data(), out.box, dtype);
   }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "core/comm/communicator.h"
 #include "core/tensor.h"
@@ -29,7 +30,11 @@ Tensor BoxTo(const Tensor& input, const Placement& placement, const NdSbp& nd_sb
 // `nd_sbp` on `placement`, receiving this rank's parts from the ranks of
 // `src_placement` (an empty shard off `placement`). Neither layout may be
 // partial; the slices are those BoxTo would move (sbp/slice_transfer.h).
-void SendSlices(const Tensor& input, const Placement& placement, const NdSbp& nd_sbp);
+// Without a `tag` the messages take the boxing channel's next tags, so the
+// two sides must move their tensors in the same order; with one (a stage
+// transfer's own, the same on both sides) they match by it, in any order.
+void SendSlices(const Tensor& input, const Placement& placement, const NdSbp& nd_sbp,
+                std::optional<uint32_t> tag = std::nullopt);
 // SendSlices without the wait: the sends are posted and complete once the
 // receivers take them (a send waits for its receive), so a pipeline stage
 // goes on computing meanwhile. Wait() finishes them (or throws at the
@@ -39,9 +44,11 @@ struct PostedSends {
   std::vector<std::unique_ptr<comm::Work>> works;
   void Wait();
 };
-PostedSends PostSendSlices(const Tensor& input, const Placement& placement, const NdSbp& nd_sbp);
+PostedSends PostSendSlices(const Tensor& input, const Placement& placement, const NdSbp& nd_sbp,
+                           std::optional<uint32_t> tag = std::nullopt);
 Tensor ReceiveSlices(const Placement& src_placement, const NdSbp& src, const Shape& shape, DType dtype,
-                     const Placement& placement, const NdSbp& nd_sbp);
+                     const Placement& placement, const NdSbp& nd_sbp,
+                     std::optional<uint32_t> tag = std::nullopt);
 
 // The plan for a conversion, cached by (layouts, shape, dtype) in a cache of
 // at most kBoxingPlanCacheCapacity plans (least recently used evicted).

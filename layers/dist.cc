@@ -43,6 +43,13 @@ void Setup(const Config& in) {
       << c.tensor_parallel_size << " x pp " << c.pipeline_parallel_size << ") = " << dp
       << "; leave it 0 to derive it";
   c.data_parallel_size = dp;
+  TESSEL_CHECK(c.virtual_pipeline_size >= 1 && (c.virtual_pipeline_size == 1 || c.pipeline_parallel_size > 1))
+      << "virtual_pipeline_size=" << c.virtual_pipeline_size
+      << " with pipeline_parallel_size=" << c.pipeline_parallel_size
+      << "; expected 1, or more model chunks per stage of a pipeline of 2 or more stages";
+  // Parts of the model in pipeline order: the stages, or their chunks.
+  const int64_t parts = c.pipeline_parallel_size * c.virtual_pipeline_size;
+  const std::string part = c.virtual_pipeline_size > 1 ? "virtual stage" : "stage";
   if (!c.custom_pipeline_stage_ids.empty()) {
     TESSEL_CHECK(c.pipeline_num_layers == 0 ||
                  c.pipeline_num_layers == static_cast<int64_t>(c.custom_pipeline_stage_ids.size()))
@@ -52,21 +59,21 @@ void Setup(const Config& in) {
     c.pipeline_num_layers = static_cast<int64_t>(c.custom_pipeline_stage_ids.size());
     for (size_t i = 0; i < c.custom_pipeline_stage_ids.size(); ++i) {
       int64_t s = c.custom_pipeline_stage_ids[i];
-      TESSEL_CHECK(s >= 0 && s < c.pipeline_parallel_size)
-          << "custom_pipeline_stage_ids[" << i << "]=" << s << " is not a stage (0.."
-          << c.pipeline_parallel_size - 1 << ")";
+      TESSEL_CHECK(s >= 0 && s < parts) << "custom_pipeline_stage_ids[" << i << "]=" << s << " is not a "
+                                        << part << " (0.." << parts - 1 << ")";
       // Layer i reads layer i-1's output: a lower stage would send
       // activations backwards, against the pipeline's flow.
       TESSEL_CHECK(i == 0 || s >= c.custom_pipeline_stage_ids[i - 1])
-          << "custom_pipeline_stage_ids[" << i << "]=" << s << " puts layer " << i
-          << " on an earlier stage than layer " << i - 1 << " (stage " << c.custom_pipeline_stage_ids[i - 1]
-          << "): its forward would flow back to an earlier stage; expected stage ids that never decrease";
+          << "custom_pipeline_stage_ids[" << i << "]=" << s << " puts layer " << i << " on an earlier "
+          << part << " than layer " << i - 1 << " (" << part << " " << c.custom_pipeline_stage_ids[i - 1]
+          << "): its forward would flow back to an earlier " << part
+          << "; expected stage ids that never decrease";
     }
-    for (int64_t s = 0; s < c.pipeline_parallel_size; ++s) {
+    for (int64_t s = 0; s < parts; ++s) {
       TESSEL_CHECK(std::find(c.custom_pipeline_stage_ids.begin(), c.custom_pipeline_stage_ids.end(), s) !=
                    c.custom_pipeline_stage_ids.end())
-          << "custom_pipeline_stage_ids [" << Join(c.custom_pipeline_stage_ids) << "] give stage " << s
-          << " no layers; expected every stage 0.." << c.pipeline_parallel_size - 1 << " to hold one or more";
+          << "custom_pipeline_stage_ids [" << Join(c.custom_pipeline_stage_ids) << "] give " << part << " "
+          << s << " no layers; expected every " << part << " 0.." << parts - 1 << " to hold one or more";
     }
   }
   TESSEL_CHECK(!(c.sequence_parallel && c.all_to_all_sequence_parallel))
@@ -78,9 +85,14 @@ void Setup(const Config& in) {
       << dp;
   TESSEL_CHECK(c.zero_stage >= 0 && c.zero_stage <= 3)
       << "zero_stage=" << c.zero_stage << "; expected 0 (off), 1, 2 or 3";
-  TESSEL_CHECK(c.pipeline_parallel_size == 1 || c.pipeline_num_layers >= c.pipeline_parallel_size)
+  TESSEL_CHECK(c.pipeline_parallel_size == 1 || c.pipeline_num_layers >= parts)
       << "pipeline_parallel_size=" << c.pipeline_parallel_size
-      << " needs pipeline_num_layers >= the stage count; got " << c.pipeline_num_layers;
+      << (c.virtual_pipeline_size > 1
+              ? " x virtual_pipeline_size=" + std::to_string(c.virtual_pipeline_size) +
+                    " needs pipeline_num_layers >= " + std::to_string(parts) +
+                    " (a layer or more per virtual stage)"
+              : std::string(" needs pipeline_num_layers >= the stage count"))
+      << "; got " << c.pipeline_num_layers;
   // The mode's grids: stage s gets dp x tp ranks, every rank of the world once.
   const ParallelMode mode = FindParallelMode(c.tensor_parallel_mode);
   const ParallelModeSizes sizes{.world_size = world,
@@ -147,11 +159,10 @@ std::string LayerAssignmentText() {
   const std::vector<int64_t> layer_stages = LayerStages();
   const std::vector<std::vector<int>> stage_ranks = StageRanks();
   std::ostringstream os;
-  os << layer_stages.size() << " layers on " << c.pipeline_parallel_size << " stages:";
+  os << layer_stages.size() << " layers on " << c.pipeline_parallel_size << " stages";
+  if (c.virtual_pipeline_size > 1) os << " of " << c.virtual_pipeline_size << " chunks";
+  os << ":";
   for (size_t s = 0; s < stage_ranks.size(); ++s) {
-    std::vector<int64_t> layers;
-    for (size_t l = 0; l < layer_stages.size(); ++l)
-      if (layer_stages[l] == static_cast<int64_t>(s)) layers.push_back(static_cast<int64_t>(l));
     // Contiguous ranks as a range; a mode's other grids in full.
     const std::vector<int>& ranks = stage_ranks[s];
     bool contiguous = true;
@@ -162,12 +173,23 @@ std::string LayerAssignmentText() {
     else
       os << "[" << Join(ranks) << "]";
     os << "): ";
-    if (layers.empty())
+    // Each chunk's run of layers (one chunk: the stage's).
+    std::vector<std::string> runs;
+    for (int64_t chunk = 0; chunk < c.virtual_pipeline_size; ++chunk) {
+      const int64_t part = chunk * c.pipeline_parallel_size + static_cast<int64_t>(s);
+      std::vector<int64_t> layers;
+      for (size_t l = 0; l < layer_stages.size(); ++l)
+        if (layer_stages[l] == part) layers.push_back(static_cast<int64_t>(l));
+      if (layers.empty()) continue;
+      runs.push_back(layers.size() == 1
+                         ? std::to_string(layers[0])
+                         : std::to_string(layers.front()) + ".." + std::to_string(layers.back()));
+    }
+    if (runs.empty())
       os << "no layers";
-    else if (layers.size() == 1)
-      os << "layer " << layers[0];
     else
-      os << "layers " << layers.front() << ".." << layers.back();
+      os << (runs.size() == 1 && runs[0].find("..") == std::string::npos ? "layer " : "layers ")
+         << Join(runs, ", ");
   }
   return os.str();
 }
@@ -191,7 +213,7 @@ const Config& GetConfig() { return Current(); }
 int Rank() { return CurrentRank(); }
 int WorldSize() { return CurrentWorldSize(); }
 
-int64_t GetLayerStageId(int64_t layer_idx) {
+int64_t GetLayerVirtualStageId(int64_t layer_idx) {
   const Config& c = Current();
   const int64_t layers = std::max<int64_t>(c.pipeline_num_layers, 1);
   if (layer_idx == -1) layer_idx = layers - 1;
@@ -199,11 +221,16 @@ int64_t GetLayerStageId(int64_t layer_idx) {
       << "layer_idx " << layer_idx << " is out of range; expected -1 or 0.." << layers - 1
       << " (pipeline_num_layers=" << c.pipeline_num_layers << ")";
   if (!c.custom_pipeline_stage_ids.empty()) return c.custom_pipeline_stage_ids[layer_idx];
-  // Balanced: stage s takes a contiguous run of layers, larger runs first.
-  for (int64_t s = 0; s < c.pipeline_parallel_size; ++s) {
-    if (layer_idx < BalancedPart({0, layers}, c.pipeline_parallel_size, s).end) return s;
+  // Balanced: part j takes a contiguous run of layers, larger runs first.
+  const int64_t parts = c.pipeline_parallel_size * c.virtual_pipeline_size;
+  for (int64_t j = 0; j < parts; ++j) {
+    if (layer_idx < BalancedPart({0, layers}, parts, j).end) return j;
   }
-  return c.pipeline_parallel_size - 1;
+  return parts - 1;
+}
+
+int64_t GetLayerStageId(int64_t layer_idx) {
+  return GetLayerVirtualStageId(layer_idx) % Current().pipeline_parallel_size;
 }
 
 Placement GetLayerPlacement(int64_t layer_idx) {
@@ -235,7 +262,7 @@ int64_t DataParallelIndex(int rank) {
 std::vector<int64_t> LayerStages() {
   std::vector<int64_t> stages;
   for (int64_t l = 0; l < std::max<int64_t>(Current().pipeline_num_layers, 1); ++l)
-    stages.push_back(GetLayerStageId(l));
+    stages.push_back(GetLayerVirtualStageId(l));
   return stages;
 }
 

@@ -28,8 +28,16 @@ struct Config {
   int64_t tensor_parallel_size = 1;
   int64_t pipeline_parallel_size = 1;
   int64_t pipeline_num_layers = 0;  // layers to spread over the stages (0: no layer index is valid but -1/0)
-  std::vector<int64_t> custom_pipeline_stage_ids = {};  // stage per layer, overriding the balanced split
-  DeviceType device_type = DeviceType::kCPU;            // where the layers' placements keep their shards
+  // Model chunks per pipeline stage (Megatron's virtual pipeline, for the
+  // interleaved_1f1b schedule): the layers are split into
+  // pipeline_parallel_size x virtual_pipeline_size parts (virtual stages),
+  // part j on stage j mod pipeline_parallel_size, so each stage holds v
+  // parts spread along the model and the pipeline's bubble shrinks v-fold.
+  int64_t virtual_pipeline_size = 1;
+  // The stage of each layer (its virtual stage when virtual_pipeline_size >
+  // 1), overriding the balanced split.
+  std::vector<int64_t> custom_pipeline_stage_ids = {};
+  DeviceType device_type = DeviceType::kCPU;  // where the layers' placements keep their shards
   // ZeRO (DeepSpeed's stages; LiBai's train.zero_optimization): over the
   // data-parallel ranks, 1 splits the optimizer state, 2 the gradients too,
   // 3 the parameters too (gathered where a layer computes with them). 0: off.
@@ -62,11 +70,14 @@ int WorldSize();
 
 // The stage of a layer (-1: the last layer), balanced or custom.
 int64_t GetLayerStageId(int64_t layer_idx);
+// Its virtual stage (the part of the model it belongs to, 0..pp x v - 1;
+// its stage is this mod pp). Without virtual stages, the stage.
+int64_t GetLayerVirtualStageId(int64_t layer_idx);
 // The placement of a layer's stage: its ranks as [dp, tp], [dp], [tp] or [1]
 // (mesh axes of size 1 are dropped).
 Placement GetLayerPlacement(int64_t layer_idx);
 // For graph mode (GraphOptions): the world ranks of each pipeline stage,
-// and the stage of each of the pipeline_num_layers layers.
+// and the (virtual) stage of each of the pipeline_num_layers layers.
 std::vector<std::vector<int>> StageRanks();
 // This rank's (or `rank`'s) index along the data-parallel axis of its
 // stage's grid.

@@ -8,14 +8,18 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "core/allocator.h"
 #include "core/comm/process_group.h"
 #include "core/error.h"
 #include "core/init.h"
+#include "core/join.h"
 #include "graph/boxing_executor.h"
+#include "graph/passes/passes.h"
 #include "graph/plan/in_order_executor.h"
 #include "sbp/global_tensor.h"
 
@@ -28,8 +32,11 @@ int64_t NowMicros() {
       .count();
 }
 
-std::string UnitName(bool backward, int micro_batch, bool weight = false) {
-  return std::string(weight ? "W" : backward ? "B" : "F").append(std::to_string(micro_batch));
+// "F3", or "F3c1" for chunk 1 of a stage holding several.
+std::string UnitName(bool backward, int micro_batch, bool weight, int chunk, int chunks) {
+  std::string name = std::string(weight ? "W" : backward ? "B" : "F").append(std::to_string(micro_batch));
+  if (chunks > 1) name.append("c").append(std::to_string(chunk));
+  return name;
 }
 
 // A global value computed on another stage, as this rank sees it: its
@@ -45,7 +52,11 @@ Tensor OffRankValue(const ir::Value& v) {
 // stream, in which order.
 struct ActorRuntime::Program {
   size_t num_ops = 0, num_values = 0;  // of the graph it was built for
-  int stage = 0, stages = 1, micro_batches = 1;
+  // This rank's stage of `stages`, holding `chunks` model chunks (virtual
+  // stages stage, stage + stages, ...; Op::stage is the virtual stage).
+  int stage = 0, stages = 1, chunks = 1, micro_batches = 1;
+  // The model chunk of an op of `virtual_stage` (0 for local ops).
+  int ChunkOf(int virtual_stage) const { return virtual_stage < 0 ? 0 : virtual_stage / stages; }
   std::vector<char> runs;  // per op
   // Per op: a backward op of the weight-gradient (W) part of its
   // micro-batch, when the schedule lists W units.
@@ -81,31 +92,39 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   p->num_values = graph.values().size();
 
   // This rank's stage: the one whose ops compute on (or, for sends, read
-  // from) a placement holding it.
+  // from) a placement holding it; under an interleaved pipeline, the
+  // virtual stages it holds, one per model chunk.
   const int rank = CurrentRank();
-  int stage = -1, stages = 0, micro_batches = 1;
+  int virtual_stages = 0, micro_batches = 1;
+  std::set<int> mine_stages;
   for (const ir::Op& op : ops) {
     micro_batches = std::max(micro_batches, op.micro_batch + 1);
     if (op.stage < 0) continue;
-    stages = std::max(stages, op.stage + 1);
+    virtual_stages = std::max(virtual_stages, op.stage + 1);
     bool holds = false;
     for (int o : op.outputs) holds |= graph.value(o).placement.Contains(rank);
     if (op.name == "send") holds |= graph.value(op.inputs[0]).placement.Contains(rank);
-    if (!holds) continue;
-    TESSEL_CHECK_CODE(stage < 0 || stage == op.stage, StatusCode::kInternal)
-        << "graph '" << graph.name() << "': rank " << rank << " computes on stages " << stage << " and "
-        << op.stage << " (op " << op.id << " '" << op.name << "')";
-    stage = op.stage;
+    if (holds) mine_stages.insert(op.stage);
   }
-  p->stages = std::max(stages, 1);
-  p->stage = stages == 0 ? 0 : stage;
+  p->chunks = std::max<int>(static_cast<int>(mine_stages.size()), 1);
+  p->stages = std::max(virtual_stages / p->chunks, 1);
+  p->stage = mine_stages.empty() ? 0 : *mine_stages.begin();
+  int expected = p->stage;
+  for (int s : mine_stages) {
+    TESSEL_CHECK_CODE(s == expected && virtual_stages % p->chunks == 0, StatusCode::kInternal)
+        << "graph '" << graph.name() << "': rank " << rank << " computes on stages {"
+        << Join(std::vector<int>(mine_stages.begin(), mine_stages.end())) << "} of " << virtual_stages
+        << "; expected one stage, or one virtual stage in each of its chunks (" << p->stage << ", "
+        << p->stage + p->stages << ", ...)";
+    expected += p->stages;
+  }
   p->micro_batches = micro_batches;
   // Every rank checks the whole pipeline's orders, so a schedule whose
   // stages disagree or would wait on each other fails on every rank before
   // a step runs.
-  const std::string wrong = CheckSchedule(options_.schedule, p->stages, micro_batches);
+  const std::string wrong = CheckSchedule(options_.schedule, p->stages, micro_batches, p->chunks);
   TESSEL_CHECK(wrong.empty()) << "graph '" << graph.name() << "': " << wrong;
-  if (p->stages > 1 && options_.schedule == "1f1b" && micro_batches < p->stages) {
+  if (p->stages > 1 && p->chunks == 1 && options_.schedule == "1f1b" && micro_batches < p->stages) {
     LOG_IF(WARNING, rank == 0)
         << "graph '" << graph.name() << "': 1F1B over " << micro_batches << " micro-batches on " << p->stages
         << " stages: the warm-up of stages 0.." << p->stages - micro_batches
@@ -127,25 +146,31 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   // input here would otherwise be ready at once and wait, first in its
   // stream, for a send made at the very end, and a send moved ahead would
   // reach a receive posted for another message.
-  // Slots per micro-batch k: 3k forward, 3k + 1 backward, 3k + 2 its
-  // weight-gradient part (the backward's slot when the schedule lists no W).
-  std::vector<int64_t> slot_of(static_cast<size_t>(3 * micro_batches), 0);
+  // Slots per micro-batch k of chunk c, u = c m + k: 3u forward, 3u + 1
+  // backward, 3u + 2 its weight-gradient part (the backward's slot when the
+  // schedule lists no W).
+  const size_t units = static_cast<size_t>(micro_batches * p->chunks);
+  auto unit_of = [&](int chunk, int micro_batch) {
+    return static_cast<size_t>(chunk * micro_batches + micro_batch);
+  };
+  std::vector<int64_t> slot_of(3 * units, 0);
   int first_micro_batch_op = static_cast<int>(ops.size());
   for (const ir::Op& op : ops)
     if (op.micro_batch >= 0) first_micro_batch_op = std::min(first_micro_batch_op, op.id);
   bool split_backward = false;
   if (p->stage >= 0) {
-    const std::vector<Action> actions = StageActions(options_.schedule, p->stages, p->stage, micro_batches);
+    const std::vector<Action> actions =
+        StageActions(options_.schedule, p->stages, p->stage, micro_batches, p->chunks);
     for (size_t i = 0; i < actions.size(); ++i) {
-      const size_t k = static_cast<size_t>(actions[i].micro_batch);
-      slot_of[3 * k + (actions[i].weight ? 2 : actions[i].backward ? 1 : 0)] = static_cast<int64_t>(i);
+      const size_t u = unit_of(actions[i].chunk, actions[i].micro_batch);
+      slot_of[3 * u + (actions[i].weight ? 2 : actions[i].backward ? 1 : 0)] = static_cast<int64_t>(i);
       split_backward |= actions[i].weight;
     }
     if (!split_backward)
-      for (size_t k = 0; k < static_cast<size_t>(micro_batches); ++k) slot_of[3 * k + 2] = slot_of[3 * k + 1];
+      for (size_t u = 0; u < units; ++u) slot_of[3 * u + 2] = slot_of[3 * u + 1];
   }
   p->runs.assign(ops.size(), 0);
-  for (const ir::Op& op : ops) p->runs[op.id] = op.stage < 0 || (p->stage >= 0 && op.stage == p->stage);
+  for (const ir::Op& op : ops) p->runs[op.id] = op.stage < 0 || op.stage % p->stages == p->stage;
 
   const std::vector<std::vector<int>> all_preds = ir::Predecessors(graph);
   std::vector<int> mine;  // op ids this rank runs, program order
@@ -166,7 +191,7 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   // stage needs (the sends of the micro-batch's backward and everything of
   // that backward they depend on); the rest, weight gradients and their
   // accumulation, is its W part. A first stage sends nothing back, so all
-  // of its backward is W.
+  // of its backward is W. (A chunk's B part is that of its own backward.)
   p->weight.assign(ops.size(), 0);
   if (split_backward) {
     std::vector<char> feeds_send(mine.size(), 0);
@@ -183,7 +208,8 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
       const ir::Op& op = ops[static_cast<size_t>(mine[i])];
       for (int pred : preds[i]) {
         const ir::Op& before = ops[static_cast<size_t>(mine[static_cast<size_t>(pred)])];
-        if (before.backward && before.micro_batch == op.micro_batch)
+        if (before.backward && before.micro_batch == op.micro_batch &&
+            (before.stage < 0 || op.stage < 0 || before.stage == op.stage))
           stack.push_back(static_cast<size_t>(pred));
       }
     }
@@ -212,9 +238,10 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
     // order. It goes first, with the hoisted ops.
     const bool reads_only_variables = preds[i].empty() && op.name != "send" && op.name != "recv";
     const size_t kind = p->weight[static_cast<size_t>(op.id)] ? 2 : op.backward ? 1 : 0;
-    const int64_t slot = op.micro_batch >= 0 ? slot_of[3 * static_cast<size_t>(op.micro_batch) + kind]
-                         : after_units && !reads_only_variables ? 3 * micro_batches  // after every unit
-                                                                : -1;
+    const int64_t slot =
+        op.micro_batch >= 0 ? slot_of[3 * unit_of(p->ChunkOf(op.stage), op.micro_batch) + kind]
+        : after_units && !reads_only_variables ? static_cast<int64_t>(3 * units)  // after every unit
+                                               : -1;
     priority[i] = (slot + 1) * n + op.id;
   }
   const std::vector<int> order = ir::PriorityTopologicalOrder(preds, priority);
@@ -273,8 +300,8 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   }
   VLOG(1) << "graph '" << graph.name() << "': rank " << rank << " runs " << mine.size() << " of "
           << ops.size() << " ops on stage " << p->stage << " of " << p->stages << " (" << p->order[0].size()
-          << " compute, " << p->order[1].size() << " communication), " << options_.schedule << " over "
-          << micro_batches << " micro-batches";
+          << " compute, " << p->order[1].size() << " communication) in " << p->chunks << " chunk(s), "
+          << options_.schedule << " over " << micro_batches << " micro-batches";
   cached = std::move(p);
   return *cached;
 }
@@ -418,6 +445,7 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
       ActorEvent event{.op = id,
                        .stream = stream,
                        .micro_batch = op.micro_batch,
+                       .chunk = program.ChunkOf(op.stage),
                        .backward = op.backward,
                        .weight = program.weight[static_cast<size_t>(id)] != 0,
                        .start_us = NowMicros()};
@@ -434,9 +462,9 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
             return;
           }
           // Posted, not waited for: the completion thread waits.
-          auto posted = std::make_unique<PostedSends>(
-              PostSendSlices(args.at(0), Placement::Parse(op.attrs.Get<std::string>("placement")),
-                             NdSbp::Parse(op.attrs.Get<std::string>("nd_sbp"))));
+          auto posted = std::make_unique<PostedSends>(PostSendSlices(
+              args.at(0), Placement::Parse(op.attrs.Get<std::string>("placement")),
+              NdSbp::Parse(op.attrs.Get<std::string>("nd_sbp")), passes::StageTransferTag(op.attrs)));
           std::lock_guard<std::mutex> lock(state.mu);
           state.sends.push_back(std::move(posted));
           state.max_pending_sends = std::max(state.max_pending_sends, ++state.pending_sends);
@@ -514,6 +542,7 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
   last_.rank = CurrentRank();
   last_.stage = program.stage;
   last_.stages = program.stages;
+  last_.chunks = program.chunks;
   last_.micro_batches = program.micro_batches;
   last_.schedule = options_.schedule;
   last_.max_pending_sends = state.max_pending_sends;
@@ -523,17 +552,22 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
   last_.events = std::move(events[0]);
   last_.events.insert(last_.events.end(), events[1].begin(), events[1].end());
   // Units in the order the compute stream began them; in flight: forwards
-  // begun whose backward (and weight-gradient part) has not ended.
-  std::vector<char> seen(static_cast<size_t>(3 * program.micro_batches), 0);
-  std::vector<int64_t> backward_end(static_cast<size_t>(program.micro_batches), 0);
-  std::vector<int64_t> forward_start(static_cast<size_t>(program.micro_batches), -1);
+  // begun whose backward (and weight-gradient part) has not ended, each
+  // chunk's apart.
+  const size_t units = static_cast<size_t>(program.micro_batches * program.chunks);
+  std::vector<char> seen(3 * units, 0);
+  std::vector<int64_t> backward_end(units, 0);
+  std::vector<int64_t> forward_start(units, -1);
   for (const ActorEvent& e : last_.events) {
     if (e.stream != Stream::kCompute || e.micro_batch < 0) continue;
-    const size_t k = static_cast<size_t>(e.micro_batch), kind = e.weight ? 2 : e.backward ? 1 : 0;
-    if (!seen[3 * k + kind]) last_.actions.push_back({e.backward, e.micro_batch, e.weight});
-    seen[3 * k + kind] = 1;
-    if (e.backward) backward_end[k] = std::max(backward_end[k], e.end_us);
-    if (!e.backward && forward_start[k] < 0) forward_start[k] = e.start_us;
+    const size_t u = static_cast<size_t>(e.chunk * program.micro_batches + e.micro_batch), kind = e.weight ? 2
+                                                                                                  : e.backward
+                                                                                                      ? 1
+                                                                                                      : 0;
+    if (!seen[3 * u + kind]) last_.actions.push_back({e.backward, e.micro_batch, e.weight, e.chunk});
+    seen[3 * u + kind] = 1;
+    if (e.backward) backward_end[u] = std::max(backward_end[u], e.end_us);
+    if (!e.backward && forward_start[u] < 0) forward_start[u] = e.start_us;
   }
   for (int64_t t : forward_start) {
     if (t < 0) continue;
@@ -561,40 +595,44 @@ std::string ActorRuntime::TimelineJson(const ir::Graph& graph) const {
   std::ostringstream os;
   os << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
   os << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" << r.rank << ",\"args\":{\"name\":\"rank "
-     << r.rank << " (stage " << r.stage << ")\"}},\n";
+     << r.rank << " (stage " << r.stage << (r.chunks > 1 ? ", " + std::to_string(r.chunks) + " chunks" : "")
+     << ")\"}},\n";
   const char* tracks[] = {"compute", "communication", "schedule"};
   for (int t = 0; t < 3; ++t)
     os << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << r.rank << ",\"tid\":" << t
        << ",\"args\":{\"name\":\"" << tracks[t] << "\"}},\n";
   auto event = [&](const std::string& name, const char* cat, int tid, int64_t start, int64_t end,
-                   int micro_batch, int op) {
+                   int micro_batch, int chunk, int op) {
     os << "{\"ph\":\"X\",\"name\":\"" << name << "\",\"cat\":\"" << cat << "\",\"pid\":" << r.rank
        << ",\"tid\":" << tid << ",\"ts\":" << start << ",\"dur\":" << std::max<int64_t>(end - start, 0)
-       << ",\"args\":{\"stage\":" << r.stage << ",\"micro_batch\":" << micro_batch;
+       << ",\"args\":{\"stage\":" << r.stage << ",\"micro_batch\":" << micro_batch << ",\"chunk\":" << chunk;
     if (op >= 0) os << ",\"op\":" << op;
     os << "}},\n";
   };
-  // Units: from the first to the last compute actor of (micro-batch, pass).
-  // Pass 0 forward, 1 backward, 2 a split backward's weight gradients.
-  std::map<std::pair<int, int>, std::pair<int64_t, int64_t>> units;  // (pass, micro-batch) -> span
+  // Units: from the first to the last compute actor of (chunk, pass,
+  // micro-batch). Pass 0 forward, 1 backward, 2 a split backward's weight
+  // gradients.
+  std::map<std::tuple<int, int, int>, std::pair<int64_t, int64_t>> units;  // -> span
   const char* pass_names[] = {"forward", "backward", "weight"};
   for (const ActorEvent& e : r.events) {
     const int pass = e.weight ? 2 : e.backward ? 1 : 0;
     const char* cat = e.micro_batch < 0 ? "step" : pass_names[pass];
     event(graph.ops().at(static_cast<size_t>(e.op)).name, cat, static_cast<int>(e.stream), e.start_us,
-          e.end_us, e.micro_batch, e.op);
+          e.end_us, e.micro_batch, e.chunk, e.op);
     if (e.stream != Stream::kCompute || e.micro_batch < 0) continue;
-    auto [it, is_new] = units.try_emplace({pass, e.micro_batch}, e.start_us, e.end_us);
+    auto [it, is_new] = units.try_emplace({e.chunk, pass, e.micro_batch}, e.start_us, e.end_us);
     it->second.first = std::min(it->second.first, e.start_us);
     it->second.second = std::max(it->second.second, e.end_us);
   }
-  for (const auto& [key, span] : units)
-    event(UnitName(key.first != 0, key.second, key.first == 2), pass_names[key.first], 2, span.first,
-          span.second, key.second, -1);
+  for (const auto& [key, span] : units) {
+    const auto [chunk, pass, micro_batch] = key;
+    event(UnitName(pass != 0, micro_batch, pass == 2, chunk, r.chunks), pass_names[pass], 2, span.first,
+          span.second, micro_batch, chunk, -1);
+  }
   // The step itself closes the list (no trailing comma to strip).
   os << "{\"ph\":\"X\",\"name\":\"step\",\"cat\":\"step\",\"pid\":" << r.rank
      << ",\"tid\":2,\"ts\":" << r.start_us << ",\"dur\":" << r.end_us - r.start_us
-     << ",\"args\":{\"stage\":" << r.stage << ",\"stages\":" << r.stages
+     << ",\"args\":{\"stage\":" << r.stage << ",\"stages\":" << r.stages << ",\"chunks\":" << r.chunks
      << ",\"micro_batches\":" << r.micro_batches << ",\"schedule\":\"" << r.schedule << "\"}}\n";
   os << "]}\n";
   return os.str();

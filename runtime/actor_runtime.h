@@ -62,6 +62,7 @@ struct ActorEvent {
   int op = 0;  // id in the compiled graph
   Stream stream = Stream::kCompute;
   int micro_batch = -1;
+  int chunk = 0;  // the model chunk, when the stage holds several
   bool backward = false;
   bool weight = false;               // of a split backward's weight-gradient (W) part
   int64_t start_us = 0, end_us = 0;  // steady clock (shared by the processes of a machine)
@@ -71,11 +72,12 @@ struct ActorEvent {
 struct StepReport {
   int rank = 0;
   int stage = 0, stages = 1, micro_batches = 1;
+  int chunks = 1;  // model chunks (virtual stages) on this stage: interleaved pipelines
   std::string schedule = "1f1b";
   // The forward, backward (and weight-gradient) units of this stage in the
   // order the compute stream began them (a unit is the ops of one
   // micro-batch's forward or backward, or of a split backward's part, on
-  // this stage).
+  // this stage, or on one of its chunks).
   std::vector<Action> actions;
   // The most micro-batches whose forward had begun and backward had not
   // ended: how many micro-batches' activations the stage held at once.

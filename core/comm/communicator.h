@@ -110,9 +110,13 @@ class Communicator {
   // (boxing during a pipeline's sends) cannot be matched with each other.
   static constexpr uint32_t kSeqBits = 24;
   // Channel 0 is what a plain Send/Recv with the default tag uses; boxing
-  // transfers use kBoxingChannel; kFirstFreeChannel and above are for
-  // whoever schedules concurrent streams (pipeline edges, say).
+  // transfers use kBoxingChannel; a compiled graph's stage transfers use
+  // kStageTransferChannel with the transfer's index as the sequence (the
+  // same on both sides, whatever order they run their transfers in);
+  // kFirstFreeChannel and above are for whoever schedules concurrent
+  // streams.
   static constexpr uint8_t kBoxingChannel = 1;
+  static constexpr uint8_t kStageTransferChannel = 2;
   static constexpr uint8_t kFirstFreeChannel = 16;
   static uint32_t MakeTag(uint8_t channel, uint32_t seq) {
     return (static_cast<uint32_t>(channel) << kSeqBits) | (seq & ((1u << kSeqBits) - 1));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "graph/ir/graph_ir.h"
 
@@ -57,12 +58,26 @@ void InsertBoxing(ir::Graph& graph);
 // stages becomes a `send` on the source stage and a `recv` on the
 // destination, with the layout changes each side needs before and after
 // as to_global ops of their own (stage boundaries are then explicit for
-// the executor and the plan). Throws, naming the op, for an op of layer l
-// computed off layer l's stage, an op whose values lie on several stages
-// or off every stage, and a layer beyond `layer_stages`. Empty
-// `stage_ranks`: nothing changes. Runs after boxing insertion.
+// the executor and the plan); each send / recv pair carries its own
+// message tag. Throws, naming the op, for an op of layer l computed off
+// layer l's stage, an op whose values lie on several stages or off every
+// stage, and a layer beyond `layer_stages`. Empty `stage_ranks`: nothing
+// changes. Runs after boxing insertion.
+//
+// Virtual stages (interleaved pipelines): when `layer_stages` name more
+// stages than `stage_ranks` holds, p = stage_ranks.size(), they are
+// virtual stages 0..v p - 1 (v p of them, every one given a layer),
+// virtual stage j running on stage_ranks[j mod p]. Op::stage is then the
+// virtual stage: a layer's ops get their layer's; an op of no layer the
+// latest virtual stage among the ops on its ranks whose results it reads
+// (the first of its ranks' when there are none); a transfer's receiving
+// side the next virtual stage on its ranks after the sender's (forward)
+// or the one before it (backward).
 void AssignStages(ir::Graph& graph, const std::vector<std::vector<int>>& stage_ranks,
                   const std::vector<int64_t>& layer_stages);
+// The message tag of a send or recv op AssignStages made (its "tag"
+// attribute on the stage-transfer channel); none for one without.
+std::optional<uint32_t> StageTransferTag(const Attrs& attrs);
 
 // Fuses data-parallel gradient reductions into buckets: `to_global` ops that
 // turn a partial sum into a broadcast along one mesh axis (one all-reduce

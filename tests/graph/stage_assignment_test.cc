@@ -3,6 +3,7 @@
 // layout changes each side needs), and misplaced ops are named.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -207,6 +208,61 @@ TEST(StageAssignment, PipelineConfigsThatLoseOrReverseLayersAreRefused) {
     g.graph.SetOps(std::move(ops));
     EXPECT_EQ(ErrorOf([&] { passes::AssignStages(g.graph, kStageRanks, {}); }), "no error");
   }
+}
+
+// Four layers on two stages of two chunks (virtual stages 0..3 on ranks
+// {0, 1}, {2, 3}, {0, 1}, {2, 3}): each op gets its layer's virtual
+// stage, an op of no layer the latest it reads from on its ranks, and
+// each transfer goes to the next virtual stage on the receiving ranks
+// (forward) or the one before (backward), under a tag of its own.
+TEST(StageAssignment, InterleavedLayersGetVirtualStages) {
+  SmallGraph g("interleaved", kStage0);
+  const int x = g.Input("x", {8, 4}, kB);
+  const int embedded = g.Op("neg", {x}, {kB}, {8, 4}, kB);  // no layer, stage 0's ranks
+  int h = embedded;
+  std::vector<int> layer_outputs;
+  for (int layer = 0; layer < 4; ++layer) {
+    if (layer > 0) h = g.ToGlobal(h, kB, layer % 2 ? &kStage1 : &kStage0);
+    h = g.Op("tanh", {h}, {kB}, {8, 4}, kB);
+    SetLayer(g.graph, h, layer);
+    layer_outputs.push_back(h);
+  }
+  const int head = g.Op("sigmoid", {h}, {kB}, {8, 4}, kB);  // no layer, after layer 3 on stage 1's ranks
+  // A gradient from the head back to stage 0's ranks.
+  const int gradient = g.ToGlobal(head, kB, &kStage0);
+  const int summed = g.Op("add", {gradient, embedded}, {kB, kB}, {8, 4}, kB);
+  g.graph.MarkOutput("summed", summed);
+  std::vector<ir::Op> ops = g.graph.ops();
+  ops[static_cast<size_t>(g.graph.value(gradient).producer)].backward = true;
+  ops[static_cast<size_t>(g.graph.value(summed).producer)].backward = true;
+  g.graph.SetOps(std::move(ops));
+
+  passes::AssignStages(g.graph, kStageRanks, {0, 1, 2, 3});
+  ir::Verify(g.graph, true);
+  std::vector<std::string> placed;
+  std::set<int64_t> tags;
+  for (const ir::Op& op : g.graph.ops()) {
+    placed.push_back(op.name + "@" + std::to_string(op.stage));
+    if (op.name == "send") tags.insert(op.attrs.Get<int64_t>("tag"));
+  }
+  EXPECT_EQ(placed, (std::vector<std::string>{"neg@0", "tanh@0", "send@0", "recv@1", "tanh@1", "send@1",
+                                              "recv@2", "tanh@2", "send@2", "recv@3", "tanh@3", "sigmoid@3",
+                                              "send@3", "recv@2", "add@2"}))
+      << g.graph.ToText();
+  EXPECT_EQ(tags, (std::set<int64_t>{0, 1, 2, 3}));
+
+  // Virtual stages must come in whole chunks per stage, each with a layer.
+  SmallGraph three("three", kStage0);
+  three.graph.MarkOutput("y", three.Op("neg", {three.Input("x", {4}, kB)}, {kB}, {4}, kB));
+  const std::string m = ErrorOf([&] { passes::AssignStages(three.graph, kStageRanks, {0, 1, 2}); });
+  EXPECT_NE(
+      m.find("the layers' stages {0, 1, 2} name 3 virtual stages over 2 stages; expected a multiple of 2"),
+      std::string::npos)
+      << m;
+  const std::string empty = ErrorOf([&] { passes::AssignStages(three.graph, kStageRanks, {0, 1, 3, 3}); });
+  EXPECT_NE(empty.find("pipeline virtual stage 2 (stage 0) (ranks {0, 1}) is given none of the 4 layers"),
+            std::string::npos)
+      << empty;
 }
 
 TEST(StageAssignment, ATransferWhoseSidesDisagreeOnTheSpecFailsVerification) {
