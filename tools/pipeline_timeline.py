@@ -5,16 +5,18 @@ Input: the timeline_rank<r>.json files a run writes with --timeline_dir (the
 Chrome-trace JSON of each rank's last step; Perfetto opens them too). Output:
 a PNG with one row per rank, labelled with its stage: forward units (F<k>)
 blue, backward units (B<k>) green, the weight-gradient units of a
-zero-bubble schedule (W<k>) purple, the micro-batch written on each, and under
+zero-bubble schedule (W<k>) purple, the micro-batch written on each (under an
+interleaved schedule each model chunk a lighter shade, F<k>c<c>), and under
 them a thin row of the rank's communication (layout changes, gradient
 buckets in orange, sends and receives). Gaps in the rows are the bubble.
 
 The bubble fraction of a rank is the share of the pipeline's span (the first
 unit to begin on any rank to the last to end) in which its compute stream
 ran nothing; it is printed per rank with their mean, next to the ideal
-(p - 1) / (m + p - 1) of p stages and m micro-batches with even stages, or
+(p - 1) / (m + p - 1) of p stages and m micro-batches with even stages,
 (p - 1) / (3m + p - 1) for a schedule with W units (F, B and W of one
-cost).
+cost), or (p - 1) / (v m + p - 1) for v model chunks per stage (the
+interleaved schedule's bubble of (p - 1) / (v m) of the ideal step).
 Under data parallelism it also prints how long each rank reduced gradient
 buckets and how much of that ran while its backward units computed.
 
@@ -40,6 +42,7 @@ def load(paths):
             "stages": step["args"]["stages"],
             "micro_batches": step["args"]["micro_batches"],
             "schedule": step["args"]["schedule"],
+            "chunks": step["args"].get("chunks", 1),
             "units": [e for e in spans if e["tid"] == 2 and e["name"] != "step"],
             "compute": [e for e in spans if e["tid"] == 0],
             "communication": [e for e in spans if e["tid"] == 1],
@@ -76,6 +79,15 @@ def gradient_reduction(rank):
     return sum(e["dur"] for e in buckets) / 1e3, overlap_time(buckets, backward) / 1e3
 
 
+def shade(colour, chunk, chunks):
+    """`colour` lightened for later model chunks (chunk 0 as is)."""
+    if chunks <= 1 or chunk == 0:
+        return colour
+    mix = 0.55 * chunk / (chunks - 1)
+    rgb = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(c + (255 - c) * mix):02X}" for c in rgb)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("inputs", nargs="+", help="timeline JSON files, or directories holding timeline_rank*.json")
@@ -93,9 +105,10 @@ def main():
     lo = min(u["ts"] for u in units)
     hi = max(u["ts"] + u["dur"] for u in units)
     any_rank = next(iter(ranks.values()))
-    p, m = any_rank["stages"], any_rank["micro_batches"]
+    p, m, v = any_rank["stages"], any_rank["micro_batches"], any_rank["chunks"]
     split = any(u["name"].startswith("W") for u in units)
-    ideal = (p - 1) / (3 * m + p - 1) if split else (p - 1) / (m + p - 1)
+    ideal = (p - 1) / (3 * m + p - 1) if split else (p - 1) / (v * m + p - 1)
+    formula = "(p-1)/(3m+p-1)" if split else "(p-1)/(vm+p-1)" if v > 1 else "(p-1)/(m+p-1)"
     bubbles = {}
     for rank, r in sorted(ranks.items()):
         bubbles[rank] = 1 - busy_time(r["compute"], lo, hi) / (hi - lo)
@@ -104,8 +117,13 @@ def main():
               (f"; gradient buckets {reducing:.1f} ms, {overlapped:.1f} ms of it during backward"
                if reducing else ""))
     mean = sum(bubbles.values()) / len(bubbles)
-    print(f"bubble fraction {100 * mean:.1f}% over {p} stages x {m} micro-batches "
-          f"({any_rank['schedule']}); ideal {'(p-1)/(3m+p-1)' if split else '(p-1)/(m+p-1)'} = {100 * ideal:.1f}%")
+    print(f"bubble fraction {100 * mean:.1f}% over {p} stages" + (f" of {v} chunks" if v > 1 else "") +
+          f" x {m} micro-batches ({any_rank['schedule']}); ideal {formula} = {100 * ideal:.1f}%")
+    if v > 1:
+        # Narayanan et al. state it against the ideal step rather than the span.
+        measured = mean / (1 - mean)
+        print(f"as a fraction of the busy time: {100 * measured:.1f}%; ideal (p-1)/(vm) = "
+              f"{100 * (p - 1) / (v * m):.1f}%")
     if split:
         # ZB-H1's bubble with the measured mean unit costs (Qi et al.):
         # (p - 1)(T_F + T_B - T_W) of a step of m(T_F + T_B + T_W) plus it.
@@ -129,11 +147,12 @@ def main():
         r = ranks[rank]
         y = len(order) - 1 - row
         for u in r["units"]:
-            colour = {"F": "#4C72B0", "B": "#55A868", "W": "#8172B3"}[u["name"][0]]
+            colour = shade({"F": "#4C72B0", "B": "#55A868", "W": "#8172B3"}[u["name"][0]],
+                           u["args"].get("chunk", 0), v)
             ax.broken_barh([((u["ts"] - lo) / 1e3, u["dur"] / 1e3)], (y + 0.25, 0.6),
                            facecolors=colour, edgecolor="white", linewidth=0.5)
-            ax.text((u["ts"] - lo + u["dur"] / 2) / 1e3, y + 0.55, u["name"][1:], ha="center", va="center",
-                    fontsize=7, color="white")
+            ax.text((u["ts"] - lo + u["dur"] / 2) / 1e3, y + 0.55, str(u["args"]["micro_batch"]), ha="center",
+                    va="center", fontsize=7, color="white")
         for buckets, colour in ((False, "#C44E52"), (True, "#DD8452")):
             ax.broken_barh([((e["ts"] - lo) / 1e3, max(e["dur"], 1) / 1e3) for e in r["communication"]
                             if is_gradient_bucket(e) == buckets], (y + 0.02, 0.16),
@@ -142,10 +161,12 @@ def main():
     ax.set_yticklabels([f"rank {k} (stage {ranks[k]['stage']})" for k in order])
     ax.set_xlabel("ms since the first unit began")
     ax.set_xlim(0, (hi - lo) / 1e3)
-    ax.set_title(args.title or f"{any_rank['schedule']}: {p} stages x {m} micro-batches, "
-                 f"bubble {100 * mean:.0f}% (ideal {100 * ideal:.0f}%)")
+    ax.set_title(args.title or f"{any_rank['schedule']}: {p} stages" + (f" of {v} chunks" if v > 1 else "") +
+                 f" x {m} micro-batches, bubble {100 * mean:.0f}% (ideal {100 * ideal:.0f}%)")
     handles = [Patch(color="#4C72B0", label="forward"),
                Patch(color="#55A868", label="backward (input gradients)" if split else "backward")]
+    if v > 1:
+        handles += [Patch(color=shade("#4C72B0", c, v), label=f"chunk {c}") for c in range(1, v)]
     if split:
         handles.append(Patch(color="#8172B3", label="weight gradients"))
     handles += [Patch(color="#C44E52", label="communication"), Patch(color="#DD8452", label="gradient buckets")]

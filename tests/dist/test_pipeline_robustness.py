@@ -4,8 +4,9 @@
 - bad pipeline configs fail before the first step with a message naming the
   value: fewer layers than stages, stage ids of the wrong length, out of
   range, decreasing (a forward edge to an earlier stage) or leaving a stage
-  empty, an unknown schedule; the layer-to-stage assignment is logged with
-  every layer;
+  empty, an unknown schedule, virtual stages without a layer each or
+  without a pipeline; the layer-to-stage assignment is logged with every
+  layer (and each chunk's under virtual stages);
 - 1, p - 1, p and p + 1 micro-batches run under both schedules with one
   pending send per rank, each step well under 5 s;
 - 1,000 iterations of 4 stages x 8 micro-batches under 1F1B, with one
@@ -53,7 +54,12 @@ bad = {
     "a stage with no layers": (PP4 + ["--stage_ids=0,1,1,3"],
                                r"custom_pipeline_stage_ids \[0, 1, 1, 3\] give stage 2 no layers"),
     "stage ids not numbers": (["--pp=2", "--layers=2", "--stage_ids=0,one"], r"'one' is not an integer"),
-    "unknown schedule": (PP4 + ["--schedule=zigzag"], r"pipeline schedule 'zigzag' is not registered; registered: 1f1b, gpipe, naive"),
+    "unknown schedule": (PP4 + ["--schedule=zigzag"], r"pipeline schedule 'zigzag' is not registered; registered: 1f1b, gpipe, interleaved_1f1b, naive"),
+    "virtual stages without layers": (["--pp=2", "--layers=3", "--virtual_pipeline_size=2"],
+                                      r"pipeline_parallel_size=2 x virtual_pipeline_size=2 needs pipeline_num_layers "
+                                      r">= 4 \(a layer or more per virtual stage\); got 3"),
+    "virtual stages without a pipeline": (["--pp=1", "--layers=4", "--virtual_pipeline_size=2"],
+                                          r"virtual_pipeline_size=2 with pipeline_parallel_size=1; expected 1"),
 }
 for name, (flags, pattern) in bad.items():
     code, out, secs = run(launch(flags + ["--steps=2"]), timeout=60)
@@ -66,6 +72,12 @@ expect("the layer-to-stage assignment is logged", out,
        r"pipeline: 6 layers on 4 stages: stage 0 \(ranks 0..0\): layers 0..1; stage 1 \(ranks 1..1\): layer 2; "
        r"stage 2 \(ranks 2..2\): layers 3..4; stage 3 \(ranks 3..3\): layer 5")
 check(f"custom stage ids train ({secs:.1f} s)", code == 0 and "step 0 loss" in out, out)
+code, out, secs = run(launch(["--pp=2", "--layers=6", "--virtual_pipeline_size=2", "--graph", "--micro_batches=4",
+                              "--schedule=interleaved_1f1b", "--steps=1"]), timeout=60)
+expect("the layers of each chunk are logged", out,
+       r"pipeline: 6 layers on 2 stages of 2 chunks: stage 0 \(ranks 0..1\): layers 0..1, 4; "
+       r"stage 1 \(ranks 2..3\): layers 2..3, 5")
+check(f"virtual stages train ({secs:.1f} s)", code == 0 and "step 0 loss" in out, out)
 
 # 2. Micro-batch counts around the stage count, one pending send per rank.
 for schedule in ("1f1b", "gpipe"):

@@ -11,7 +11,13 @@
 - under dp2 x pp2 the last stage reduces gradient buckets before its last
   backward ends (from the timelines; the overlap is printed);
 - 1, p - 1 and p + 1 micro-batches on 4 stages run under 1F1B and give the
-  in-order executor's losses."""
+  in-order executor's losses;
+- interleaved 1F1B with 2 model chunks per stage (virtual stages) under pp2,
+  pp4, dp2 x pp2 and tp2 x pp2 gives the losses of 1F1B on the same layers
+  and of the in-order executor, each rank runs the schedule's order, and
+  stage 0 holds the micro-batches its warm-up says; a micro-batch count
+  that is not a multiple of the stages, and a schedule of one chunk with
+  two, are refused before the first step."""
 import argparse
 import glob
 import os
@@ -21,7 +27,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import check, finish, run  # noqa: E402
-from pipeline_orders import reference  # noqa: E402
+from pipeline_orders import interleaved, reference  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 from pipeline_timeline import gradient_reduction, is_gradient_bucket, load  # noqa: E402
@@ -119,4 +125,43 @@ for m in (1, 3, 5):
     code2, out2, secs2, losses = train(4, flags, schedule="1f1b")
     check(f"pp4 m={m} 1f1b: runs and equals the in-order executor ({secs2:.1f} s)",
           code == 0 and code2 == 0 and same(losses, in_order), f"{losses} vs {in_order}\n{out2}")
+
+# Interleaved 1F1B: 2 chunks per stage, the layers split over 2p virtual stages.
+# name: (processes, stages, flags, micro-batches)
+chunked = {"pp2": (2, 2, ["--pp=2", "--layers=4"], 4), "pp4": (4, 4, ["--pp=4", "--layers=8"], 8),
+           "dp2xpp2": (4, 2, ["--pp=2", "--layers=4"], 4), "tp2xpp2": (4, 2, ["--tp=2", "--pp=2", "--layers=4"], 4)}
+for name, (nproc, stages, flags, m) in chunked.items():
+    base = flags + [f"--micro_batches={m}"]
+    code, out, secs, one_chunk = train(nproc, base, schedule="1f1b")
+    check(f"{name} m={m} 1f1b, {flags[-1][2:]}: ran ({secs:.1f} s)", code == 0 and len(one_chunk) == 3, out)
+    code, out, secs, in_order = train(nproc, base + ["--virtual_pipeline_size=2"])
+    check(f"{name} m={m} 2 chunks per stage, in-order executor: equals 1f1b ({secs:.1f} s)",
+          code == 0 and same(in_order, one_chunk), f"{in_order} vs {one_chunk}\n{out}")
+    code, out, secs, losses = train(nproc, base + ["--virtual_pipeline_size=2"], schedule="interleaved_1f1b")
+    check(f"{name} m={m} interleaved_1f1b: losses equal 1f1b's ({secs:.1f} s)",
+          code == 0 and same(losses, one_chunk), f"{losses} vs {one_chunk}\n{out}")
+    reports = {int(r): (int(s), a.split(), int(f)) for r, s, a, f in re.findall(
+        r"step 2 rank (\d+) stage (\d+) actions ([FBWc0-9 ]+) in_flight (\d+)", out)}
+    check(f"{name} interleaved_1f1b: every rank reported its actions", sorted(reports) == list(range(nproc)), out)
+    for rank, (stage, actions, in_flight) in sorted(reports.items()):
+        want = interleaved(stages, stage, m, 2)
+        check(f"{name} m={m} interleaved_1f1b rank {rank} (stage {stage}): {' '.join(actions)}", actions == want,
+              f"expected {' '.join(want)}")
+        # The warm-up's forwards and the one of the steady state.
+        bound = min(2 * m, 2 * (stages - stage - 1) + stages + 1)
+        check(f"{name} m={m} interleaved_1f1b stage {stage}: {in_flight} chunk micro-batches in flight, at most "
+              f"{bound}", in_flight <= bound and (stage != 0 or in_flight == bound))
+
+# Refused before the first step: micro-batches not a multiple of the stages,
+# and a schedule of one chunk per stage given two.
+code, out, secs, losses = train(4, ["--pp=4", "--layers=8", "--micro_batches=6", "--batch=12",
+                                    "--virtual_pipeline_size=2"], schedule="interleaved_1f1b")
+check(f"pp4 m=6 interleaved_1f1b: refused before a step ({secs:.1f} s)",
+      code != 0 and not losses and "interleaved 1F1B over 6 micro-batches on 4 stages: expected the micro-batches "
+      "a multiple of the stage count" in out and "use 4 or 8" in out, out)
+code, out, secs, losses = train(2, ["--pp=2", "--layers=4", "--micro_batches=4", "--virtual_pipeline_size=2"],
+                                schedule="1f1b")
+check(f"pp2 with 2 chunks under 1f1b: refused before a step ({secs:.1f} s)",
+      code != 0 and not losses and "pipeline schedule '1f1b' runs one model chunk per stage, and each stage holds 2"
+      in out, out)
 finish()

@@ -151,6 +151,7 @@ int RunTrainingProgram(int argc, char** argv) {
                .tensor_parallel_size = d.tensor_parallel_size(),
                .pipeline_parallel_size = d.pipeline_parallel_size(),
                .pipeline_num_layers = d.pipeline_num_layers(),
+               .virtual_pipeline_size = d.virtual_pipeline_size(),
                .custom_pipeline_stage_ids = {d.custom_pipeline_stage_id().begin(),
                                              d.custom_pipeline_stage_id().end()},
                .device_type = ParseDeviceType(d.device()),
