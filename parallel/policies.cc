@@ -96,11 +96,11 @@ ParallelPlan SearchPlan(const PolicyContext& c) {
   std::stable_sort(fits.begin(), fits.end(), [](const Candidate& a, const Candidate& b) {
     return a.estimate.step_s < b.estimate.step_s;
   });
-  // The prediction ranks; a few steps of the three splits it ranks first
-  // (each with its best micro-batch count), then of the fastest split's
-  // other micro-batch counts, decide: the model misses costs
-  // that grow with the op count, such as each micro-batch's scheduling, by
-  // up to a few times on a busy host.
+  // The prediction ranks the splits; a few steps of each micro-batch count
+  // that fits of the three splits it ranks first decide: the model misses
+  // costs that grow with the op count, such as each micro-batch's
+  // scheduling, by up to a few times on a busy host, so it favours many
+  // micro-batches (a smaller bubble) more than such a host does.
   size_t best = 0;
   std::vector<std::string> trials;
   double fastest = 0;
@@ -125,14 +125,10 @@ ParallelPlan SearchPlan(const PolicyContext& c) {
     return std::vector<int64_t>{p.data_parallel, p.tensor_parallel, p.stages};
   };
   if (c.measure) {
-    std::set<std::vector<int64_t>> tried;
-    for (size_t i = 0; i < fits.size() && tried.size() < 3; ++i)
-      if (tried.insert(split_of(fits[i].plan)).second) try_candidate(i);
-    // Then the winner's other micro-batch counts: the model favours many
-    // (a smaller bubble) more than a busy host does.
-    const size_t winner = best;
+    std::set<std::vector<int64_t>> splits;
+    for (size_t i = 0; i < fits.size() && splits.size() < 3; ++i) splits.insert(split_of(fits[i].plan));
     for (size_t i = 0; i < fits.size(); ++i)
-      if (i != winner && split_of(fits[i].plan) == split_of(fits[winner].plan)) try_candidate(i);
+      if (splits.count(split_of(fits[i].plan))) try_candidate(i);
   }
   ParallelPlan chosen = fits[best].plan;
   std::vector<std::string> reasons = {

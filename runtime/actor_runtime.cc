@@ -108,7 +108,8 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   }
   p->chunks = std::max<int>(static_cast<int>(mine_stages.size()), 1);
   p->stages = std::max(virtual_stages / p->chunks, 1);
-  p->stage = mine_stages.empty() ? 0 : *mine_stages.begin();
+  // A rank on no stage of a pipeline runs the local ops only (stage -1).
+  p->stage = !mine_stages.empty() ? *mine_stages.begin() : virtual_stages == 0 ? 0 : -1;
   int expected = p->stage;
   for (int s : mine_stages) {
     TESSEL_CHECK_CODE(s == expected && virtual_stages % p->chunks == 0, StatusCode::kInternal)
@@ -170,7 +171,8 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
       for (size_t u = 0; u < units; ++u) slot_of[3 * u + 2] = slot_of[3 * u + 1];
   }
   p->runs.assign(ops.size(), 0);
-  for (const ir::Op& op : ops) p->runs[op.id] = op.stage < 0 || op.stage % p->stages == p->stage;
+  for (const ir::Op& op : ops)
+    p->runs[op.id] = op.stage < 0 || (p->stage >= 0 && op.stage % p->stages == p->stage);
 
   const std::vector<std::vector<int>> all_preds = ir::Predecessors(graph);
   std::vector<int> mine;  // op ids this rank runs, program order
@@ -560,10 +562,8 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
   std::vector<int64_t> forward_start(units, -1);
   for (const ActorEvent& e : last_.events) {
     if (e.stream != Stream::kCompute || e.micro_batch < 0) continue;
-    const size_t u = static_cast<size_t>(e.chunk * program.micro_batches + e.micro_batch), kind = e.weight ? 2
-                                                                                                  : e.backward
-                                                                                                      ? 1
-                                                                                                      : 0;
+    const size_t u = static_cast<size_t>(e.chunk * program.micro_batches + e.micro_batch);
+    const size_t kind = e.weight ? 2 : e.backward ? 1 : 0;
     if (!seen[3 * u + kind]) last_.actions.push_back({e.backward, e.micro_batch, e.weight, e.chunk});
     seen[3 * u + kind] = 1;
     if (e.backward) backward_end[u] = std::max(backward_end[u], e.end_us);
