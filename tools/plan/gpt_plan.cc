@@ -77,6 +77,7 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
                .tensor_parallel_size = o.tensor_parallel_size,
                .pipeline_parallel_size = o.pipeline_parallel_size,
                .pipeline_num_layers = o.model.layers,
+               .virtual_pipeline_size = o.virtual_pipeline_size,
                .zero_stage = o.zero_stage,
                .sequence_parallel = o.sequence_parallel,
                .all_to_all_sequence_parallel = o.all_to_all_sequence_parallel,
@@ -118,8 +119,9 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
     out.parameter_bytes += LocalBox(p->shape(), p->placement(), p->nd_sbp(), o.rank).numel() *
                            static_cast<int64_t>(ElementSize(p->dtype()));
   }
-  const double p = static_cast<double>(o.pipeline_parallel_size), m = static_cast<double>(o.micro_batches);
-  out.bubble_fraction = (p - 1) / (m + p - 1);
+  const double p = static_cast<double>(o.pipeline_parallel_size), m = static_cast<double>(o.micro_batches),
+               v = static_cast<double>(o.virtual_pipeline_size);
+  out.bubble_fraction = (p - 1) / (v * m + p - 1);
   return out;
 }
 
@@ -168,9 +170,14 @@ std::string GptPlanText(const GptPlanOptions& o, const GptPlan& plan) {
      << "; variables (parameters and AdamW state) " << FormatBytes(m.variable_bytes())
      << "; op results at most " << FormatBytes(m.peak_bytes()) << " (at op " << m.peak_op() << " '"
      << m.peak_op_name() << "'), activations at most " << FormatBytes(m.peak_activation_bytes()) << "\n";
-  os << "pipeline: " << o.pipeline_parallel_size << " stage(s), " << o.micro_batches
-     << " micro-batch(es): bubble (p-1)/(m+p-1) = " << std::setprecision(1) << 100 * plan.bubble_fraction
-     << "% of a step (GPipe and 1F1B, equal stages)\n";
+  if (o.virtual_pipeline_size > 1)
+    os << "pipeline: " << o.pipeline_parallel_size << " stage(s) of " << o.virtual_pipeline_size << " chunks, "
+       << o.micro_batches << " micro-batch(es): bubble (p-1)/(vm+p-1) = " << std::setprecision(1)
+       << 100 * plan.bubble_fraction << "% of a step (interleaved 1F1B, equal stages)\n";
+  else
+    os << "pipeline: " << o.pipeline_parallel_size << " stage(s), " << o.micro_batches
+       << " micro-batch(es): bubble (p-1)/(m+p-1) = " << std::setprecision(1) << 100 * plan.bubble_fraction
+       << "% of a step (GPipe and 1F1B, equal stages)\n";
   return os.str();
 }
 

@@ -23,6 +23,9 @@ struct GptPlanOptions {
   int64_t tensor_parallel_size = 1;
   int64_t pipeline_parallel_size = 1;
   int64_t data_parallel_size = 1;
+  // Model chunks per stage (dist::Config::virtual_pipeline_size): an
+  // interleaved 1F1B pipeline.
+  int64_t virtual_pipeline_size = 1;
   int rank = 0;
   int64_t micro_batch_size = 1;    // sequences per micro-batch on each data-parallel rank
   int64_t micro_batches = 1;       // gradient accumulation steps (pipeline micro-batches)

@@ -14,6 +14,8 @@
 
 DEFINE_int64(tp, 1, "tensor parallel size");
 DEFINE_int64(pp, 1, "pipeline parallel size");
+DEFINE_int64(virtual_pipeline_size, 1,
+             "model chunks per pipeline stage (interleaved 1F1B: the layers split into pp x this many parts)");
 DEFINE_int64(dp, 1, "data parallel size (the world is tp x pp x dp)");
 DEFINE_int32(rank, 0, "the rank whose plan to compile and print");
 DEFINE_int64(layers, 2, "transformer layers");
@@ -64,6 +66,7 @@ int main(int argc, char** argv) {
     o.tensor_parallel_size = FLAGS_tp;
     o.pipeline_parallel_size = FLAGS_pp;
     o.data_parallel_size = FLAGS_dp;
+    o.virtual_pipeline_size = FLAGS_virtual_pipeline_size;
     o.rank = FLAGS_rank;
     TESSEL_CHECK(FLAGS_sequence_parallel_mode == "megatron" || FLAGS_sequence_parallel_mode == "all_to_all")
         << "--sequence_parallel_mode=" << FLAGS_sequence_parallel_mode << "; expected megatron or all_to_all";
