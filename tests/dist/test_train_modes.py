@@ -6,9 +6,12 @@ beside tensor parallelism (dp2 x tp2, stage 3) and pipelines with gradient
 accumulation (dp2 x pp2, stage 1); and with sequence parallelism under
 tp2, dp2 x tp2, tp2 x pp2 and tp4 (eager; ViT's 17 tokens split unevenly);
 for GPT also with all-to-all sequence parallelism under dp4, dp2 x tp2
-(eager) and dp2 x pp2 with ZeRO 1. A bad stage, ZeRO with mixed precision,
-all-to-all sequence parallelism without data parallelism or for ViT, and an
-unknown sequence parallel mode are named before the first iteration."""
+(eager) and dp2 x pp2 with ZeRO 1; and interleaved 1F1B with 2 model chunks
+per stage under dp2 x pp2 (GPT and ViT). A bad stage, ZeRO with mixed
+precision, interleaved 1F1B over a micro-batch count that is not a multiple
+of the stages, all-to-all sequence parallelism without data parallelism or
+for ViT, and an unknown sequence parallel mode are named before the first
+iteration."""
 import os
 import sys
 import tempfile
@@ -30,6 +33,8 @@ def mode(stage):
         return ["train.dist.sequence_parallel=true", "train.dist.sequence_parallel_mode=all_to_all"]
     if stage == "a2a zero1":
         return mode("a2a") + mode(1)
+    if stage == "interleaved":
+        return ["train.dist.virtual_pipeline_size=2", "train.graph.pipeline=interleaved_1f1b"]
     return [] if stage == 0 else ["train.zero_optimization.enabled=true", f"train.zero_optimization.stage={stage}"]
 
 
@@ -60,14 +65,15 @@ RUNS = {"1x1x1": (1, 1, 1, True, 0), "dp4 stage 1": (4, 1, 1, True, 1), "dp4 sta
         "tp2 x pp2 sequence parallel": (4, 2, 2, True, "sp"), "tp4 sequence parallel eager": (4, 4, 1, False, "sp"),
         "dp4 all-to-all sequence parallel": (4, 1, 1, True, "a2a"),
         "dp2 x tp2 all-to-all sequence parallel eager": (4, 2, 1, False, "a2a"),
-        "dp2 x pp2 all-to-all sequence parallel, ZeRO 1": (4, 1, 2, True, "a2a zero1")}
+        "dp2 x pp2 all-to-all sequence parallel, ZeRO 1": (4, 1, 2, True, "a2a zero1"),
+        "dp2 x pp2 interleaved 1F1B, 2 chunks per stage": (4, 1, 2, True, "interleaved")}
 COMMON = [f"train.train_iter={ITERS}", "train.log_period=1", "evaluation.enabled=false", "scheduler.warmup_iter=5"]
 gpt = Trainer(args.launcher, args.program, os.path.join(args.source, "configs", "gpt2_tiny.prototxt"))
 compare("GPT", gpt, COMMON, RUNS)
 vit = Trainer(args.launcher, args.program, os.path.join(args.source, "configs", "vit_tiny.prototxt"))
 compare("ViT", vit, COMMON + ["train.micro_batch_size=8"],
         {k: RUNS[k] for k in ("1x1x1", "dp4 stage 1", "dp4 stage 2", "dp4 stage 3", "tp2 sequence parallel",
-                              "tp2 x pp2 sequence parallel")})
+                              "tp2 x pp2 sequence parallel", "dp2 x pp2 interleaved 1F1B, 2 chunks per stage")})
 
 check_bad_inputs(gpt, work, {
     "stage 4": (["train.zero_optimization.enabled=true", "train.zero_optimization.stage=4"],
@@ -80,6 +86,11 @@ check_bad_inputs(gpt, work, {
          "train.dist.tensor_parallel_size=2", "train.dist.pipeline_parallel_size=2"],
         r"sequence_parallel_mode all_to_all splits each sequence over the data-parallel ranks, but "
         r"data_parallel_size is 1"),
+    "interleaved 1F1B over micro-batches not a multiple of the stages": (
+        ["train.dist.pipeline_parallel_size=2", "train.dist.virtual_pipeline_size=2",
+         "train.graph.pipeline=interleaved_1f1b", "train.global_batch_size=12"],
+        r"train\.num_accumulation_steps is 3; interleaved_1f1b runs micro-batches in rounds of the 2 stages, so "
+        r"expected a multiple of train\.dist\.pipeline_parallel_size"),
     "a sequence parallel mode not known": (["train.dist.sequence_parallel_mode=ring"],
                                           r"train\.dist\.sequence_parallel_mode is 'ring'; expected one of "
                                           r"megatron, all_to_all"),
