@@ -420,15 +420,17 @@ void ResolveConfig(config::Config* c, int world_size) {
       << "; expected 1, or more model chunks per stage of a pipeline (pipeline_parallel_size " << pp
       << ") in graph mode (train.graph.enabled)";
   TESSEL_CHECK(m.hidden_layers() >= pp * chunks)
-      << "config: model.hidden_layers " << m.hidden_layers() << " is fewer than train.dist.pipeline_parallel_size "
-      << pp << " x virtual_pipeline_size " << chunks << "; every virtual stage needs a layer";
+      << "config: model.hidden_layers " << m.hidden_layers()
+      << " is fewer than train.dist.pipeline_parallel_size " << pp << " x virtual_pipeline_size " << chunks
+      << "; every virtual stage needs a layer";
   TESSEL_CHECK(d.custom_pipeline_stage_id_size() == 0 ||
                d.custom_pipeline_stage_id_size() == m.hidden_layers())
       << "config: train.dist.custom_pipeline_stage_id has " << d.custom_pipeline_stage_id_size()
       << " entries; expected one per layer (" << m.hidden_layers() << ") or none";
 
   ResolveBatchSizes(&t, dp);
-  TESSEL_CHECK(chunks == 1 || t.graph().pipeline() != "interleaved_1f1b" || t.num_accumulation_steps() % pp == 0)
+  TESSEL_CHECK(chunks == 1 || t.graph().pipeline() != "interleaved_1f1b" ||
+               t.num_accumulation_steps() % pp == 0)
       << "config: train.num_accumulation_steps is " << t.num_accumulation_steps()
       << "; interleaved_1f1b runs micro-batches in rounds of the " << pp
       << " stages, so expected a multiple of train.dist.pipeline_parallel_size";

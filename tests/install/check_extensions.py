@@ -112,7 +112,7 @@ for what, sets, pattern in (
          ["train.graph.pipeline=1f1b", "train.gradient_handler=[]"], r"tensor_parallel_mode 'pp_inner' is not registered; "
                                                              r"registered: 1d, 2\.5d, 2d, 3d "),
         ("an unregistered schedule is named", ["train.graph.pipeline=zero_bubble"],
-         r"pipeline schedule 'zero_bubble' is not registered; registered: 1f1b, gpipe, gpipe_lifo, naive"),
+         r"pipeline schedule 'zero_bubble' is not registered; registered: 1f1b, gpipe, gpipe_lifo, interleaved_1f1b, naive, zb_h1"),
         ("an unregistered handler is named", ['train.gradient_handler=[{name: "freez"}]'],
          r"gradient handler 'freez' is not registered; registered: clip_value, freeze"),
         ("a handler's missing option is named", ['train.gradient_handler=[{name: "freeze"}]'],

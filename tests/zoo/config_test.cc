@@ -156,28 +156,37 @@ TEST(ConfigTest, DistSizesAreCheckedAgainstTheWorld) {
       << e;
   // Virtual stages: a layer each, a pipeline, graph mode, and under
   // interleaved_1f1b micro-batches in whole rounds of the stages.
-  e = ResolveError(data + "model { hidden_layers: 3 } train { dist { pipeline_parallel_size: 2 "
-                          "virtual_pipeline_size: 2 } }",
+  e = ResolveError(data +
+                       "model { hidden_layers: 3 } train { dist { pipeline_parallel_size: 2 "
+                       "virtual_pipeline_size: 2 } }",
                    2);
-  EXPECT_NE(e.find("model.hidden_layers 3 is fewer than train.dist.pipeline_parallel_size 2 x virtual_pipeline_size "
-                   "2; every virtual stage needs a layer"),
-            std::string::npos)
+  EXPECT_NE(
+      e.find(
+          "model.hidden_layers 3 is fewer than train.dist.pipeline_parallel_size 2 x virtual_pipeline_size "
+          "2; every virtual stage needs a layer"),
+      std::string::npos)
       << e;
   e = ResolveError(data + "model { hidden_layers: 4 } train { dist { virtual_pipeline_size: 2 } }", 1);
-  EXPECT_NE(e.find("train.dist.virtual_pipeline_size is 2; expected 1, or more model chunks per stage of a pipeline "
-                   "(pipeline_parallel_size 1)"),
-            std::string::npos)
+  EXPECT_NE(
+      e.find(
+          "train.dist.virtual_pipeline_size is 2; expected 1, or more model chunks per stage of a pipeline "
+          "(pipeline_parallel_size 1)"),
+      std::string::npos)
       << e;
-  e = ResolveError(data + "model { hidden_layers: 4 } train { dist { pipeline_parallel_size: 2 virtual_pipeline_size: "
-                          "2 } micro_batch_size: 1 num_accumulation_steps: 3 graph { pipeline: \"interleaved_1f1b\" } }",
-                   2);
-  EXPECT_NE(e.find("train.num_accumulation_steps is 3; interleaved_1f1b runs micro-batches in rounds of the 2 "
-                   "stages, so expected a multiple of train.dist.pipeline_parallel_size"),
-            std::string::npos)
+  e = ResolveError(
+      data +
+          "model { hidden_layers: 4 } train { dist { pipeline_parallel_size: 2 virtual_pipeline_size: "
+          "2 } micro_batch_size: 1 num_accumulation_steps: 3 graph { pipeline: \"interleaved_1f1b\" } }",
+      2);
+  EXPECT_NE(
+      e.find("train.num_accumulation_steps is 3; interleaved_1f1b runs micro-batches in rounds of the 2 "
+             "stages, so expected a multiple of train.dist.pipeline_parallel_size"),
+      std::string::npos)
       << e;
   config::Config interleaved = ParseConfig(
-      data + "model { hidden_layers: 4 } train { dist { pipeline_parallel_size: 2 virtual_pipeline_size: 2 } "
-             "micro_batch_size: 1 num_accumulation_steps: 4 graph { pipeline: \"interleaved_1f1b\" } }",
+      data +
+          "model { hidden_layers: 4 } train { dist { pipeline_parallel_size: 2 virtual_pipeline_size: 2 } "
+          "micro_batch_size: 1 num_accumulation_steps: 4 graph { pipeline: \"interleaved_1f1b\" } }",
       "t");
   ResolveConfig(&interleaved, 2);
   EXPECT_EQ(interleaved.train().dist().virtual_pipeline_size(), 2);

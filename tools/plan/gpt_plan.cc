@@ -171,9 +171,10 @@ std::string GptPlanText(const GptPlanOptions& o, const GptPlan& plan) {
      << "; op results at most " << FormatBytes(m.peak_bytes()) << " (at op " << m.peak_op() << " '"
      << m.peak_op_name() << "'), activations at most " << FormatBytes(m.peak_activation_bytes()) << "\n";
   if (o.virtual_pipeline_size > 1)
-    os << "pipeline: " << o.pipeline_parallel_size << " stage(s) of " << o.virtual_pipeline_size << " chunks, "
-       << o.micro_batches << " micro-batch(es): bubble (p-1)/(vm+p-1) = " << std::setprecision(1)
-       << 100 * plan.bubble_fraction << "% of a step (interleaved 1F1B, equal stages)\n";
+    os << "pipeline: " << o.pipeline_parallel_size << " stage(s) of " << o.virtual_pipeline_size
+       << " chunks, " << o.micro_batches
+       << " micro-batch(es): bubble (p-1)/(vm+p-1) = " << std::setprecision(1) << 100 * plan.bubble_fraction
+       << "% of a step (interleaved 1F1B, equal stages)\n";
   else
     os << "pipeline: " << o.pipeline_parallel_size << " stage(s), " << o.micro_batches
        << " micro-batch(es): bubble (p-1)/(m+p-1) = " << std::setprecision(1) << 100 * plan.bubble_fraction

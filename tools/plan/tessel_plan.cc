@@ -14,8 +14,9 @@
 
 DEFINE_int64(tp, 1, "tensor parallel size");
 DEFINE_int64(pp, 1, "pipeline parallel size");
-DEFINE_int64(virtual_pipeline_size, 1,
-             "model chunks per pipeline stage (interleaved 1F1B: the layers split into pp x this many parts)");
+DEFINE_int64(
+    virtual_pipeline_size, 1,
+    "model chunks per pipeline stage (interleaved 1F1B: the layers split into pp x this many parts)");
 DEFINE_int64(dp, 1, "data parallel size (the world is tp x pp x dp)");
 DEFINE_int32(rank, 0, "the rank whose plan to compile and print");
 DEFINE_int64(layers, 2, "transformer layers");
