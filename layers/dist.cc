@@ -175,12 +175,14 @@ std::string LayerAssignmentText() {
     os << "): ";
     // Each chunk's run of layers (one chunk: the stage's).
     std::vector<std::string> runs;
+    size_t count = 0;
     for (int64_t chunk = 0; chunk < c.virtual_pipeline_size; ++chunk) {
       const int64_t part = chunk * c.pipeline_parallel_size + static_cast<int64_t>(s);
       std::vector<int64_t> layers;
       for (size_t l = 0; l < layer_stages.size(); ++l)
         if (layer_stages[l] == part) layers.push_back(static_cast<int64_t>(l));
       if (layers.empty()) continue;
+      count += layers.size();
       runs.push_back(layers.size() == 1
                          ? std::to_string(layers[0])
                          : std::to_string(layers.front()) + ".." + std::to_string(layers.back()));
@@ -188,8 +190,7 @@ std::string LayerAssignmentText() {
     if (runs.empty())
       os << "no layers";
     else
-      os << (runs.size() == 1 && runs[0].find("..") == std::string::npos ? "layer " : "layers ")
-         << Join(runs, ", ");
+      os << (count == 1 ? "layer " : "layers ") << Join(runs, ", ");
   }
   return os.str();
 }

@@ -126,18 +126,23 @@ std::string UnitText(const Action& a, bool chunked) {
 
 }  // namespace
 
-void RegisterSchedule(const std::string& name, ScheduleFunction schedule) {
-  TESSEL_CHECK(schedule != nullptr) << "RegisterSchedule('" << name << "'): no function given";
+namespace {
+void Add(const std::string& name, bool given, Schedule schedule) {
+  TESSEL_CHECK(given) << "RegisterSchedule('" << name << "'): no function given";
   TESSEL_CHECK(name != kInOrder) << "RegisterSchedule: '" << kInOrder
                                  << "' is reserved for graph mode's reference executor";
-  Schedules().Add(name, OneChunk(std::move(schedule)));
+  Schedules().Add(name, std::move(schedule));
+}
+}  // namespace
+
+void RegisterSchedule(const std::string& name, ScheduleFunction schedule) {
+  const bool given = schedule != nullptr;
+  Add(name, given, OneChunk(std::move(schedule)));
 }
 
 void RegisterSchedule(const std::string& name, ChunkedScheduleFunction schedule) {
-  TESSEL_CHECK(schedule != nullptr) << "RegisterSchedule('" << name << "'): no function given";
-  TESSEL_CHECK(name != kInOrder) << "RegisterSchedule: '" << kInOrder
-                                 << "' is reserved for graph mode's reference executor";
-  Schedules().Add(name, {std::move(schedule), true});
+  const bool given = schedule != nullptr;
+  Add(name, given, {std::move(schedule), true});
 }
 
 std::vector<std::string> ScheduleNames() { return Schedules().Names(); }

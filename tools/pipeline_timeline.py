@@ -61,6 +61,24 @@ def busy_time(events, lo, hi):
     return total
 
 
+def span(ranks):
+    """(first unit's start on any rank, last unit's end), in us."""
+    units = [u for r in ranks.values() for u in r["units"]]
+    return min(u["ts"] for u in units), max(u["ts"] + u["dur"] for u in units)
+
+
+def bubbles(ranks):
+    """Each rank's share of the span in which its compute stream ran nothing."""
+    lo, hi = span(ranks)
+    return {rank: 1 - busy_time(r["compute"], lo, hi) / (hi - lo) for rank, r in sorted(ranks.items())}
+
+
+def ideal_bubble(p, m, v=1, split=False):
+    """The theory's share of the span with even stages: (p-1)/(3m+p-1) with
+    W units, else (p-1)/(vm+p-1) (v = 1: GPipe's and 1F1B's)."""
+    return (p - 1) / (3 * m + p - 1) if split else (p - 1) / (v * m + p - 1)
+
+
 def overlap_time(events, others):
     """Time of `events` during which some event of `others` ran too."""
     return sum(busy_time(others, e["ts"], e["ts"] + e["dur"]) for e in events)
@@ -102,21 +120,19 @@ def main():
     ranks = load(paths)
 
     units = [u for r in ranks.values() for u in r["units"]]
-    lo = min(u["ts"] for u in units)
-    hi = max(u["ts"] + u["dur"] for u in units)
+    lo, hi = span(ranks)
     any_rank = next(iter(ranks.values()))
     p, m, v = any_rank["stages"], any_rank["micro_batches"], any_rank["chunks"]
     split = any(u["name"].startswith("W") for u in units)
-    ideal = (p - 1) / (3 * m + p - 1) if split else (p - 1) / (v * m + p - 1)
+    ideal = ideal_bubble(p, m, v, split)
     formula = "(p-1)/(3m+p-1)" if split else "(p-1)/(vm+p-1)" if v > 1 else "(p-1)/(m+p-1)"
-    bubbles = {}
+    by_rank = bubbles(ranks)
     for rank, r in sorted(ranks.items()):
-        bubbles[rank] = 1 - busy_time(r["compute"], lo, hi) / (hi - lo)
         reducing, overlapped = gradient_reduction(r)
-        print(f"rank {rank} (stage {r['stage']}): bubble {100 * bubbles[rank]:.1f}%" +
+        print(f"rank {rank} (stage {r['stage']}): bubble {100 * by_rank[rank]:.1f}%" +
               (f"; gradient buckets {reducing:.1f} ms, {overlapped:.1f} ms of it during backward"
                if reducing else ""))
-    mean = sum(bubbles.values()) / len(bubbles)
+    mean = sum(by_rank.values()) / len(by_rank)
     print(f"bubble fraction {100 * mean:.1f}% over {p} stages" + (f" of {v} chunks" if v > 1 else "") +
           f" x {m} micro-batches ({any_rank['schedule']}); ideal {formula} = {100 * ideal:.1f}%")
     if v > 1:

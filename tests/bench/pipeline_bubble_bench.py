@@ -29,7 +29,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
-from pipeline_timeline import busy_time, load  # noqa: E402
+from pipeline_timeline import bubbles, ideal_bubble, load  # noqa: E402
 
 from bench_util import print_table  # noqa: E402
 
@@ -51,14 +51,6 @@ parser.add_argument("--markdown", action="store_true")
 args = parser.parse_args()
 
 
-def ideal(schedule, p, m, v):
-    if schedule == "zb_h1":
-        return (p - 1) / (3 * m + p - 1)
-    if schedule == "interleaved_1f1b":
-        return (p - 1) / (v * m + p - 1)
-    return (p - 1) / (m + p - 1)
-
-
 def measure(schedule, m, timelines):
     chunks = args.chunks if schedule == "interleaved_1f1b" else 1
     cmd = [args.launcher, "--nproc_per_node", str(args.stages), "--master_port", "0", "--", args.program,
@@ -70,10 +62,7 @@ def measure(schedule, m, timelines):
         sys.exit(f"benchmark failed: {' '.join(cmd)}\n{out.stdout[-3000:]}")
     ms = next(float(line.split()[-4]) for line in out.stdout.splitlines() if line.endswith("ms per step"))
     ranks = load(sorted(glob.glob(os.path.join(timelines, "timeline_rank*.json"))))
-    units = [u for r in ranks.values() for u in r["units"]]
-    lo, hi = min(u["ts"] for u in units), max(u["ts"] + u["dur"] for u in units)
-    bubble = statistics.mean(1 - busy_time(r["compute"], lo, hi) / (hi - lo) for r in ranks.values())
-    return bubble, ms
+    return statistics.mean(bubbles(ranks).values()), ms
 
 
 rows = []
@@ -88,7 +77,7 @@ with tempfile.TemporaryDirectory() as scratch:
                 print(f"m {m} {schedule}: bubble {100 * bubble:.1f}%, {ms:.0f} ms per step", flush=True)
     for (m, schedule), runs in results.items():
         v = args.chunks if schedule == "interleaved_1f1b" else 1
-        theory = ideal(schedule, args.stages, m, v)
+        theory = ideal_bubble(args.stages, m, v, split=schedule == "zb_h1")
         bubbles = [b for b, _ in runs]
         rows.append([schedule, str(m), ", ".join(f"{100 * b:.1f}%" for b in bubbles), f"{100 * theory:.1f}%",
                      f"{100 * (statistics.mean(bubbles) - theory):+.1f}",
