@@ -1,6 +1,5 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 
 #include <cmath>
 #include <type_traits>
@@ -11,8 +10,6 @@
 
 namespace tessel::cuda {
 namespace {
-
-namespace wmma = nvcuda::wmma;
 
 struct Dims {
   int64_t n, sq, sk;
@@ -140,168 +137,292 @@ __global__ void RowBackwardKernel(const T* __restrict__ q, const T* __restrict__
 }
 
 // ------------------------------------------------ flash tiles on the tensor cores (bf16, f16)
+//
+// FlashAttention-2's structure with everything a warp owns in registers:
+// each warp owns 16 rows of a 64-row tile, its scores, probabilities and
+// output live in mma.sync fragments (m16n8k16, f32 sums), and only the
+// tiles that all four warps read (k and v, or q and dout) go through shared
+// memory, loaded with cp.async one tile ahead of the products that read it.
 
 constexpr int kBr = 64, kBc = 64;   // query rows and key rows per tile
 constexpr int kFlashThreads = 128;  // four warps, each owning 16 query (or key) rows of a tile
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
-// Shared-memory rows are padded (16 bytes for the 16-bit tiles, 16 bytes for
-// the f32 ones) so that the 16 rows a fragment reads start in different
-// banks. Every fragment pointer stays 32-byte aligned: it starts at a
-// multiple of 16 rows and 16 columns.
-template <int kWidth>
-constexpr int kLdHalf = kWidth + 8;  // a 16-bit tile kWidth wide
-template <int kWidth>
-constexpr int kLdF32 = kWidth + 4;  // an f32 tile kWidth wide
+// Shared-memory rows are padded by 16 bytes, so the eight 16-byte rows an
+// ldmatrix reads start in different banks.
+template <int D>
+constexpr int kLdTile = D + 8;
 
-// Loads rows [row0, row0 + 64) of a [rows, D] matrix into a padded tile as
-// 16-byte vectors, zeros past `rows`.
 template <typename T, int D>
-__device__ __forceinline__ void LoadTile(T* dst, const T* src, int64_t row0, int64_t rows) {
-  constexpr int kVecPerRow = D * sizeof(T) / 16;
-  for (int x = threadIdx.x; x < 64 * kVecPerRow; x += kFlashThreads) {
+constexpr size_t TileBytes() {
+  return static_cast<size_t>(kBr) * kLdTile<D> * sizeof(T);
+}
+
+__device__ __forceinline__ uint32_t SmemAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared without a register round trip; zeros when !valid
+// (rows past the end, so no stale NaN meets a zero probability).
+__device__ __forceinline__ void CopyAsync16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddress(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void CopyAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void CopyAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Rows [row0, row0 + 64) of a [rows, D] matrix into a padded tile, zeros past `rows`.
+template <typename T, int D>
+__device__ __forceinline__ void LoadTileAsync(T* dst, const T* src, int64_t row0, int64_t rows) {
+  constexpr int kVecPerRow = D * sizeof(T) / 16, kPerVec = 16 / sizeof(T);
+  for (int x = threadIdx.x; x < kBr * kVecPerRow; x += kFlashThreads) {
     const int r = x / kVecPerRow, c = x % kVecPerRow;
-    uint4 val = make_uint4(0, 0, 0, 0);
-    if (row0 + r < rows) val = reinterpret_cast<const uint4*>(src + (row0 + r) * D)[c];
-    reinterpret_cast<uint4*>(dst + r * kLdHalf<D>)[c] = val;
+    const bool valid = row0 + r < rows;
+    CopyAsync16(dst + r * kLdTile<D> + c * kPerVec, valid ? src + (row0 + r) * D + c * kPerVec : src, valid);
   }
 }
 
-// c[16 x 64] (f32, ld ldc) = a[16 x D] b^T, with a 16 rows of a padded
-// D-wide tile and b 64 rows of another (b[n][x] is element (x, n) of b^T).
+// Four 8x8 matrices of 16-bit elements from shared memory; lane l gives the
+// address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void LoadMatrices(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddress(p))
+               : "memory");
+}
+__device__ __forceinline__ void LoadMatricesTransposed(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddress(p))
+               : "memory");
+}
+
+// c[16 x 8] += a[16 x 16] b[16 x 8] on the tensor cores, f32 sums. Fragment
+// layouts (g = lane / 4, t = lane % 4): a holds rows g and g + 8, columns
+// 2t, 2t + 1 (a[0], a[1]) and 2t + 8, 2t + 9 (a[2], a[3]); b holds column g,
+// rows 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1); c[e] is row g + 8 (e / 2),
+// column 2t + e % 2.
+template <typename T>
+__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats rounded to T, the first in the low half (the lower column).
+template <typename T>
+__device__ __forceinline__ uint32_t Pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+__device__ __forceinline__ float FastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The a fragments of rows [row0, row0 + 16) of a padded tile, all D columns.
 template <typename T, int D>
-__device__ __forceinline__ void WarpRowsTimesRowsT(float* c, int ldc, const T* a, const T* b) {
-  constexpr int ld = kLdHalf<D>;
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-  wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4];
+__device__ __forceinline__ void LoadRowFragments(uint32_t (&a)[D / 16][4], const T* tile, int row0) {
+  const int lane = threadIdx.x % 32, m = lane / 8;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) wmma::fill_fragment(acc[j], 0.0f);
-#pragma unroll
-  for (int kk = 0; kk < D; kk += 16) {
-    wmma::load_matrix_sync(fa, a + kk, ld);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      wmma::load_matrix_sync(fb, b + 16 * j * ld + kk, ld);
-      wmma::mma_sync(acc[j], fa, fb, acc[j]);
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < 4; ++j) wmma::store_matrix_sync(c + 16 * j, acc[j], ldc, wmma::mem_row_major);
+  for (int kk = 0; kk < D / 16; ++kk)
+    LoadMatrices(a[kk], tile + (row0 + lane % 8 + (m % 2) * 8) * kLdTile<D> + 16 * kk + (m / 2) * 8);
 }
 
-// c[16 x D] (f32, padded D-wide rows) (+)= A[16 x 64] b[64 x D], b a padded
-// D-wide tile. A is 16 rows of the padded 64-wide tile `a` or, with
-// kATransposed, 16 of its columns (the rows of its transpose: `a` points at
-// the first column).
-template <typename T, int D, bool kATransposed>
-__device__ __forceinline__ void WarpTimesTile(float* c, const T* a, const T* b, bool accumulate) {
-  using ALayout = std::conditional_t<kATransposed, wmma::col_major, wmma::row_major>;
-  constexpr int lda = kLdHalf<64>, ldb = kLdHalf<D>, ldc = kLdF32<D>;
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, T, ALayout> fa;
-  wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+// acc[16 x 64] += a[16 x D] x^T, x the 64 rows of a padded tile (row n of x
+// is column n of the product): the scores of 16 rows against a tile.
+template <typename T, int D>
+__device__ __forceinline__ void TimesTileT(float (&acc)[8][4], const uint32_t (&a)[D / 16][4], const T* x) {
+  const int lane = threadIdx.x % 32, m = lane / 8;
 #pragma unroll
-  for (int j = 0; j < D / 16; ++j) {
-    if (accumulate) {
-      wmma::load_matrix_sync(acc, c + 16 * j, ldc, wmma::mem_row_major);
-    } else {
-      wmma::fill_fragment(acc, 0.0f);
-    }
+  for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
-    for (int kk = 0; kk < 64; kk += 16) {
-      // Row-major A: element (r, kk + x) at a[r * lda + kk + x]. Transposed:
-      // at a[(kk + x) * lda + r], which is a col-major tile.
-      wmma::load_matrix_sync(fa, kATransposed ? a + kk * lda : a + kk, lda);
-      wmma::load_matrix_sync(fb, b + kk * ldb + 16 * j, ldb);
-      wmma::mma_sync(acc, fa, fb, acc);
+    for (int np = 0; np < 4; ++np) {
+      uint32_t b[4];
+      LoadMatrices(b, x + (16 * np + lane % 8 + (m / 2) * 8) * kLdTile<D> + 16 * kk + (m % 2) * 8);
+      Mma<T>(acc[2 * np], a[kk], b[0], b[1]);
+      Mma<T>(acc[2 * np + 1], a[kk], b[2], b[3]);
     }
-    wmma::store_matrix_sync(c + 16 * j, acc, ldc, wmma::mem_row_major);
   }
+}
+
+// acc[16 x D] += p[16 x 64] x, x a padded 64 x D tile and p the a fragments
+// of four 16-column steps.
+template <typename T, int D>
+__device__ __forceinline__ void TimesTile(float (&acc)[D / 8][4], const uint32_t (&p)[4][4], const T* x) {
+  const int lane = threadIdx.x % 32, m = lane / 8;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t b[4];
+      LoadMatricesTransposed(b, x + (16 * kk + lane % 8 + (m % 2) * 8) * kLdTile<D> + 16 * dp + (m / 2) * 8);
+      Mma<T>(acc[2 * dp], p[kk], b[0], b[1]);
+      Mma<T>(acc[2 * dp + 1], p[kk], b[2], b[3]);
+    }
+  }
+}
+
+// A [16 x 64] f32 accumulator as the a fragments of a following product
+// (the accumulator's layout is the a operand's, two columns per register).
+template <typename T>
+__device__ __forceinline__ void ToFragments(uint32_t (&p)[4][4], const float (&acc)[8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    p[kk][0] = Pack2<T>(acc[2 * kk][0], acc[2 * kk][1]);
+    p[kk][1] = Pack2<T>(acc[2 * kk][2], acc[2 * kk][3]);
+    p[kk][2] = Pack2<T>(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
+    p[kk][3] = Pack2<T>(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void Fill(float (&acc)[N][4], float value) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[i][e] = value;
+}
+
+// Writes rows [row0, row0 + 16) of a [rows, D] matrix from an accumulator
+// times `scale`, rows past `rows` dropped.
+template <typename T, int D>
+__device__ __forceinline__ void StoreRows(T* dst, const float (&acc)[D / 8][4], int64_t row0, int64_t rows,
+                                          const float (&scale)[2]) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = row0 + g + 8 * h;
+    if (row >= rows) continue;
+#pragma unroll
+    for (int nb = 0; nb < D / 8; ++nb)
+      *reinterpret_cast<uint32_t*>(dst + row * D + 8 * nb + 2 * t) =
+          Pack2<T>(acc[nb][2 * h] * scale[h], acc[nb][2 * h + 1] * scale[h]);
+  }
+}
+
+// Whether any (query, key) pair of query rows [i0, i0 + 16) and keys
+// [j0, j0 + jn) is hidden, so that a tile needs its mask applied.
+__device__ __forceinline__ bool NeedsMask(const Dims& s, int64_t i0, int64_t in, int64_t j0, int64_t jn) {
+  return j0 + jn > s.sk || i0 + in > s.sq || (s.causal && j0 + jn - 1 > i0 + s.shift);
 }
 
 template <typename T, int D>
 constexpr size_t FlashForwardSmem() {
-  // q, k, v tiles and the probabilities (T); scores and the output
-  // accumulator (f32); the running max and sum per row.
-  return (3 * 64 * kLdHalf<D> + 64 * kLdHalf<64>)*sizeof(T) +
-         (64 * kLdF32<64> + 64 * kLdF32<D> + 2 * 64) * sizeof(float);
+  return 5 * TileBytes<T, D>();  // q, and k and v twice (the next tile loads during this one)
 }
 
 // One block: 64 query rows of one (batch, head); loops over key tiles with
-// the running maximum and sum per row (FlashAttention's forward).
+// the running maximum and sum per row (FlashAttention's forward). Scores
+// are kept in base 2 (scale log2(e) folded in) for ex2.
 template <typename T, int D>
 __global__ void __launch_bounds__(kFlashThreads)
     FlashForwardKernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                        T* __restrict__ out, float* __restrict__ lse, Dims s) {
-  constexpr int ldt = kLdHalf<D>, ldp = kLdHalf<64>, lds = kLdF32<64>, ldo = kLdF32<D>;
   extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int kTile = kBr * kLdTile<D>;
   T* qs = reinterpret_cast<T*>(smem);
-  T* ks = qs + 64 * ldt;
-  T* vs = ks + 64 * ldt;
-  T* ps = vs + 64 * ldt;
-  float* ss = reinterpret_cast<float*>(ps + 64 * ldp);
-  float* os = ss + 64 * lds;
-  float* row_max = os + 64 * ldo;
-  float* row_sum = row_max + 64;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t b = blockIdx.x, q0 = static_cast<int64_t>(blockIdx.y) * kBr;
-  const T *qb = q + b * s.sq * D, *kb = k + b * s.sk * D, *vb = v + b * s.sk * D;
-  LoadTile<T, D>(qs, qb, q0, s.sq);
-  for (int x = threadIdx.x; x < 64 * ldo; x += kFlashThreads) os[x] = 0.0f;
-  if (threadIdx.x < 64) {
-    row_max[threadIdx.x] = -INFINITY;
-    row_sum[threadIdx.x] = 0.0f;
+  T* ks = qs + kTile;      // two buffers
+  T* vs = ks + 2 * kTile;  // two buffers
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t b = blockIdx.x;
+  // Under causal the last query tiles see the most keys: start those first.
+  const int64_t q0 = static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) * kBr, r0 = q0 + 16 * warp;
+  const T *kb = k + b * s.sk * D, *vb = v + b * s.sk * D;
+  const int64_t tiles = (KeyEnd(s, q0 + kBr - 1) + kBc - 1) / kBc;
+  LoadTileAsync<T, D>(qs, q + b * s.sq * D, q0, s.sq);
+  if (tiles > 0) {
+    LoadTileAsync<T, D>(ks, kb, 0, s.sk);
+    LoadTileAsync<T, D>(vs, vb, 0, s.sk);
   }
-  const int64_t key_end = KeyEnd(s, q0 + kBr - 1);
-  for (int64_t k0 = 0; k0 < key_end; k0 += kBc) {
-    __syncthreads();  // the last tile's readers are done with ks and vs
-    LoadTile<T, D>(ks, kb, k0, s.sk);
-    LoadTile<T, D>(vs, vb, k0, s.sk);
-    __syncthreads();
-    // Each warp owns query rows [16 warp, 16 warp + 16) of ss, ps and os.
-    WarpRowsTimesRowsT<T, D>(ss + 16 * warp * lds, lds, qs + 16 * warp * ldt, ks);
-    __syncwarp();
-    for (int rr = 0; rr < 16; ++rr) {
-      const int r = 16 * warp + rr;
-      const int64_t i = q0 + r;
-      float x[2];
-      float mx = -INFINITY;
-#pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        const int c = lane + 32 * t;
-        x[t] = Visible(s, i, k0 + c) ? ss[r * lds + c] * s.scale : -INFINITY;
-        mx = fmaxf(mx, x[t]);
-      }
-      mx = WarpAllReduce(mx, MaxOp{});
-      const float m_old = row_max[r], m_new = fmaxf(m_old, mx);
-      // A row with nothing visible yet keeps zeros (and no NaN from -inf - -inf).
-      const float alpha = m_new == -INFINITY ? 1.0f : __expf(m_old - m_new);
-      float psum = 0.0f;
-#pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        const float p = m_new == -INFINITY ? 0.0f : __expf(x[t] - m_new);
-        psum += p;
-        ps[r * ldp + lane + 32 * t] = FromF32<T>(p);
-      }
-      psum = WarpAllReduce(psum, SumOp{});
-      for (int c = lane; c < D; c += 32) os[r * ldo + c] *= alpha;
-      if (lane == 0) {
-        row_max[r] = m_new;
-        row_sum[r] = row_sum[r] * alpha + psum;
-      }
+  CopyAsyncCommit();
+  const float c = s.scale * kLog2e;
+  float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  Fill(o, 0.0f);
+  uint32_t qf[D / 16][4];
+  for (int64_t j = 0; j < tiles; ++j) {
+    const int buf = j % 2;
+    if (j + 1 < tiles) {  // the buffer read in the last step, which all warps have left
+      LoadTileAsync<T, D>(ks + (1 - buf) * kTile, kb, (j + 1) * kBc, s.sk);
+      LoadTileAsync<T, D>(vs + (1 - buf) * kTile, vb, (j + 1) * kBc, s.sk);
     }
-    __syncwarp();
-    WarpTimesTile<T, D, false>(os + 16 * warp * ldo, ps + 16 * warp * ldp, vs, /*accumulate=*/true);
+    CopyAsyncCommit();
+    CopyAsyncWait<1>();  // this step's tile (and q) have landed
+    __syncthreads();
+    if (j == 0) LoadRowFragments<T, D>(qf, qs, 16 * warp);
+    float sc[8][4];
+    Fill(sc, 0.0f);
+    TimesTileT<T, D>(sc, qf, ks + buf * kTile);
+    const int64_t k0 = j * kBc;
+    const bool masked = NeedsMask(s, r0, 16, k0, kBc);
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = sc[nb][e] * c;
+        if (masked && !Visible(s, r0 + g + 8 * (e / 2), k0 + 8 * nb + 2 * t + e % 2)) x = -INFINITY;
+        sc[nb][e] = x;
+        mx[e / 2] = fmaxf(mx[e / 2], x);
+      }
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // the four lanes of a row hold its 64 columns
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 2));
+      const float m_new = fmaxf(m[h], mx[h]);
+      // A row with nothing visible yet keeps zeros (and no NaN from -inf - -inf).
+      alpha[h] = m_new == -INFINITY ? 1.0f : FastExp2(m[h] - m_new);
+      m[h] = m_new;
+      l[h] *= alpha[h];
+    }
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2;
+        const float p = m[h] == -INFINITY ? 0.0f : FastExp2(sc[nb][e] - m[h]);
+        sc[nb][e] = p;
+        l[h] += p;  // this lane's columns; the row's four lanes are summed at the end
+      }
+#pragma unroll
+    for (int nb = 0; nb < D / 8; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[nb][e] *= alpha[e / 2];
+    uint32_t pf[4][4];
+    ToFragments<T>(pf, sc);
+    TimesTile<T, D>(o, pf, vs + buf * kTile);
+    __syncthreads();  // all warps are done with this buffer before it is loaded again
   }
-  __syncthreads();  // with no key tile at all, the zeros written by other warps
-  for (int rr = 0; rr < 16; ++rr) {
-    const int r = 16 * warp + rr;
-    const int64_t i = q0 + r;
-    if (i >= s.sq) break;
-    const float l = row_sum[r], inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int c = lane; c < D; c += 32) out[(b * s.sq + i) * D + c] = FromF32<T>(os[r * ldo + c] * inv);
-    if (lane == 0) lse[b * s.sq + i] = l > 0.0f ? row_max[r] + logf(l) : INFINITY;
+  CopyAsyncWait<0>();
+  float inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffff, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffff, l[h], 2);
+    inv[h] = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+    const int64_t i = r0 + g + 8 * h;
+    if (t == 0 && i < s.sq) lse[b * s.sq + i] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : INFINITY;
   }
+  StoreRows<T, D>(out + b * s.sq * D, o, r0, s.sq, inv);
 }
 
 // delta[row] = sum_c dout[row][c] * out[row][c] (the backward's row term).
@@ -317,160 +438,179 @@ __global__ void RowDotKernel(const T* __restrict__ a, const T* __restrict__ b, f
   if (lane == 0) dot[row] = acc;
 }
 
-// p = exp(scale s - lse) and ds = p (dp - delta) of the 16 query rows a warp
-// owns (rows [16 warp, 16 warp + 16) of the tiles), masked to 0, stored in
-// the dtype for the tensor-core products. With kTransposedOut they are
-// written transposed ([key][query]), as the key-side products read them.
-template <typename T>
-__device__ __forceinline__ void WarpProbsAndDs(T* ps, T* dss, const float* ss, const float* dps,
-                                               const float* lse_s, const float* delta_s, const Dims& s,
-                                               int64_t q0, int64_t k0, int warp, int lane) {
-  constexpr int ldp = kLdHalf<64>, lds = kLdF32<64>;
-  for (int rr = 0; rr < 16; ++rr) {
-    const int r = 16 * warp + rr;
-    const int64_t i = q0 + r;
-#pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      const int c = lane + 32 * t;
-      const bool seen = i < s.sq && Visible(s, i, k0 + c);
-      const float p = seen ? __expf(ss[r * lds + c] * s.scale - lse_s[r]) : 0.0f;
-      if (ps != nullptr) ps[r * ldp + c] = FromF32<T>(p);
-      dss[r * ldp + c] = FromF32<T>(p * (dps[r * lds + c] - delta_s[r]));
-    }
-  }
-}
-
-// Loads the lse and delta of query rows [q0, q0 + 64) (past sq: +inf and 0,
-// so their probabilities are 0).
-__device__ __forceinline__ void LoadRowTerms(float* lse_s, float* delta_s, const float* lse,
-                                             const float* delta, int64_t b, int64_t q0, const Dims& s) {
-  if (threadIdx.x < 64) {
-    const int64_t i = q0 + threadIdx.x;
-    lse_s[threadIdx.x] = i < s.sq ? lse[b * s.sq + i] : INFINITY;
-    delta_s[threadIdx.x] = i < s.sq ? delta[b * s.sq + i] : 0.0f;
-  }
-}
-
 template <typename T, int D>
 constexpr size_t FlashBackwardKvSmem() {
-  // k, v, q, dout tiles and p, ds (T); scores and dp (f32); dk and dv
-  // accumulators (f32); lse and delta per row.
-  return (4 * 64 * kLdHalf<D> + 2 * 64 * kLdHalf<64>)*sizeof(T) +
-         (2 * 64 * kLdF32<64> + 2 * 64 * kLdF32<D> + 2 * 64) * sizeof(float);
+  // k and v; q and dout twice; lse (base 2) and delta of both q tiles.
+  return 6 * TileBytes<T, D>() + 4 * kBr * sizeof(float);
 }
 
-// dk and dv. One block: 64 key rows of one (batch, head); loops over the
-// query tiles that can see them, summing in shared memory
-// (FlashAttention-2's backward, without its dq: see FlashBackwardQKernel).
+// dk and dv. One block: 64 keys of one (batch, head), each warp owning 16 of
+// them; loops over the query tiles that can see them with the transposed
+// scores s^T = k q^T and dp^T = v dout^T in registers, so that p^T and
+// ds^T = p^T (dp^T - delta) are the a operands of dv += p^T dout and
+// dk += ds^T q (FlashAttention-2's backward, without its dq: see
+// FlashBackwardQKernel).
 template <typename T, int D>
 __global__ void __launch_bounds__(kFlashThreads)
     FlashBackwardKvKernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                           const float* __restrict__ lse, const float* __restrict__ delta,
                           const T* __restrict__ dout, T* __restrict__ dk, T* __restrict__ dv, Dims s) {
-  constexpr int ldt = kLdHalf<D>, ldp = kLdHalf<64>, lds = kLdF32<64>, ldo = kLdF32<D>;
   extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int kTile = kBr * kLdTile<D>;
   T* ks = reinterpret_cast<T*>(smem);
-  T* vs = ks + 64 * ldt;
-  T* qs = vs + 64 * ldt;
-  T* gs = qs + 64 * ldt;  // dout
-  T* ps = gs + 64 * ldt;
-  T* dss = ps + 64 * ldp;
-  float* ss = reinterpret_cast<float*>(dss + 64 * ldp);
-  float* dps = ss + 64 * lds;
-  float* dks = dps + 64 * lds;
-  float* dvs = dks + 64 * ldo;
-  float* lse_s = dvs + 64 * ldo;
-  float* delta_s = lse_s + 64;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t b = blockIdx.x, k0 = static_cast<int64_t>(blockIdx.y) * kBc;
+  T* vs = ks + kTile;
+  T* qs = vs + kTile;      // two buffers
+  T* gs = qs + 2 * kTile;  // dout, two buffers
+  float* lse_s = reinterpret_cast<float*>(gs + 2 * kTile);  // two buffers
+  float* delta_s = lse_s + 2 * kBr;                          // two buffers
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t b = blockIdx.x, k0 = static_cast<int64_t>(blockIdx.y) * kBc, j0 = k0 + 16 * warp;
   const T *qb = q + b * s.sq * D, *gb = dout + b * s.sq * D;
-  LoadTile<T, D>(ks, k + b * s.sk * D, k0, s.sk);
-  LoadTile<T, D>(vs, v + b * s.sk * D, k0, s.sk);
-  for (int x = threadIdx.x; x < 64 * ldo; x += kFlashThreads) dks[x] = dvs[x] = 0.0f;
   // The first query that sees key k0: i + shift >= k0.
   int64_t q_begin = 0;
   if (s.causal && k0 - s.shift > 0) q_begin = (k0 - s.shift) / kBr * kBr;
-  for (int64_t q0 = q_begin; q0 < s.sq; q0 += kBr) {
-    __syncthreads();  // the last tile's readers are done with qs, gs, ps, dss
-    LoadTile<T, D>(qs, qb, q0, s.sq);
-    LoadTile<T, D>(gs, gb, q0, s.sq);
-    LoadRowTerms(lse_s, delta_s, lse, delta, b, q0, s);
+  const int64_t tiles = q_begin < s.sq ? (s.sq - q_begin + kBr - 1) / kBr : 0;
+  auto load_rows = [&](int buf, int64_t q0) {
+    LoadTileAsync<T, D>(qs + buf * kTile, qb, q0, s.sq);
+    LoadTileAsync<T, D>(gs + buf * kTile, gb, q0, s.sq);
+    if (threadIdx.x < kBr) {  // read after the __syncthreads of the step that uses them
+      const int64_t i = q0 + threadIdx.x;
+      lse_s[buf * kBr + threadIdx.x] = i < s.sq ? lse[b * s.sq + i] * kLog2e : INFINITY;
+      delta_s[buf * kBr + threadIdx.x] = i < s.sq ? delta[b * s.sq + i] : 0.0f;
+    }
+  };
+  LoadTileAsync<T, D>(ks, k + b * s.sk * D, k0, s.sk);
+  LoadTileAsync<T, D>(vs, v + b * s.sk * D, k0, s.sk);
+  if (tiles > 0) load_rows(0, q_begin);
+  CopyAsyncCommit();
+  const float c = s.scale * kLog2e;
+  float dka[D / 8][4], dva[D / 8][4];
+  Fill(dka, 0.0f);
+  Fill(dva, 0.0f);
+  uint32_t kf[D / 16][4], vf[D / 16][4];
+  for (int64_t j = 0; j < tiles; ++j) {
+    const int buf = j % 2;
+    const int64_t q0 = q_begin + j * kBr;
+    if (j + 1 < tiles) load_rows(1 - buf, q0 + kBr);
+    CopyAsyncCommit();
+    CopyAsyncWait<1>();
     __syncthreads();
-    // Query rows [16 warp, 16 warp + 16): scores, dp = dout v^T, p and ds.
-    WarpRowsTimesRowsT<T, D>(ss + 16 * warp * lds, lds, qs + 16 * warp * ldt, ks);
-    WarpRowsTimesRowsT<T, D>(dps + 16 * warp * lds, lds, gs + 16 * warp * ldt, vs);
-    __syncwarp();
-    WarpProbsAndDs<T>(ps, dss, ss, dps, lse_s, delta_s, s, q0, k0, warp, lane);
-    __syncthreads();  // every warp's p and ds rows are needed for dk and dv
-    // Key rows [16 warp, 16 warp + 16): dv += p^T dout, dk += ds^T q.
-    WarpTimesTile<T, D, true>(dvs + 16 * warp * ldo, ps + 16 * warp, gs, /*accumulate=*/true);
-    WarpTimesTile<T, D, true>(dks + 16 * warp * ldo, dss + 16 * warp, qs, /*accumulate=*/true);
+    if (j == 0 || D > 64) {  // at D 128 holding them would spill the accumulators
+      LoadRowFragments<T, D>(kf, ks, 16 * warp);
+      LoadRowFragments<T, D>(vf, vs, 16 * warp);
+    }
+    const T *qt = qs + buf * kTile, *gt = gs + buf * kTile;
+    const float *lse_t = lse_s + buf * kBr, *delta_t = delta_s + buf * kBr;
+    float st[8][4], dpt[8][4];  // [key][query]
+    Fill(st, 0.0f);
+    Fill(dpt, 0.0f);
+    TimesTileT<T, D>(st, kf, qt);
+    TimesTileT<T, D>(dpt, vf, gt);
+    const bool masked = NeedsMask(s, q0, kBr, j0, 16);
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = 8 * nb + 2 * t + e % 2;  // the query
+        const bool seen = !masked || (q0 + col < s.sq && Visible(s, q0 + col, j0 + g + 8 * (e / 2)));
+        const float p = seen ? FastExp2(st[nb][e] * c - lse_t[col]) : 0.0f;
+        st[nb][e] = p;
+        dpt[nb][e] = p * (dpt[nb][e] - delta_t[col]);
+      }
+    uint32_t pf[4][4], dsf[4][4];
+    ToFragments<T>(pf, st);
+    ToFragments<T>(dsf, dpt);
+    TimesTile<T, D>(dva, pf, gt);
+    TimesTile<T, D>(dka, dsf, qt);
+    __syncthreads();  // all warps are done with this buffer before it is loaded again
   }
-  __syncthreads();
-  for (int x = threadIdx.x; x < 64 * D; x += kFlashThreads) {
-    const int r = x / D, c = x % D;
-    if (k0 + r >= s.sk) continue;
-    dk[(b * s.sk + k0) * D + x] = FromF32<T>(dks[r * ldo + c] * s.scale);
-    dv[(b * s.sk + k0) * D + x] = FromF32<T>(dvs[r * ldo + c]);
-  }
+  CopyAsyncWait<0>();
+  const float one[2] = {1.0f, 1.0f}, scale[2] = {s.scale, s.scale};
+  StoreRows<T, D>(dk + b * s.sk * D, dka, j0, s.sk, scale);
+  StoreRows<T, D>(dv + b * s.sk * D, dva, j0, s.sk, one);
 }
 
 template <typename T, int D>
 constexpr size_t FlashBackwardQSmem() {
-  // q, dout, k, v tiles and ds (T); scores, dp and the dq accumulator (f32);
-  // lse and delta per row.
-  return (4 * 64 * kLdHalf<D> + 64 * kLdHalf<64>)*sizeof(T) +
-         (2 * 64 * kLdF32<64> + 64 * kLdF32<D> + 2 * 64) * sizeof(float);
+  return 6 * TileBytes<T, D>();  // q and dout; k and v twice
 }
 
 // dq. One block: 64 query rows of one (batch, head); loops over the key
 // tiles they see, recomputing p and ds as the dk/dv kernel does (two more
-// products per tile, instead of summing dq across blocks with atomics).
-// Each warp owns 16 query rows of every per-row buffer, as in the forward.
+// products per tile, instead of summing dq across blocks with atomics, so
+// the result is deterministic).
 template <typename T, int D>
 __global__ void __launch_bounds__(kFlashThreads)
     FlashBackwardQKernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                          const float* __restrict__ lse, const float* __restrict__ delta,
                          const T* __restrict__ dout, T* __restrict__ dq, Dims s) {
-  constexpr int ldt = kLdHalf<D>, ldp = kLdHalf<64>, lds = kLdF32<64>, ldo = kLdF32<D>;
   extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int kTile = kBr * kLdTile<D>;
   T* qs = reinterpret_cast<T*>(smem);
-  T* gs = qs + 64 * ldt;  // dout
-  T* ks = gs + 64 * ldt;
-  T* vs = ks + 64 * ldt;
-  T* dss = vs + 64 * ldt;
-  float* ss = reinterpret_cast<float*>(dss + 64 * ldp);
-  float* dps = ss + 64 * lds;
-  float* dqs = dps + 64 * lds;
-  float* lse_s = dqs + 64 * ldo;
-  float* delta_s = lse_s + 64;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t b = blockIdx.x, q0 = static_cast<int64_t>(blockIdx.y) * kBr;
+  T* gs = qs + kTile;      // dout
+  T* ks = gs + kTile;      // two buffers
+  T* vs = ks + 2 * kTile;  // two buffers
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t b = blockIdx.x;
+  const int64_t q0 = static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) * kBr, r0 = q0 + 16 * warp;
   const T *kb = k + b * s.sk * D, *vb = v + b * s.sk * D;
-  LoadTile<T, D>(qs, q + b * s.sq * D, q0, s.sq);
-  LoadTile<T, D>(gs, dout + b * s.sq * D, q0, s.sq);
-  LoadRowTerms(lse_s, delta_s, lse, delta, b, q0, s);
-  for (int x = threadIdx.x; x < 64 * ldo; x += kFlashThreads) dqs[x] = 0.0f;
-  const int64_t key_end = KeyEnd(s, q0 + kBr - 1);
-  for (int64_t k0 = 0; k0 < key_end; k0 += kBc) {
-    __syncthreads();  // the last tile's readers are done with ks and vs
-    LoadTile<T, D>(ks, kb, k0, s.sk);
-    LoadTile<T, D>(vs, vb, k0, s.sk);
+  const int64_t tiles = (KeyEnd(s, q0 + kBr - 1) + kBc - 1) / kBc;
+  LoadTileAsync<T, D>(qs, q + b * s.sq * D, q0, s.sq);
+  LoadTileAsync<T, D>(gs, dout + b * s.sq * D, q0, s.sq);
+  if (tiles > 0) {
+    LoadTileAsync<T, D>(ks, kb, 0, s.sk);
+    LoadTileAsync<T, D>(vs, vb, 0, s.sk);
+  }
+  CopyAsyncCommit();
+  float lse2[2], dl[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {  // past sq: +inf and 0, so the probabilities are 0
+    const int64_t i = r0 + g + 8 * h;
+    lse2[h] = i < s.sq ? lse[b * s.sq + i] * kLog2e : INFINITY;
+    dl[h] = i < s.sq ? delta[b * s.sq + i] : 0.0f;
+  }
+  const float c = s.scale * kLog2e;
+  float dqa[D / 8][4];
+  Fill(dqa, 0.0f);
+  uint32_t qf[D / 16][4], gf[D / 16][4];
+  for (int64_t j = 0; j < tiles; ++j) {
+    const int buf = j % 2;
+    if (j + 1 < tiles) {
+      LoadTileAsync<T, D>(ks + (1 - buf) * kTile, kb, (j + 1) * kBc, s.sk);
+      LoadTileAsync<T, D>(vs + (1 - buf) * kTile, vb, (j + 1) * kBc, s.sk);
+    }
+    CopyAsyncCommit();
+    CopyAsyncWait<1>();
     __syncthreads();
-    WarpRowsTimesRowsT<T, D>(ss + 16 * warp * lds, lds, qs + 16 * warp * ldt, ks);
-    WarpRowsTimesRowsT<T, D>(dps + 16 * warp * lds, lds, gs + 16 * warp * ldt, vs);
-    __syncwarp();
-    WarpProbsAndDs<T>(nullptr, dss, ss, dps, lse_s, delta_s, s, q0, k0, warp, lane);
-    __syncwarp();
-    WarpTimesTile<T, D, false>(dqs + 16 * warp * ldo, dss + 16 * warp * ldp, ks, /*accumulate=*/true);
+    if (j == 0 || D > 64) {  // at D 128 holding them would spill the accumulators
+      LoadRowFragments<T, D>(qf, qs, 16 * warp);
+      LoadRowFragments<T, D>(gf, gs, 16 * warp);
+    }
+    const T *kt = ks + buf * kTile, *vt = vs + buf * kTile;
+    float sc[8][4], dp[8][4];
+    Fill(sc, 0.0f);
+    Fill(dp, 0.0f);
+    TimesTileT<T, D>(sc, qf, kt);
+    TimesTileT<T, D>(dp, gf, vt);
+    const int64_t k0 = j * kBc;
+    const bool masked = NeedsMask(s, r0, 16, k0, kBc);
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2;
+        const bool seen = !masked || Visible(s, r0 + g + 8 * h, k0 + 8 * nb + 2 * t + e % 2);
+        const float p = seen ? FastExp2(sc[nb][e] * c - lse2[h]) : 0.0f;
+        dp[nb][e] = p * (dp[nb][e] - dl[h]);
+      }
+    uint32_t dsf[4][4];
+    ToFragments<T>(dsf, dp);
+    TimesTile<T, D>(dqa, dsf, kt);
+    __syncthreads();  // all warps are done with this buffer before it is loaded again
   }
-  __syncthreads();  // with no key tile at all, the zeros written by other warps
-  for (int rr = 0; rr < 16; ++rr) {
-    const int r = 16 * warp + rr;
-    const int64_t i = q0 + r;
-    if (i >= s.sq) break;
-    for (int c = lane; c < D; c += 32) dq[(b * s.sq + i) * D + c] = FromF32<T>(dqs[r * ldo + c] * s.scale);
-  }
+  CopyAsyncWait<0>();
+  const float scale[2] = {s.scale, s.scale};
+  StoreRows<T, D>(dq + b * s.sq * D, dqa, r0, s.sq, scale);
 }
 
 template <typename T>
