@@ -63,7 +63,6 @@ Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask) const
   const int64_t b = x.shape()[0], s = x.shape()[1], hd = hidden_ / heads_;
   // Head-major features: a split over tp keeps whole heads together.
   Tensor t = fn::reshape(qkv(x), {b, s, heads_, 3 * hd});
-  t = fn::permute(t, {0, 2, 1, 3});  // [b, heads, s, 3 hd]
   // All-to-all sequence parallelism: the dp ranks hold parts of each
   // sequence; attention needs whole ones, so they trade them for parts of
   // the heads (one all-to-all for q, k and v together) and trade back after.
@@ -73,13 +72,24 @@ Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask) const
   // stays inside each data-parallel group.
   const int64_t tp = dist::GetConfig().tensor_parallel_size;
   const bool all_to_all = dist::GetConfig().all_to_all_sequence_parallel && t.is_global();
-  if (all_to_all) {
-    t = fn::reshape(t, {b, tp, heads_ / tp, s, 3 * hd});
-    t = t.to_global(t.placement(), WithDataParallelSbp(t.nd_sbp(), S(2)));
+  Tensor q, k, v;
+  if (!all_to_all && !dist::MultiAxisTensorParallel()) {
+    // [b, heads, s, hd] each in one copy (and one back in the gradient).
+    const std::vector<Tensor> parts = fn::split_qkv(t);
+    q = parts[0];
+    k = parts[1];
+    v = parts[2];
+  } else {
+    t = fn::permute(t, {0, 2, 1, 3});  // [b, heads, s, 3 hd]
+    if (all_to_all) {
+      t = fn::reshape(t, {b, tp, heads_ / tp, s, 3 * hd});
+      t = t.to_global(t.placement(), WithDataParallelSbp(t.nd_sbp(), S(2)));
+    }
+    const int last = static_cast<int>(t.ndim()) - 1;
+    q = fn::slice(t, last, 0, hd);
+    k = fn::slice(t, last, hd, 2 * hd);
+    v = fn::slice(t, last, 2 * hd, 3 * hd);
   }
-  const int last = static_cast<int>(t.ndim()) - 1;
-  Tensor q = fn::slice(t, last, 0, hd), k = fn::slice(t, last, hd, 2 * hd),
-         v = fn::slice(t, last, 2 * hd, 3 * hd);
   if (dist::MultiAxisTensorParallel() && t.is_global()) {
     // Queries stay split on the sequence (3d); every key and value is needed.
     k = k.to_global(k.placement(), dist::AttentionKeySbp(k.nd_sbp()));

@@ -154,6 +154,8 @@ Tensor scale_mask_softmax(const Tensor& x, const Tensor& mask, double scale, boo
   const Tensor m = mask.defined() ? mask : KeepAllMask(x);
   return One("scale_mask_softmax", {x, m}, {{"scale", scale}, {"causal", causal}});
 }
+std::vector<Tensor> split_qkv(const Tensor& x) { return ApplyOp("split_qkv", {x}, {}); }
+Tensor merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v) { return One("merge_qkv", {q, k, v}); }
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
   return One("attention", {q, k, v}, {{"scale", scale}, {"causal", causal}});
 }

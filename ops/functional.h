@@ -59,6 +59,10 @@ Tensor scale_mask_softmax(const Tensor& x, const Tensor& mask, double scale, boo
 // score matrix (flash attention): the same values as
 // matmul(scale_mask_softmax(matmul(q, k^T), none, scale, causal), v).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal);
+// {q, k, v} [b, heads, s, d] from a fused projection x [b, s, heads, 3 d]
+// (each head's q, k and v side by side) in one copy; merge_qkv is the inverse.
+std::vector<Tensor> split_qkv(const Tensor& x);
+Tensor merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v);
 Tensor cast(const Tensor& x, DType dtype);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor equal(const Tensor& a, const Tensor& b);

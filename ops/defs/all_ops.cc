@@ -10,6 +10,7 @@ void RegisterLayerNormOps();
 void RegisterMatmulOps();
 void RegisterMicroBatchOps();
 void RegisterNnOps();
+void RegisterQkvHeadsOps();
 void RegisterReduceOps();
 void RegisterShapeOps();
 void RegisterSoftmaxOps();
@@ -24,6 +25,7 @@ void RegisterAllOps() {
   RegisterMatmulOps();
   RegisterMicroBatchOps();
   RegisterNnOps();
+  RegisterQkvHeadsOps();
   RegisterReduceOps();
   RegisterShapeOps();
   RegisterSoftmaxOps();

@@ -291,6 +291,17 @@ std::vector<Case> MakeCases() {
         });
   }
 
+  // The fused projection's q, k, v into the head-major layout and back
+  // (split_qkv's three outputs compared as one, stacked on the batch dim).
+  // Head size 8 moves 16-byte words in bf16 and f16; 5, one element at a time.
+  for (int64_t d : {8, 5}) {
+    add("split_qkv", "{}", {{Randn({2, 6, 3, 3 * d}), true}},
+        [](const std::vector<Tensor>& in) { return fn::concat(fn::split_qkv(in[0]), 0); });
+    add("merge_qkv", "{}",
+        {{Randn({2, 3, 6, d}), true}, {Randn({2, 3, 6, d}), true}, {Randn({2, 3, 6, d}), true}},
+        [](const std::vector<Tensor>& in) { return fn::merge_qkv(in[0], in[1], in[2]); });
+  }
+
   // where, masked_fill, cast round trips.
   Tensor cond = Tensor::Empty({7, 5}, DType::kBool);
   for (int64_t i = 0; i < 35; ++i) cond.data<bool>()[i] = (i * 7) % 3 == 0;

@@ -70,6 +70,12 @@ def run(op, ins, a):
         if len(ins) > 1:
             a = dict(a, mask=ins[1])
         return softmax(ins[0], a)
+    if op == "split_qkv":  # q, k, v stacked on the batch dim
+        b, s, h, d3 = ins[0].shape
+        return ins[0].reshape(b, s, h, 3, d3 // 3).permute(3, 0, 2, 1, 4).reshape(3 * b, h, s, d3 // 3)
+    if op == "merge_qkv":
+        b, h, s, d = ins[0].shape
+        return torch.stack(ins, 3).permute(0, 2, 1, 3, 4).reshape(b, s, h, 3 * d)
     if op == "attention":
         q, k, v = ins
         return torch.matmul(softmax(torch.matmul(q, k.mT), a), v)

@@ -1,0 +1,61 @@
+#include "ops/cpu/qkv_heads.h"
+
+#include <array>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace tessel::cpu {
+
+namespace {
+
+// Copies each (batch, position, head)'s three runs of d elements between x
+// and q, k, v (x to the parts when `split`).
+void CopyQkv(const Tensor& x, const std::array<Tensor, 3>& parts, bool split) {
+  const Shape& p = parts[0].shape();  // [b, heads, s, d]
+  const int64_t b = p[0], heads = p[1], s = p[2];
+  const size_t run = static_cast<size_t>(p[3]) * ElementSize(x.dtype());
+  const int64_t rows = b * s * heads;
+  auto* xb = static_cast<char*>(x.raw_data());
+  std::array<char*, 3> pb;
+  for (int i = 0; i < 3; ++i) pb[i] = static_cast<char*>(parts[i].raw_data());
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r) {  // r = (batch, position, head), x's order
+    const int64_t bi = r / (s * heads), si = r / heads % s, hi = r % heads;
+    const size_t offset = static_cast<size_t>((bi * heads + hi) * s + si) * run;
+    for (int i = 0; i < 3; ++i) {
+      char* xr = xb + (static_cast<size_t>(r) * 3 + i) * run;
+      if (split) {
+        std::memcpy(pb[i] + offset, xr, run);
+      } else {
+        std::memcpy(xr, pb[i] + offset, run);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<Tensor> SplitQkv(const Tensor& x) {
+  const Shape& sx = x.shape();
+  TESSEL_CHECK(sx.ndim() == 4 && sx[3] % 3 == 0)
+      << "split_qkv needs x [batch, seq, heads, 3 * head_size]; got " << x.ToString();
+  const Shape part({sx[0], sx[2], sx[1], sx[3] / 3});
+  std::array<Tensor, 3> parts;
+  for (Tensor& t : parts) t = Tensor::Empty(part, x.dtype(), x.device());
+  CopyQkv(x, parts, /*split=*/true);
+  return {parts[0], parts[1], parts[2]};
+}
+
+Tensor MergeQkv(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const Shape& sq = q.shape();
+  TESSEL_CHECK(sq.ndim() == 4 && k.shape() == sq && v.shape() == sq && k.dtype() == q.dtype() &&
+               v.dtype() == q.dtype())
+      << "merge_qkv needs q, k, v of one dtype and shape [batch, heads, seq, head_size]; got " << q.ToString()
+      << ", " << k.ToString() << ", " << v.ToString();
+  Tensor x = Tensor::Empty(Shape({sq[0], sq[2], sq[1], 3 * sq[3]}), q.dtype(), q.device());
+  CopyQkv(x, {q, k, v}, /*split=*/false);
+  return x;
+}
+
+}  // namespace tessel::cpu
