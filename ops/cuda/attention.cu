@@ -139,13 +139,19 @@ __global__ void RowBackwardKernel(const T* __restrict__ q, const T* __restrict__
 // ------------------------------------------------ flash tiles on the tensor cores (bf16, f16)
 //
 // FlashAttention-2's structure with everything a warp owns in registers:
-// each warp owns 16 rows of a 64-row tile, its scores, probabilities and
+// each warp owns MT m-tiles of 16 rows, its scores, probabilities and
 // output live in mma.sync fragments (m16n8k16, f32 sums), and only the
 // tiles that all four warps read (k and v, or q and dout) go through shared
 // memory, loaded with cp.async one tile ahead of the products that read it.
+// A warp with two m-tiles loads each fragment of the shared tile once for
+// both, which halves the shared-memory reads per product.
 
-constexpr int kBr = 64, kBc = 64;   // query rows and key rows per tile
-constexpr int kFlashThreads = 128;  // four warps, each owning 16 query (or key) rows of a tile
+constexpr int kBr = 64, kBc = 64;   // rows of the tiles the backward kernels own, and of k and v tiles
+constexpr int kFlashThreads = 128;  // four warps
+// The forward's m-tiles per warp: two at head size 64; at 128 the output
+// accumulator would not fit the registers twice.
+template <int D>
+constexpr int kForwardMTiles = D <= 64 ? 2 : 1;
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 // Shared-memory rows are padded by 16 bytes, so the eight 16-byte rows an
@@ -153,9 +159,9 @@ constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 template <int D>
 constexpr int kLdTile = D + 8;
 
-template <typename T, int D>
+template <typename T, int D, int kRows = kBr>
 constexpr size_t TileBytes() {
-  return static_cast<size_t>(kBr) * kLdTile<D> * sizeof(T);
+  return static_cast<size_t>(kRows) * kLdTile<D> * sizeof(T);
 }
 
 __device__ __forceinline__ uint32_t SmemAddress(const void* p) {
@@ -174,11 +180,11 @@ __device__ __forceinline__ void CopyAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// Rows [row0, row0 + 64) of a [rows, D] matrix into a padded tile, zeros past `rows`.
-template <typename T, int D>
+// Rows [row0, row0 + kRows) of a [rows, D] matrix into a padded tile, zeros past `rows`.
+template <typename T, int D, int kRows = kBr>
 __device__ __forceinline__ void LoadTileAsync(T* dst, const T* src, int64_t row0, int64_t rows) {
   constexpr int kVecPerRow = D * sizeof(T) / 16, kPerVec = 16 / sizeof(T);
-  for (int x = threadIdx.x; x < kBr * kVecPerRow; x += kFlashThreads) {
+  for (int x = threadIdx.x; x < kRows * kVecPerRow; x += kFlashThreads) {
     const int r = x / kVecPerRow, c = x % kVecPerRow;
     const bool valid = row0 + r < rows;
     CopyAsync16(dst + r * kLdTile<D> + c * kPerVec, valid ? src + (row0 + r) * D + c * kPerVec : src, valid);
@@ -238,19 +244,25 @@ __device__ __forceinline__ float FastExp2(float x) {
   return y;
 }
 
-// The a fragments of rows [row0, row0 + 16) of a padded tile, all D columns.
-template <typename T, int D>
-__device__ __forceinline__ void LoadRowFragments(uint32_t (&a)[D / 16][4], const T* tile, int row0) {
+// The a fragments of MT m-tiles, rows [row0 + 16 mt, + 16) of a padded
+// tile, all D columns.
+template <typename T, int D, int MT>
+__device__ __forceinline__ void LoadRowFragments(uint32_t (&a)[MT][D / 16][4], const T* tile, int row0) {
   const int lane = threadIdx.x % 32, m = lane / 8;
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)
-    LoadMatrices(a[kk], tile + (row0 + lane % 8 + (m % 2) * 8) * kLdTile<D> + 16 * kk + (m / 2) * 8);
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      LoadMatrices(a[mt][kk],
+                   tile + (row0 + 16 * mt + lane % 8 + (m % 2) * 8) * kLdTile<D> + 16 * kk + (m / 2) * 8);
 }
 
-// acc[16 x 64] += a[16 x D] x^T, x the 64 rows of a padded tile (row n of x
-// is column n of the product): the scores of 16 rows against a tile.
-template <typename T, int D>
-__device__ __forceinline__ void TimesTileT(float (&acc)[8][4], const uint32_t (&a)[D / 16][4], const T* x) {
+// acc[mt][16 x 64] += a[mt][16 x D] x^T, x the 64 rows of a padded tile
+// (row n of x is column n of the product): the scores of MT m-tiles of rows
+// against a tile, each fragment of x loaded once for all of them.
+template <typename T, int D, int MT>
+__device__ __forceinline__ void TimesTileT(float (&acc)[MT][8][4], const uint32_t (&a)[MT][D / 16][4],
+                                           const T* x) {
   const int lane = threadIdx.x % 32, m = lane / 8;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
@@ -258,16 +270,20 @@ __device__ __forceinline__ void TimesTileT(float (&acc)[8][4], const uint32_t (&
     for (int np = 0; np < 4; ++np) {
       uint32_t b[4];
       LoadMatrices(b, x + (16 * np + lane % 8 + (m / 2) * 8) * kLdTile<D> + 16 * kk + (m % 2) * 8);
-      Mma<T>(acc[2 * np], a[kk], b[0], b[1]);
-      Mma<T>(acc[2 * np + 1], a[kk], b[2], b[3]);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        Mma<T>(acc[mt][2 * np], a[mt][kk], b[0], b[1]);
+        Mma<T>(acc[mt][2 * np + 1], a[mt][kk], b[2], b[3]);
+      }
     }
   }
 }
 
-// acc[16 x D] += p[16 x 64] x, x a padded 64 x D tile and p the a fragments
-// of four 16-column steps.
-template <typename T, int D>
-__device__ __forceinline__ void TimesTile(float (&acc)[D / 8][4], const uint32_t (&p)[4][4], const T* x) {
+// acc[mt][16 x D] += p[mt][16 x 64] x, x a padded 64 x D tile and p[mt] the
+// a fragments of four 16-column steps.
+template <typename T, int D, int MT>
+__device__ __forceinline__ void TimesTile(float (&acc)[MT][D / 8][4], const uint32_t (&p)[MT][4][4],
+                                          const T* x) {
   const int lane = threadIdx.x % 32, m = lane / 8;
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
@@ -275,8 +291,11 @@ __device__ __forceinline__ void TimesTile(float (&acc)[D / 8][4], const uint32_t
     for (int dp = 0; dp < D / 16; ++dp) {
       uint32_t b[4];
       LoadMatricesTransposed(b, x + (16 * kk + lane % 8 + (m % 2) * 8) * kLdTile<D> + 16 * dp + (m / 2) * 8);
-      Mma<T>(acc[2 * dp], p[kk], b[0], b[1]);
-      Mma<T>(acc[2 * dp + 1], p[kk], b[2], b[3]);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        Mma<T>(acc[mt][2 * dp], p[mt][kk], b[0], b[1]);
+        Mma<T>(acc[mt][2 * dp + 1], p[mt][kk], b[2], b[3]);
+      }
     }
   }
 }
@@ -294,12 +313,14 @@ __device__ __forceinline__ void ToFragments(uint32_t (&p)[4][4], const float (&a
   }
 }
 
-template <int N>
-__device__ __forceinline__ void Fill(float (&acc)[N][4], float value) {
+template <int M, int N>
+__device__ __forceinline__ void Fill(float (&acc)[M][N][4], float value) {
 #pragma unroll
-  for (int i = 0; i < N; ++i)
+  for (int mt = 0; mt < M; ++mt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[i][e] = value;
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][i][e] = value;
 }
 
 // Writes rows [row0, row0 + 16) of a [rows, D] matrix from an accumulator
@@ -325,39 +346,46 @@ __device__ __forceinline__ bool NeedsMask(const Dims& s, int64_t i0, int64_t in,
   return j0 + jn > s.sk || i0 + in > s.sq || (s.causal && j0 + jn - 1 > i0 + s.shift);
 }
 
-template <typename T, int D>
+template <int MT>
+constexpr int kForwardRows = 4 * 16 * MT;  // query rows per block
+
+template <typename T, int D, int MT>
 constexpr size_t FlashForwardSmem() {
-  return 5 * TileBytes<T, D>();  // q, and k and v twice (the next tile loads during this one)
+  // q, and k and v twice (the next tile loads during this one)
+  return TileBytes<T, D, kForwardRows<MT>>() + 4 * TileBytes<T, D>();
 }
 
-// One block: 64 query rows of one (batch, head); loops over key tiles with
-// the running maximum and sum per row (FlashAttention's forward). Scores
-// are kept in base 2 (scale log2(e) folded in) for ex2.
-template <typename T, int D>
+// One block: kForwardRows query rows of one (batch, head), 16 MT per warp;
+// loops over key tiles with the running maximum and sum per row
+// (FlashAttention's forward). Scores are kept in base 2 (scale log2(e)
+// folded in) for ex2.
+template <typename T, int D, int MT>
 __global__ void __launch_bounds__(kFlashThreads)
     FlashForwardKernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                        T* __restrict__ out, float* __restrict__ lse, Dims s) {
+  constexpr int kRows = kForwardRows<MT>, kTile = kBc * kLdTile<D>;
   extern __shared__ __align__(128) unsigned char smem[];
-  constexpr int kTile = kBr * kLdTile<D>;
   T* qs = reinterpret_cast<T*>(smem);
-  T* ks = qs + kTile;      // two buffers
-  T* vs = ks + 2 * kTile;  // two buffers
+  T* ks = qs + kRows * kLdTile<D>;  // two buffers
+  T* vs = ks + 2 * kTile;           // two buffers
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t b = blockIdx.x;
-  // Under causal the last query tiles see the most keys: start those first.
-  const int64_t q0 = static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) * kBr, r0 = q0 + 16 * warp;
+  // Under causal the last query rows see the most keys: start those first.
+  const int64_t q0 = static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) * kRows, r0 = q0 + 16 * MT * warp;
   const T *kb = k + b * s.sk * D, *vb = v + b * s.sk * D;
-  const int64_t tiles = (KeyEnd(s, q0 + kBr - 1) + kBc - 1) / kBc;
-  LoadTileAsync<T, D>(qs, q + b * s.sq * D, q0, s.sq);
+  const int64_t tiles = (KeyEnd(s, q0 + kRows - 1) + kBc - 1) / kBc;
+  LoadTileAsync<T, D, kRows>(qs, q + b * s.sq * D, q0, s.sq);
   if (tiles > 0) {
     LoadTileAsync<T, D>(ks, kb, 0, s.sk);
     LoadTileAsync<T, D>(vs, vb, 0, s.sk);
   }
   CopyAsyncCommit();
   const float c = s.scale * kLog2e;
-  float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float o[MT][D / 8][4], m[MT][2], l[MT][2];
   Fill(o, 0.0f);
-  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
+  uint32_t qf[MT][D / 16][4];
   for (int64_t j = 0; j < tiles; ++j) {
     const int buf = j % 2;
     if (j + 1 < tiles) {  // the buffer read in the last step, which all warps have left
@@ -367,62 +395,70 @@ __global__ void __launch_bounds__(kFlashThreads)
     CopyAsyncCommit();
     CopyAsyncWait<1>();  // this step's tile (and q) have landed
     __syncthreads();
-    if (j == 0) LoadRowFragments<T, D>(qf, qs, 16 * warp);
-    float sc[8][4];
+    if (j == 0) LoadRowFragments<T, D, MT>(qf, qs, 16 * MT * warp);
+    float sc[MT][8][4];
     Fill(sc, 0.0f);
-    TimesTileT<T, D>(sc, qf, ks + buf * kTile);
+    TimesTileT<T, D, MT>(sc, qf, ks + buf * kTile);
     const int64_t k0 = j * kBc;
-    const bool masked = NeedsMask(s, r0, 16, k0, kBc);
-    float mx[2] = {-INFINITY, -INFINITY};
+    uint32_t pf[MT][4][4];
 #pragma unroll
-    for (int nb = 0; nb < 8; ++nb)
+    for (int mt = 0; mt < MT; ++mt) {
+      const int64_t rm = r0 + 16 * mt;
+      const bool masked = NeedsMask(s, rm, 16, k0, kBc);
+      float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = sc[nb][e] * c;
-        if (masked && !Visible(s, r0 + g + 8 * (e / 2), k0 + 8 * nb + 2 * t + e % 2)) x = -INFINITY;
-        sc[nb][e] = x;
-        mx[e / 2] = fmaxf(mx[e / 2], x);
+      for (int nb = 0; nb < 8; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = sc[mt][nb][e] * c;
+          if (masked && !Visible(s, rm + g + 8 * (e / 2), k0 + 8 * nb + 2 * t + e % 2)) x = -INFINITY;
+          sc[mt][nb][e] = x;
+          mx[e / 2] = fmaxf(mx[e / 2], x);
+        }
+      float alpha[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // the four lanes of a row hold its 64 columns
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 2));
+        const float m_new = fmaxf(m[mt][h], mx[h]);
+        // A row with nothing visible yet keeps zeros (and no NaN from -inf - -inf).
+        alpha[h] = m_new == -INFINITY ? 1.0f : FastExp2(m[mt][h] - m_new);
+        m[mt][h] = m_new;
+        l[mt][h] *= alpha[h];
       }
-    float alpha[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {  // the four lanes of a row hold its 64 columns
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 1));
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 2));
-      const float m_new = fmaxf(m[h], mx[h]);
-      // A row with nothing visible yet keeps zeros (and no NaN from -inf - -inf).
-      alpha[h] = m_new == -INFINITY ? 1.0f : FastExp2(m[h] - m_new);
-      m[h] = m_new;
-      l[h] *= alpha[h];
+      for (int nb = 0; nb < 8; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e / 2;
+          const float p = m[mt][h] == -INFINITY ? 0.0f : FastExp2(sc[mt][nb][e] - m[mt][h]);
+          sc[mt][nb][e] = p;
+          l[mt][h] += p;  // this lane's columns; the row's four lanes are summed at the end
+        }
+#pragma unroll
+      for (int nb = 0; nb < D / 8; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[mt][nb][e] *= alpha[e / 2];
+      ToFragments<T>(pf[mt], sc[mt]);
     }
-#pragma unroll
-    for (int nb = 0; nb < 8; ++nb)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e / 2;
-        const float p = m[h] == -INFINITY ? 0.0f : FastExp2(sc[nb][e] - m[h]);
-        sc[nb][e] = p;
-        l[h] += p;  // this lane's columns; the row's four lanes are summed at the end
-      }
-#pragma unroll
-    for (int nb = 0; nb < D / 8; ++nb)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[nb][e] *= alpha[e / 2];
-    uint32_t pf[4][4];
-    ToFragments<T>(pf, sc);
-    TimesTile<T, D>(o, pf, vs + buf * kTile);
+    TimesTile<T, D, MT>(o, pf, vs + buf * kTile);
     __syncthreads();  // all warps are done with this buffer before it is loaded again
   }
   CopyAsyncWait<0>();
-  float inv[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffff, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffff, l[h], 2);
-    inv[h] = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
-    const int64_t i = r0 + g + 8 * h;
-    if (t == 0 && i < s.sq) lse[b * s.sq + i] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : INFINITY;
+  for (int mt = 0; mt < MT; ++mt) {
+    float inv[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l[mt][h] += __shfl_xor_sync(0xffffffff, l[mt][h], 1);
+      l[mt][h] += __shfl_xor_sync(0xffffffff, l[mt][h], 2);
+      inv[h] = l[mt][h] > 0.0f ? 1.0f / l[mt][h] : 0.0f;
+      const int64_t i = r0 + 16 * mt + g + 8 * h;
+      if (t == 0 && i < s.sq)
+        lse[b * s.sq + i] = l[mt][h] > 0.0f ? (m[mt][h] + log2f(l[mt][h])) * kLn2 : INFINITY;
+    }
+    StoreRows<T, D>(out + b * s.sq * D, o[mt], r0 + 16 * mt, s.sq, inv);
   }
-  StoreRows<T, D>(out + b * s.sq * D, o, r0, s.sq, inv);
 }
 
 // delta[row] = sum_c dout[row][c] * out[row][c] (the backward's row term).
@@ -459,10 +495,10 @@ __global__ void __launch_bounds__(kFlashThreads)
   constexpr int kTile = kBr * kLdTile<D>;
   T* ks = reinterpret_cast<T*>(smem);
   T* vs = ks + kTile;
-  T* qs = vs + kTile;      // two buffers
-  T* gs = qs + 2 * kTile;  // dout, two buffers
+  T* qs = vs + kTile;                                       // two buffers
+  T* gs = qs + 2 * kTile;                                   // dout, two buffers
   float* lse_s = reinterpret_cast<float*>(gs + 2 * kTile);  // two buffers
-  float* delta_s = lse_s + 2 * kBr;                          // two buffers
+  float* delta_s = lse_s + 2 * kBr;                         // two buffers
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t b = blockIdx.x, k0 = static_cast<int64_t>(blockIdx.y) * kBc, j0 = k0 + 16 * warp;
   const T *qb = q + b * s.sq * D, *gb = dout + b * s.sq * D;
@@ -484,10 +520,10 @@ __global__ void __launch_bounds__(kFlashThreads)
   if (tiles > 0) load_rows(0, q_begin);
   CopyAsyncCommit();
   const float c = s.scale * kLog2e;
-  float dka[D / 8][4], dva[D / 8][4];
+  float dka[1][D / 8][4], dva[1][D / 8][4];
   Fill(dka, 0.0f);
   Fill(dva, 0.0f);
-  uint32_t kf[D / 16][4], vf[D / 16][4];
+  uint32_t kf[1][D / 16][4], vf[1][D / 16][4];
   for (int64_t j = 0; j < tiles; ++j) {
     const int buf = j % 2;
     const int64_t q0 = q_begin + j * kBr;
@@ -496,16 +532,16 @@ __global__ void __launch_bounds__(kFlashThreads)
     CopyAsyncWait<1>();
     __syncthreads();
     if (j == 0 || D > 64) {  // at D 128 holding them would spill the accumulators
-      LoadRowFragments<T, D>(kf, ks, 16 * warp);
-      LoadRowFragments<T, D>(vf, vs, 16 * warp);
+      LoadRowFragments<T, D, 1>(kf, ks, 16 * warp);
+      LoadRowFragments<T, D, 1>(vf, vs, 16 * warp);
     }
     const T *qt = qs + buf * kTile, *gt = gs + buf * kTile;
     const float *lse_t = lse_s + buf * kBr, *delta_t = delta_s + buf * kBr;
-    float st[8][4], dpt[8][4];  // [key][query]
+    float st[1][8][4], dpt[1][8][4];  // [key][query]
     Fill(st, 0.0f);
     Fill(dpt, 0.0f);
-    TimesTileT<T, D>(st, kf, qt);
-    TimesTileT<T, D>(dpt, vf, gt);
+    TimesTileT<T, D, 1>(st, kf, qt);
+    TimesTileT<T, D, 1>(dpt, vf, gt);
     const bool masked = NeedsMask(s, q0, kBr, j0, 16);
 #pragma unroll
     for (int nb = 0; nb < 8; ++nb)
@@ -513,21 +549,21 @@ __global__ void __launch_bounds__(kFlashThreads)
       for (int e = 0; e < 4; ++e) {
         const int col = 8 * nb + 2 * t + e % 2;  // the query
         const bool seen = !masked || (q0 + col < s.sq && Visible(s, q0 + col, j0 + g + 8 * (e / 2)));
-        const float p = seen ? FastExp2(st[nb][e] * c - lse_t[col]) : 0.0f;
-        st[nb][e] = p;
-        dpt[nb][e] = p * (dpt[nb][e] - delta_t[col]);
+        const float p = seen ? FastExp2(st[0][nb][e] * c - lse_t[col]) : 0.0f;
+        st[0][nb][e] = p;
+        dpt[0][nb][e] = p * (dpt[0][nb][e] - delta_t[col]);
       }
-    uint32_t pf[4][4], dsf[4][4];
-    ToFragments<T>(pf, st);
-    ToFragments<T>(dsf, dpt);
-    TimesTile<T, D>(dva, pf, gt);
-    TimesTile<T, D>(dka, dsf, qt);
+    uint32_t pf[1][4][4], dsf[1][4][4];
+    ToFragments<T>(pf[0], st[0]);
+    ToFragments<T>(dsf[0], dpt[0]);
+    TimesTile<T, D, 1>(dva, pf, gt);
+    TimesTile<T, D, 1>(dka, dsf, qt);
     __syncthreads();  // all warps are done with this buffer before it is loaded again
   }
   CopyAsyncWait<0>();
   const float one[2] = {1.0f, 1.0f}, scale[2] = {s.scale, s.scale};
-  StoreRows<T, D>(dk + b * s.sk * D, dka, j0, s.sk, scale);
-  StoreRows<T, D>(dv + b * s.sk * D, dva, j0, s.sk, one);
+  StoreRows<T, D>(dk + b * s.sk * D, dka[0], j0, s.sk, scale);
+  StoreRows<T, D>(dv + b * s.sk * D, dva[0], j0, s.sk, one);
 }
 
 template <typename T, int D>
@@ -570,9 +606,9 @@ __global__ void __launch_bounds__(kFlashThreads)
     dl[h] = i < s.sq ? delta[b * s.sq + i] : 0.0f;
   }
   const float c = s.scale * kLog2e;
-  float dqa[D / 8][4];
+  float dqa[1][D / 8][4];
   Fill(dqa, 0.0f);
-  uint32_t qf[D / 16][4], gf[D / 16][4];
+  uint32_t qf[1][D / 16][4], gf[1][D / 16][4];
   for (int64_t j = 0; j < tiles; ++j) {
     const int buf = j % 2;
     if (j + 1 < tiles) {
@@ -583,15 +619,15 @@ __global__ void __launch_bounds__(kFlashThreads)
     CopyAsyncWait<1>();
     __syncthreads();
     if (j == 0 || D > 64) {  // at D 128 holding them would spill the accumulators
-      LoadRowFragments<T, D>(qf, qs, 16 * warp);
-      LoadRowFragments<T, D>(gf, gs, 16 * warp);
+      LoadRowFragments<T, D, 1>(qf, qs, 16 * warp);
+      LoadRowFragments<T, D, 1>(gf, gs, 16 * warp);
     }
     const T *kt = ks + buf * kTile, *vt = vs + buf * kTile;
-    float sc[8][4], dp[8][4];
+    float sc[1][8][4], dp[1][8][4];
     Fill(sc, 0.0f);
     Fill(dp, 0.0f);
-    TimesTileT<T, D>(sc, qf, kt);
-    TimesTileT<T, D>(dp, gf, vt);
+    TimesTileT<T, D, 1>(sc, qf, kt);
+    TimesTileT<T, D, 1>(dp, gf, vt);
     const int64_t k0 = j * kBc;
     const bool masked = NeedsMask(s, r0, 16, k0, kBc);
 #pragma unroll
@@ -600,17 +636,17 @@ __global__ void __launch_bounds__(kFlashThreads)
       for (int e = 0; e < 4; ++e) {
         const int h = e / 2;
         const bool seen = !masked || Visible(s, r0 + g + 8 * h, k0 + 8 * nb + 2 * t + e % 2);
-        const float p = seen ? FastExp2(sc[nb][e] * c - lse2[h]) : 0.0f;
-        dp[nb][e] = p * (dp[nb][e] - dl[h]);
+        const float p = seen ? FastExp2(sc[0][nb][e] * c - lse2[h]) : 0.0f;
+        dp[0][nb][e] = p * (dp[0][nb][e] - dl[h]);
       }
-    uint32_t dsf[4][4];
-    ToFragments<T>(dsf, dp);
-    TimesTile<T, D>(dqa, dsf, kt);
+    uint32_t dsf[1][4][4];
+    ToFragments<T>(dsf[0], dp[0]);
+    TimesTile<T, D, 1>(dqa, dsf, kt);
     __syncthreads();  // all warps are done with this buffer before it is loaded again
   }
   CopyAsyncWait<0>();
   const float scale[2] = {s.scale, s.scale};
-  StoreRows<T, D>(dq + b * s.sq * D, dqa, r0, s.sq, scale);
+  StoreRows<T, D>(dq + b * s.sq * D, dqa[0], r0, s.sq, scale);
 }
 
 template <typename T>
@@ -662,11 +698,13 @@ void AllowSmem(Kernel kernel, size_t bytes) {
 template <typename T, int D>
 void LaunchFlashForward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, const Dims& s) {
-  constexpr size_t smem = FlashForwardSmem<T, D>();
-  static const bool allowed = (AllowSmem(FlashForwardKernel<T, D>, smem), true);
+  constexpr int MT = kForwardMTiles<D>;
+  constexpr size_t smem = FlashForwardSmem<T, D, MT>();
+  static const bool allowed = (AllowSmem(FlashForwardKernel<T, D, MT>, smem), true);
   (void)allowed;
-  const dim3 grid(static_cast<unsigned>(s.n), static_cast<unsigned>((s.sq + kBr - 1) / kBr));
-  FlashForwardKernel<T, D><<<grid, kFlashThreads, smem, CurrentStream()>>>(
+  const dim3 grid(static_cast<unsigned>(s.n),
+                  static_cast<unsigned>((s.sq + kForwardRows<MT> - 1) / kForwardRows<MT>));
+  FlashForwardKernel<T, D, MT><<<grid, kFlashThreads, smem, CurrentStream()>>>(
       static_cast<const T*>(q.raw_data()), static_cast<const T*>(k.raw_data()),
       static_cast<const T*>(v.raw_data()), static_cast<T*>(out.raw_data()),
       static_cast<float*>(lse.raw_data()), s);

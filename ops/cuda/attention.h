@@ -1,9 +1,10 @@
 // Attention without the score matrix on CUDA devices (the semantics of
 // ops/cpu/attention.h): f32, bf16 and f16 (sums in f32). bf16 and f16 with a
-// head size of 64 or 128 run flash-attention-style tiles on the tensor
-// cores (64 queries by 64 keys per step, the probabilities rounded to the
-// dtype before they multiply v, as FlashAttention does); anything else runs
-// a warp per query row.
+// head size of 64 or 128 run FlashAttention-2-style kernels on the tensor
+// cores (mma.sync, with scores, probabilities and outputs in registers; 64
+// keys per step; the probabilities rounded to the dtype before they
+// multiply v, as FlashAttention does); anything else runs a warp per query
+// row.
 #pragma once
 
 #include <vector>
