@@ -47,8 +47,47 @@ __device__ __forceinline__ float Rstd(float sum_sq, int64_t d, float eps) {
   return 1.0f / sqrtf(sum_sq / static_cast<float>(d) + eps);
 }
 
-// Lane l holds columns l, l + 32, ...: each load is one coalesced line.
-template <int kPerLane, typename T>
+// Register j of a lane holds column Col<kVec>(lane, j): each lane takes
+// kVec adjacent columns per load (one 16-byte vector when kVec > 1), the
+// lanes side by side, so each load of the warp is whole lines.
+template <int kVec>
+__device__ __forceinline__ int64_t Col(int lane, int j) {
+  return kVec * (lane + 32 * (j / kVec)) + j % kVec;
+}
+
+// v[j] = row[Col(lane, j)], zeros past d (d % kVec == 0).
+template <int kPerLane, int kVec, typename T>
+__device__ __forceinline__ void LoadRow(const T* row, int lane, int64_t d, float (&v)[kPerLane]) {
+#pragma unroll
+  for (int j = 0; j < kPerLane; j += kVec) {
+    float t[kVec];
+    const int64_t c = Col<kVec>(lane, j);
+    if (c < d) {
+      Load<kVec>(row + c, t);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) t[e] = 0.0f;
+    }
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) v[j + e] = t[e];
+  }
+}
+
+template <int kPerLane, int kVec, typename T>
+__device__ __forceinline__ void StoreRow(T* row, int lane, int64_t d, const float (&v)[kPerLane]) {
+#pragma unroll
+  for (int j = 0; j < kPerLane; j += kVec) {
+    const int64_t c = Col<kVec>(lane, j);
+    if (c >= d) continue;
+    float t[kVec];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) t[e] = v[j + e];
+    Store<kVec>(row + c, t);
+  }
+}
+
+// A warp per row, the row in registers (read once).
+template <int kPerLane, int kVec, typename T>
 __global__ void __launch_bounds__(kRowWarps * 32)
     LayerNormWarpKernel(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
                         T* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd, int64_t rows,
@@ -56,36 +95,39 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
-  const T* xr = x + row * d;
   float v[kPerLane];
+  LoadRow<kPerLane, kVec>(x + row * d, lane, d, v);
   float s = 0.0f;
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const int64_t c = lane + 32 * j;
-    v[j] = c < d ? ToF32(xr[c]) : 0.0f;
-    s += v[j];
-  }
+  for (int j = 0; j < kPerLane; ++j) s += v[j];
   const float mu = WarpSum(s) / static_cast<float>(d);
   float s2 = 0.0f;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
-    const int64_t c = lane + 32 * j;
     const float t = v[j] - mu;
-    if (c < d) s2 += t * t;
+    if (Col<kVec>(lane, j) < d) s2 += t * t;
   }
   const float rs = Rstd(WarpSum(s2), d, eps);
   if (lane == 0) {
     mean[row] = mu;
     rstd[row] = rs;
   }
-  T* yr = y + row * d;
+  float g[kPerLane], b[kPerLane];
+  if (gamma) {
+    LoadRow<kPerLane, kVec>(gamma, lane, d, g);
+  } else {
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const int64_t c = lane + 32 * j;
-    if (c < d)
-      yr[c] =
-          FromF32<T>((v[j] - mu) * rs * (gamma ? ToF32(gamma[c]) : 1.0f) + (beta ? ToF32(beta[c]) : 0.0f));
+    for (int j = 0; j < kPerLane; ++j) g[j] = 1.0f;
   }
+  if (beta) {
+    LoadRow<kPerLane, kVec>(beta, lane, d, b);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) b[j] = 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) v[j] = (v[j] - mu) * rs * g[j] + b[j];
+  StoreRow<kPerLane, kVec>(y + row * d, lane, d, v);
 }
 
 template <typename T>
@@ -118,7 +160,7 @@ __global__ void LayerNormBlockKernel(const T* __restrict__ x, const T* __restric
 // rstd are computed here from x and written to mean_out / rstd_out (the
 // parameter gradients read them); else they are read from mean_in /
 // rstd_in.
-template <int kPerLane, bool kRecompute, typename T>
+template <int kPerLane, int kVec, bool kRecompute, typename T>
 __global__ void __launch_bounds__(kRowWarps * 32)
     LayerNormGradWarpKernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ gamma,
                             const float* __restrict__ mean_in, const float* __restrict__ rstd_in,
@@ -127,15 +169,9 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
-  const T* xr = x + row * d;
-  const T* gr = dy + row * d;
   float xv[kPerLane], gv[kPerLane];
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const int64_t c = lane + 32 * j;
-    xv[j] = c < d ? ToF32(xr[c]) : 0.0f;
-    gv[j] = c < d ? ToF32(gr[c]) : 0.0f;
-  }
+  LoadRow<kPerLane, kVec>(x + row * d, lane, d, xv);
+  LoadRow<kPerLane, kVec>(dy + row * d, lane, d, gv);
   float mu, rs;
   if constexpr (kRecompute) {
     float s = 0.0f;
@@ -145,9 +181,8 @@ __global__ void __launch_bounds__(kRowWarps * 32)
     float s2 = 0.0f;
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
-      const int64_t c = lane + 32 * j;
       const float t = xv[j] - mu;
-      if (c < d) s2 += t * t;
+      if (Col<kVec>(lane, j) < d) s2 += t * t;
     }
     rs = Rstd(WarpSum(s2), d, eps);
     if (lane == 0) {
@@ -158,30 +193,30 @@ __global__ void __launch_bounds__(kRowWarps * 32)
     mu = mean_in[row];
     rs = rstd_in[row];
   }
+  if (gamma) {  // gv becomes dxhat = dy * gamma
+    float g[kPerLane];
+    LoadRow<kPerLane, kVec>(gamma, lane, d, g);
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) gv[j] *= g[j];
+  }
   double sum_dxhat = 0, sum_dxhat_xhat = 0;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
-    const int64_t c = lane + 32 * j;
-    if (c < d) {
+    if (Col<kVec>(lane, j) < d) {
       const double xhat = static_cast<double>(xv[j] - mu) * rs;
-      const double dxhat = gv[j] * (gamma ? ToF32(gamma[c]) : 1.0f);
-      sum_dxhat += dxhat;
-      sum_dxhat_xhat += dxhat * xhat;
+      sum_dxhat += gv[j];
+      sum_dxhat_xhat += gv[j] * xhat;
     }
   }
   sum_dxhat = WarpSum(sum_dxhat);
   sum_dxhat_xhat = WarpSum(sum_dxhat_xhat);
   const double dd = static_cast<double>(d), scale = static_cast<double>(rs) / dd;
-  T* out = dx + row * d;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
-    const int64_t c = lane + 32 * j;
-    if (c < d) {
-      const double xhat = static_cast<double>(xv[j] - mu) * rs;
-      const double dxhat = gv[j] * (gamma ? ToF32(gamma[c]) : 1.0f);
-      out[c] = FromF32<T>(static_cast<float>(scale * (dd * dxhat - sum_dxhat - xhat * sum_dxhat_xhat)));
-    }
+    const double xhat = static_cast<double>(xv[j] - mu) * rs;
+    xv[j] = static_cast<float>(scale * (dd * gv[j] - sum_dxhat - xhat * sum_dxhat_xhat));
   }
+  StoreRow<kPerLane, kVec>(dx + row * d, lane, d, xv);
 }
 
 template <bool kRecompute, typename T>
@@ -330,6 +365,27 @@ void WithPerLane(int64_t d, F&& f) {
   }
 }
 
+// Whether rows of d elements move as 16-byte vectors: d a multiple of a
+// vector and every pointer (null: absent) 16-byte aligned.
+template <typename T>
+bool Vectorizable(int64_t d, std::initializer_list<const void*> ptrs) {
+  if (d % (16 / static_cast<int64_t>(sizeof(T))) != 0) return false;
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+// Calls f(std::integral_constant<int, V>) with V the elements per load: a
+// 16-byte vector where `vec` and the columns per lane hold whole vectors, else 1.
+template <typename T, int kPerLane, typename F>
+void WithVec(bool vec, F&& f) {
+  constexpr int kVec = 16 / sizeof(T);
+  if constexpr (kPerLane % kVec == 0) {
+    if (vec) return f(std::integral_constant<int, kVec>());
+  }
+  f(std::integral_constant<int, 1>());
+}
+
 unsigned WarpBlocks(int64_t rows) { return static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps); }
 
 int BlockThreads(int64_t d) { return d <= 4096 ? 256 : d <= 16384 ? 512 : 1024; }
@@ -451,15 +507,19 @@ LayerNormGrads Grad(const Tensor& dy, const Tensor& x, const Tensor& mean, const
     T* pdx = static_cast<T*>(out.dx.raw_data());
     if (rows > 0) {
       if (d <= kMaxWarpCols) {
+        const bool vec = Vectorizable<T>(d, {pdy, px, pgamma, pdx});
         WithPerLane(d, [&](auto per_lane) {
           constexpr int P = decltype(per_lane)::value;
-          if (recompute) {
-            LayerNormGradWarpKernel<P, true, T><<<WarpBlocks(rows), kRowWarps * 32, 0, stream>>>(
-                pdy, px, pgamma, mean_in, rstd_in, mean_out, rstd_out, pdx, rows, d, eps);
-          } else {
-            LayerNormGradWarpKernel<P, false, T><<<WarpBlocks(rows), kRowWarps * 32, 0, stream>>>(
-                pdy, px, pgamma, mean_in, rstd_in, mean_out, rstd_out, pdx, rows, d, eps);
-          }
+          WithVec<T, P>(vec, [&](auto vec_width) {
+            constexpr int V = decltype(vec_width)::value;
+            if (recompute) {
+              LayerNormGradWarpKernel<P, V, true, T><<<WarpBlocks(rows), kRowWarps * 32, 0, stream>>>(
+                  pdy, px, pgamma, mean_in, rstd_in, mean_out, rstd_out, pdx, rows, d, eps);
+            } else {
+              LayerNormGradWarpKernel<P, V, false, T><<<WarpBlocks(rows), kRowWarps * 32, 0, stream>>>(
+                  pdy, px, pgamma, mean_in, rstd_in, mean_out, rstd_out, pdx, rows, d, eps);
+            }
+          });
         });
       } else if (recompute) {
         LayerNormGradBlockKernel<true, T><<<static_cast<unsigned>(rows), BlockThreads(d), 0, stream>>>(
@@ -512,9 +572,13 @@ LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& be
     const T* pb = PtrOrNull<T>(beta);
     T* py = static_cast<T*>(r.y.raw_data());
     if (d <= kMaxWarpCols) {
+      const bool vec = Vectorizable<T>(d, {px, pg, pb, py});
       WithPerLane(d, [&](auto per_lane) {
-        LayerNormWarpKernel<decltype(per_lane)::value, T>
-            <<<WarpBlocks(rows), kRowWarps * 32, 0, stream>>>(px, pg, pb, py, pm, pr, rows, d, eps);
+        constexpr int P = decltype(per_lane)::value;
+        WithVec<T, P>(vec, [&](auto vec_width) {
+          LayerNormWarpKernel<P, decltype(vec_width)::value, T>
+              <<<WarpBlocks(rows), kRowWarps * 32, 0, stream>>>(px, pg, pb, py, pm, pr, rows, d, eps);
+        });
       });
     } else {
       LayerNormBlockKernel<T>
