@@ -42,7 +42,7 @@ struct BertConfig {
   layers::Activation activation = layers::Activation::kGelu;
   double embedding_dropout = 0, attention_dropout = 0, hidden_dropout = 0;
   // On GPUs, attention without the score matrix (layers::AttentionOptions::fused).
-  bool fused_attention = false;
+  bool fused_attention = true;
   int64_t make_vocab_size_divisible_by = 128;
   bool activation_checkpoint = false;
   int64_t num_labels = 0;  // > 0: a sequence classifier of that many classes (at least 2)

@@ -38,7 +38,7 @@ struct GPTConfig {
   // each sublayer's output (training only; eager mode only for now).
   double embedding_dropout = 0, attention_dropout = 0, hidden_dropout = 0;
   // On GPUs, attention without the score matrix (layers::AttentionOptions::fused).
-  bool fused_attention = false;
+  bool fused_attention = true;
   // The table has a multiple of this times tp rows (0 or 1: tp only).
   int64_t make_vocab_size_divisible_by = 128;
   // Recompute each transformer layer in backward instead of keeping its

@@ -40,7 +40,7 @@ struct ViTConfig {
   // each sublayer's output (training only; eager mode only for now).
   double embedding_dropout = 0, attention_dropout = 0, hidden_dropout = 0;
   // On GPUs, attention without the score matrix (layers::AttentionOptions::fused).
-  bool fused_attention = false;
+  bool fused_attention = true;
   bool activation_checkpoint = false;  // as GPTConfig's
 };
 
