@@ -128,6 +128,17 @@ std::vector<Case> Cases() {
        {Randn({2, 4, 6, 8}), Randn({2, 4, 9, 8}), Randn({2, 4, 9, 8})},
        {{S(0), S(0), S(0)}, {S(1), S(1), S(1)}, {S(2), B(), B()}, {B(), B(), B()}, {S(2), S(0), S(1)}},
        [](const std::vector<Tensor>& in) { return fn::attention(in[0], in[1], in[2], 0.3, true); }},
+      // The fused projection into heads and back: batch, sequence, heads
+      // or partial, and a split of the features (across q, k and v) that
+      // must be converted first.
+      {"split_qkv",
+       {Randn({4, 6, 4, 15})},
+       {{S(0)}, {S(1)}, {S(2)}, {P()}, {S(3)}},
+       [](const std::vector<Tensor>& in) { return fn::concat(fn::split_qkv(in[0]), 0); }},
+      {"merge_qkv",
+       {Randn({4, 4, 6, 5}), Randn({4, 4, 6, 5}), Randn({4, 4, 6, 5})},
+       {{S(0), S(0), S(0)}, {S(1), S(1), S(1)}, {S(2), S(2), S(2)}, {P(), P(), P()}, {S(1), S(2), B()}},
+       [](const std::vector<Tensor>& in) { return fn::merge_qkv(in[0], in[1], in[2]); }},
       {"patch_embed",
        {Randn({4, 3, 4, 6}), Randn({5, 12}), Randn({5})},
        {{S(0), B(), B()}, {B(), S(0), S(0)}},
@@ -245,6 +256,9 @@ TEST(GlobalOps, SignaturesMatchProducersAndGradientsKeepTheirSbp) {
   EXPECT_EQ(fn::matmul(x, w).nd_sbp(), NdSbp{S(0)});           // data parallel: no boxing
   EXPECT_EQ(fn::matmul(x_cols, w_rows).nd_sbp(), NdSbp{P()});  // row parallel: partial sums
   EXPECT_EQ(fn::matmul(randn({8, 6}, line, {B()}, 5), randn({6, 4}, line, {S(1)}, 6)).nd_sbp(), NdSbp{S(1)});
+  // Tensor-parallel heads stay split from the fused projection into q, k, v.
+  for (const Tensor& part : fn::split_qkv(randn({2, 6, 4, 24}, line, {S(2)}, 7)))
+    EXPECT_EQ(part.nd_sbp(), NdSbp{S(1)});
   // A replicated weight used with split data gets a partial-sum gradient.
   w.set_requires_grad(true);
   x.set_requires_grad(true);
