@@ -87,7 +87,9 @@ NamedRegistry<ParallelMode>& Modes() {
       "tensor_parallel_mode", "dist::RegisterParallelMode",
       {{"1d",
         {.check = [](const ParallelModeSizes& s) { CheckNoOptions("1d", s); },
-         .stage_ranks = MegatronStageRanks}},
+         .stage_ranks = MegatronStageRanks,
+         .layout = TensorLayout::k1d,
+         .tensor_mesh = nullptr}},
        // Each multi-axis mode's check is forming its mesh.
        {"2d",
         {.check = [](const ParallelModeSizes& s) { Mesh2d(s); },

@@ -227,7 +227,7 @@ ParallelPlan PlanWithGraph(nn::LossModule& module, const Tensors& sample_inputs,
   for (const auto& [name, shape] : shapes) parameters.insert(name);
 
   std::unique_ptr<ir::Graph> one_device = TraceOneDevice(module, sample_inputs);
-  PolicyContext context{*one_device, parameters, config, nullptr};
+  PolicyContext context{*one_device, parameters, config, nullptr, nullptr};
   context.trace = [&](const ParallelPlan& plan) {
     return TraceUnderPlan(module, sample_inputs, *one_device, plan, config.device_type);
   };

@@ -62,7 +62,8 @@ struct Row {
 };
 
 Row Build(const Size& size, const std::string& policy, const parallel::CostModel& model) {
-  Row row{.policy = policy};
+  Row row;
+  row.policy = policy;
   row.gpt = std::make_unique<models::PlainGPT>(size.config);
   models::PlainGPT& gpt = *row.gpt;
   const int64_t limit = static_cast<int64_t>(size.memory_limit_mb * (1 << 20));

@@ -367,12 +367,6 @@ std::string EnvOr(const char* name, const std::string& fallback) {
   return v != nullptr && *v != '\0' ? v : fallback;
 }
 
-std::vector<Tensor> OnDevice(const std::vector<Tensor>& ts, const Device& device) {
-  std::vector<Tensor> out;
-  for (const Tensor& t : ts) out.push_back(t.To(device));
-  return out;
-}
-
 // On the host in f32 (low-precision results are widened to compare).
 Tensor HostF32(const Tensor& t) {
   Tensor host = t.To(Device::CPU());
