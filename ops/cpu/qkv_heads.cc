@@ -36,11 +36,23 @@ void CopyQkv(const Tensor& x, const std::array<Tensor, 3>& parts, bool split) {
 
 }  // namespace
 
+Shape SplitQkvPartShape(const Shape& x) {
+  TESSEL_CHECK(x.ndim() == 4 && x[3] % 3 == 0)
+      << "split_qkv: x " << x << "; expected [batch, seq, heads, 3 * head_size]";
+  return Shape({x[0], x[2], x[1], x[3] / 3});
+}
+
+Shape MergeQkvShape(const std::array<Shape, 3>& parts, const std::array<DType, 3>& dtypes) {
+  const Shape& q = parts[0];
+  TESSEL_CHECK(q.ndim() == 4 && parts[1] == q && parts[2] == q && dtypes[1] == dtypes[0] &&
+               dtypes[2] == dtypes[0])
+      << "merge_qkv: q " << dtypes[0] << " " << q << ", k " << dtypes[1] << " " << parts[1] << ", v "
+      << dtypes[2] << " " << parts[2] << "; expected one dtype and shape [batch, heads, seq, head_size]";
+  return Shape({q[0], q[2], q[1], 3 * q[3]});
+}
+
 std::vector<Tensor> SplitQkv(const Tensor& x) {
-  const Shape& sx = x.shape();
-  TESSEL_CHECK(sx.ndim() == 4 && sx[3] % 3 == 0)
-      << "split_qkv needs x [batch, seq, heads, 3 * head_size]; got " << x.ToString();
-  const Shape part({sx[0], sx[2], sx[1], sx[3] / 3});
+  const Shape part = SplitQkvPartShape(x.shape());
   std::array<Tensor, 3> parts;
   for (Tensor& t : parts) t = Tensor::Empty(part, x.dtype(), x.device());
   CopyQkv(x, parts, /*split=*/true);
@@ -48,12 +60,9 @@ std::vector<Tensor> SplitQkv(const Tensor& x) {
 }
 
 Tensor MergeQkv(const Tensor& q, const Tensor& k, const Tensor& v) {
-  const Shape& sq = q.shape();
-  TESSEL_CHECK(sq.ndim() == 4 && k.shape() == sq && v.shape() == sq && k.dtype() == q.dtype() &&
-               v.dtype() == q.dtype())
-      << "merge_qkv needs q, k, v of one dtype and shape [batch, heads, seq, head_size]; got " << q.ToString()
-      << ", " << k.ToString() << ", " << v.ToString();
-  Tensor x = Tensor::Empty(Shape({sq[0], sq[2], sq[1], 3 * sq[3]}), q.dtype(), q.device());
+  Tensor x =
+      Tensor::Empty(MergeQkvShape({q.shape(), k.shape(), v.shape()}, {q.dtype(), k.dtype(), v.dtype()}),
+                    q.dtype(), q.device());
   CopyQkv(x, {q, k, v}, /*split=*/false);
   return x;
 }

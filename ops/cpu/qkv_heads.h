@@ -4,11 +4,19 @@
 // v [b, heads, s, d]. Any dtype: the bytes move unchanged.
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "core/tensor.h"
 
 namespace tessel::cpu {
+
+// Each part's shape [b, heads, s, d] for x [b, s, heads, 3 d]; throws
+// naming x's shape otherwise.
+Shape SplitQkvPartShape(const Shape& x);
+// x's shape [b, s, heads, 3 d] for q, k, v of one shape [b, heads, s, d]
+// and one dtype; throws naming the three otherwise.
+Shape MergeQkvShape(const std::array<Shape, 3>& parts, const std::array<DType, 3>& dtypes);
 
 // {q, k, v}, each [b, heads, s, d], from x [b, s, heads, 3 d].
 std::vector<Tensor> SplitQkv(const Tensor& x);

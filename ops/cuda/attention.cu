@@ -191,6 +191,24 @@ __device__ __forceinline__ void LoadTileAsync(T* dst, const T* src, int64_t row0
   }
 }
 
+// Starts copying key tile `tile` of k and v ([sk, D] each) into buffer
+// `buf` of ks and vs.
+template <typename T, int D>
+__device__ __forceinline__ void LoadKeyTileAsync(T* ks, T* vs, int buf, const T* k, const T* v, int64_t tile,
+                                                 int64_t sk) {
+  LoadTileAsync<T, D>(ks + buf * kBc * kLdTile<D>, k, tile * kBc, sk);
+  LoadTileAsync<T, D>(vs + buf * kBc * kLdTile<D>, v, tile * kBc, sk);
+}
+
+// One step of the double-buffered loop: commits the copies issued for the
+// next tile, waits for everything before them (this step's tile, and with
+// the first step the block's own rows) and makes it visible to all threads.
+__device__ __forceinline__ void WaitForThisTile() {
+  CopyAsyncCommit();
+  CopyAsyncWait<1>();
+  __syncthreads();
+}
+
 // Four 8x8 matrices of 16-bit elements from shared memory; lane l gives the
 // address of row l % 8 of matrix l / 8.
 __device__ __forceinline__ void LoadMatrices(uint32_t (&r)[4], const void* p) {
@@ -376,8 +394,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int64_t tiles = (KeyEnd(s, q0 + kRows - 1) + kBc - 1) / kBc;
   LoadTileAsync<T, D, kRows>(qs, q + b * s.sq * D, q0, s.sq);
   if (tiles > 0) {
-    LoadTileAsync<T, D>(ks, kb, 0, s.sk);
-    LoadTileAsync<T, D>(vs, vb, 0, s.sk);
+    LoadKeyTileAsync<T, D>(ks, vs, 0, kb, vb, 0, s.sk);
   }
   CopyAsyncCommit();
   const float c = s.scale * kLog2e;
@@ -388,13 +405,9 @@ __global__ void __launch_bounds__(kFlashThreads)
   uint32_t qf[MT][D / 16][4];
   for (int64_t j = 0; j < tiles; ++j) {
     const int buf = j % 2;
-    if (j + 1 < tiles) {  // the buffer read in the last step, which all warps have left
-      LoadTileAsync<T, D>(ks + (1 - buf) * kTile, kb, (j + 1) * kBc, s.sk);
-      LoadTileAsync<T, D>(vs + (1 - buf) * kTile, vb, (j + 1) * kBc, s.sk);
-    }
-    CopyAsyncCommit();
-    CopyAsyncWait<1>();  // this step's tile (and q) have landed
-    __syncthreads();
+    // Into the buffer read in the last step, which all warps have left.
+    if (j + 1 < tiles) LoadKeyTileAsync<T, D>(ks, vs, 1 - buf, kb, vb, j + 1, s.sk);
+    WaitForThisTile();
     if (j == 0) LoadRowFragments<T, D, MT>(qf, qs, 16 * MT * warp);
     float sc[MT][8][4];
     Fill(sc, 0.0f);
@@ -528,9 +541,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     const int buf = j % 2;
     const int64_t q0 = q_begin + j * kBr;
     if (j + 1 < tiles) load_rows(1 - buf, q0 + kBr);
-    CopyAsyncCommit();
-    CopyAsyncWait<1>();
-    __syncthreads();
+    WaitForThisTile();
     if (j == 0 || D > 64) {  // at D 128 holding them would spill the accumulators
       LoadRowFragments<T, D, 1>(kf, ks, 16 * warp);
       LoadRowFragments<T, D, 1>(vf, vs, 16 * warp);
@@ -594,8 +605,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   LoadTileAsync<T, D>(qs, q + b * s.sq * D, q0, s.sq);
   LoadTileAsync<T, D>(gs, dout + b * s.sq * D, q0, s.sq);
   if (tiles > 0) {
-    LoadTileAsync<T, D>(ks, kb, 0, s.sk);
-    LoadTileAsync<T, D>(vs, vb, 0, s.sk);
+    LoadKeyTileAsync<T, D>(ks, vs, 0, kb, vb, 0, s.sk);
   }
   CopyAsyncCommit();
   float lse2[2], dl[2];
@@ -611,13 +621,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   uint32_t qf[1][D / 16][4], gf[1][D / 16][4];
   for (int64_t j = 0; j < tiles; ++j) {
     const int buf = j % 2;
-    if (j + 1 < tiles) {
-      LoadTileAsync<T, D>(ks + (1 - buf) * kTile, kb, (j + 1) * kBc, s.sk);
-      LoadTileAsync<T, D>(vs + (1 - buf) * kTile, vb, (j + 1) * kBc, s.sk);
-    }
-    CopyAsyncCommit();
-    CopyAsyncWait<1>();
-    __syncthreads();
+    if (j + 1 < tiles) LoadKeyTileAsync<T, D>(ks, vs, 1 - buf, kb, vb, j + 1, s.sk);
+    WaitForThisTile();
     if (j == 0 || D > 64) {  // at D 128 holding them would spill the accumulators
       LoadRowFragments<T, D, 1>(qf, qs, 16 * warp);
       LoadRowFragments<T, D, 1>(gf, gs, 16 * warp);

@@ -1,5 +1,6 @@
 #include <cstdint>
 
+#include "ops/cpu/qkv_heads.h"
 #include "ops/cuda/cuda_util.cuh"
 #include "ops/cuda/qkv_heads.h"
 
@@ -65,11 +66,8 @@ void Copy(const Tensor& x, const Tensor& q, const Tensor& k, const Tensor& v) {
 }  // namespace
 
 std::vector<Tensor> SplitQkv(const Tensor& x) {
-  const Shape& sx = x.shape();
-  TESSEL_CHECK(sx.ndim() == 4 && sx[3] % 3 == 0)
-      << "split_qkv needs x [batch, seq, heads, 3 * head_size]; got " << x.ToString();
+  const Shape part = cpu::SplitQkvPartShape(x.shape());
   SetDevice(x.device());
-  const Shape part({sx[0], sx[2], sx[1], sx[3] / 3});
   Tensor q = Tensor::Empty(part, x.dtype(), x.device()), k = Tensor::Empty(part, x.dtype(), x.device()),
          v = Tensor::Empty(part, x.dtype(), x.device());
   Copy<true>(x, q, k, v);
@@ -77,14 +75,11 @@ std::vector<Tensor> SplitQkv(const Tensor& x) {
 }
 
 Tensor MergeQkv(const Tensor& q, const Tensor& k, const Tensor& v) {
-  const Shape& sq = q.shape();
-  TESSEL_CHECK(sq.ndim() == 4 && k.shape() == sq && v.shape() == sq && k.dtype() == q.dtype() &&
-               v.dtype() == q.dtype())
-      << "merge_qkv needs q, k, v of one dtype and shape [batch, heads, seq, head_size]; got " << q.ToString()
-      << ", " << k.ToString() << ", " << v.ToString();
+  const Shape shape =
+      cpu::MergeQkvShape({q.shape(), k.shape(), v.shape()}, {q.dtype(), k.dtype(), v.dtype()});
   CheckOnDevice("merge_qkv", q.device(), {k, v});
   SetDevice(q.device());
-  Tensor x = Tensor::Empty(Shape({sq[0], sq[2], sq[1], 3 * sq[3]}), q.dtype(), q.device());
+  Tensor x = Tensor::Empty(shape, q.dtype(), q.device());
   Copy<false>(x, q, k, v);
   return x;
 }

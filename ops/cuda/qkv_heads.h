@@ -1,5 +1,5 @@
-// split_qkv and merge_qkv on CUDA devices (the semantics of
-// ops/cpu/qkv_heads.h): one kernel each, 16 bytes per thread where the
+// split_qkv and merge_qkv on CUDA devices (the semantics and the shape
+// checks of ops/cpu/qkv_heads.h): one kernel each, 16 bytes per thread where the
 // head size allows.
 #pragma once
 

@@ -39,10 +39,7 @@ void RegisterQkvHeadsOps() {
   split.inputs = {"x"};
   split.num_outputs = 3;
   split.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
-    const Shape& s = in[0].shape;
-    TESSEL_CHECK(s.ndim() == 4 && s[3] % 3 == 0)
-        << "split_qkv: x " << s << "; expected [batch, seq, heads, 3 * head_size]";
-    const TensorSpec part{Shape({s[0], s[2], s[1], s[3] / 3}), in[0].dtype};
+    const TensorSpec part{cpu::SplitQkvPartShape(in[0].shape), in[0].dtype};
     return std::vector<TensorSpec>{part, part, part};
   };
   split.sbp = [](const std::vector<TensorSpec>&, const Attrs&) { return Signatures(/*split=*/true); };
@@ -68,13 +65,9 @@ void RegisterQkvHeadsOps() {
   merge.name = "merge_qkv";
   merge.inputs = {"q", "k", "v"};
   merge.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
-    const Shape& s = in[0].shape;
-    TESSEL_CHECK(s.ndim() == 4 && in[1].shape == s && in[2].shape == s && in[1].dtype == in[0].dtype &&
-                 in[2].dtype == in[0].dtype)
-        << "merge_qkv: q " << in[0].dtype << " " << s << ", k " << in[1].dtype << " " << in[1].shape << ", v "
-        << in[2].dtype << " " << in[2].shape
-        << "; expected one dtype and shape [batch, heads, seq, head_size]";
-    return std::vector<TensorSpec>{{Shape({s[0], s[2], s[1], 3 * s[3]}), in[0].dtype}};
+    return std::vector<TensorSpec>{
+        {cpu::MergeQkvShape({in[0].shape, in[1].shape, in[2].shape}, {in[0].dtype, in[1].dtype, in[2].dtype}),
+         in[0].dtype}};
   };
   merge.sbp = [](const std::vector<TensorSpec>&, const Attrs&) { return Signatures(/*split=*/false); };
   merge.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
