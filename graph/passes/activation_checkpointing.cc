@@ -102,7 +102,11 @@ void RecomputeCheckpointedRegions(ir::Graph& graph) {
       }
       r.clones.push_back(std::move(clone));
     }
-    replacement.insert(copy_of.begin(), copy_of.end());
+    // Only the values backward needs recomputed: an output of a cloned op
+    // that is a checkpoint (another output of a multi-output op) stays the
+    // forward's, which backward ops before the copy may read too.
+    for (const auto& [original, copy] : copy_of)
+      if (!checkpoints.count(original)) replacement.emplace(original, copy);
     recomputes.push_back(std::move(r));
   }
   if (recomputes.empty()) return;
