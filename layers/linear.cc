@@ -63,12 +63,38 @@ Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
   if (options.bias) RegisterParameter("bias", bias);
 }
 
-Tensor Linear::operator()(const Tensor& x_in) const {
+Tensor Linear::operator()(const Tensor& x_in, LinearActivation activation, const Tensor& residual) const {
   const Placement placement = weight.placement();
   Tensor x = x_in.is_global() ? x_in : FromLocal(x_in, placement, dist::GetNdSbp({B(), B()}));
   TESSEL_CHECK(x.shape().ndim() >= 1 && x.shape()[-1] == in_)
       << "Linear(" << in_ << " -> " << out_ << "): input of shape " << x.shape() << " has " << x.shape()[-1]
       << " features; expected " << in_;
+  TESSEL_CHECK(activation == LinearActivation::kNone || !options_.skip_bias_add)
+      << "Linear(" << in_ << " -> " << out_ << "): an activation needs the bias added in the layer, but "
+      << "skip_bias_add is set";
+  TESSEL_CHECK(activation == LinearActivation::kNone || !residual.defined())
+      << "Linear(" << in_ << " -> " << out_ << "): an activation and a residual together";
+  const bool has_bias = bias.defined() && !options_.skip_bias_add;
+  bool bias_added = false, activated = false, residual_added = false;
+  // x W, with the bias (and the activation, when `with_activation`, or the
+  // residual) in the same op when `fuse`.
+  std::vector<int64_t> y_dims = x.shape().dims();
+  y_dims.back() = out_;
+  const Shape y_shape(y_dims);
+  auto product = [&](const Tensor& a, bool fuse, bool with_activation) {
+    if (!fuse || !has_bias) return fn::matmul(a, ForCompute(weight));
+    bias_added = true;
+    if (with_activation && activation == LinearActivation::kGeluTanh) {
+      activated = true;
+      return fn::linear_gelu_tanh(a, ForCompute(weight), ForCompute(bias));
+    }
+    if (residual.defined() && residual.is_global() == a.is_global() && residual.shape() == y_shape &&
+        residual.dtype() == a.dtype()) {
+      residual_added = true;
+      return fn::linear_residual(a, ForCompute(weight), ForCompute(bias), residual);
+    }
+    return fn::linear(a, ForCompute(weight), ForCompute(bias));
+  };
   Tensor y;
   if (dist::MultiAxisTensorParallel()) {
     // SUMMA-style: x gathered along one mesh axis, W along another, the
@@ -78,42 +104,47 @@ Tensor Linear::operator()(const Tensor& x_in) const {
     y = ReducedInto(fn::matmul(x.to_global(placement, l.input_compute),
                                GatheredForCompute(ForCompute(weight), l.weight_compute)),
                     l.output);
-    if (bias.defined() && !options_.skip_bias_add) y = fn::add(y, ForCompute(bias));
-    return y;
+  } else {
+    switch (options_.parallel) {
+      case Parallel::kCol: {
+        // Copied to every tp rank forwards; the input gradient (partial over
+        // tp) comes back in the input's layout: all-reduced (Megatron's "f"),
+        // or reduce-scattered on the sequence under sequence parallelism,
+        // whose forward all-gathers it.
+        const NdSbp in_sbp = InputSbp(x, B());
+        const NdSbp grad_sbp = x.nd_sbp().has_partial() ? in_sbp : x.nd_sbp();
+        // A gathered sequence is not kept for backward (1/tp of it is, the
+        // input): in graph mode backward gathers it again, as Megatron does.
+        std::optional<RecomputeScope> regather;
+        if (dist::GetConfig().sequence_parallel && x.ndim() >= 3 && x.nd_sbp() != in_sbp) regather.emplace();
+        // (The activation stays out of that region: its gradient reads the
+        // pre-activation, which backward would then recompute with the GEMM.)
+        y = product(x.to_global(placement, in_sbp, grad_sbp), true,
+                    !regather.has_value());  // [S(0), S(last)]
+      } break;
+      case Parallel::kRow: {
+        // With tp = 1 there is nothing to reduce, and the bias goes in the
+        // product (as a partial value on the tp axis of size one).
+        y = product(x.to_global(placement, InputSbp(x, S(static_cast<int>(x.ndim() - 1)))),
+                    dist::GetConfig().tensor_parallel_size == 1, true);
+        // The partial sums over tp reduced: all-reduced, or reduce-scattered on
+        // the sequence under sequence parallelism, whose backward all-gathers
+        // the gradient (Megatron's pattern: for the long sequences it is meant
+        // for, the activations' gradient, not the weight, is what moves).
+        const bool sequence = dist::GetConfig().sequence_parallel && y.ndim() >= 3;
+        if (sequence)
+          y = y.to_global(placement, InputSbp(y, S(1)), InputSbp(y, B()));
+        else
+          y = y.to_global(placement, InputSbp(y, B()));
+      } break;
+      case Parallel::kData:
+        y = product(x.to_global(placement, InputSbp(x, B())), true, true);
+        break;
+    }
   }
-  switch (options_.parallel) {
-    case Parallel::kCol: {
-      // Copied to every tp rank forwards; the input gradient (partial over
-      // tp) comes back in the input's layout: all-reduced (Megatron's "f"),
-      // or reduce-scattered on the sequence under sequence parallelism,
-      // whose forward all-gathers it.
-      const NdSbp in_sbp = InputSbp(x, B());
-      const NdSbp grad_sbp = x.nd_sbp().has_partial() ? in_sbp : x.nd_sbp();
-      // A gathered sequence is not kept for backward (1/tp of it is, the
-      // input): in graph mode backward gathers it again, as Megatron does.
-      std::optional<RecomputeScope> regather;
-      if (dist::GetConfig().sequence_parallel && x.ndim() >= 3 && x.nd_sbp() != in_sbp) regather.emplace();
-      y = fn::matmul(x.to_global(placement, in_sbp, grad_sbp), ForCompute(weight));  // [S(0), S(last)]
-    } break;
-    case Parallel::kRow: {
-      y = fn::matmul(x.to_global(placement, InputSbp(x, S(static_cast<int>(x.ndim() - 1)))),
-                     ForCompute(weight));
-      // The partial sums over tp reduced: all-reduced, or reduce-scattered on
-      // the sequence under sequence parallelism, whose backward all-gathers
-      // the gradient (Megatron's pattern: for the long sequences it is meant
-      // for, the activations' gradient, not the weight, is what moves).
-      const bool sequence = dist::GetConfig().sequence_parallel && y.ndim() >= 3;
-      if (sequence)
-        y = y.to_global(placement, InputSbp(y, S(1)), InputSbp(y, B()));
-      else
-        y = y.to_global(placement, InputSbp(y, B()));
-    } break;
-    case Parallel::kData:
-      y = fn::matmul(x.to_global(placement, InputSbp(x, B())), ForCompute(weight));
-      break;
-  }
-  if (bias.defined() && !options_.skip_bias_add) y = fn::add(y, ForCompute(bias));
-  return y;
+  if (has_bias && !bias_added) y = fn::add(y, ForCompute(bias));
+  if (activation == LinearActivation::kGeluTanh && !activated) y = fn::gelu_tanh(y);
+  return residual.defined() && !residual_added ? fn::add(residual, y) : y;
 }
 
 }  // namespace tessel::layers

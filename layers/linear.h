@@ -19,6 +19,10 @@ namespace tessel::layers {
 
 enum class Parallel { kData, kCol, kRow };
 
+// What follows the bias inside the layer (GPT-2's MLP: gelu_tanh), so that
+// one op computes both where it can (fn::linear_gelu_tanh).
+enum class LinearActivation { kNone, kGeluTanh };
+
 struct LinearOptions {
   Parallel parallel = Parallel::kData;
   bool bias = true;
@@ -31,7 +35,13 @@ struct LinearOptions {
 class Linear : public nn::Module {
  public:
   Linear(int64_t in_features, int64_t out_features, LinearOptions options = {});
-  Tensor operator()(const Tensor& x) const;
+  // activation(x W + b), plus `residual` when given (a skip connection added
+  // to the output; not with an activation). The bias (and the activation
+  // or the residual) go in one op with the product (fn::linear and its
+  // kin) unless a reduction over tp comes between them (a row-parallel
+  // layer with tp > 1, the multi-axis modes).
+  Tensor operator()(const Tensor& x, LinearActivation activation = LinearActivation::kNone,
+                    const Tensor& residual = Tensor()) const;
 
   Tensor weight;  // [in, out]
   Tensor bias;    // [out] (undefined without bias)

@@ -59,7 +59,7 @@ bool MultiheadAttention::UsesFusedAttention(const Tensor& q, const Tensor& mask)
          !probs_dropout_.drops() && !dist::MultiAxisTensorParallel();
 }
 
-Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask) const {
+Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask, const Tensor& residual) const {
   const int64_t b = x.shape()[0], s = x.shape()[1], hd = hidden_ / heads_;
   // Head-major features: a split over tp keeps whole heads together.
   Tensor t = fn::reshape(qkv(x), {b, s, heads_, 3 * hd});
@@ -72,6 +72,18 @@ Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask) const
   // stays inside each data-parallel group.
   const int64_t tp = dist::GetConfig().tensor_parallel_size;
   const bool all_to_all = dist::GetConfig().all_to_all_sequence_parallel && t.is_global();
+  Tensor m = mask;
+  const Placement& p = qkv.weight.placement();
+  if (m.defined() && !m.is_global()) m = m.to_global(p, dist::GetNdSbp({B(), B()}));
+  if (m.defined() && m.placement() != p) m = m.to_global(p, m.nd_sbp());  // to this layer's stage
+  if (m.defined() && all_to_all) m = fn::reshape(m, {b, 1, 1, 1, s});     // one more head dimension
+  const double scale = 1.0 / std::sqrt(double(hd));
+  if (!all_to_all && !dist::MultiAxisTensorParallel() && UsesFusedAttention(t, m)) {
+    // q, k and v read where they lie in t, the output written as the
+    // output projection reads it: no split, permute or merge around it.
+    return out(fn::reshape(fn::qkv_attention(t, scale, options_.causal), {b, s, hidden_}),
+               LinearActivation::kNone, residual);
+  }
   Tensor q, k, v;
   if (!all_to_all && !dist::MultiAxisTensorParallel()) {
     // [b, heads, s, hd] each in one copy (and one back in the gradient).
@@ -95,12 +107,6 @@ Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask) const
     k = k.to_global(k.placement(), dist::AttentionKeySbp(k.nd_sbp()));
     v = v.to_global(v.placement(), dist::AttentionKeySbp(v.nd_sbp()));
   }
-  Tensor m = mask;
-  const Placement& p = qkv.weight.placement();
-  if (m.defined() && !m.is_global()) m = m.to_global(p, dist::GetNdSbp({B(), B()}));
-  if (m.defined() && m.placement() != p) m = m.to_global(p, m.nd_sbp());  // to this layer's stage
-  if (m.defined() && all_to_all) m = fn::reshape(m, {b, 1, 1, 1, s});     // one more head dimension
-  const double scale = 1.0 / std::sqrt(double(hd));
   Tensor ctx;  // [b, heads, s, hd] ([b, tp, heads / tp, s, hd])
   if (UsesFusedAttention(q, m)) {
     ctx = fn::attention(q, k, v, scale, options_.causal);
@@ -113,7 +119,7 @@ Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask) const
     ctx = fn::reshape(ctx, {b, heads_, s, hd});
   }
   ctx = fn::permute(ctx, {0, 2, 1, 3});  // [b, s, heads, hd]
-  return out(fn::reshape(ctx, {b, s, hidden_}));
+  return out(fn::reshape(ctx, {b, s, hidden_}), LinearActivation::kNone, residual);
 }
 
 MLP::MLP(int64_t hidden, int64_t ffn_hidden, int64_t layer_idx, uint64_t seed, double init_std,
@@ -127,9 +133,11 @@ MLP::MLP(int64_t hidden, int64_t ffn_hidden, int64_t layer_idx, uint64_t seed, d
   RegisterModule("fc2", fc2);
 }
 
-Tensor MLP::operator()(const Tensor& x) const {
-  const Tensor h = fc1(x);
-  return fc2(activation_ == Activation::kGeluTanh ? fn::gelu_tanh(h) : fn::gelu(h));
+Tensor MLP::operator()(const Tensor& x, const Tensor& residual) const {
+  // GPT-2's tanh form goes in fc1's op (on a GPU, the GEMM's epilogue).
+  const Tensor h =
+      activation_ == Activation::kGeluTanh ? fc1(x, LinearActivation::kGeluTanh) : fn::gelu(fc1(x));
+  return fc2(h, LinearActivation::kNone, residual);
 }
 
 TransformerLayer::TransformerLayer(int64_t hidden, int64_t heads, int64_t ffn_hidden,
@@ -160,9 +168,20 @@ Tensor TransformerLayer::operator()(const Tensor& x_in, const Tensor& mask) cons
   Tensor x = ToActivations(x_in, ln1.weight.placement());  // move to this layer's stage
   std::optional<RecomputeScope> checkpoint;  // not around the move: recomputing it would communicate again
   if (options_.activation_checkpoint) checkpoint.emplace();
+  // Without dropout the residual adds go into the output projections' ops
+  // (on a GPU, the GEMMs' epilogues).
+  const bool fuse_residual = !attention_output_dropout_.drops() && !mlp_output_dropout_.drops();
   if (options_.pre_ln) {
+    if (fuse_residual) {
+      x = attention(ln1(x), mask, x);
+      return mlp(ln2(x), x);
+    }
     x = fn::add(x, attention_output_dropout_(attention(ln1(x), mask)));
     return fn::add(x, mlp_output_dropout_(mlp(ln2(x))));
+  }
+  if (fuse_residual) {
+    x = ln1(attention(x, mask, x));
+    return ln2(mlp(x, x));
   }
   x = ln1(fn::add(x, attention_output_dropout_(attention(x, mask))));
   return ln2(fn::add(x, mlp_output_dropout_(mlp(x))));

@@ -41,8 +41,10 @@ class MultiheadAttention : public nn::Module {
   // Throws naming the sizes if hidden % heads or heads % tp is not 0.
   MultiheadAttention(int64_t hidden, int64_t heads, AttentionOptions options = {});
   // x [batch, seq, hidden]; mask (optional) bool, broadcast to
-  // [batch, heads, seq, seq], false = masked.
-  Tensor operator()(const Tensor& x, const Tensor& mask = Tensor()) const;
+  // [batch, heads, seq, seq], false = masked. A residual (optional, like the
+  // output) is added to the output projection's result, in its op where it
+  // can be.
+  Tensor operator()(const Tensor& x, const Tensor& mask = Tensor(), const Tensor& residual = Tensor()) const;
 
   Linear qkv, out;
 
@@ -63,7 +65,8 @@ class MLP : public nn::Module {
  public:
   MLP(int64_t hidden, int64_t ffn_hidden, int64_t layer_idx = 0, uint64_t seed = 88, double init_std = 0.02,
       Activation activation = Activation::kGelu);
-  Tensor operator()(const Tensor& x) const;
+  // fc2(activation(fc1(x))), plus `residual` (optional) in fc2's op where it can be.
+  Tensor operator()(const Tensor& x, const Tensor& residual = Tensor()) const;
   Linear fc1, fc2;
 
  private:

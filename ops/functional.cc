@@ -154,8 +154,23 @@ Tensor scale_mask_softmax(const Tensor& x, const Tensor& mask, double scale, boo
   const Tensor m = mask.defined() ? mask : KeepAllMask(x);
   return One("scale_mask_softmax", {x, m}, {{"scale", scale}, {"causal", causal}});
 }
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return One("linear", {x, weight, bias});
+}
+Tensor linear_gelu_tanh(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return ApplyOp("linear_gelu_tanh", {x, weight, bias}, {})[0];
+}
+Tensor linear_residual(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual) {
+  return One("linear_residual", {x, weight, bias, residual});
+}
+std::vector<Tensor> linear_weight_grad(const Tensor& x, const Tensor& dy) {
+  return ApplyOp("linear_weight_grad", {x, dy}, {});
+}
 std::vector<Tensor> split_qkv(const Tensor& x) { return ApplyOp("split_qkv", {x}, {}); }
 Tensor merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v) { return One("merge_qkv", {q, k, v}); }
+Tensor qkv_attention(const Tensor& x, double scale, bool causal) {
+  return ApplyOp("qkv_attention", {x}, {{"scale", scale}, {"causal", causal}})[0];
+}
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
   return One("attention", {q, k, v}, {{"scale", scale}, {"causal", causal}});
 }

@@ -19,6 +19,14 @@ std::vector<Tensor> ApplyOp(const std::string& name, const std::vector<Tensor>& 
 
 namespace fn {
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+// x [..., k] W [k, n] + b [n] as one op (on a GPU the bias, and the
+// activation of linear_gelu_tanh, in the GEMM's epilogue).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+Tensor linear_gelu_tanh(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// x W + b + residual (a skip connection, shaped as the output).
+Tensor linear_residual(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual);
+// {dW [k, n], db [n]} of a linear op from its input x [..., k] and output gradient dy [..., n].
+std::vector<Tensor> linear_weight_grad(const Tensor& x, const Tensor& dy);
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
@@ -63,6 +71,9 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale
 // (each head's q, k and v side by side) in one copy; merge_qkv is the inverse.
 std::vector<Tensor> split_qkv(const Tensor& x);
 Tensor merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v);
+// attention(split_qkv(x)) permuted to [b, s, heads, d] in one op: q, k and v
+// read where they lie in x [b, s, heads, 3 d].
+Tensor qkv_attention(const Tensor& x, double scale, bool causal);
 Tensor cast(const Tensor& x, DType dtype);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor equal(const Tensor& a, const Tensor& b);

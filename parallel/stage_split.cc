@@ -15,6 +15,18 @@ OpWork WorkOf(const ir::Graph& g, const ir::Op& op) {
     const bool ta = op.attrs.Has("transpose_a") && op.attrs.Get<bool>("transpose_a");
     return {out * static_cast<double>(a.shape.ndim() >= 2 ? a.shape[ta ? -2 : -1] : 1), 0};
   }
+  if ((op.name == "linear" || op.name == "linear_gelu_tanh") && op.inputs.size() == 3) {
+    // [..., k] x [k, n]: k multiply-adds per element of the product (the first output).
+    const ir::Value& x = g.value(op.inputs[0]);
+    return {static_cast<double>(g.value(op.outputs[0]).shape.numel()) * static_cast<double>(x.shape[-1]),
+            out};
+  }
+  if (op.name == "linear_weight_grad" && op.inputs.size() == 2) {
+    // dW [k, n] sums over every row of x [..., k].
+    const Shape& x = g.value(op.inputs[0]).shape;
+    const double rows = x[-1] == 0 ? 0 : static_cast<double>(x.numel() / x[-1]);
+    return {static_cast<double>(g.value(op.outputs[0]).shape.numel()) * rows, 0};
+  }
   return {0, out};
 }
 

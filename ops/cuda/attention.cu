@@ -2,14 +2,38 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <optional>
 #include <type_traits>
 
+#include "ops/cpu/qkv_heads.h"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/cuda_util.cuh"
+#include "ops/cuda/qkv_heads.h"
 #include "ops/cuda/row_util.cuh"
+#include "ops/cuda/tensor_ops.h"
 
 namespace tessel::cuda {
 namespace {
+
+// Where the rows of (batch x head) n of a tensor start, and the elements
+// from one row to the next. Attention's own [n, s, d] tensors: n s d and d.
+// The fused projection [b, s, heads, 3 d] that qkv_attention reads q, k
+// and v from (and writes their gradients to), and its [b, s, heads, d]
+// output: the heads side by side within each row.
+struct RowLayout {
+  int64_t heads = 1;         // n = batch * heads + head
+  int64_t batch_stride = 0;  // elements
+  int64_t head_stride = 0;
+  int64_t ld = 0;  // between rows
+  __host__ __device__ __forceinline__ int64_t Base(int64_t n) const {
+    return (n / heads) * batch_stride + (n % heads) * head_stride;
+  }
+  static RowLayout Plain(int64_t rows, int64_t d) { return {1, rows * d, 0, d}; }
+  // Rows of width `row` (heads x features) holding `d` features per head.
+  static RowLayout Packed(int64_t heads, int64_t s, int64_t d, int64_t row) {
+    return {heads, s * row, d, row};
+  }
+};
 
 struct Dims {
   int64_t n, sq, sk;
@@ -17,6 +41,9 @@ struct Dims {
   float scale;
   bool causal;
   int64_t shift;  // key j visible to local query i when j <= i + shift (causal)
+  // The tensor-core kernels' layouts of q (and dq), k (dk), v (dv), and
+  // out (dout); the warp-per-row kernels take Plain ones only.
+  RowLayout lq, lk, lv, lo;
 };
 
 __device__ __forceinline__ bool Visible(const Dims& s, int64_t i, int64_t j) {
@@ -180,24 +207,25 @@ __device__ __forceinline__ void CopyAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// Rows [row0, row0 + kRows) of a [rows, D] matrix into a padded tile, zeros past `rows`.
+// Rows [row0, row0 + kRows) of a [rows, D] matrix (rows `ld` elements
+// apart) into a padded tile, zeros past `rows`.
 template <typename T, int D, int kRows = kBr>
-__device__ __forceinline__ void LoadTileAsync(T* dst, const T* src, int64_t row0, int64_t rows) {
+__device__ __forceinline__ void LoadTileAsync(T* dst, const T* src, int64_t row0, int64_t rows, int64_t ld) {
   constexpr int kVecPerRow = D * sizeof(T) / 16, kPerVec = 16 / sizeof(T);
   for (int x = threadIdx.x; x < kRows * kVecPerRow; x += kFlashThreads) {
     const int r = x / kVecPerRow, c = x % kVecPerRow;
     const bool valid = row0 + r < rows;
-    CopyAsync16(dst + r * kLdTile<D> + c * kPerVec, valid ? src + (row0 + r) * D + c * kPerVec : src, valid);
+    CopyAsync16(dst + r * kLdTile<D> + c * kPerVec, valid ? src + (row0 + r) * ld + c * kPerVec : src, valid);
   }
 }
 
-// Starts copying key tile `tile` of k and v ([sk, D] each) into buffer
-// `buf` of ks and vs.
+// Starts copying key tile `tile` of k and v ([sk, D] each, as laid out in
+// s) into buffer `buf` of ks and vs.
 template <typename T, int D>
 __device__ __forceinline__ void LoadKeyTileAsync(T* ks, T* vs, int buf, const T* k, const T* v, int64_t tile,
-                                                 int64_t sk) {
-  LoadTileAsync<T, D>(ks + buf * kBc * kLdTile<D>, k, tile * kBc, sk);
-  LoadTileAsync<T, D>(vs + buf * kBc * kLdTile<D>, v, tile * kBc, sk);
+                                                 const Dims& s) {
+  LoadTileAsync<T, D>(ks + buf * kBc * kLdTile<D>, k, tile * kBc, s.sk, s.lk.ld);
+  LoadTileAsync<T, D>(vs + buf * kBc * kLdTile<D>, v, tile * kBc, s.sk, s.lv.ld);
 }
 
 // One step of the double-buffered loop: commits the copies issued for the
@@ -341,11 +369,11 @@ __device__ __forceinline__ void Fill(float (&acc)[M][N][4], float value) {
       for (int e = 0; e < 4; ++e) acc[mt][i][e] = value;
 }
 
-// Writes rows [row0, row0 + 16) of a [rows, D] matrix from an accumulator
-// times `scale`, rows past `rows` dropped.
+// Writes rows [row0, row0 + 16) of a [rows, D] matrix (rows `ld` elements
+// apart) from an accumulator times `scale`, rows past `rows` dropped.
 template <typename T, int D>
 __device__ __forceinline__ void StoreRows(T* dst, const float (&acc)[D / 8][4], int64_t row0, int64_t rows,
-                                          const float (&scale)[2]) {
+                                          int64_t ld, const float (&scale)[2]) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -353,7 +381,7 @@ __device__ __forceinline__ void StoreRows(T* dst, const float (&acc)[D / 8][4], 
     if (row >= rows) continue;
 #pragma unroll
     for (int nb = 0; nb < D / 8; ++nb)
-      *reinterpret_cast<uint32_t*>(dst + row * D + 8 * nb + 2 * t) =
+      *reinterpret_cast<uint32_t*>(dst + row * ld + 8 * nb + 2 * t) =
           Pack2<T>(acc[nb][2 * h] * scale[h], acc[nb][2 * h + 1] * scale[h]);
   }
 }
@@ -390,11 +418,11 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int64_t b = blockIdx.x;
   // Under causal the last query rows see the most keys: start those first.
   const int64_t q0 = static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) * kRows, r0 = q0 + 16 * MT * warp;
-  const T *kb = k + b * s.sk * D, *vb = v + b * s.sk * D;
+  const T *kb = k + s.lk.Base(b), *vb = v + s.lv.Base(b);
   const int64_t tiles = (KeyEnd(s, q0 + kRows - 1) + kBc - 1) / kBc;
-  LoadTileAsync<T, D, kRows>(qs, q + b * s.sq * D, q0, s.sq);
+  LoadTileAsync<T, D, kRows>(qs, q + s.lq.Base(b), q0, s.sq, s.lq.ld);
   if (tiles > 0) {
-    LoadKeyTileAsync<T, D>(ks, vs, 0, kb, vb, 0, s.sk);
+    LoadKeyTileAsync<T, D>(ks, vs, 0, kb, vb, 0, s);
   }
   CopyAsyncCommit();
   const float c = s.scale * kLog2e;
@@ -406,7 +434,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   for (int64_t j = 0; j < tiles; ++j) {
     const int buf = j % 2;
     // Into the buffer read in the last step, which all warps have left.
-    if (j + 1 < tiles) LoadKeyTileAsync<T, D>(ks, vs, 1 - buf, kb, vb, j + 1, s.sk);
+    if (j + 1 < tiles) LoadKeyTileAsync<T, D>(ks, vs, 1 - buf, kb, vb, j + 1, s);
     WaitForThisTile();
     if (j == 0) LoadRowFragments<T, D, MT>(qf, qs, 16 * MT * warp);
     float sc[MT][8][4];
@@ -470,19 +498,21 @@ __global__ void __launch_bounds__(kFlashThreads)
       if (t == 0 && i < s.sq)
         lse[b * s.sq + i] = l[mt][h] > 0.0f ? (m[mt][h] + log2f(l[mt][h])) * kLn2 : INFINITY;
     }
-    StoreRows<T, D>(out + b * s.sq * D, o[mt], r0 + 16 * mt, s.sq, inv);
+    StoreRows<T, D>(out + s.lo.Base(b), o[mt], r0 + 16 * mt, s.sq, s.lo.ld, inv);
   }
 }
 
-// delta[row] = sum_c dout[row][c] * out[row][c] (the backward's row term).
+// delta[n sq + i] = sum_c dout[n][i][c] * out[n][i][c] (the backward's row
+// term), out and dout laid out as s.lo.
 template <typename T>
 __global__ void RowDotKernel(const T* __restrict__ a, const T* __restrict__ b, float* __restrict__ dot,
-                             int64_t rows, int d) {
+                             Dims s) {
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= rows) return;
+  if (row >= s.n * s.sq) return;
+  const int64_t at = s.lo.Base(row / s.sq) + (row % s.sq) * s.lo.ld;
   float acc = 0.0f;
-  for (int c = lane; c < d; c += 32) acc += ToF32(a[row * d + c]) * ToF32(b[row * d + c]);
+  for (int c = lane; c < s.d; c += 32) acc += ToF32(a[at + c]) * ToF32(b[at + c]);
   acc = WarpAllReduce(acc, SumOp{});
   if (lane == 0) dot[row] = acc;
 }
@@ -514,22 +544,22 @@ __global__ void __launch_bounds__(kFlashThreads)
   float* delta_s = lse_s + 2 * kBr;                         // two buffers
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t b = blockIdx.x, k0 = static_cast<int64_t>(blockIdx.y) * kBc, j0 = k0 + 16 * warp;
-  const T *qb = q + b * s.sq * D, *gb = dout + b * s.sq * D;
+  const T *qb = q + s.lq.Base(b), *gb = dout + s.lo.Base(b);
   // The first query that sees key k0: i + shift >= k0.
   int64_t q_begin = 0;
   if (s.causal && k0 - s.shift > 0) q_begin = (k0 - s.shift) / kBr * kBr;
   const int64_t tiles = q_begin < s.sq ? (s.sq - q_begin + kBr - 1) / kBr : 0;
   auto load_rows = [&](int buf, int64_t q0) {
-    LoadTileAsync<T, D>(qs + buf * kTile, qb, q0, s.sq);
-    LoadTileAsync<T, D>(gs + buf * kTile, gb, q0, s.sq);
+    LoadTileAsync<T, D>(qs + buf * kTile, qb, q0, s.sq, s.lq.ld);
+    LoadTileAsync<T, D>(gs + buf * kTile, gb, q0, s.sq, s.lo.ld);
     if (threadIdx.x < kBr) {  // read after the __syncthreads of the step that uses them
       const int64_t i = q0 + threadIdx.x;
       lse_s[buf * kBr + threadIdx.x] = i < s.sq ? lse[b * s.sq + i] * kLog2e : INFINITY;
       delta_s[buf * kBr + threadIdx.x] = i < s.sq ? delta[b * s.sq + i] : 0.0f;
     }
   };
-  LoadTileAsync<T, D>(ks, k + b * s.sk * D, k0, s.sk);
-  LoadTileAsync<T, D>(vs, v + b * s.sk * D, k0, s.sk);
+  LoadTileAsync<T, D>(ks, k + s.lk.Base(b), k0, s.sk, s.lk.ld);
+  LoadTileAsync<T, D>(vs, v + s.lv.Base(b), k0, s.sk, s.lv.ld);
   if (tiles > 0) load_rows(0, q_begin);
   CopyAsyncCommit();
   const float c = s.scale * kLog2e;
@@ -573,8 +603,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   }
   CopyAsyncWait<0>();
   const float one[2] = {1.0f, 1.0f}, scale[2] = {s.scale, s.scale};
-  StoreRows<T, D>(dk + b * s.sk * D, dka[0], j0, s.sk, scale);
-  StoreRows<T, D>(dv + b * s.sk * D, dva[0], j0, s.sk, one);
+  StoreRows<T, D>(dk + s.lk.Base(b), dka[0], j0, s.sk, s.lk.ld, scale);
+  StoreRows<T, D>(dv + s.lv.Base(b), dva[0], j0, s.sk, s.lv.ld, one);
 }
 
 template <typename T, int D>
@@ -600,12 +630,12 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t b = blockIdx.x;
   const int64_t q0 = static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) * kBr, r0 = q0 + 16 * warp;
-  const T *kb = k + b * s.sk * D, *vb = v + b * s.sk * D;
+  const T *kb = k + s.lk.Base(b), *vb = v + s.lv.Base(b);
   const int64_t tiles = (KeyEnd(s, q0 + kBr - 1) + kBc - 1) / kBc;
-  LoadTileAsync<T, D>(qs, q + b * s.sq * D, q0, s.sq);
-  LoadTileAsync<T, D>(gs, dout + b * s.sq * D, q0, s.sq);
+  LoadTileAsync<T, D>(qs, q + s.lq.Base(b), q0, s.sq, s.lq.ld);
+  LoadTileAsync<T, D>(gs, dout + s.lo.Base(b), q0, s.sq, s.lo.ld);
   if (tiles > 0) {
-    LoadKeyTileAsync<T, D>(ks, vs, 0, kb, vb, 0, s.sk);
+    LoadKeyTileAsync<T, D>(ks, vs, 0, kb, vb, 0, s);
   }
   CopyAsyncCommit();
   float lse2[2], dl[2];
@@ -621,7 +651,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   uint32_t qf[1][D / 16][4], gf[1][D / 16][4];
   for (int64_t j = 0; j < tiles; ++j) {
     const int buf = j % 2;
-    if (j + 1 < tiles) LoadKeyTileAsync<T, D>(ks, vs, 1 - buf, kb, vb, j + 1, s.sk);
+    if (j + 1 < tiles) LoadKeyTileAsync<T, D>(ks, vs, 1 - buf, kb, vb, j + 1, s);
     WaitForThisTile();
     if (j == 0 || D > 64) {  // at D 128 holding them would spill the accumulators
       LoadRowFragments<T, D, 1>(qf, qs, 16 * warp);
@@ -651,7 +681,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   }
   CopyAsyncWait<0>();
   const float scale[2] = {s.scale, s.scale};
-  StoreRows<T, D>(dq + b * s.sq * D, dqa[0], r0, s.sq, scale);
+  StoreRows<T, D>(dq + s.lq.Base(b), dqa[0], r0, s.sq, s.lq.ld, scale);
 }
 
 template <typename T>
@@ -681,7 +711,17 @@ Dims CheckedDims(const char* op, const Tensor& q, const Tensor& k, const Tensor&
       << " queries and " << 64 * 65535LL << " keys";
   CheckOnDevice(op, q.device(), {k, v});
   SetDevice(q.device());
-  return {n, sq, sk, static_cast<int>(d), o.scale, o.causal, o.causal_shift};
+  return {n,
+          sq,
+          sk,
+          static_cast<int>(d),
+          o.scale,
+          o.causal,
+          o.causal_shift,
+          RowLayout::Plain(sq, d),
+          RowLayout::Plain(sk, d),
+          RowLayout::Plain(sk, d),
+          RowLayout::Plain(sq, d)};
 }
 
 bool Aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0; }
@@ -701,48 +741,80 @@ void AllowSmem(Kernel kernel, size_t bytes) {
 }
 
 template <typename T, int D>
-void LaunchFlashForward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& lse, const Dims& s) {
+void LaunchFlashForward(const T* q, const T* k, const T* v, T* out, float* lse, const Dims& s) {
   constexpr int MT = kForwardMTiles<D>;
   constexpr size_t smem = FlashForwardSmem<T, D, MT>();
   static const bool allowed = (AllowSmem(FlashForwardKernel<T, D, MT>, smem), true);
   (void)allowed;
   const dim3 grid(static_cast<unsigned>(s.n),
                   static_cast<unsigned>((s.sq + kForwardRows<MT> - 1) / kForwardRows<MT>));
-  FlashForwardKernel<T, D, MT><<<grid, kFlashThreads, smem, CurrentStream()>>>(
-      static_cast<const T*>(q.raw_data()), static_cast<const T*>(k.raw_data()),
-      static_cast<const T*>(v.raw_data()), static_cast<T*>(out.raw_data()),
-      static_cast<float*>(lse.raw_data()), s);
+  FlashForwardKernel<T, D, MT><<<grid, kFlashThreads, smem, CurrentStream()>>>(q, k, v, out, lse, s);
   CheckLaunch("FlashForwardKernel");
 }
 
 template <typename T, int D>
-void LaunchFlashBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
-                         const Tensor& delta, const Tensor& dout, const Tensor& dq, const Tensor& dk,
-                         const Tensor& dv, const Dims& s) {
+void LaunchFlashBackward(const T* qp, const T* kp, const T* vp, const float* lp, const float* dp, const T* gp,
+                         T* dq, T* dk, T* dv, const Dims& s) {
   constexpr size_t kv_smem = FlashBackwardKvSmem<T, D>(), q_smem = FlashBackwardQSmem<T, D>();
   static const bool allowed =
       (AllowSmem(FlashBackwardKvKernel<T, D>, kv_smem), AllowSmem(FlashBackwardQKernel<T, D>, q_smem), true);
   (void)allowed;
-  const auto* qp = static_cast<const T*>(q.raw_data());
-  const auto* kp = static_cast<const T*>(k.raw_data());
-  const auto* vp = static_cast<const T*>(v.raw_data());
-  const auto* gp = static_cast<const T*>(dout.raw_data());
-  const auto* lp = static_cast<const float*>(lse.raw_data());
-  const auto* dp = static_cast<const float*>(delta.raw_data());
   const dim3 kv_grid(static_cast<unsigned>(s.n), static_cast<unsigned>((s.sk + kBc - 1) / kBc));
-  FlashBackwardKvKernel<T, D><<<kv_grid, kFlashThreads, kv_smem, CurrentStream()>>>(
-      qp, kp, vp, lp, dp, gp, static_cast<T*>(dk.raw_data()), static_cast<T*>(dv.raw_data()), s);
+  FlashBackwardKvKernel<T, D>
+      <<<kv_grid, kFlashThreads, kv_smem, CurrentStream()>>>(qp, kp, vp, lp, dp, gp, dk, dv, s);
   CheckLaunch("FlashBackwardKvKernel");
   const dim3 q_grid(static_cast<unsigned>(s.n), static_cast<unsigned>((s.sq + kBr - 1) / kBr));
-  FlashBackwardQKernel<T, D><<<q_grid, kFlashThreads, q_smem, CurrentStream()>>>(
-      qp, kp, vp, lp, dp, gp, static_cast<T*>(dq.raw_data()), s);
+  FlashBackwardQKernel<T, D>
+      <<<q_grid, kFlashThreads, q_smem, CurrentStream()>>>(qp, kp, vp, lp, dp, gp, dq, s);
   CheckLaunch("FlashBackwardQKernel");
+}
+
+// The flash forward at head size s.d (64 or 128).
+template <typename T>
+void FlashForward(const T* q, const T* k, const T* v, T* out, float* lse, const Dims& s) {
+  if (s.d == 64) return LaunchFlashForward<T, 64>(q, k, v, out, lse, s);
+  LaunchFlashForward<T, 128>(q, k, v, out, lse, s);
+}
+
+// The flash backward: the row term, then the two gradient kernels. `delta`
+// holds s.n * s.sq floats.
+template <typename T>
+void FlashBackward(const T* q, const T* k, const T* v, const T* out, const float* lse, const T* dout,
+                   float* delta, T* dq, T* dk, T* dv, const Dims& s) {
+  const int64_t rows = s.n * s.sq;
+  RowDotKernel<T><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, CurrentStream()>>>(dout, out, delta, s);
+  CheckLaunch("RowDotKernel");
+  if (s.d == 64) return LaunchFlashBackward<T, 64>(q, k, v, lse, delta, dout, dq, dk, dv, s);
+  LaunchFlashBackward<T, 128>(q, k, v, lse, delta, dout, dq, dk, dv, s);
+}
+
+template <typename T>
+const T* Ptr(const Tensor& t) {
+  return static_cast<const T*>(t.raw_data());
+}
+template <typename T>
+T* MutablePtr(const Tensor& t) {
+  return static_cast<T*>(t.raw_data());
 }
 
 Tensor LseLike(const Tensor& q) {
   std::vector<int64_t> dims(q.shape().dims().begin(), q.shape().dims().end() - 1);
   return Tensor::Empty(Shape(dims), DType::kFloat32, q.device());
+}
+
+// The Dims of q, k and v inside x [b, s, heads, 3 d] and of an output
+// [b, s, heads, d] (qkv_attention's layouts); nullopt unless the
+// tensor-core kernels take them.
+std::optional<Dims> PackedFlashDims(const Tensor& x, const Tensor& out, const AttentionOptions& o) {
+  const Shape parts = cpu::SplitQkvPartShape(x.shape());  // [b, heads, s, d]; checks x
+  const int64_t heads = parts[1], sq = parts[2], d = parts[3];
+  Dims s{parts[0] * heads, sq, sq, static_cast<int>(d), o.scale, o.causal, o.causal_shift, {}, {}, {}, {}};
+  if (s.n == 0 || sq == 0 || !UsesFlashTiles(s, {&x, &out})) return std::nullopt;
+  TESSEL_CHECK(sq <= 4 * 65535LL) << "qkv_attention: " << sq << " positions; the CUDA kernels take up to "
+                                  << 4 * 65535LL;
+  s.lq = s.lk = s.lv = RowLayout::Packed(heads, sq, d, 3 * heads * d);
+  s.lo = RowLayout::Packed(heads, sq, d, heads * d);
+  return s;
 }
 
 dim3 RowGrid(const Dims& s) {
@@ -758,10 +830,9 @@ std::vector<Tensor> Attention(const Tensor& q, const Tensor& k, const Tensor& v,
   if (s.n == 0 || s.sq == 0) return {out, lse};
   VisitFloat("attention", q.dtype(), [&]<typename T>(TypeTag<T>) {
     if constexpr (!std::is_same_v<T, float>) {
-      if (UsesFlashTiles(s, {&q, &k, &v, &out})) {
-        if (s.d == 64) return LaunchFlashForward<T, 64>(q, k, v, out, lse, s);
-        return LaunchFlashForward<T, 128>(q, k, v, out, lse, s);
-      }
+      if (UsesFlashTiles(s, {&q, &k, &v, &out}))
+        return FlashForward<T>(Ptr<T>(q), Ptr<T>(k), Ptr<T>(v), MutablePtr<T>(out), MutablePtr<float>(lse),
+                               s);
     }
     RowForwardKernel<T><<<RowGrid(s), 32 * kRowWarps, 0, CurrentStream()>>>(
         static_cast<const T*>(q.raw_data()), static_cast<const T*>(k.raw_data()),
@@ -794,17 +865,9 @@ std::vector<Tensor> AttentionGrad(const Tensor& q, const Tensor& k, const Tensor
     if constexpr (!std::is_same_v<T, float>) {
       if (UsesFlashTiles(s, {&q, &k, &v, &out, &dout, &dk, &dv})) {
         Tensor delta = LseLike(q);
-        const int64_t rows = s.n * s.sq;
-        RowDotKernel<T><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, CurrentStream()>>>(
-            static_cast<const T*>(dout.raw_data()), static_cast<const T*>(out.raw_data()),
-            static_cast<float*>(delta.raw_data()), rows, s.d);
-        CheckLaunch("RowDotKernel");
-        if (s.d == 64) {
-          LaunchFlashBackward<T, 64>(q, k, v, lse, delta, dout, dq, dk, dv, s);
-        } else {
-          LaunchFlashBackward<T, 128>(q, k, v, lse, delta, dout, dq, dk, dv, s);
-        }
-        return;
+        return FlashBackward<T>(Ptr<T>(q), Ptr<T>(k), Ptr<T>(v), Ptr<T>(out), Ptr<float>(lse), Ptr<T>(dout),
+                                MutablePtr<float>(delta), MutablePtr<T>(dq), MutablePtr<T>(dk),
+                                MutablePtr<T>(dv), s);
       }
     }
     Tensor dk_acc = Tensor::Empty(k.shape(), DType::kFloat32, k.device()),
@@ -825,6 +888,56 @@ std::vector<Tensor> AttentionGrad(const Tensor& q, const Tensor& k, const Tensor
     }
   });
   return {dq, dk, dv};
+}
+
+std::vector<Tensor> QkvAttention(const Tensor& x, const AttentionOptions& o) {
+  const Shape parts = cpu::SplitQkvPartShape(x.shape());
+  CheckOnDevice("qkv_attention", x.device(), {x});
+  SetDevice(x.device());
+  const int64_t b = parts[0], heads = parts[1], sq = parts[2], d = parts[3];
+  Tensor out = Tensor::Empty(Shape({b, sq, heads, d}), x.dtype(), x.device());
+  Tensor lse = Tensor::Empty(Shape({b, heads, sq}), DType::kFloat32, x.device());
+  if (const std::optional<Dims> s = PackedFlashDims(x, out, o)) {
+    VisitFloat("qkv_attention", x.dtype(), [&]<typename T>(TypeTag<T>) {
+      const T* q = Ptr<T>(x);
+      FlashForward<T>(q, q + d, q + 2 * d, MutablePtr<T>(out), MutablePtr<float>(lse), *s);
+    });
+    return {out, lse};
+  }
+  // Other dtypes and head sizes: the parts apart, and the output permuted.
+  const std::vector<Tensor> qkv = SplitQkv(x);
+  const std::vector<Tensor> r = cuda::Attention(qkv[0], qkv[1], qkv[2], o);
+  return {Permute(r[0], {0, 2, 1, 3}), r[1]};
+}
+
+Tensor QkvAttentionGrad(const Tensor& x, const Tensor& out, const Tensor& lse, const Tensor& dout,
+                        const AttentionOptions& o) {
+  const Shape parts = cpu::SplitQkvPartShape(x.shape());
+  const int64_t b = parts[0], heads = parts[1], sq = parts[2], d = parts[3];
+  const Shape out_shape({b, sq, heads, d});
+  TESSEL_CHECK(out.shape() == out_shape && dout.shape() == out_shape && out.dtype() == x.dtype() &&
+               dout.dtype() == x.dtype() && lse.dtype() == DType::kFloat32 &&
+               lse.shape() == Shape({b, heads, sq}))
+      << "qkv_attention_grad: out " << out.ToString() << ", lse " << lse.ToString() << ", dout "
+      << dout.ToString() << " for x " << x.ToString() << "; expected out and dout " << out_shape << " in "
+      << x.dtype() << " and an f32 lse [" << b << ", " << heads << ", " << sq << "]";
+  CheckOnDevice("qkv_attention_grad", x.device(), {x, out, lse, dout});
+  SetDevice(x.device());
+  if (const std::optional<Dims> s = PackedFlashDims(x, out, o); s && UsesFlashTiles(*s, {&dout})) {
+    Tensor dx = Tensor::Empty(x.shape(), x.dtype(), x.device());
+    Tensor delta = Tensor::Empty(lse.shape(), DType::kFloat32, x.device());
+    VisitFloat("qkv_attention_grad", x.dtype(), [&]<typename T>(TypeTag<T>) {
+      const T* q = Ptr<T>(x);
+      T* dq = MutablePtr<T>(dx);
+      FlashBackward<T>(q, q + d, q + 2 * d, Ptr<T>(out), Ptr<float>(lse), Ptr<T>(dout),
+                       MutablePtr<float>(delta), dq, dq + d, dq + 2 * d, *s);
+    });
+    return dx;
+  }
+  const std::vector<Tensor> qkv = SplitQkv(x);
+  const std::vector<Tensor> g = cuda::AttentionGrad(qkv[0], qkv[1], qkv[2], Permute(out, {0, 2, 1, 3}), lse,
+                                                    Permute(dout, {0, 2, 1, 3}), o);
+  return MergeQkv(g[0], g[1], g[2]);
 }
 
 }  // namespace tessel::cuda

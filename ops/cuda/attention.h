@@ -23,4 +23,14 @@ std::vector<Tensor> Attention(const Tensor& q, const Tensor& k, const Tensor& v,
 std::vector<Tensor> AttentionGrad(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                   const Tensor& lse, const Tensor& dout, const AttentionOptions& options);
 
+// qkv_attention: {out [b, s, heads, d], lse [b, heads, s]} from the fused
+// projection x [b, s, heads, 3 d] (see ops/defs/qkv_attention.cc). The
+// tensor-core kernels read q, k and v where they lie in x and write out in
+// its final layout; elsewhere SplitQkv, Attention and a permute.
+std::vector<Tensor> QkvAttention(const Tensor& x, const AttentionOptions& options);
+// dx [b, s, heads, 3 d], the tensor-core kernels writing dq, dk and dv into
+// their places in it (or Attention's gradient and MergeQkv).
+Tensor QkvAttentionGrad(const Tensor& x, const Tensor& out, const Tensor& lse, const Tensor& dout,
+                        const AttentionOptions& options);
+
 }  // namespace tessel::cuda

@@ -1,15 +1,20 @@
+#include <cublasLt.h>
 #include <cublas_v2.h>
+#include <glog/logging.h>
 
 #include <cstdlib>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "ops/cpu/broadcast.h"
 #include "ops/cuda/cuda_util.cuh"
+#include "ops/cuda/elementwise.h"
 #include "ops/cuda/gemm.h"
 
 namespace tessel::cuda {
@@ -111,6 +116,144 @@ void GemmBatched(int device, DType dtype, bool trans_a, bool trans_b, int64_t m,
   }
 }
 
+// cuBLASLt, for the products with an epilogue (linear's bias and GELU, the
+// bias gradient beside the weight gradient). One handle and workspace per
+// device, like cuBLAS's; the algorithm for each problem is asked of the
+// heuristics once and kept.
+struct LtDevice {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+};
+
+LtDevice& LtDeviceFor(int device) {
+  static std::mutex mu;
+  static auto* devices = new std::map<int, std::unique_ptr<LtDevice>>();
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<LtDevice>& d = (*devices)[device];
+  if (!d) {
+    auto made = std::make_unique<LtDevice>();
+    CheckCublas(cublasLtCreate(&made->handle), "cublasLtCreate");
+    Check(cudaMalloc(&made->workspace, kWorkspaceBytes), "cudaMalloc of the cuBLASLt workspace");
+    d = std::move(made);
+  }
+  return *d;
+}
+
+// The descriptors of one call, destroyed with it.
+struct LtCall {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  LtCall() = default;
+  LtCall(const LtCall&) = delete;
+  LtCall& operator=(const LtCall&) = delete;
+  ~LtCall() {
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+template <typename T>
+void SetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t what, const T& value) {
+  CheckCublas(cublasLtMatmulDescSetAttribute(desc, what, &value, sizeof(value)),
+              "cublasLtMatmulDescSetAttribute");
+}
+
+// The largest power of two (up to 256) dividing p's address: the heuristics
+// pick kernels by the alignment of the pointers they are shown.
+int Alignment(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  int a = 1;
+  while (a < 256 && v % (2 * a) == 0) a *= 2;
+  return a;
+}
+
+// Column-major D [m x n] = op(A) op(B) (+ C, when `c` is given: laid out as
+// D) with `epilogue`, reading or writing `bias` (length m) and `aux` (a
+// [m x n] matrix, leading dimension ldd) as the epilogue asks. False when
+// cuBLASLt has no algorithm for it; the caller then takes the unfused path.
+bool LtGemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+            const void* a, int64_t lda, const void* b, int64_t ldb, void* d, int64_t ldd,
+            cublasLtEpilogue_t epilogue, void* bias, void* aux, const void* c = nullptr) {
+  LtDevice& lt = LtDeviceFor(device);
+  const cudaDataType_t type = CudaType(dtype);
+  const cublasComputeType_t compute =
+      dtype == DType::kFloat32 && AllowTf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  LtCall call;
+  CheckCublas(cublasLtMatmulDescCreate(&call.desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                          op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  SetAttribute(call.desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
+  SetAttribute(call.desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
+  SetAttribute(call.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+  if (bias != nullptr) SetAttribute(call.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (aux != nullptr) {
+    SetAttribute(call.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
+    SetAttribute(call.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, ldd);
+  }
+  // Stored shapes: op(A) is m x k, op(B) is k x n.
+  CheckCublas(cublasLtMatrixLayoutCreate(&call.a, type, trans_a ? k : m, trans_a ? m : k, lda),
+              "cublasLtMatrixLayoutCreate");
+  CheckCublas(cublasLtMatrixLayoutCreate(&call.b, type, trans_b ? n : k, trans_b ? k : n, ldb),
+              "cublasLtMatrixLayoutCreate");
+  CheckCublas(cublasLtMatrixLayoutCreate(&call.d, type, m, n, ldd), "cublasLtMatrixLayoutCreate");
+
+  using Key = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int,
+                         int, int, int, int>;
+  const Key key{device,
+                static_cast<int>(dtype),
+                trans_a,
+                trans_b,
+                m,
+                n,
+                k,
+                lda,
+                ldb,
+                ldd,
+                static_cast<int>(epilogue) + (c ? 1 << 20 : 0),
+                Alignment(a),
+                Alignment(b),
+                Alignment(d),
+                bias ? Alignment(bias) : 0,
+                aux ? Alignment(aux) : 0};
+  static std::mutex mu;
+  static auto* algos = new std::map<Key, std::optional<cublasLtMatmulAlgo_t>>();
+  std::optional<cublasLtMatmulAlgo_t> algo;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = algos->find(key);
+    if (it == algos->end()) {
+      cublasLtMatmulPreference_t pref = nullptr;
+      CheckCublas(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+      const uint64_t bytes = kWorkspaceBytes;
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes,
+                                           sizeof(bytes));
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt.handle, call.desc, call.a, call.b,
+                                                                   call.d, call.d, pref, 1, &result, &found);
+      cublasLtMatmulPreferenceDestroy(pref);
+      if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
+        algo = result.algo;
+      } else {
+        // Once per problem (the answer is kept): the unfused kernels take it.
+        LOG(INFO) << "cuBLASLt has no algorithm for epilogue " << static_cast<int>(epilogue) << " on "
+                  << dtype << " [" << m << " x " << k << "] x [" << k << " x " << n << "] ("
+                  << cublasGetStatusString(status) << ", " << found << " found); using separate kernels";
+      }
+      it = algos->emplace(key, algo).first;
+    }
+    algo = it->second;
+  }
+  if (!algo) return false;
+  const float alpha = 1.0f, beta = c ? 1.0f : 0.0f;
+  CheckCublas(cublasLtMatmul(lt.handle, call.desc, &alpha, a, call.a, b, call.b, &beta, c ? c : d, call.d, d,
+                             call.d, &*algo, lt.workspace, kWorkspaceBytes, CurrentStream()),
+              "cublasLtMatmul");
+  return true;
+}
+
 Shape BatchShape(const Shape& s) { return Shape(std::vector<int64_t>(s.dims().begin(), s.dims().end() - 2)); }
 
 }  // namespace
@@ -198,6 +341,69 @@ Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
                 n, size_c, run);
   }
   return out;
+}
+
+std::vector<Tensor> Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu,
+                           const Tensor& residual) {
+  const DType dtype = x.dtype();
+  CheckOnDevice("linear", x.device(), {x, weight, bias, residual});
+  TESSEL_CHECK(weight.dtype() == dtype && bias.dtype() == dtype &&
+               (!residual.defined() || residual.dtype() == dtype))
+      << "linear: x, weight, bias (and residual) must have one dtype; got " << dtype << ", " << weight.dtype()
+      << " and " << bias.dtype();
+  TESSEL_CHECK(x.ndim() >= 1 && weight.ndim() == 2 && bias.ndim() == 1 &&
+               x.shape()[-1] == weight.shape()[0] && bias.shape()[0] == weight.shape()[1])
+      << "linear: expected x [..., k], weight [k, n] and bias [n]; got x " << x.shape() << ", weight "
+      << weight.shape() << " and bias " << bias.shape();
+  TESSEL_CHECK(!gelu || !residual.defined()) << "linear: an activation and a residual together are not an op";
+  SetDevice(x.device());
+  const int64_t k = weight.shape()[0], n = weight.shape()[1], rows = k == 0 ? 0 : x.numel() / k;
+  std::vector<int64_t> dims = x.shape().dims();
+  dims.back() = n;
+  TESSEL_CHECK(!residual.defined() || residual.shape() == Shape(dims))
+      << "linear: the residual is " << residual.shape() << "; expected the output's " << Shape(dims);
+  // Row-major y [rows, n] = x [rows, k] W [k, n] is column-major
+  // y^T [n x rows] = W^T [n x k] x^T [k x rows]: W is A, x is B, and the
+  // bias runs down D's rows; a residual is C, laid out as D. The GELU input
+  // (aux) must have a leading dimension divisible by 8.
+  if (rows > 0 && n > 0 && k > 0 && (!gelu || n % 8 == 0)) {
+    Tensor y = Tensor::Empty(Shape(dims), dtype, x.device());
+    Tensor pre = gelu ? Tensor::Empty(Shape(dims), dtype, x.device()) : Tensor();
+    if (LtGemm(x.device().index(), dtype, false, false, n, rows, k, weight.raw_data(), n, x.raw_data(), k,
+               y.raw_data(), n, gelu ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS,
+               const_cast<void*>(bias.raw_data()), gelu ? pre.raw_data() : nullptr,
+               residual.defined() ? residual.raw_data() : nullptr)) {
+      if (!gelu) return {y};
+      return {y, pre};
+    }
+  }
+  Tensor out = cuda::Binary(BinaryOp::kAdd, Matmul(x, weight), bias);
+  if (residual.defined()) out = cuda::Binary(BinaryOp::kAdd, out, residual);
+  if (!gelu) return {out};
+  return {cuda::Unary(UnaryOp::kGeluTanh, out), out};
+}
+
+std::vector<Tensor> LinearWeightGrad(const Tensor& x, const Tensor& dy) {
+  const DType dtype = x.dtype();
+  CheckOnDevice("linear_weight_grad", x.device(), {x, dy});
+  TESSEL_CHECK(dy.dtype() == dtype) << "linear_weight_grad: x is " << dtype << " but dy is " << dy.dtype();
+  SetDevice(x.device());
+  const int64_t k = x.shape()[-1], n = dy.shape()[-1], rows = k == 0 ? 0 : x.numel() / k;
+  TESSEL_CHECK(dy.numel() == rows * n)
+      << "linear_weight_grad: x " << x.shape() << " and dy " << dy.shape() << " do not have the same rows";
+  // Row-major dW [k, n] = x^T [k, rows] dy [rows, n] is column-major
+  // dW^T [n x k] = dy^T [n x rows] (x^T)^T: dy is A (its features down
+  // D's rows, so the bias gradient reduces A over the GEMM's k, the rows),
+  // x is B, transposed.
+  if (rows > 0 && n > 0 && k > 0) {
+    Tensor dw = Tensor::Empty(Shape({k, n}), dtype, x.device());
+    Tensor db = Tensor::Empty(Shape({n}), dtype, x.device());
+    if (LtGemm(x.device().index(), dtype, false, true, n, k, rows, dy.raw_data(), n, x.raw_data(), k,
+               dw.raw_data(), n, CUBLASLT_EPILOGUE_BGRADA, db.raw_data(), nullptr))
+      return {dw, db};
+  }
+  const Tensor x2 = x.Reshape({rows, k}), dy2 = dy.Reshape({rows, n});
+  return {Matmul(x2, dy2, true, false), cuda::SumToShape(dy2, Shape({n}))};
 }
 
 }  // namespace tessel::cuda

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -28,5 +29,17 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 // result. Throws naming both shapes if they do not fit, and both dtypes if
 // they differ.
 Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+
+// The linear ops: {x W + b (+ residual)} or, with gelu, {gelu_tanh(x W + b),
+// x W + b} for x [..., k], W [k, n], b [n] (a residual like the output),
+// through cuBLASLt's bias (and GELU) epilogue, the residual as its C; where
+// cuBLASLt has no algorithm for the problem, Matmul and the elementwise
+// kernels.
+std::vector<Tensor> Linear(const Tensor& x, const Tensor& weight, const Tensor& bias, bool gelu,
+                           const Tensor& residual = Tensor());
+// {x^T dy [k, n], dy summed over its rows [n]} for x [..., k], dy [..., n]:
+// one GEMM with cuBLASLt's bias-gradient epilogue (or, failing that, a GEMM
+// and a reduction).
+std::vector<Tensor> LinearWeightGrad(const Tensor& x, const Tensor& dy);
 
 }  // namespace tessel::cuda

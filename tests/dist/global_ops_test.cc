@@ -139,6 +139,36 @@ std::vector<Case> Cases() {
        {Randn({4, 4, 6, 5}), Randn({4, 4, 6, 5}), Randn({4, 4, 6, 5})},
        {{S(0), S(0), S(0)}, {S(1), S(1), S(1)}, {S(2), S(2), S(2)}, {P(), P(), P()}, {S(1), S(2), B()}},
        [](const std::vector<Tensor>& in) { return fn::merge_qkv(in[0], in[1], in[2]); }},
+      // The linear ops: rows split, a column split of the weight (and bias),
+      // a row split (partial products, the bias partial too), partial x;
+      // with GELU only the rows and columns (the rest converted first).
+      {"linear",
+       {Randn({4, 8, 8}), Randn({8, 12}), Randn({12})},
+       {{S(0), B(), B()},
+        {S(1), B(), B()},
+        {B(), S(1), S(0)},
+        {S(2), S(0), P()},
+        {S(2), S(0), B()},
+        {P(), B(), B()}},
+       [](const std::vector<Tensor>& in) { return fn::linear(in[0], in[1], in[2]); }},
+      {"linear_gelu_tanh",
+       {Randn({4, 8, 8}), Randn({8, 12}), Randn({12})},
+       {{S(0), B(), B()}, {S(1), B(), B()}, {B(), S(1), S(0)}, {S(2), S(0), B()}, {P(), B(), B()}},
+       [](const std::vector<Tensor>& in) { return fn::linear_gelu_tanh(in[0], in[1], in[2]); }},
+      {"linear_residual",
+       {Randn({4, 8, 8}), Randn({8, 12}), Randn({12}), Randn({4, 8, 12})},
+       {{S(0), B(), B(), S(0)},
+        {B(), S(1), S(0), S(2)},
+        {S(2), S(0), P(), P()},
+        {S(2), S(0), B(), B()},
+        {P(), B(), B(), S(1)}},
+       [](const std::vector<Tensor>& in) { return fn::linear_residual(in[0], in[1], in[2], in[3]); }},
+      // Attention from the fused projection: batch or heads split; a split
+      // sequence is gathered first.
+      {"qkv_attention",
+       {Randn({4, 8, 4, 15})},
+       {{S(0)}, {S(2)}, {S(1)}, {P()}},
+       [](const std::vector<Tensor>& in) { return fn::qkv_attention(in[0], 0.3, true); }},
       {"patch_embed",
        {Randn({4, 3, 4, 6}), Randn({5, 12}), Randn({5})},
        {{S(0), B(), B()}, {B(), S(0), S(0)}},
@@ -259,6 +289,15 @@ TEST(GlobalOps, SignaturesMatchProducersAndGradientsKeepTheirSbp) {
   // Tensor-parallel heads stay split from the fused projection into q, k, v.
   for (const Tensor& part : fn::split_qkv(randn({2, 6, 4, 24}, line, {S(2)}, 7)))
     EXPECT_EQ(part.nd_sbp(), NdSbp{S(1)});
+  EXPECT_EQ(fn::qkv_attention(randn({2, 6, 4, 24}, line, {S(2)}, 7), 0.5, true).nd_sbp(), NdSbp{S(2)});
+  // A column-parallel linear keeps its output split on the features; a
+  // row-parallel one leaves partial sums with the bias in them once.
+  EXPECT_EQ(
+      fn::linear(randn({8, 6}, line, {B()}, 5), randn({6, 4}, line, {S(1)}, 6), randn({4}, line, {S(0)}, 8))
+          .nd_sbp(),
+      NdSbp{S(1)});
+  EXPECT_EQ(fn::linear(x_cols, w_rows, randn({4}, line, {B()}, 9).to_global(line, {P()})).nd_sbp(),
+            NdSbp{P()});
   // A replicated weight used with split data gets a partial-sum gradient.
   w.set_requires_grad(true);
   x.set_requires_grad(true);

@@ -119,6 +119,20 @@ std::vector<Case> MakeCases() {
         [m](const std::vector<Tensor>& in) { return fn::matmul(in[0], in[1], m.ta, m.tb); });
   }
 
+  // linear, linear_gelu_tanh and linear_residual (their gradients through
+  // linear_weight_grad):
+  // 16 output features take cuBLASLt's epilogues on a GPU; 12 (no multiple
+  // of 8, which the GELU epilogue needs) take the unfused kernels there.
+  for (int64_t n : {16, 12}) {
+    add("linear", "{}", {{Randn({2, 5, 8}), true}, {Randn({8, n}), true}, {Randn({n}), true}},
+        [](const std::vector<Tensor>& in) { return fn::linear(in[0], in[1], in[2]); });
+    add("linear_gelu_tanh", "{}", {{Randn({2, 5, 8}), true}, {Randn({8, n}), true}, {Randn({n}), true}},
+        [](const std::vector<Tensor>& in) { return fn::linear_gelu_tanh(in[0], in[1], in[2]); });
+    add("linear_residual", "{}",
+        {{Randn({2, 5, 8}), true}, {Randn({8, n}), true}, {Randn({n}), true}, {Randn({2, 5, n}), true}},
+        [](const std::vector<Tensor>& in) { return fn::linear_residual(in[0], in[1], in[2], in[3]); });
+  }
+
   // Broadcasting binary ops (bias add is add with a [n] operand).
   struct Bin {
     Shape a, b;
@@ -291,6 +305,18 @@ std::vector<Case> MakeCases() {
         });
   }
 
+  // Attention from the fused projection x [b, s, heads, 3 d] to [b, s, heads,
+  // d]: head sizes 64 and 128 take the tensor-core kernels in place on a GPU
+  // (70 positions: a partial tile), 16 the split / attention / permute path.
+  for (const auto& [shape, causal] :
+       {std::pair{Shape({2, 70, 3, 192}), true}, std::pair{Shape({1, 65, 2, 384}), false},
+        std::pair{Shape({2, 9, 2, 48}), true}}) {
+    const double scale = 0.125;
+    add("qkv_attention", std::string("{\"scale\": 0.125, \"causal\": ") + bool_json(causal) + "}",
+        {{Randn(shape), true}},
+        [scale, causal](const std::vector<Tensor>& in) { return fn::qkv_attention(in[0], scale, causal); });
+  }
+
   // The fused projection's q, k, v into the head-major layout and back
   // (split_qkv's three outputs compared as one, stacked on the batch dim).
   // Head size 8 moves 16-byte words in bf16 and f16; 5, one element at a time.
@@ -430,7 +456,8 @@ double Tolerance(DType dtype) {
 // tensor-core products, as FlashAttention rounds them) reached 3.7e-2 on an
 // H200; f16's 3 more bits keep them within its 1e-2.
 double CaseTolerance(const Case& k, DType dtype) {
-  if ((k.op == "attention" || k.op == "softmax") && dtype == DType::kBFloat16) return 5e-2;
+  if ((k.op == "attention" || k.op == "qkv_attention" || k.op == "softmax") && dtype == DType::kBFloat16)
+    return 5e-2;
   return Tolerance(dtype);
 }
 

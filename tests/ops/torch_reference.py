@@ -52,6 +52,12 @@ def run(op, ins, a):
     if op == "matmul":
         x, y = ins
         return torch.matmul(x.mT if a["ta"] else x, y.mT if a["tb"] else y)
+    if op == "linear":
+        return torch.matmul(ins[0], ins[1]) + ins[2]
+    if op == "linear_residual":
+        return torch.matmul(ins[0], ins[1]) + ins[2] + ins[3]
+    if op == "linear_gelu_tanh":
+        return F.gelu(torch.matmul(ins[0], ins[1]) + ins[2], approximate="tanh")
     if op in ("add", "sub", "mul", "div"):
         return getattr(torch, op)(ins[0], ins[1])
     if op.endswith("_scalar"):
@@ -76,6 +82,10 @@ def run(op, ins, a):
     if op == "merge_qkv":
         b, h, s, d = ins[0].shape
         return torch.stack(ins, 3).permute(0, 2, 1, 3, 4).reshape(b, s, h, 3 * d)
+    if op == "qkv_attention":  # x [b, s, heads, 3 d] -> [b, s, heads, d]
+        b, s, h, d3 = ins[0].shape
+        q, k, v = ins[0].reshape(b, s, h, 3, d3 // 3).permute(3, 0, 2, 1, 4).contiguous()
+        return torch.matmul(softmax(torch.matmul(q, k.mT), a), v).permute(0, 2, 1, 3).contiguous()
     if op == "attention":
         q, k, v = ins
         return torch.matmul(softmax(torch.matmul(q, k.mT), a), v)
