@@ -301,15 +301,32 @@ __global__ void __launch_bounds__(kColTile* kColRows)
   }
 }
 
+// Sums the chunks' partials: kColTile columns a block, its kColRows rows of
+// threads taking every kColRows-th chunk, then adding up in shared memory.
+// (One thread walking all chunks of a column waited on one load after
+// another: 22 us for 33 chunks of 1,024 columns.)
 template <typename T>
-__global__ void LayerNormParamGradFinalKernel(const double* __restrict__ partial_gamma,
-                                              const double* __restrict__ partial_beta, int64_t chunks,
-                                              int64_t d, T* __restrict__ dgamma, T* __restrict__ dbeta) {
-  TESSEL_CUDA_GRID_LOOP(c, d) {
-    double g = 0, b = 0;
-    for (int64_t k = 0; k < chunks; ++k) {
+__global__ void __launch_bounds__(kColTile* kColRows)
+    LayerNormParamGradFinalKernel(const double* __restrict__ partial_gamma,
+                                  const double* __restrict__ partial_beta, int64_t chunks, int64_t d,
+                                  T* __restrict__ dgamma, T* __restrict__ dbeta) {
+  __shared__ double sg[kColRows][kColTile];
+  __shared__ double sb[kColRows][kColTile];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColTile + threadIdx.x;
+  double g = 0, b = 0;
+  if (c < d) {
+    for (int64_t k = threadIdx.y; k < chunks; k += kColRows) {
       g += partial_gamma[k * d + c];
       b += partial_beta[k * d + c];
+    }
+  }
+  sg[threadIdx.y][threadIdx.x] = g;
+  sb[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < d) {
+    for (int k = 1; k < kColRows; ++k) {
+      g += sg[k][threadIdx.x];
+      b += sb[k][threadIdx.x];
     }
     dgamma[c] = FromF32<T>(static_cast<float>(g));
     dbeta[c] = FromF32<T>(static_cast<float>(b));
@@ -538,9 +555,10 @@ LayerNormGrads Grad(const Tensor& dy, const Tensor& x, const Tensor& mean, const
                           partial_gamma, partial_beta);
       CheckLaunch("layer_norm_grad parameter kernel");
     }
-    LayerNormParamGradFinalKernel<T><<<Blocks(d), kThreads, 0, stream>>>(
-        partial_gamma, partial_beta, chunks, d, static_cast<T*>(out.dgamma.raw_data()),
-        static_cast<T*>(out.dbeta.raw_data()));
+    LayerNormParamGradFinalKernel<T>
+        <<<static_cast<unsigned>(std::max<int64_t>(col_tiles, 1)), dim3(kColTile, kColRows), 0, stream>>>(
+            partial_gamma, partial_beta, chunks, d, static_cast<T*>(out.dgamma.raw_data()),
+            static_cast<T*>(out.dbeta.raw_data()));
     CheckLaunch("layer_norm_grad parameter sum kernel");
   });
   return out;
