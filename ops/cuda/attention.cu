@@ -29,9 +29,10 @@ struct RowLayout {
     return (n / heads) * batch_stride + (n % heads) * head_stride;
   }
   static RowLayout Plain(int64_t rows, int64_t d) { return {1, rows * d, 0, d}; }
-  // Rows of width `row` (heads x features) holding `d` features per head.
-  static RowLayout Packed(int64_t heads, int64_t s, int64_t d, int64_t row) {
-    return {heads, s * row, d, row};
+  // s rows of `row` elements each, a head's features `head_stride` after
+  // the previous head's.
+  static RowLayout Packed(int64_t heads, int64_t s, int64_t head_stride, int64_t row) {
+    return {heads, s * row, head_stride, row};
   }
 };
 
@@ -812,7 +813,8 @@ std::optional<Dims> PackedFlashDims(const Tensor& x, const Tensor& out, const At
   if (s.n == 0 || sq == 0 || !UsesFlashTiles(s, {&x, &out})) return std::nullopt;
   TESSEL_CHECK(sq <= 4 * 65535LL) << "qkv_attention: " << sq << " positions; the CUDA kernels take up to "
                                   << 4 * 65535LL;
-  s.lq = s.lk = s.lv = RowLayout::Packed(heads, sq, d, 3 * heads * d);
+  s.lq = s.lk = s.lv =
+      RowLayout::Packed(heads, sq, 3 * d, 3 * heads * d);  // q, k and v side by side per head
   s.lo = RowLayout::Packed(heads, sq, d, heads * d);
   return s;
 }
