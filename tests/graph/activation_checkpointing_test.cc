@@ -2,7 +2,8 @@
 // are tagged while tracing, the pass recomputes what backward reads of the
 // region right before backward first needs it, every backward read takes
 // the recomputed value, gradients stay bit for bit eager's, and the planned
-// activation peak falls. In-place updates inside a region are refused.
+// activation peak falls. A checkpoint output of a recomputed multi-output
+// op keeps its forward value. In-place updates inside a region are refused.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -150,6 +151,49 @@ TEST(ActivationCheckpointing, ActivationsAliveAtOnceFallAndThePlanMatchesTheRun)
     RunInOrder(*g, {{"x", x}}, &stats);
     EXPECT_EQ(stats.peak_bytes, plan.peak_bytes) << g->name() << ": " << passes::MemoryPlanText(plan);
   }
+}
+
+// A region ending in a two-output op: linear_gelu_tanh's y is read after
+// the region (a checkpoint: kept), its pre-activation only by its own
+// gradient (recomputed). The next layer's backward reads y before the copy
+// is made, so it must keep reading the forward's y.
+TEST(ActivationCheckpointing, ACheckpointOutputOfARecomputedOpKeepsItsForwardValue) {
+  Tensor w1 = randn({16, 32}, 1).set_requires_grad(true), b1 = randn({32}, 2).set_requires_grad(true);
+  Tensor w2 = randn({32, 8}, 3).set_requires_grad(true), b2 = randn({8}, 4).set_requires_grad(true);
+  auto loss_of = [&](const Tensor& x, bool checkpoint) {
+    Tensor h;
+    {
+      std::optional<RecomputeScope> scope;
+      if (checkpoint) scope.emplace();
+      h = fn::linear_gelu_tanh(fn::tanh(x), w1, b1);
+    }
+    const Tensor z = fn::linear(h, w2, b2);
+    return fn::mean(fn::mul(z, z), {0, 1});
+  };
+  ir::Graph graph("two_outputs");
+  {
+    TracingInterpreter tracer(graph);
+    AutogradInterpreter autograd(tracer);
+    InterpreterScope scope(autograd);
+    Tensor loss = loss_of(tracer.Input("x", zeros({6, 16})), true);
+    loss.backward();
+    graph.MarkOutput("loss", tracer.ValueOf(loss, "loss"));
+    graph.MarkOutput("g1", tracer.ValueOf(w1.grad(), "g1"));
+    graph.MarkOutput("g2", tracer.ValueOf(w2.grad(), "g2"));
+  }
+  w1.zero_grad();
+  w2.zero_grad();
+  b1.zero_grad();
+  b2.zero_grad();
+  passes::RecomputeCheckpointedRegions(graph);
+  ir::Verify(graph);  // every value defined before it is read
+  const Tensor x = randn({6, 16}, 5);
+  Tensor loss = loss_of(x, false);
+  loss.backward();
+  const std::map<std::string, Tensor> out = RunInOrder(graph, {{"x", x}});
+  EXPECT_EQ(out.at("loss").ToVector<float>(), loss.ToVector<float>());
+  EXPECT_EQ(out.at("g1").ToVector<float>(), w1.grad().ToVector<float>());
+  EXPECT_EQ(out.at("g2").ToVector<float>(), w2.grad().ToVector<float>());
 }
 
 TEST(ActivationCheckpointing, AnInPlaceUpdateInsideARegionIsRefused) {
