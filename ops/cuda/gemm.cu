@@ -160,11 +160,12 @@ void SetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t what
               "cublasLtMatmulDescSetAttribute");
 }
 
-// The largest power of two (up to 256) dividing p's address: the heuristics
-// pick kernels by the alignment of the pointers they are shown.
-int Alignment(const void* p) {
+// The largest power of two (up to 256) dividing p's address. The heuristics
+// assume 256 unless told (they do not see the matrices' pointers), so each
+// problem is asked with its pointers' alignment.
+uint32_t Alignment(const void* p) {
   const auto v = reinterpret_cast<uintptr_t>(p);
-  int a = 1;
+  uint32_t a = 1;
   while (a < 256 && v % (2 * a) == 0) a *= 2;
   return a;
 }
@@ -199,8 +200,10 @@ bool LtGemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m, int6
               "cublasLtMatrixLayoutCreate");
   CheckCublas(cublasLtMatrixLayoutCreate(&call.d, type, m, n, ldd), "cublasLtMatrixLayoutCreate");
 
-  using Key = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int,
-                         int, int, int, int>;
+  const uint32_t align_a = Alignment(a), align_b = Alignment(b), align_c = Alignment(c ? c : d),
+                 align_d = Alignment(d);
+  using Key = std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int,
+                         bool, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t>;
   const Key key{device,
                 static_cast<int>(dtype),
                 trans_a,
@@ -211,12 +214,14 @@ bool LtGemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m, int6
                 lda,
                 ldb,
                 ldd,
-                static_cast<int>(epilogue) + (c ? 1 << 20 : 0),
-                Alignment(a),
-                Alignment(b),
-                Alignment(d),
-                bias ? Alignment(bias) : 0,
-                aux ? Alignment(aux) : 0};
+                static_cast<int>(epilogue),
+                c != nullptr,
+                align_a,
+                align_b,
+                align_c,
+                align_d,
+                bias ? Alignment(bias) : 0u,
+                aux ? Alignment(aux) : 0u};
   static std::mutex mu;
   static auto* algos = new std::map<Key, std::optional<cublasLtMatmulAlgo_t>>();
   std::optional<cublasLtMatmulAlgo_t> algo;
@@ -229,6 +234,11 @@ bool LtGemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m, int6
       const uint64_t bytes = kWorkspaceBytes;
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes,
                                            sizeof(bytes));
+      for (auto [what, align] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
+                                 std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+                                 std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
+                                 std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d}})
+        cublasLtMatmulPreferenceSetAttribute(pref, what, &align, sizeof(align));
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
       const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt.handle, call.desc, call.a, call.b,
@@ -252,6 +262,13 @@ bool LtGemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m, int6
                              call.d, &*algo, lt.workspace, kWorkspaceBytes, CurrentStream()),
               "cublasLtMatmul");
   return true;
+}
+
+// The rows of a [..., k] tensor: the product of its leading dims (k may be 0).
+int64_t LeadingRows(const Tensor& t) {
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < t.ndim(); ++d) rows *= t.shape()[d];
+  return rows;
 }
 
 Shape BatchShape(const Shape& s) { return Shape(std::vector<int64_t>(s.dims().begin(), s.dims().end() - 2)); }
@@ -357,7 +374,7 @@ std::vector<Tensor> Linear(const Tensor& x, const Tensor& weight, const Tensor& 
       << weight.shape() << " and bias " << bias.shape();
   TESSEL_CHECK(!gelu || !residual.defined()) << "linear: an activation and a residual together are not an op";
   SetDevice(x.device());
-  const int64_t k = weight.shape()[0], n = weight.shape()[1], rows = k == 0 ? 0 : x.numel() / k;
+  const int64_t k = weight.shape()[0], n = weight.shape()[1], rows = LeadingRows(x);
   std::vector<int64_t> dims = x.shape().dims();
   dims.back() = n;
   TESSEL_CHECK(!residual.defined() || residual.shape() == Shape(dims))
@@ -388,7 +405,7 @@ std::vector<Tensor> LinearWeightGrad(const Tensor& x, const Tensor& dy) {
   CheckOnDevice("linear_weight_grad", x.device(), {x, dy});
   TESSEL_CHECK(dy.dtype() == dtype) << "linear_weight_grad: x is " << dtype << " but dy is " << dy.dtype();
   SetDevice(x.device());
-  const int64_t k = x.shape()[-1], n = dy.shape()[-1], rows = k == 0 ? 0 : x.numel() / k;
+  const int64_t k = x.shape()[-1], n = dy.shape()[-1], rows = LeadingRows(x);
   TESSEL_CHECK(dy.numel() == rows * n)
       << "linear_weight_grad: x " << x.shape() << " and dy " << dy.shape() << " do not have the same rows";
   // Row-major dW [k, n] = x^T [k, rows] dy [rows, n] is column-major

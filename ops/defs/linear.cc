@@ -154,7 +154,9 @@ void RegisterLinearOps() {
   };
   grad.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
     const Tensor &x = ctx.inputs[0], &dy = ctx.inputs[1];
-    const int64_t k = x.shape()[-1], n = dy.shape()[-1], rows = k == 0 ? 0 : x.numel() / k;
+    const int64_t k = x.shape()[-1], n = dy.shape()[-1];
+    int64_t rows = 1;  // x's leading dims (k may be 0)
+    for (int64_t d = 0; d + 1 < x.ndim(); ++d) rows *= x.shape()[d];
     const Tensor x2 = x.Reshape({rows, k}), dy2 = dy.Reshape({rows, n});
     return std::vector<Tensor>{cpu::Matmul(x2, dy2, true, false), cpu::SumToShape(dy2, Shape({n}))};
   };
