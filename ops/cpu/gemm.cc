@@ -52,4 +52,14 @@ Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   return out;
 }
 
+Shape LinearShape(const std::string& op, const Shape& x, const Shape& weight, const Shape& bias) {
+  TESSEL_CHECK(x.ndim() >= 1 && weight.ndim() == 2 && bias.ndim() == 1 && x[-1] == weight[0] &&
+               bias[0] == weight[1])
+      << op << ": expected x [..., k], weight [k, n] and bias [n]; got x " << x << ", weight " << weight
+      << " and bias " << bias;
+  std::vector<int64_t> dims = x.dims();
+  dims.back() = weight[1];
+  return Shape(dims);
+}
+
 }  // namespace tessel::cpu

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/tensor.h"
 
@@ -17,5 +18,9 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 // [..., n, k] with trans_b). Batch dimensions broadcast; a 2-D operand is
 // shared by every batch. f32. Throws naming both shapes if they do not fit.
 Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+
+// The linear ops' output shape [..., n] for x [..., k], weight [k, n] and
+// bias [n]; throws naming `op` and all three shapes if they do not fit.
+Shape LinearShape(const std::string& op, const Shape& x, const Shape& weight, const Shape& bias);
 
 }  // namespace tessel::cpu

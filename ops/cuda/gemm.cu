@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ops/cpu/broadcast.h"
+#include "ops/cpu/gemm.h"
 #include "ops/cuda/cuda_util.cuh"
 #include "ops/cuda/elementwise.h"
 #include "ops/cuda/gemm.h"
@@ -37,14 +38,18 @@ bool AllowTf32() {
   return allow;
 }
 
-// A handle is not safe to use from two threads at once, and its stream is
-// state: the mutex covers binding the stream and the call.
+// A cuBLAS handle is not safe to use from two threads at once, and its
+// stream is state: the mutex covers binding the stream and the call. The
+// cuBLASLt handle (the products with an epilogue) takes its stream and
+// workspace with each call.
 struct Handle {
   std::mutex mu;
   cublasHandle_t handle = nullptr;
   void* workspace = nullptr;
   cudaStream_t stream = nullptr;
   bool bound = false;
+  cublasLtHandle_t lt = nullptr;
+  void* lt_workspace = nullptr;
 };
 
 // The handle of `device`, which must be current. Handles and workspaces live
@@ -59,6 +64,8 @@ Handle& HandleFor(int device) {
     auto made = std::make_unique<Handle>();
     CheckCublas(cublasCreate(&made->handle), "cublasCreate");
     Check(cudaMalloc(&made->workspace, kWorkspaceBytes), "cudaMalloc of the cuBLAS workspace");
+    CheckCublas(cublasLtCreate(&made->lt), "cublasLtCreate");
+    Check(cudaMalloc(&made->lt_workspace, kWorkspaceBytes), "cudaMalloc of the cuBLASLt workspace");
     h = std::move(made);
   }
   return *h;
@@ -117,27 +124,8 @@ void GemmBatched(int device, DType dtype, bool trans_a, bool trans_b, int64_t m,
 }
 
 // cuBLASLt, for the products with an epilogue (linear's bias and GELU, the
-// bias gradient beside the weight gradient). One handle and workspace per
-// device, like cuBLAS's; the algorithm for each problem is asked of the
-// heuristics once and kept.
-struct LtDevice {
-  cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;
-};
-
-LtDevice& LtDeviceFor(int device) {
-  static std::mutex mu;
-  static auto* devices = new std::map<int, std::unique_ptr<LtDevice>>();
-  std::lock_guard<std::mutex> lock(mu);
-  std::unique_ptr<LtDevice>& d = (*devices)[device];
-  if (!d) {
-    auto made = std::make_unique<LtDevice>();
-    CheckCublas(cublasLtCreate(&made->handle), "cublasLtCreate");
-    Check(cudaMalloc(&made->workspace, kWorkspaceBytes), "cudaMalloc of the cuBLASLt workspace");
-    d = std::move(made);
-  }
-  return *d;
-}
+// bias gradient beside the weight gradient): the device's Handle; the
+// algorithm for each problem is asked of the heuristics once and kept.
 
 // The descriptors of one call, destroyed with it.
 struct LtCall {
@@ -177,7 +165,7 @@ uint32_t Alignment(const void* p) {
 bool LtGemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
             const void* a, int64_t lda, const void* b, int64_t ldb, void* d, int64_t ldd,
             cublasLtEpilogue_t epilogue, void* bias, void* aux, const void* c = nullptr) {
-  LtDevice& lt = LtDeviceFor(device);
+  Handle& h = HandleFor(device);
   const cudaDataType_t type = CudaType(dtype);
   const cublasComputeType_t compute =
       dtype == DType::kFloat32 && AllowTf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -241,8 +229,8 @@ bool LtGemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m, int6
         cublasLtMatmulPreferenceSetAttribute(pref, what, &align, sizeof(align));
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
-      const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt.handle, call.desc, call.a, call.b,
-                                                                   call.d, call.d, pref, 1, &result, &found);
+      const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(h.lt, call.desc, call.a, call.b, call.d,
+                                                                   call.d, pref, 1, &result, &found);
       cublasLtMatmulPreferenceDestroy(pref);
       if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
         algo = result.algo;
@@ -258,8 +246,8 @@ bool LtGemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m, int6
   }
   if (!algo) return false;
   const float alpha = 1.0f, beta = c ? 1.0f : 0.0f;
-  CheckCublas(cublasLtMatmul(lt.handle, call.desc, &alpha, a, call.a, b, call.b, &beta, c ? c : d, call.d, d,
-                             call.d, &*algo, lt.workspace, kWorkspaceBytes, CurrentStream()),
+  CheckCublas(cublasLtMatmul(h.lt, call.desc, &alpha, a, call.a, b, call.b, &beta, c ? c : d, call.d, d,
+                             call.d, &*algo, h.lt_workspace, kWorkspaceBytes, CurrentStream()),
               "cublasLtMatmul");
   return true;
 }
@@ -368,24 +356,19 @@ std::vector<Tensor> Linear(const Tensor& x, const Tensor& weight, const Tensor& 
                (!residual.defined() || residual.dtype() == dtype))
       << "linear: x, weight, bias (and residual) must have one dtype; got " << dtype << ", " << weight.dtype()
       << " and " << bias.dtype();
-  TESSEL_CHECK(x.ndim() >= 1 && weight.ndim() == 2 && bias.ndim() == 1 &&
-               x.shape()[-1] == weight.shape()[0] && bias.shape()[0] == weight.shape()[1])
-      << "linear: expected x [..., k], weight [k, n] and bias [n]; got x " << x.shape() << ", weight "
-      << weight.shape() << " and bias " << bias.shape();
+  const Shape out_shape = cpu::LinearShape("linear", x.shape(), weight.shape(), bias.shape());
   TESSEL_CHECK(!gelu || !residual.defined()) << "linear: an activation and a residual together are not an op";
   SetDevice(x.device());
   const int64_t k = weight.shape()[0], n = weight.shape()[1], rows = LeadingRows(x);
-  std::vector<int64_t> dims = x.shape().dims();
-  dims.back() = n;
-  TESSEL_CHECK(!residual.defined() || residual.shape() == Shape(dims))
-      << "linear: the residual is " << residual.shape() << "; expected the output's " << Shape(dims);
+  TESSEL_CHECK(!residual.defined() || residual.shape() == out_shape)
+      << "linear: the residual is " << residual.shape() << "; expected the output's " << out_shape;
   // Row-major y [rows, n] = x [rows, k] W [k, n] is column-major
   // y^T [n x rows] = W^T [n x k] x^T [k x rows]: W is A, x is B, and the
   // bias runs down D's rows; a residual is C, laid out as D. The GELU input
   // (aux) must have a leading dimension divisible by 8.
   if (rows > 0 && n > 0 && k > 0 && (!gelu || n % 8 == 0)) {
-    Tensor y = Tensor::Empty(Shape(dims), dtype, x.device());
-    Tensor pre = gelu ? Tensor::Empty(Shape(dims), dtype, x.device()) : Tensor();
+    Tensor y = Tensor::Empty(out_shape, dtype, x.device());
+    Tensor pre = gelu ? Tensor::Empty(out_shape, dtype, x.device()) : Tensor();
     if (LtGemm(x.device().index(), dtype, false, false, n, rows, k, weight.raw_data(), n, x.raw_data(), k,
                y.raw_data(), n, gelu ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS,
                const_cast<void*>(bias.raw_data()), gelu ? pre.raw_data() : nullptr,

@@ -34,12 +34,7 @@ std::vector<TensorSpec> InferLinear(const std::string& op, const std::vector<Ten
                                                  : i == 2 ? "bias"
                                                           : "residual")
                                              << " is " << in[i].dtype << "; cast it (fn::cast)";
-  TESSEL_CHECK(x.ndim() >= 1 && w.ndim() == 2 && b.ndim() == 1 && x[-1] == w[0] && b[0] == w[1])
-      << op << ": expected x [..., k], weight [k, n] and bias [n]; got x " << x << ", weight " << w
-      << " and bias " << b;
-  std::vector<int64_t> dims = x.dims();
-  dims.back() = w[1];
-  const TensorSpec y{Shape(dims), in[0].dtype};
+  const TensorSpec y{cpu::LinearShape(op, x, w, b), in[0].dtype};
   if (e == Epilogue::kResidual)
     TESSEL_CHECK(in[3].shape == y.shape)
         << op << ": the residual is " << in[3].shape << "; expected the output's " << y.shape << " (x " << x
