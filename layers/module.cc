@@ -1,6 +1,7 @@
 #include "layers/module.h"
 
 #include "core/error.h"
+#include "sbp/global_tensor.h"
 
 namespace tessel::nn {
 
@@ -18,18 +19,18 @@ Tensor& Module::RegisterBuffer(const std::string& name, Tensor& t) {
 
 void Module::RegisterModule(const std::string& name, Module& m) { children_.push_back({name, &m}); }
 
-void Module::RegisterRngCounter(const std::string& name, int64_t& counter) {
+void Module::RegisterRngCounter(const std::string& name, RngCounter& counter) {
   rng_counters_.push_back({name, &counter});
 }
 
 void Module::CollectRngCounters(const std::string& prefix,
-                                std::vector<std::pair<std::string, int64_t*>>* out) {
+                                std::vector<std::pair<std::string, RngCounter*>>* out) {
   for (auto& [name, c] : rng_counters_) out->push_back({prefix + name, c});
   for (auto& [name, m] : children_) m->CollectRngCounters(prefix + name + ".", out);
 }
 
-std::vector<std::pair<std::string, int64_t*>> Module::NamedRngCounters() {
-  std::vector<std::pair<std::string, int64_t*>> out;
+std::vector<std::pair<std::string, RngCounter*>> Module::NamedRngCounters() {
+  std::vector<std::pair<std::string, RngCounter*>> out;
   CollectRngCounters("", &out);
   return out;
 }
@@ -69,6 +70,51 @@ void Module::ZeroGrad() {
 void Module::Train(bool training) {
   training_ = training;
   for (auto& [name, m] : children_) m->Train(training);
+}
+
+}  // namespace tessel::nn
+
+namespace tessel::nn {
+namespace {
+
+// A scalar counter's value written into its local data (a copy onto its device).
+void WriteCount(const Tensor& counter, int64_t value) {
+  if (counter.is_global() && !counter.placement().Contains(CurrentRank())) return;  // no data here
+  Tensor local = counter.is_global() ? counter.to_local() : counter;
+  local.CopyFrom(Tensor::FromVector<int64_t>({value}, local.shape()));
+}
+
+}  // namespace
+
+int64_t RngCounter::Get() const {
+  if (!tensor_.defined()) return host_;
+  Tensor here = tensor_;
+  if (here.is_global()) {
+    const Placement world = WorldPlacement(here.placement().device_type());
+    here = here.to_global(world, NdSbp(std::vector<Sbp>(world.ndim(), B()))).to_local();
+  }
+  return here.To(Device::CPU()).data<int64_t>()[0];
+}
+
+void RngCounter::Set(int64_t value) {
+  host_ = value;
+  if (tensor_.defined()) WriteCount(tensor_, value);
+}
+
+const Tensor& RngCounter::TensorBeside(const Tensor& x) {
+  if (!tensor_.defined()) {
+    tensor_ = ReplicatedScalar(0, x, DType::kInt64);
+    if (!x.is_global()) tensor_ = tensor_.To(x.device());
+    WriteCount(tensor_, host_);  // exact: a count past 2^53 would not survive the double
+    return tensor_;
+  }
+  const bool same = x.is_global() ? tensor_.is_global() && tensor_.placement() == x.placement()
+                                  : !tensor_.is_global() && tensor_.device() == x.device();
+  TESSEL_CHECK(same) << "a random-stream counter made beside "
+                     << (tensor_.is_global() ? tensor_.placement().ToString() : tensor_.device().ToString())
+                     << " is asked for draws beside " << x.ToString()
+                     << "; a layer that draws masks (Dropout) serves one placement: give each its own";
+  return tensor_;
 }
 
 }  // namespace tessel::nn

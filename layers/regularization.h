@@ -1,7 +1,9 @@
 // Dropout, DropPath (stochastic depth) and the ViT patch embedding.
 // Random masks come from Philox keyed by logical position (element for
-// Dropout, sample for DropPath) and a per-layer call counter that advances
-// identically on every rank: the same masks under every layout.
+// Dropout, sample for DropPath) and a per-layer counter that advances
+// identically on every rank: the same masks under every layout. Dropout's
+// counter is a tensor its ops read and advance, so a captured step (graph
+// mode) draws new masks at every call, the ones eager code would draw.
 #pragma once
 
 #include "layers/linear.h"
@@ -22,7 +24,7 @@ class Dropout : public nn::Module {
  private:
   double p_;
   uint64_t seed_;
-  int64_t offset_ = 0;
+  nn::RngCounter offset_;  // elements drawn so far
 };
 
 class DropPath : public nn::Module {
@@ -36,7 +38,7 @@ class DropPath : public nn::Module {
  private:
   double p_;
   uint64_t seed_;
-  int64_t calls_ = 0;
+  nn::RngCounter calls_;  // calls so far (the masks are made on the host)
 };
 
 class PatchEmbedding : public nn::Module {

@@ -188,9 +188,19 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   return where(mask, v, x);
 }
 Tensor sqrt(const Tensor& x) { return One("sqrt", {x}); }
+Tensor dropout(const Tensor& x, const Tensor& offset, double p, int64_t seed) {
+  if (p == 0) return x;
+  return One("dropout", {x, offset}, {{"p", p}, {"seed", seed}});
+}
 Tensor dropout(const Tensor& x, double p, int64_t seed, int64_t offset) {
   if (p == 0) return x;
-  return One("dropout", {x}, {{"p", p}, {"seed", seed}, {"offset", offset}});
+  Tensor at = ReplicatedScalar(static_cast<double>(offset), x, DType::kInt64);
+  if (!x.is_global()) at = at.To(x.device());
+  return dropout(x, at, p, seed);
+}
+Tensor rng_offset(const Tensor& counter, const Tensor& like) { return One("rng_offset", {counter, like}); }
+Tensor rng_advance(const Tensor& counter, const Tensor& like) {
+  return ApplyOp("rng_advance", {counter, like}, {}).at(0);
 }
 Tensor embedding(const Tensor& table, const Tensor& ids) { return One("embedding", {table, ids}); }
 Tensor pick(const Tensor& x, const Tensor& labels, int64_t ignore_index) {

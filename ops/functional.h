@@ -81,8 +81,20 @@ Tensor equal(const Tensor& a, const Tensor& b);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 Tensor sqrt(const Tensor& x);
 // Inverted dropout with keep mask Philox(seed).Uniform(offset + logical
-// index) >= p: the same logical mask under any layout.
+// index) >= p: the same logical mask under any layout. `offset` is an i64
+// scalar tensor beside x (replicated on its placement, or on its device).
+Tensor dropout(const Tensor& x, const Tensor& offset, double p, int64_t seed);
+// The same with the offset given as a number.
 Tensor dropout(const Tensor& x, double p, int64_t seed, int64_t offset = 0);
+// A random stream's position as a value: a copy of `counter` (an i64
+// scalar) as it is now, which a later rng_advance does not change. `like`
+// orders it among the ops of the tensor it draws for (a micro-batch's copy
+// of the step reads the counter after the copy before it advanced it); its
+// data is not read.
+Tensor rng_offset(const Tensor& counter, const Tensor& like);
+// counter += like's (logical) element count, in place; returns counter.
+// Not differentiable.
+Tensor rng_advance(const Tensor& counter, const Tensor& like);
 // table [V, H] rows at ids; a table split on V (vocab-parallel) gives a
 // partial sum reduced only when needed.
 Tensor embedding(const Tensor& table, const Tensor& ids);

@@ -449,12 +449,6 @@ void ResolveConfig(config::Config* c, int world_size) {
   TESSEL_CHECK(!t.activation_checkpoint() || t.graph().enabled())
       << "config: train.activation_checkpoint is true but train.graph.enabled is false; recomputation runs "
          "in a captured step (graph mode)";
-  TESSEL_CHECK(!t.graph().enabled() ||
-               m.embedding_dropout_prob() + m.attention_dropout_prob() + m.hidden_dropout_prob() == 0)
-      << "config: model dropout probabilities (embedding " << m.embedding_dropout_prob() << ", attention "
-      << m.attention_dropout_prob() << ", hidden " << m.hidden_dropout_prob()
-      << ") need train.graph.enabled false for now: a captured step would reuse one dropout mask every "
-         "iteration";
   TESSEL_CHECK(!t.output_dir().empty()) << "config: train.output_dir is empty; expected a directory";
   TESSEL_CHECK(t.save_period() >= 0) << "config: train.save_period is " << t.save_period()
                                      << "; expected 0 (no checkpoints) or a number of iterations";

@@ -27,20 +27,36 @@ void RecomputeCheckpointedRegions(ir::Graph& graph) {
 
   // A region's forward ops, by the values they produce.
   std::map<int, int> region_of_value;
-  for (const auto& [region, members] : regions) {
-    for (size_t i : members) {
-      const ir::Op& op = ops[i];
-      TESSEL_CHECK(GetOpDef(op.name).mutates.empty())
-          << "activation checkpointing: op " << op.id << " '" << op.name << "' in recompute region " << region
-          << " updates a variable in place; recomputing the region would apply the update twice. Keep "
-             "in-place updates out of RecomputeScope";
-      for (int v : op.outputs) region_of_value[v] = region;
-    }
-  }
+  for (const auto& [region, members] : regions)
+    for (size_t i : members)
+      for (int v : ops[i].outputs) region_of_value[v] = region;
+  // Where each value is updated in place, up to the last backward op (the
+  // optimizer's updates come after it, when no recomputation is left).
+  size_t last_backward = 0;
+  for (size_t j = 0; j < ops.size(); ++j)
+    if (ops[j].backward) last_backward = j;
+  std::map<int, std::vector<size_t>> updated_at;
+  for (size_t j = 0; j < last_backward; ++j)
+    for (int i : GetOpDef(ops[j].name).mutates) updated_at[ops[j].inputs.at(static_cast<size_t>(i))].push_back(j);
   // A region's outputs (values forward ops outside it read, and results)
   // are its checkpoints: they stay alive for the next region anyway, so
-  // backward reads them as they are.
+  // backward reads them as they are. So are the results of an op that
+  // reads a value updated in place after it (a random stream's position,
+  // which the layer moves on past its draw): a copy would read the new
+  // value. They are small (scalars), or the region would keep little.
   std::set<int> checkpoints;
+  for (const auto& [region, members] : regions) {
+    for (size_t i : members) {
+      bool reads_updated = false;
+      for (int v : ops[i].inputs) {
+        auto it = updated_at.find(v);
+        if (it == updated_at.end()) continue;
+        for (size_t j : it->second) reads_updated |= j > i;
+      }
+      if (reads_updated)
+        for (int v : ops[i].outputs) checkpoints.insert(v);
+    }
+  }
   for (const ir::Op& op : ops) {
     if (op.backward) continue;
     for (int v : op.inputs) {
@@ -74,6 +90,10 @@ void RecomputeCheckpointedRegions(ir::Graph& graph) {
       bool wanted = false;
       for (int v : op.outputs) wanted |= needed.count(v) > 0;
       if (!wanted) continue;
+      TESSEL_CHECK(GetOpDef(op.name).mutates.empty())
+          << "activation checkpointing: op " << op.id << " '" << op.name << "' in recompute region " << region
+          << " updates a variable in place, and backward reads its result; recomputing it would apply the "
+             "update twice. Keep in-place updates out of RecomputeScope";
       cloned[m] = true;
       for (int v : op.inputs) {
         auto it = region_of_value.find(v);

@@ -94,7 +94,7 @@ __device__ __forceinline__ void PhiloxBlock(uint64_t block, uint32_t k0, uint32_
 // exactly, so comparing the 24 bits with ceil(p * 2^24) decides as the CPU's
 // float-to-double comparison does, without double arithmetic.
 struct DropoutParams {
-  uint64_t offset;
+  const int64_t* offset;  // on the device: the layer's stream position (ops/defs/rng_counter.cc)
   uint32_t k0, k1;
   uint32_t threshold;
   float scale;
@@ -111,7 +111,7 @@ __global__ void Dropout4Kernel(T* __restrict__ y, const T* __restrict__ x, int64
   const int64_t groups = (n + 3) / 4;
   TESSEL_CUDA_GRID_LOOP(g, groups) {
     const int64_t i0 = g * 4;
-    const uint64_t pos = prm.offset + static_cast<uint64_t>(kSharded ? ix(i0) : i0);
+    const uint64_t pos = static_cast<uint64_t>(*prm.offset) + static_cast<uint64_t>(kSharded ? ix(i0) : i0);
     const uint32_t lane = static_cast<uint32_t>(pos % 4);
     uint32_t lo[4], hi[4] = {0, 0, 0, 0};
     PhiloxBlock(pos / 4, prm.k0, prm.k1, lo);
@@ -157,7 +157,7 @@ template <typename T>
 __global__ void Dropout1Kernel(T* __restrict__ y, const T* __restrict__ x, int64_t n, StridedIndexer ix,
                                DropoutParams prm) {
   TESSEL_CUDA_GRID_LOOP(i, n) {
-    const uint64_t pos = prm.offset + static_cast<uint64_t>(ix(i));
+    const uint64_t pos = static_cast<uint64_t>(*prm.offset) + static_cast<uint64_t>(ix(i));
     uint32_t c[4];
     PhiloxBlock(pos / 4, prm.k0, prm.k1, c);
     y[i] = FromFloat<T>(
@@ -354,9 +354,11 @@ __global__ void SgdKernel(float* __restrict__ param, const float* __restrict__ g
 
 }  // namespace
 
-Tensor Dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset,
+Tensor Dropout(const Tensor& x, double p, uint64_t seed, const Tensor& offset,
                const std::vector<int64_t>& box_begin, const std::vector<int64_t>& logical_shape) {
   TESSEL_CHECK(IsFloat(x.dtype())) << "dropout supports f32, bf16 and f16, got " << x.dtype();
+  TESSEL_CHECK(offset.dtype() == DType::kInt64 && offset.numel() == 1 && offset.device() == x.device())
+      << "dropout's offset must be an i64 scalar on " << x.device() << "; got " << offset.ToString();
   TESSEL_CHECK(p >= 0 && p < 1) << "dropout probability " << p << " must be in [0, 1)";
   SetDevice(x.device());
   const Shape& shape = x.shape();
@@ -368,7 +370,7 @@ Tensor Dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset,
   Tensor out = Tensor::Empty(shape, x.dtype(), x.device());
   if (n == 0) return out;
   DropoutParams prm;
-  prm.offset = offset;
+  prm.offset = static_cast<const int64_t*>(offset.raw_data());
   prm.k0 = static_cast<uint32_t>(seed);
   prm.k1 = static_cast<uint32_t>(seed >> 32);
   prm.threshold = static_cast<uint32_t>(std::ceil(p * 16777216.0));
@@ -410,6 +412,16 @@ Tensor Dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset,
   });
   CheckLaunch("DropoutKernel");
   return out;
+}
+
+__global__ void AdvanceCounterKernel(int64_t* counter, int64_t by) { *counter += by; }
+
+void AdvanceCounter(const Tensor& counter, int64_t by) {
+  TESSEL_CHECK(counter.dtype() == DType::kInt64 && counter.numel() == 1)
+      << "a random-stream counter is an i64 scalar; got " << counter.ToString();
+  SetDevice(counter.device());
+  AdvanceCounterKernel<<<1, 1, 0, CurrentStream()>>>(static_cast<int64_t*>(counter.raw_data()), by);
+  CheckLaunch("AdvanceCounterKernel");
 }
 
 Tensor Embedding(const Tensor& table, const Tensor& ids, int64_t vocab_begin) {

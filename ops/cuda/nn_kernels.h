@@ -15,8 +15,11 @@ namespace tessel::cuda {
 
 // y = x / (1 - p) where Philox(seed).Uniform(offset + logical index) >= p,
 // else 0: the CPU's mask bit for bit, for any shard of the logical tensor.
-Tensor Dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset,
+// The offset is an i64 scalar on x's device, read by the kernel.
+Tensor Dropout(const Tensor& x, double p, uint64_t seed, const Tensor& offset,
                const std::vector<int64_t>& box_begin, const std::vector<int64_t>& logical_shape);
+// counter (an i64 scalar on the device) += by, on the stream.
+void AdvanceCounter(const Tensor& counter, int64_t by);
 
 // out[..., :] = table[id - vocab_begin, :] for ids in this shard's vocab
 // range, zeros otherwise (vocab-parallel lookup).

@@ -14,6 +14,7 @@ void RegisterNnOps();
 void RegisterQkvAttentionOps();
 void RegisterQkvHeadsOps();
 void RegisterReduceOps();
+void RegisterRngCounterOps();
 void RegisterShapeOps();
 void RegisterSoftmaxOps();
 void RegisterWhereCastOps();
@@ -31,6 +32,7 @@ void RegisterAllOps() {
   RegisterQkvAttentionOps();
   RegisterQkvHeadsOps();
   RegisterReduceOps();
+  RegisterRngCounterOps();
   RegisterShapeOps();
   RegisterSoftmaxOps();
   RegisterWhereCastOps();

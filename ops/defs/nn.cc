@@ -20,13 +20,23 @@ std::vector<int64_t> BoxBegin(const Box& b) {
 void RegisterDropout() {
   OpDef def;
   def.name = "dropout";
-  def.inputs = {"x"};
+  // The offset is a tensor (an i64 scalar, replicated), not an attribute,
+  // so a captured step reads where the layer's random stream stands at
+  // every call (layers/regularization.h) rather than the offset it was
+  // traced with.
+  def.inputs = {"x", "offset"};
   def.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
     defs::CheckFloat("dropout", in[0], "x");
+    TESSEL_CHECK(in[1].shape.ndim() == 0 && in[1].dtype == DType::kInt64)
+        << "dropout's offset must be an i64 scalar; got " << in[1].dtype << " " << in[1].shape;
     return std::vector<TensorSpec>{in[0]};
   };
-  def.sbp = defs::SplitAnyDimOrPartial;           // for a fixed mask, linear in x
-  def.layout_attrs = std::vector<std::string>{};  // p, seed and offset do not change the layout
+  def.sbp = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+    std::vector<SbpSignature> sigs = defs::SplitAnyDimOrPartial(in, a);  // for a fixed mask, linear in x
+    for (SbpSignature& s : sigs) s.inputs.push_back(B());
+    return sigs;
+  };
+  def.layout_attrs = std::vector<std::string>{};  // p and seed do not change the layout
   def.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
     const std::vector<Tensor>& in = ctx.inputs;
     const Attrs& a = ctx.attrs;
@@ -35,23 +45,25 @@ void RegisterDropout() {
     const std::vector<int64_t>& logical = ctx.logical_inputs[0].shape.dims();
     return std::vector<Tensor>{cpu::Dropout(in[0], a.Get<double>("p"),
                                             static_cast<uint64_t>(a.Get<int64_t>("seed")),
-                                            static_cast<uint64_t>(a.Get<int64_t>("offset")), begin, logical)};
+                                            static_cast<uint64_t>(in[1].data<int64_t>()[0]), begin, logical)};
   };
 #ifdef TESSEL_HAS_CUDA
+  // The kernel reads the offset on the device.
   def.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
     const Attrs& a = ctx.attrs;
     const std::vector<int64_t> begin = BoxBegin(ctx.input_box(0));
     const std::vector<int64_t>& logical = ctx.logical_inputs[0].shape.dims();
-    return std::vector<Tensor>{
-        cuda::Dropout(ctx.inputs[0], a.Get<double>("p"), static_cast<uint64_t>(a.Get<int64_t>("seed")),
-                      static_cast<uint64_t>(a.Get<int64_t>("offset")), begin, logical)};
+    return std::vector<Tensor>{cuda::Dropout(ctx.inputs[0], a.Get<double>("p"),
+                                             static_cast<uint64_t>(a.Get<int64_t>("seed")), ctx.inputs[1],
+                                             begin, logical)};
   };
 #endif
-  // The same mask applied to the gradient.
-  def.saved = OpDef::SavedForGrad{};  // the gradient reads the same mask, regenerated from seed and offset
+  // The same mask applied to the gradient, regenerated from seed and offset.
+  def.saved = OpDef::SavedForGrad{.inputs = {1}};
   def.grad = [](const GradContext& c) {
-    return std::vector<Tensor>{fn::dropout(c.grad_outputs[0], c.attrs.Get<double>("p"),
-                                           c.attrs.Get<int64_t>("seed"), c.attrs.Get<int64_t>("offset"))};
+    return std::vector<Tensor>{
+        fn::dropout(c.grad_outputs[0], c.inputs[1], c.attrs.Get<double>("p"), c.attrs.Get<int64_t>("seed")),
+        Tensor()};
   };
   RegisterOp(std::move(def));
 }

@@ -3,7 +3,8 @@
 // region right before backward first needs it, every backward read takes
 // the recomputed value, gradients stay bit for bit eager's, and the planned
 // activation peak falls. A checkpoint output of a recomputed multi-output
-// op keeps its forward value. In-place updates inside a region are refused.
+// op keeps its forward value. Dropout inside a region draws its forward's
+// mask again, and its counter moves once.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -196,19 +197,69 @@ TEST(ActivationCheckpointing, ACheckpointOutputOfARecomputedOpKeepsItsForwardVal
   EXPECT_EQ(out.at("g2").ToVector<float>(), w2.grad().ToVector<float>());
 }
 
-TEST(ActivationCheckpointing, AnInPlaceUpdateInsideARegionIsRefused) {
-  Tensor w = randn({8}, 1), buf = zeros({8});
-  ir::Graph graph("update_in_region");
+// Dropout inside a region: the layer reads its stream's position as a value
+// (rng_offset), draws, and moves the counter on in place (rng_advance). The
+// update runs once, in forward; the position is kept (recomputing it would
+// read the moved counter), so the recomputed dropout draws the forward's
+// mask. Two calls of the graph give eager's two steps: new masks each time.
+TEST(ActivationCheckpointing, DropoutInARegionRecomputesItsMaskAndAdvancesOnce) {
+  Tensor w1 = randn({16, 32}, 1).set_requires_grad(true), w2 = randn({32, 8}, 2).set_requires_grad(true);
+  Tensor counter = Tensor::FromVector<int64_t>({0}, Shape(std::vector<int64_t>{}));
+  auto loss_of = [&](const Tensor& x, bool checkpoint) {
+    Tensor h;
+    {
+      std::optional<RecomputeScope> scope;
+      if (checkpoint) scope.emplace();
+      h = fn::tanh(fn::matmul(x, w1));
+      h = fn::dropout(h, fn::rng_offset(counter, h), 0.5, 7);
+      fn::rng_advance(counter, h);
+      h = fn::tanh(h);
+    }
+    const Tensor z = fn::matmul(h, w2);
+    return fn::mean(fn::mul(z, z), {0, 1});
+  };
+  ir::Graph graph("dropout_in_region");
   {
     TracingInterpreter tracer(graph);
-    InterpreterScope scope(tracer);
-    Tensor g = tracer.Input("g", zeros({8}));
-    RecomputeScope region;
-    fn::sgd_update(w, fn::tanh(g), buf, 0.1, 0.9, 0.0, false);
+    AutogradInterpreter autograd(tracer);
+    InterpreterScope scope(autograd);
+    Tensor loss = loss_of(tracer.Input("x", zeros({6, 16})), true);
+    loss.backward();
+    graph.MarkOutput("loss", tracer.ValueOf(loss, "loss"));
+    graph.MarkOutput("g1", tracer.ValueOf(w1.grad(), "g1"));
   }
-  const std::string msg = testing::ErrorOf([&] { passes::RecomputeCheckpointedRegions(graph); });
-  EXPECT_NE(msg.find("op 1 'sgd_update'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("updates a variable in place"), std::string::npos) << msg;
+  w1.zero_grad();
+  w2.zero_grad();
+  passes::RecomputeCheckpointedRegions(graph);
+  ir::Verify(graph);
+  int dropouts = 0, offsets = 0, advances = 0;
+  for (const ir::Op& op : graph.ops()) {
+    dropouts += op.name == "dropout";
+    offsets += op.name == "rng_offset";
+    advances += op.name == "rng_advance";
+  }
+  EXPECT_EQ(dropouts, 3);  // the forward's, its recomputed copy, and the gradient's
+  EXPECT_EQ(offsets, 1);
+  EXPECT_EQ(advances, 1);
+  const Tensor x = randn({6, 16}, 5);
+  counter.CopyFrom(Tensor::FromVector<int64_t>({0}, counter.shape()));
+  std::vector<std::vector<float>> graph_losses, graph_grads;
+  for (int step = 0; step < 2; ++step) {
+    const std::map<std::string, Tensor> out = RunInOrder(graph, {{"x", x}});
+    graph_losses.push_back(out.at("loss").ToVector<float>());
+    graph_grads.push_back(out.at("g1").ToVector<float>());
+  }
+  EXPECT_EQ(counter.ToVector<int64_t>(), std::vector<int64_t>{2 * 6 * 32});
+  counter.CopyFrom(Tensor::FromVector<int64_t>({0}, counter.shape()));
+  for (int step = 0; step < 2; ++step) {
+    Tensor loss = loss_of(x, false);
+    loss.backward();
+    EXPECT_EQ(graph_losses[step], loss.ToVector<float>()) << "step " << step;
+    EXPECT_EQ(graph_grads[step], w1.grad().ToVector<float>()) << "step " << step;
+    w1.zero_grad();
+    w2.zero_grad();
+  }
+  EXPECT_NE(graph_losses[0], graph_losses[1]);  // a new mask at the second step
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // Graph (graph/plan/graph.h): a whole training step — forward, backward,
 // clipping and AdamW — captured once and run many times gives eager's
 // values, reads the learning rate at each call, counts AdamW's steps in
-// place, traces again only for new input specs, and refuses what it cannot
-// capture (layers with per-call host state), naming it.
+// place, draws dropout's masks as eager does at every call, traces again
+// only for new input specs, and refuses what it cannot capture (layers with
+// per-call host state), naming it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -102,16 +103,63 @@ TEST(GraphStep, AdamWCountsItsStepsInPlace) {
   EXPECT_EQ(m.w1.ToVector<float>(), ref.w1.ToVector<float>());
 }
 
+// The MLP with dropout on its hidden layer.
+Tensor DropoutLoss(const Mlp& m, layers::Dropout& dropout, const Tensor& x) {
+  Tensor y = fn::matmul(dropout(fn::tanh(fn::matmul(x, m.w1))), m.w2);
+  return fn::mean(fn::mul(y, y), {0, 1});
+}
+
+// Dropout's counter is a variable the graph advances: every call draws the
+// masks eager code draws at that step — one per micro-batch under gradient
+// accumulation — and the layer's counter ends where eager's does.
+TEST(GraphStep, DropoutDrawsEagersMasksAtEveryCall) {
+  for (int micro_batches : {1, 2}) {
+    Mlp eager, captured;
+    layers::Dropout eager_dropout(0.3), graph_dropout(0.3);
+    optim::AdamW eager_adamw(eager.params(), {.lr = 0.05}), graph_adamw(captured.params(), {.lr = 0.05});
+    Graph step(
+        "dropout_step",
+        [&](const Graph::Tensors& in) -> Graph::Tensors {
+          Tensor loss = DropoutLoss(captured, graph_dropout, in.at("x"));
+          loss.backward();
+          graph_adamw.Step();
+          return {{"loss", loss}};
+        },
+        {.micro_batches = micro_batches});
+    std::vector<float> losses;
+    for (int i = 0; i < 3; ++i) {
+      const Tensor x = randn({4, 8}, 200 + i);
+      const int64_t rows = 4 / micro_batches;
+      float want = 0;
+      for (int j = 0; j < micro_batches; ++j) {
+        Tensor loss = DropoutLoss(eager, eager_dropout, fn::slice(x, 0, j * rows, (j + 1) * rows));
+        fn::mul_scalar(loss, 1.0 / micro_batches).backward();
+        want += loss.ToVector<float>()[0] / static_cast<float>(micro_batches);
+      }
+      eager_adamw.Step();
+      const float got = step({{"x", x}}).at("loss").ToVector<float>()[0];
+      EXPECT_NEAR(got, want, 1e-6 * (1 + std::abs(want))) << micro_batches << " micro-batches, step " << i;
+      losses.push_back(got);
+    }
+    EXPECT_EQ(step.traced_graphs(), 1u);
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_NEAR(captured.w1.ToVector<float>()[i], eager.w1.ToVector<float>()[i], 1e-6);
+    // 3 steps of 4 rows x 16 hidden features drawn.
+    EXPECT_EQ(graph_dropout.NamedRngCounters().at(0).second->Get(), 3 * 4 * 16);
+    EXPECT_EQ(eager_dropout.NamedRngCounters().at(0).second->Get(), 3 * 4 * 16);
+  }
+}
+
 TEST(GraphStep, WhatCannotBeCapturedIsNamed) {
   Mlp m;
-  layers::Dropout dropout(0.1);
-  Graph with_dropout("dropout", [&](const Graph::Tensors& in) -> Graph::Tensors {
-    return {{"y", dropout(m.Loss(in.at("x")))}};
+  layers::DropPath drop_path(0.1);
+  Graph with_drop_path("drop_path", [&](const Graph::Tensors& in) -> Graph::Tensors {
+    return {{"y", drop_path(m.Loss(in.at("x")))}};
   });
-  std::string error = ErrorOf([&] { with_dropout({{"x", randn({5, 8}, 1)}}); });
-  EXPECT_NE(error.find("Dropout with p=0.1 keeps its mask counter on the host"), std::string::npos) << error;
+  std::string error = ErrorOf([&] { with_drop_path({{"x", randn({5, 8}, 1)}}); });
+  EXPECT_NE(error.find("DropPath with p=0.1 makes its masks on the host"), std::string::npos) << error;
   // Eagerly the same layer works.
-  EXPECT_TRUE(dropout(randn({5, 8}, 1)).defined());
+  EXPECT_TRUE(drop_path(randn({5, 8}, 1)).defined());
 
   Graph no_results("empty", [](const Graph::Tensors&) { return Graph::Tensors{}; });
   error = ErrorOf([&] { no_results({{"x", randn({5, 8}, 1)}}); });

@@ -251,7 +251,7 @@ int RunTrainingProgram(int argc, char** argv) {
     const auto meta = load(found, saved, /*optimizer=*/true);
     // Dropout's counters: the masks go on where the saving run's would have.
     for (auto& [name, counter] : rng_counters)
-      if (meta.count("rng." + name)) *counter = metadata_number(meta, "rng." + name, found);
+      if (meta.count("rng." + name)) counter->Set(metadata_number(meta, "rng." + name, found));
     start_iteration = metadata_number(meta, "iteration", found);
     TESSEL_CHECK(start_iteration <= t.train_iter())
         << "tessel-train: checkpoint " << found.string() << " is at iteration " << start_iteration
@@ -457,7 +457,8 @@ int RunTrainingProgram(int argc, char** argv) {
                     static_cast<long>(d.pipeline_parallel_size()));
       std::map<std::string, std::string> state = {
           {"iteration", std::to_string(done)}, {"arch", m.arch()}, {"layout", layout}};
-      for (const auto& [name, counter] : rng_counters) state["rng." + name] = std::to_string(*counter);
+      // Read on every rank: a counter on another pipeline stage comes by broadcast.
+      for (const auto& [name, counter] : rng_counters) state["rng." + name] = std::to_string(counter->Get());
       checkpoint::SaveOptions options;
       options.keep_last = t.keep_last_checkpoints();
       options.config_text = zoo::ConfigText(c);
