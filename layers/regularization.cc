@@ -25,10 +25,11 @@ Tensor DropPath::operator()(const Tensor& x) {
   TESSEL_CHECK(p_ > 0 && p_ < 1) << "DropPath probability " << p_ << " must be in [0, 1)";
   // The mask is made on the host from a host counter: a captured step
   // would reuse the one it was traced with.
-  TESSEL_CHECK(!IsTracing()) << "DropPath with p=" << p_
-                             << " makes its masks on the host, so a graph would reuse one mask at every step; "
-                                "graph mode does not capture it yet: set drop_path_rate to 0 for graph mode, "
-                                "or train eagerly";
+  TESSEL_CHECK(!IsTracing())
+      << "DropPath with p=" << p_
+      << " makes its masks on the host, so a graph would reuse one mask at every step; "
+         "graph mode does not capture it yet: set drop_path_rate to 0 for graph mode, "
+         "or train eagerly";
   int64_t& calls = calls_.host();
   const int64_t batch = x.shape()[0];
   std::vector<int64_t> dims(x.ndim(), 1);

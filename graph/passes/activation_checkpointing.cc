@@ -30,14 +30,15 @@ void RecomputeCheckpointedRegions(ir::Graph& graph) {
   for (const auto& [region, members] : regions)
     for (size_t i : members)
       for (int v : ops[i].outputs) region_of_value[v] = region;
-  // Where each value is updated in place, up to the last backward op (the
-  // optimizer's updates come after it, when no recomputation is left).
-  size_t last_backward = 0;
-  for (size_t j = 0; j < ops.size(); ++j)
-    if (ops[j].backward) last_backward = j;
+  // Where each value is updated in place during forward (the optimizer's
+  // updates come once gradients exist, and read no activation).
+  size_t first_backward = ops.size();
+  for (size_t j = 0; j < ops.size() && first_backward == ops.size(); ++j)
+    if (ops[j].backward) first_backward = j;
   std::map<int, std::vector<size_t>> updated_at;
-  for (size_t j = 0; j < last_backward; ++j)
-    for (int i : GetOpDef(ops[j].name).mutates) updated_at[ops[j].inputs.at(static_cast<size_t>(i))].push_back(j);
+  for (size_t j = 0; j < first_backward; ++j)
+    for (int i : GetOpDef(ops[j].name).mutates)
+      updated_at[ops[j].inputs.at(static_cast<size_t>(i))].push_back(j);
   // A region's outputs (values forward ops outside it read, and results)
   // are its checkpoints: they stay alive for the next region anyway, so
   // backward reads them as they are. So are the results of an op that

@@ -298,6 +298,15 @@ TEST(GlobalOps, SignaturesMatchProducersAndGradientsKeepTheirSbp) {
       NdSbp{S(1)});
   EXPECT_EQ(fn::linear(x_cols, w_rows, randn({4}, line, {B()}, 9).to_global(line, {P()})).nd_sbp(),
             NdSbp{P()});
+  // A random-stream counter moves on by the logical element count of the
+  // tensor drawn for, whatever its layout; the offset read before stays.
+  Tensor counter = ReplicatedScalar(5, x, DType::kInt64);
+  const Tensor offset = fn::rng_offset(counter, x);
+  fn::rng_advance(counter, x);
+  fn::rng_advance(counter, x_cols.to_global(line, {P()}));
+  EXPECT_EQ(offset.nd_sbp(), NdSbp{B()});
+  EXPECT_EQ(offset.to_local().ToVector<int64_t>(), std::vector<int64_t>{5});
+  EXPECT_EQ(counter.to_local().ToVector<int64_t>(), std::vector<int64_t>{5 + 48 + 48});
   // A replicated weight used with split data gets a partial-sum gradient.
   w.set_requires_grad(true);
   x.set_requires_grad(true);

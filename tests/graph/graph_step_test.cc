@@ -117,15 +117,14 @@ TEST(GraphStep, DropoutDrawsEagersMasksAtEveryCall) {
     Mlp eager, captured;
     layers::Dropout eager_dropout(0.3), graph_dropout(0.3);
     optim::AdamW eager_adamw(eager.params(), {.lr = 0.05}), graph_adamw(captured.params(), {.lr = 0.05});
-    Graph step(
-        "dropout_step",
-        [&](const Graph::Tensors& in) -> Graph::Tensors {
-          Tensor loss = DropoutLoss(captured, graph_dropout, in.at("x"));
-          loss.backward();
-          graph_adamw.Step();
-          return {{"loss", loss}};
-        },
-        {.micro_batches = micro_batches});
+    Graph step("dropout_step",
+               [&](const Graph::Tensors& in) -> Graph::Tensors {
+                 Tensor loss = DropoutLoss(captured, graph_dropout, in.at("x"));
+                 loss.backward();
+                 graph_adamw.Step();
+                 return {{"loss", loss}};
+               },
+               {.micro_batches = micro_batches});
     std::vector<float> losses;
     for (int i = 0; i < 3; ++i) {
       const Tensor x = randn({4, 8}, 200 + i);
