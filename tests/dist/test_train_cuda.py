@@ -2,7 +2,8 @@
 configs/gpt2_tiny.prototxt: one process on the GPU gives the losses of one
 process on the CPU, and dp2 x tp2 with four ranks sharing the one GPU (their
 boxing goes through the host and Gloo, as NCCL cannot serve two ranks on one
-device) gives them too, all within 1e-5 relative over 20 iterations. A bad
+device) gives them too, all within 1e-5 relative over 20 iterations; with dropout
+the GPU (one rank, and tp2 sharing it) draws the CPU's masks. A bad
 device name and cuda with graph mode are named before the first iteration
 (checked with or without a GPU), and so is mixed precision on the CPU.
 Mixed precision: bf16 and f16 (with its loss scale) on one GPU, and bf16
@@ -71,6 +72,21 @@ check(f"GPU losses equal the CPU's within 1e-5 (worst {worst(gpu, cpu):.2e})",
 check(f"dp2 x tp2 on one GPU equals the CPU's within 1e-5 (worst {worst(shared, cpu):.2e})",
       len(shared) == ITERS and worst(shared, cpu) <= 1e-5)
 check("the loss falls", len(gpu) == ITERS and gpu[-1] < gpu[0] - 0.5, str(gpu))
+
+# Dropout: the CUDA kernel reads each layer's offset on the device and draws
+# the CPU's masks, whole on one rank and as shards under tp2 (the masks are
+# keyed by logical position, so tp2 draws those of one process).
+dropout = ["model.hidden_dropout_prob=0.1", "model.attention_dropout_prob=0.1", "model.embedding_dropout_prob=0.1"]
+dropped = {}
+for name, nproc, tp, device in (("cpu", 1, 1, "cpu"), ("cuda", 1, 1, "cuda"), ("cuda tp2", 2, 2, "cuda")):
+    code, out, secs = train(nproc, common + layout_sets(tp, 1, False) + dropout + [
+        f"train.dist.device={device}", f"train.output_dir={work}/dropout_{name.replace(' ', '_')}"])
+    dropped[name] = [float(v) for _, v in LOSS.findall(out)]
+    check(f"dropout 0.1, {name}: trained ({secs:.1f} s)", code == 0 and len(dropped[name]) == ITERS, out)
+for name in ("cuda", "cuda tp2"):
+    check(f"dropout 0.1, {name}: the CPU's losses within 1e-5 (worst {worst(dropped[name], dropped['cpu']):.2e})",
+          len(dropped[name]) == ITERS and worst(dropped[name], dropped["cpu"]) <= 1e-5)
+check("dropout 0.1 changes the losses (it is on)", worst(dropped["cpu"], cpu) > 1e-3)
 
 # Mixed precision on one GPU.
 for dtype in ("bf16", "f16"):

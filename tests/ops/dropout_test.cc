@@ -6,7 +6,6 @@
 // TESSEL_REQUIRE_GPU=1 fails instead).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "core/philox.h"
@@ -14,7 +13,7 @@
 #include "ops/functional.h"
 #include "tests/testing/test_util.h"
 #ifdef TESSEL_HAS_CUDA
-#include "core/cuda/cuda_runtime.h"
+#include "tests/testing/gpu.h"
 #endif
 
 namespace tessel {
@@ -66,18 +65,11 @@ TEST(Dropout, TheOffsetIsATensorThatTheCounterOpsReadAndMoveOn) {
 }
 
 #ifdef TESSEL_HAS_CUDA
-bool NoGpu() {
-  if (cuda::DeviceCount() > 0) return false;
-  const char* required = std::getenv("TESSEL_REQUIRE_GPU");
-  if (required != nullptr && std::string(required) == "1") ADD_FAILURE() << "TESSEL_REQUIRE_GPU=1 but no GPU";
-  return true;
-}
-
 // The kernel reads the offset on the device: the CPU's mask, forward and
 // backward, for f32 and (rounded alike) bf16, in the vectorized and the
 // element-wise paths (33 columns are not a multiple of 4).
 TEST(Dropout, OnTheGpuTheMaskAndTheCounterAreTheCpus) {
-  if (NoGpu()) GTEST_SKIP() << "skipped: no CUDA device";
+  if (testing::NoGpu()) GTEST_SKIP() << "skipped: no CUDA device";
   const Device gpu = Device::CUDA(0);
   for (const Shape& shape : {Shape{64, 33}, Shape{16, 64}}) {
     Tensor x = randn(shape, 5).set_requires_grad(true);

@@ -17,16 +17,10 @@
 #include "core/cuda/cuda_runtime.h"
 #include "graph/autograd.h"
 #include "ops/functional.h"
+#include "tests/testing/gpu.h"
 
 namespace tessel {
 namespace {
-
-bool NoGpu() {
-  if (cuda::DeviceCount() > 0) return false;
-  const char* required = std::getenv("TESSEL_REQUIRE_GPU");
-  if (required != nullptr && std::string(required) == "1") ADD_FAILURE() << "TESSEL_REQUIRE_GPU=1 but no GPU";
-  return true;
-}
 
 std::vector<Tensor> Grads(DType dtype) {
   std::vector<Tensor> out;
@@ -37,7 +31,7 @@ std::vector<Tensor> Grads(DType dtype) {
 }
 
 TEST(MultiTensor, UnscaleAndNormMatchCastScaleAndGlobalNorm) {
-  if (NoGpu()) GTEST_SKIP() << "skipped: no CUDA device";
+  if (testing::NoGpu()) GTEST_SKIP() << "skipped: no CUDA device";
   NoGradGuard no_grad;
   for (DType dtype : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
     SCOPED_TRACE(std::string(DTypeName(dtype)));
@@ -58,7 +52,7 @@ TEST(MultiTensor, UnscaleAndNormMatchCastScaleAndGlobalNorm) {
 }
 
 TEST(MultiTensor, CastIntoMatchesCast) {
-  if (NoGpu()) GTEST_SKIP() << "skipped: no CUDA device";
+  if (testing::NoGpu()) GTEST_SKIP() << "skipped: no CUDA device";
   NoGradGuard no_grad;
   const std::vector<Tensor> masters = Grads(DType::kFloat32);
   for (DType dtype : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
@@ -76,7 +70,7 @@ TEST(MultiTensor, CastIntoMatchesCast) {
 }
 
 TEST(MultiTensor, ScaledCastIntoInPlaceMatchesMulScalar) {
-  if (NoGpu()) GTEST_SKIP() << "skipped: no CUDA device";
+  if (testing::NoGpu()) GTEST_SKIP() << "skipped: no CUDA device";
   NoGradGuard no_grad;
   const std::vector<Tensor> grads = Grads(DType::kFloat32);
   std::vector<Tensor> want, inplace;
@@ -91,7 +85,7 @@ TEST(MultiTensor, ScaledCastIntoInPlaceMatchesMulScalar) {
 }
 
 TEST(MultiTensor, AdamWStepMatchesAdamWUpdateOfEachParameter) {
-  if (NoGpu()) GTEST_SKIP() << "skipped: no CUDA device";
+  if (testing::NoGpu()) GTEST_SKIP() << "skipped: no CUDA device";
   NoGradGuard no_grad;
   const std::vector<Tensor> start = Grads(DType::kFloat32);
   const Device gpu = Device::CUDA(0);
@@ -135,7 +129,7 @@ TEST(MultiTensor, AdamWStepMatchesAdamWUpdateOfEachParameter) {
 }
 
 TEST(MultiTensor, MismatchedPairsAreNamed) {
-  if (NoGpu()) GTEST_SKIP() << "skipped: no CUDA device";
+  if (testing::NoGpu()) GTEST_SKIP() << "skipped: no CUDA device";
   const Tensor a = zeros({4}, DType::kFloat32, Device::CUDA(0)),
                b = zeros({5}, DType::kFloat32, Device::CUDA(0));
   try {

@@ -25,7 +25,7 @@
 #include "ops/op_def.h"
 #include "tests/testing/test_util.h"
 #ifdef TESSEL_HAS_CUDA
-#include "core/cuda/cuda_runtime.h"
+#include "tests/testing/gpu.h"
 #endif
 
 #ifndef TESSEL_TORCH_PYTHON
@@ -565,24 +565,14 @@ TEST(OpParity, ForwardAndBackwardMatchPyTorch) { EXPECT_GT(CheckParity(Device::C
 
 #ifdef TESSEL_HAS_CUDA
 TEST(OpParity, CudaKernelsMatchPyTorchOnTheGpuAndTheCpuKernels) {
-  if (cuda::DeviceCount() == 0) {
-    const char* required = std::getenv("TESSEL_REQUIRE_GPU");
-    if (required != nullptr && std::string(required) == "1")
-      FAIL() << "TESSEL_REQUIRE_GPU=1 but no CUDA device";
-    GTEST_SKIP() << "skipped: no CUDA device";
-  }
+  if (testing::NoGpu()) GTEST_SKIP() << "skipped: no CUDA device";
   EXPECT_GT(CheckParity(Device::CUDA(0), "cuda", true), 0);
 }
 
 // bf16 and f16 compute on the GPU against PyTorch in f32 on the same
 // rounded inputs, within each dtype's tolerance (see Tolerance).
 TEST(OpParity, CudaKernelsInBf16AndF16MatchPyTorch) {
-  if (cuda::DeviceCount() == 0) {
-    const char* required = std::getenv("TESSEL_REQUIRE_GPU");
-    if (required != nullptr && std::string(required) == "1")
-      FAIL() << "TESSEL_REQUIRE_GPU=1 but no CUDA device";
-    GTEST_SKIP() << "skipped: no CUDA device";
-  }
+  if (testing::NoGpu()) GTEST_SKIP() << "skipped: no CUDA device";
   EXPECT_GT(CheckParity(Device::CUDA(0), "cuda", false, DType::kBFloat16), 0);
   EXPECT_GT(CheckParity(Device::CUDA(0), "cuda", false, DType::kFloat16), 0);
 }
