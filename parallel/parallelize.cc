@@ -104,6 +104,17 @@ std::unique_ptr<ir::Graph> TraceOneDevice(nn::LossModule& module, const Tensors&
       << "parallelize: the model's Loss gave " << (loss.defined() ? loss.shape().ToString() : "no tensor")
       << "; expected a floating scalar";
   g->MarkOutput("loss", tracer.ValueOf(loss, "the loss"));
+  // A layer that draws masks keeps its counter beside its input, made at
+  // its first draw; the traces under other layouts below would each need it
+  // beside theirs.
+  for (const ir::Op& op : g->ops()) {
+    TESSEL_CHECK(op.name != "rng_advance")
+        << "parallelize: the model draws random masks (op " << op.id << " '" << op.name
+        << "', a Dropout with p > 0); parallelize does not yet carry a dropout's counter across the layouts "
+           "it "
+           "plans: set the dropout probabilities to 0 (the parallel layers and tessel-train train with "
+           "dropout)";
+  }
   return g;
 }
 

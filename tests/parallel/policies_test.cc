@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "layers/regularization.h"
 #include "models/plain_gpt.h"
 #include "models/plain_vit.h"
+#include "ops/functional.h"
 #include "parallel/cost_model.h"
 #include "parallel/parallelize.h"
 #include "parallel/plan_file.h"
@@ -251,6 +253,29 @@ TEST(Policies, SampleInputsTheModelRefusesAreNamed) {
              {.plan_ranks = 4});
   });
   EXPECT_NE(v.find("images of shape [8, 3, 16, 16]; expected [batch, 3, 8, 8]"), std::string::npos) << v;
+}
+
+// A model with dropout is refused before any plan, named.
+struct DropoutModel : nn::LossModule {
+  mutable layers::Dropout dropout{0.1};  // draws (advances its counter) in a const Loss
+  Tensor w = randn({8, 4}, 1).set_requires_grad(true);
+  DropoutModel() {
+    RegisterParameter("w", w);
+    RegisterModule("dropout", dropout);
+  }
+  Tensor Loss(const std::map<std::string, Tensor>& in) const override {
+    Tensor y = fn::matmul(dropout(in.at("x")), w);
+    return fn::mean(fn::mul(y, y), {0, 1});
+  }
+};
+
+TEST(Policies, AModelThatDrawsDropoutMasksIsNamed) {
+  DropoutModel model;
+  const std::string e = ErrorOf([&] {
+    MakePlan(model, {{"x", zeros({8, 8})}}, GetPolicy("dp"), {.plan_ranks = 4});
+  });
+  EXPECT_NE(e.find("parallelize: the model draws random masks (op 2 'rng_advance'"), std::string::npos) << e;
+  EXPECT_NE(e.find("set the dropout probabilities to 0"), std::string::npos) << e;
 }
 
 TEST(PlanFile, APlanSavedIsTheOneLoadedForTheSameModelAndRefusedForAnother) {
