@@ -3,6 +3,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/cuda/cuda_runtime.h"
@@ -95,6 +96,48 @@ void PhiloxUniform(float* device_out, int64_t n, uint64_t seed, uint64_t offset,
 }
 
 void Synchronize() { CheckCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
+namespace {
+std::mutex event_pool_mu;
+std::vector<cudaEvent_t>* event_pool = new std::vector<cudaEvent_t>();  // lives for the process
+}  // namespace
+
+void* RecordEvent() {
+  cudaEvent_t event = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(event_pool_mu);
+    if (!event_pool->empty()) {
+      event = event_pool->back();
+      event_pool->pop_back();
+    }
+  }
+  if (event == nullptr) CheckCuda(cudaEventCreate(&event), "cudaEventCreate");
+  CheckCuda(cudaEventRecord(event, nullptr), "cudaEventRecord");  // the legacy stream the kernels use
+  return event;
+}
+
+bool EventDone(void* event) {
+  const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (status == cudaErrorNotReady) {
+    cudaGetLastError();  // not an error: clear it
+    return false;
+  }
+  return true;  // done, or an error ElapsedMs reports
+}
+
+float ElapsedMs(void* start, void* end) {
+  float ms = -1;
+  if (cudaEventSynchronize(static_cast<cudaEvent_t>(end)) != cudaSuccess ||
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)) !=
+          cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  std::lock_guard<std::mutex> lock(event_pool_mu);
+  event_pool->push_back(static_cast<cudaEvent_t>(start));
+  event_pool->push_back(static_cast<cudaEvent_t>(end));
+  return ms;
+}
 
 }  // namespace cuda
 }  // namespace tessel

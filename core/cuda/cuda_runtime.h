@@ -11,6 +11,16 @@ int DeviceCount();
 // Waits for all work queued on the current device (profiling only: the
 // kernels' ordering needs no host waits).
 void Synchronize();
+
+// Profiling without waiting: an event recorded now in the current device's
+// work queue (the stream every kernel runs on), taken from a pool.
+// EventDone asks, without waiting, whether the queue has passed it;
+// ElapsedMs gives the GPU time between two events (waiting for the later)
+// and returns both to the pool, or -1 when CUDA cannot tell (at exit, once
+// the runtime is being unloaded).
+void* RecordEvent();
+bool EventDone(void* event);
+float ElapsedMs(void* start, void* end);
 // out[i] = Philox(seed).Uniform(offset + i) computed on device `index`; the
 // same values the CPU produces, so random init is device-invariant too.
 void PhiloxUniform(float* device_out, int64_t n, uint64_t seed, uint64_t offset, int index);
