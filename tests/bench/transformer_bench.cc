@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "graph/autograd.h"
+#include "graph/init.h"
 #include "ops/functional.h"
 
 DEFINE_int64(layers, 4, "Transformer blocks");
@@ -58,7 +59,7 @@ Tensor Forward(std::vector<Block>& blocks, Tensor x) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  tessel::Init(&argc, &argv);  // flags, and the eager interpreter the ops run on
   const int64_t h = FLAGS_hidden;
   std::vector<Block> blocks(FLAGS_layers);
   uint64_t seed = 1;
