@@ -2,13 +2,11 @@
 
 #include <cmath>
 #include <numbers>
-#include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
-#include <string>
 
-#include "core/bounded_cache.h"
 #include "core/error.h"
 #include "ops/cpu/broadcast.h"
+#include "ops/cpu/onednn_eltwise.h"
 #include "ops/cpu/reduce.h"
 
 namespace tessel::cpu {
@@ -104,60 +102,19 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;   // 1/sqrt(2*pi)
 
 // GELU (erf and tanh forms) and its gradient go through oneDNN's eltwise
-// primitives: vectorized code, where the loops below call std::erf or
-// std::tanh an element at a time (GELU was a sixth of a CPU transformer
-// step). The other activations stay in the loops.
-std::optional<dnnl::algorithm> OneDnnAlgorithm(UnaryOp op) {
+// primitives (ops/cpu/onednn_eltwise.h): vectorized code, where the loops
+// below call std::erf or std::tanh an element at a time (GELU was a sixth
+// of a CPU transformer step). The other activations stay in the loops.
+std::optional<Eltwise> OneDnnAlgorithm(UnaryOp op) {
   switch (op) {
     case UnaryOp::kGeluErf:
-      return dnnl::algorithm::eltwise_gelu_erf;
+      return Eltwise::kGeluErf;
     case UnaryOp::kGeluTanh:
-      return dnnl::algorithm::eltwise_gelu_tanh;
+      return Eltwise::kGeluTanh;
     default:
       return std::nullopt;
   }
 }
-
-const dnnl::engine& CpuEngine() {
-  static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);  // lives for the process
-  return *engine;
-}
-
-// The primitive for `alg` forward or backward over n contiguous f32s, made
-// once per (algorithm, direction, size) and kept (the sizes a model uses
-// are few; the cache is bounded for a job whose shapes vary).
-dnnl::primitive EltwisePrimitive(dnnl::algorithm alg, bool backward, int64_t n) {
-  static BoundedCache<std::string, dnnl::primitive>* cache =
-      new BoundedCache<std::string, dnnl::primitive>(256);
-  const std::string key = std::to_string(static_cast<int>(alg)) + (backward ? "b" : "f") + std::to_string(n);
-  if (std::optional<dnnl::primitive> p = cache->Get(key)) return *p;
-  const dnnl::memory::desc md({n}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
-  const dnnl::eltwise_forward::primitive_desc forward(
-      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, md, 0.0f, 0.0f), CpuEngine());
-  dnnl::primitive p = backward
-                          ? dnnl::primitive(dnnl::eltwise_backward(dnnl::eltwise_backward::primitive_desc(
-                                dnnl::eltwise_backward::desc(alg, md, md, 0.0f, 0.0f), CpuEngine(), forward)))
-                          : dnnl::primitive(dnnl::eltwise_forward(forward));
-  cache->Put(key, p);
-  return p;
-}
-
-// out = alg(x), or out = dy * alg'(x) when dy is given: n contiguous f32s.
-void OneDnnEltwise(dnnl::algorithm alg, const float* x, const float* dy, float* out, int64_t n) {
-  const dnnl::memory::desc md({n}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
-  const dnnl::engine& engine = CpuEngine();
-  auto mem = [&](const float* p) { return dnnl::memory(md, engine, const_cast<float*>(p)); };
-  dnnl::stream stream(engine);
-  if (dy == nullptr) {
-    EltwisePrimitive(alg, false, n).execute(stream, {{DNNL_ARG_SRC, mem(x)}, {DNNL_ARG_DST, mem(out)}});
-  } else {
-    EltwisePrimitive(alg, true, n)
-        .execute(stream,
-                 {{DNNL_ARG_SRC, mem(x)}, {DNNL_ARG_DIFF_DST, mem(dy)}, {DNNL_ARG_DIFF_SRC, mem(out)}});
-  }
-  stream.wait();
-}
-
 }  // namespace
 
 Tensor Binary(BinaryOp op, const Tensor& a, const Tensor& b) {
@@ -207,8 +164,8 @@ Tensor Unary(UnaryOp op, const Tensor& x) {
   const float* in = x.data<float>();
   float* y = out.data<float>();
   const int64_t n = x.numel();
-  if (const std::optional<dnnl::algorithm> alg = OneDnnAlgorithm(op); alg && n > 0) {
-    OneDnnEltwise(*alg, in, nullptr, y, n);
+  if (const std::optional<Eltwise> alg = OneDnnAlgorithm(op); alg && n > 0) {
+    EltwiseForward(*alg, in, y, n);
     return out;
   }
 #pragma omp parallel for schedule(static) if (n > 16384)
@@ -253,8 +210,8 @@ Tensor UnaryGrad(UnaryOp op, const Tensor& x, const Tensor& dy) {
   const float* g = dy.data<float>();
   float* dx = out.data<float>();
   const int64_t n = x.numel();
-  if (const std::optional<dnnl::algorithm> alg = OneDnnAlgorithm(op); alg && n > 0) {
-    OneDnnEltwise(*alg, in, g, dx, n);
+  if (const std::optional<Eltwise> alg = OneDnnAlgorithm(op); alg && n > 0) {
+    EltwiseBackward(*alg, in, g, dx, n);
     return out;
   }
 #pragma omp parallel for schedule(static) if (n > 16384)

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "ops/cpu/broadcast.h"
+#include "ops/cpu/onednn_eltwise.h"
 
 namespace tessel::cpu {
 
@@ -32,23 +33,30 @@ Tensor Softmax(const Tensor& x, const SoftmaxOptions& options) {
   Tensor out = Tensor::Empty(x.shape(), DType::kFloat32);
   const float* in = x.data<float>();
   float* y = out.data<float>();
+  // Three passes, so that the exponentials are one vectorized call (oneDNN)
+  // rather than std::exp an element at a time: the shifted scores (-inf
+  // where masked: exp gives 0), exp in place, then each row normalized.
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
 #pragma omp parallel for schedule(static) if (rows * cols > 16384)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = in + r * cols;
     float* yr = y + r * cols;
     const int64_t qi = r % q;
-    auto keep = [&](int64_t c) {
-      if (options.causal && c > offset + qi + cols - queries) return false;
-      return !masked || mask[im(r * cols + c)];
-    };
-    float mx = -std::numeric_limits<float>::infinity();
+    const int64_t last = options.causal ? offset + qi + cols - queries : cols - 1;  // keys after it: masked
     for (int64_t c = 0; c < cols; ++c)
-      if (keep(c)) mx = std::max(mx, xr[c] * options.scale);
+      yr[c] = c <= last && (!masked || mask[im(r * cols + c)]) ? xr[c] * options.scale : kMasked;
+    float mx = kMasked;
+    for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, yr[c]);
+    // A row with every key masked stays -inf, and exp makes it 0.
+    const float shift = mx == kMasked ? 0.0f : mx;
+    for (int64_t c = 0; c < cols; ++c) yr[c] -= shift;
+  }
+  EltwiseForward(Eltwise::kExp, y, y, rows * cols);
+#pragma omp parallel for schedule(static) if (rows * cols > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* yr = y + r * cols;
     double sum = 0;
-    for (int64_t c = 0; c < cols; ++c) {
-      yr[c] = keep(c) ? std::exp(xr[c] * options.scale - mx) : 0.0f;
-      sum += yr[c];
-    }
+    for (int64_t c = 0; c < cols; ++c) sum += yr[c];
     const float inv = sum > 0 ? static_cast<float>(1.0 / sum) : 0.0f;
     for (int64_t c = 0; c < cols; ++c) yr[c] *= inv;
   }
