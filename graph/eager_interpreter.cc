@@ -187,6 +187,8 @@ class OpProfile {
     mode_ = mode == "sync" ? Mode::kSync : mode == "events" ? Mode::kEvents : Mode::kHost;
 #ifdef TESSEL_HAS_CUDA
     if (mode_ == Mode::kEvents && cuda::DeviceCount() == 0) mode_ = Mode::kHost;  // no GPU: host times
+#else
+    if (mode_ == Mode::kEvents) mode_ = Mode::kHost;
 #endif
     std::atexit([] { Get()->Print(); });
   }
@@ -224,7 +226,7 @@ class OpProfile {
     for (const auto& [op, tc] : totals_) rows.push_back({tc.first, op}), all += tc.first;
     std::sort(rows.rbegin(), rows.rend());
     std::fprintf(stderr, "tessel op profile (%.1f ms in ops%s):\n", all * 1e3,
-                 mode_ == Mode::kEvents ? ", GPU time between events" : "");
+                 mode_ == Mode::kEvents ? ", GPU time between events; host time for host ops" : "");
     if (unread_ > 0)
       std::fprintf(stderr, "  (%ld spans could not be read at exit)\n", static_cast<long>(unread_));
     for (const auto& [t, op] : rows) {
@@ -247,10 +249,21 @@ class EagerInterpreterImpl final : public Interpreter {
     OpProfile* profile = OpProfile::Get();
     if (profile == nullptr) return Run(op, inputs, attrs);
 #ifdef TESSEL_HAS_CUDA
-    if (profile->mode() == OpProfile::Mode::kEvents) {
-      void* start = cuda::RecordEvent();
-      std::vector<Tensor> outs = Run(op, inputs, attrs);
-      profile->AddSpan(op.name, start, cuda::RecordEvent());
+    // Events mode times an op on its inputs' GPU; host ops (no GPU input)
+    // keep host times.
+    int gpu = -1;
+    for (const Tensor& t : inputs)
+      if (gpu < 0 && t.defined() && !t.is_lazy() && t.device().is_cuda()) gpu = t.device().index();
+    if (profile->mode() == OpProfile::Mode::kEvents && gpu >= 0) {
+      void* start = cuda::RecordEvent(gpu);
+      std::vector<Tensor> outs;
+      try {
+        outs = Run(op, inputs, attrs);
+      } catch (...) {
+        cuda::DropEvent(start);
+        throw;
+      }
+      profile->AddSpan(op.name, start, cuda::RecordEvent(gpu));
       return outs;
     }
 #endif

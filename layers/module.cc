@@ -72,20 +72,6 @@ void Module::Train(bool training) {
   for (auto& [name, m] : children_) m->Train(training);
 }
 
-}  // namespace tessel::nn
-
-namespace tessel::nn {
-namespace {
-
-// A scalar counter's value written into its local data (a copy onto its device).
-void WriteCount(const Tensor& counter, int64_t value) {
-  if (counter.is_global() && !counter.placement().Contains(CurrentRank())) return;  // no data here
-  Tensor local = counter.is_global() ? counter.to_local() : counter;
-  local.CopyFrom(Tensor::FromVector<int64_t>({value}, local.shape()));
-}
-
-}  // namespace
-
 int64_t RngCounter::Get() const {
   if (!tensor_.defined()) return host_;
   Tensor here = tensor_;
@@ -98,16 +84,11 @@ int64_t RngCounter::Get() const {
 
 void RngCounter::Set(int64_t value) {
   host_ = value;
-  if (tensor_.defined()) WriteCount(tensor_, value);
+  if (tensor_.defined()) WriteInt64(tensor_, value);
 }
 
 const Tensor& RngCounter::TensorBeside(const Tensor& x) {
-  if (!tensor_.defined()) {
-    tensor_ = ReplicatedScalar(0, x, DType::kInt64);
-    if (!x.is_global()) tensor_ = tensor_.To(x.device());
-    WriteCount(tensor_, host_);  // exact: a count past 2^53 would not survive the double
-    return tensor_;
-  }
+  if (!tensor_.defined()) return tensor_ = ReplicatedInt64(host_, x);
   const bool same = x.is_global() ? tensor_.is_global() && tensor_.placement() == x.placement()
                                   : !tensor_.is_global() && tensor_.device() == x.device();
   TESSEL_CHECK(same) << "a random-stream counter made beside "

@@ -194,9 +194,7 @@ Tensor dropout(const Tensor& x, const Tensor& offset, double p, int64_t seed) {
 }
 Tensor dropout(const Tensor& x, double p, int64_t seed, int64_t offset) {
   if (p == 0) return x;
-  Tensor at = ReplicatedScalar(static_cast<double>(offset), x, DType::kInt64);
-  if (!x.is_global()) at = at.To(x.device());
-  return dropout(x, at, p, seed);
+  return dropout(x, ReplicatedInt64(offset, x), p, seed);
 }
 Tensor rng_offset(const Tensor& counter, const Tensor& like) { return One("rng_offset", {counter, like}); }
 Tensor rng_advance(const Tensor& counter, const Tensor& like) {

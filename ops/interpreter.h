@@ -29,7 +29,7 @@ class Interpreter {
 Interpreter& CurrentInterpreter();
 
 // Whether this thread's ops are being recorded into a graph. Code that keeps
-// per-call state on the host (a dropout mask counter) checks it: a captured
+// per-call state on the host (DropPath's mask counter) checks it: a captured
 // graph would replay the state of the one call it recorded.
 bool IsTracing();
 

@@ -154,6 +154,17 @@ Tensor ReplicatedScalar(double value, const Tensor& like, DType dtype) {
   return dtype == DType::kInt64 ? Tensor::FromVector<int64_t>({static_cast<int64_t>(value)}, scalar)
                                 : Tensor::FromVector<float>({static_cast<float>(value)}, scalar);
 }
+Tensor ReplicatedInt64(int64_t value, const Tensor& like) {
+  Tensor out = ReplicatedScalar(0, like, DType::kInt64);
+  if (!like.is_global()) out = out.To(like.device());
+  WriteInt64(out, value);
+  return out;
+}
+void WriteInt64(const Tensor& scalar, int64_t value) {
+  if (scalar.is_global() && !scalar.placement().Contains(CurrentRank())) return;
+  Tensor local = scalar.is_global() ? scalar.to_local() : scalar;
+  local.CopyFrom(Tensor::FromVector<int64_t>({value}, local.shape()));
+}
 Tensor zeros(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp, DType dtype) {
   return full(shape, 0.0, placement, nd_sbp, dtype);
 }

@@ -78,6 +78,13 @@ Tensor full(const Shape& shape, double value, const Placement& placement, const 
 // placement, or local if `like` is: an optimizer's step count or learning
 // rate beside its parameter.
 Tensor ReplicatedScalar(double value, const Tensor& like, DType dtype);
+// An i64 0-d tensor holding exactly `value` (past 2^53 too), replicated on
+// `like`'s placement, or on `like`'s device if it is local: a random
+// stream's position beside the tensor it draws for.
+Tensor ReplicatedInt64(int64_t value, const Tensor& like);
+// Writes `value` into an i64 0-d tensor's data on this rank (a global one's
+// ranks outside its placement hold none), on its device.
+void WriteInt64(const Tensor& scalar, int64_t value);
 // Element i (row-major logical index) is i.
 Tensor arange(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp,
               DType dtype = DType::kFloat32);

@@ -98,21 +98,33 @@ void PhiloxUniform(float* device_out, int64_t n, uint64_t seed, uint64_t offset,
 void Synchronize() { CheckCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
 namespace {
+// Pooled events by device (an event belongs to the device it was made on),
+// and the device of each event handed out.
 std::mutex event_pool_mu;
-std::vector<cudaEvent_t>* event_pool = new std::vector<cudaEvent_t>();  // lives for the process
+std::map<int, std::vector<cudaEvent_t>>* event_pools = new std::map<int, std::vector<cudaEvent_t>>();
+std::map<cudaEvent_t, int>* event_devices = new std::map<cudaEvent_t, int>();
 }  // namespace
 
-void* RecordEvent() {
+void* RecordEvent(int index) {
+  int previous = 0;
+  CheckCuda(cudaGetDevice(&previous), "cudaGetDevice");
+  if (previous != index) CheckCuda(cudaSetDevice(index), "cudaSetDevice");
   cudaEvent_t event = nullptr;
   {
     std::lock_guard<std::mutex> lock(event_pool_mu);
-    if (!event_pool->empty()) {
-      event = event_pool->back();
-      event_pool->pop_back();
+    std::vector<cudaEvent_t>& pool = (*event_pools)[index];
+    if (!pool.empty()) {
+      event = pool.back();
+      pool.pop_back();
     }
   }
-  if (event == nullptr) CheckCuda(cudaEventCreate(&event), "cudaEventCreate");
-  CheckCuda(cudaEventRecord(event, nullptr), "cudaEventRecord");  // the legacy stream the kernels use
+  cudaError_t status = cudaSuccess;
+  if (event == nullptr) status = cudaEventCreate(&event);
+  if (status == cudaSuccess) status = cudaEventRecord(event, nullptr);  // the legacy stream the kernels use
+  if (previous != index) cudaSetDevice(previous);  // the kernels' device stays the thread's
+  CheckCuda(status, "cudaEventRecord");
+  std::lock_guard<std::mutex> lock(event_pool_mu);
+  (*event_devices)[event] = index;
   return event;
 }
 
@@ -126,17 +138,28 @@ bool EventDone(void* event) {
 }
 
 float ElapsedMs(void* start, void* end) {
+  const auto a = static_cast<cudaEvent_t>(start), b = static_cast<cudaEvent_t>(end);
   float ms = -1;
-  if (cudaEventSynchronize(static_cast<cudaEvent_t>(end)) != cudaSuccess ||
-      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)) !=
-          cudaSuccess) {
+  if (cudaEventSynchronize(b) != cudaSuccess || cudaEventElapsedTime(&ms, a, b) != cudaSuccess) {
     cudaGetLastError();
+    DropEvent(start);
+    DropEvent(end);
     return -1;
   }
   std::lock_guard<std::mutex> lock(event_pool_mu);
-  event_pool->push_back(static_cast<cudaEvent_t>(start));
-  event_pool->push_back(static_cast<cudaEvent_t>(end));
+  for (cudaEvent_t e : {a, b}) {
+    auto it = event_devices->find(e);
+    (*event_pools)[it == event_devices->end() ? 0 : it->second].push_back(e);
+    if (it != event_devices->end()) event_devices->erase(it);
+  }
   return ms;
+}
+
+void DropEvent(void* event) {
+  cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  cudaGetLastError();
+  std::lock_guard<std::mutex> lock(event_pool_mu);
+  event_devices->erase(static_cast<cudaEvent_t>(event));
 }
 
 }  // namespace cuda

@@ -30,11 +30,12 @@ dnnl::memory::desc Flat(int64_t n) {
   return dnnl::memory::desc({n}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
 }
 
+// Per thread: oneDNN runs a primitive on the thread that made it (and ops
+// run on the actor runtime's threads as well as the caller's).
 dnnl::primitive Primitive(Eltwise f, bool backward, int64_t n) {
-  static BoundedCache<std::string, dnnl::primitive>* cache =
-      new BoundedCache<std::string, dnnl::primitive>(256);
+  thread_local BoundedCache<std::string, dnnl::primitive> cache(256);
   const std::string key = std::to_string(static_cast<int>(f)) + (backward ? "b" : "f") + std::to_string(n);
-  if (std::optional<dnnl::primitive> p = cache->Get(key)) return *p;
+  if (std::optional<dnnl::primitive> p = cache.Get(key)) return *p;
   const dnnl::algorithm alg = Algorithm(f);
   const dnnl::memory::desc md = Flat(n);
   const dnnl::eltwise_forward::primitive_desc forward(
@@ -43,7 +44,7 @@ dnnl::primitive Primitive(Eltwise f, bool backward, int64_t n) {
                           ? dnnl::primitive(dnnl::eltwise_backward(dnnl::eltwise_backward::primitive_desc(
                                 dnnl::eltwise_backward::desc(alg, md, md, 0.0f, 0.0f), CpuEngine(), forward)))
                           : dnnl::primitive(dnnl::eltwise_forward(forward));
-  cache->Put(key, p);
+  cache.Put(key, p);
   return p;
 }
 

@@ -1,8 +1,8 @@
 // oneDNN's eltwise primitives over n contiguous f32s: vectorized code for
 // the functions a loop would call an element at a time (erf, tanh, exp).
-// One primitive is made per (function, direction, size) and kept, in a
-// bounded cache (a model uses few sizes; a job whose shapes vary does not
-// grow it without end).
+// One primitive is made per (function, direction, size) and thread and
+// kept, in a bounded cache (a model uses few sizes; a job whose shapes vary
+// does not grow it without end).
 #pragma once
 
 #include <cstdint>

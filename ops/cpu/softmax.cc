@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/error.h"
 #include "ops/cpu/broadcast.h"
@@ -35,29 +36,63 @@ Tensor Softmax(const Tensor& x, const SoftmaxOptions& options) {
   float* y = out.data<float>();
   // Three passes, so that the exponentials are one vectorized call (oneDNN)
   // rather than std::exp an element at a time: the shifted scores (-inf
-  // where masked: exp gives 0), exp in place, then each row normalized.
+  // where masked: exp gives 0), exp in place, then each row normalized. A
+  // row with a NaN or +inf score, or whose kept scores are all -inf, takes
+  // the element-wise path instead: oneDNN's exp clamps its argument (NaN
+  // would come out finite), and those rows must give the NaNs the GPU's and
+  // PyTorch's softmax give.
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  std::vector<char> elementwise(static_cast<size_t>(rows), 0);
 #pragma omp parallel for schedule(static) if (rows * cols > 16384)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = in + r * cols;
     float* yr = y + r * cols;
     const int64_t qi = r % q;
     const int64_t last = options.causal ? offset + qi + cols - queries : cols - 1;  // keys after it: masked
-    for (int64_t c = 0; c < cols; ++c)
-      yr[c] = c <= last && (!masked || mask[im(r * cols + c)]) ? xr[c] * options.scale : kMasked;
+    int64_t kept = 0;
+    bool odd = false;
     float mx = kMasked;
-    for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, yr[c]);
-    // A row with every key masked stays -inf, and exp makes it 0.
-    const float shift = mx == kMasked ? 0.0f : mx;
+    for (int64_t c = 0; c < cols; ++c) {
+      if (c <= last && (!masked || mask[im(r * cols + c)])) {
+        const float v = xr[c] * options.scale;
+        odd |= std::isnan(v) || v == std::numeric_limits<float>::infinity();
+        mx = std::max(mx, v);
+        yr[c] = v;
+        ++kept;
+      } else {
+        yr[c] = kMasked;
+      }
+    }
+    if (odd || (kept > 0 && mx == kMasked)) {
+      elementwise[static_cast<size_t>(r)] = 1;
+      continue;
+    }
+    const float shift = kept == 0 ? 0.0f : mx;  // a row with every key masked is all -inf: exp makes it 0
     for (int64_t c = 0; c < cols; ++c) yr[c] -= shift;
   }
   EltwiseForward(Eltwise::kExp, y, y, rows * cols);
 #pragma omp parallel for schedule(static) if (rows * cols > 16384)
   for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = in + r * cols;
     float* yr = y + r * cols;
+    if (elementwise[static_cast<size_t>(r)]) {
+      const int64_t qi = r % q;
+      auto keep = [&](int64_t c) {
+        if (options.causal && c > offset + qi + cols - queries) return false;
+        return !masked || mask[im(r * cols + c)];
+      };
+      float mx = kMasked;
+      for (int64_t c = 0; c < cols; ++c)
+        if (keep(c)) mx = std::max(mx, xr[c] * options.scale);
+      for (int64_t c = 0; c < cols; ++c) yr[c] = keep(c) ? std::exp(xr[c] * options.scale - mx) : 0.0f;
+    }
     double sum = 0;
     for (int64_t c = 0; c < cols; ++c) sum += yr[c];
-    const float inv = sum > 0 ? static_cast<float>(1.0 / sum) : 0.0f;
+    // No visible key: zeros. A NaN anywhere in the row: NaN everywhere in it,
+    // as PyTorch and the GPU kernels give.
+    const float inv = sum > 0           ? static_cast<float>(1.0 / sum)
+                      : std::isnan(sum) ? std::numeric_limits<float>::quiet_NaN()
+                                        : 0.0f;
     for (int64_t c = 0; c < cols; ++c) yr[c] *= inv;
   }
   return out;

@@ -35,10 +35,11 @@ std::vector<TensorSpec> InferLinear(const std::string& op, const std::vector<Ten
                                                           : "residual")
                                              << " is " << in[i].dtype << "; cast it (fn::cast)";
   const TensorSpec y{cpu::LinearShape(op, x, w, b), in[0].dtype};
-  if (e == Epilogue::kResidual)
+  if (e == Epilogue::kResidual) {
     TESSEL_CHECK(in[3].shape == y.shape)
         << op << ": the residual is " << in[3].shape << "; expected the output's " << y.shape << " (x " << x
         << ", weight " << w << ")";
+  }
   if (e == Epilogue::kGeluTanh) return {y, y};
   return {y};
 }

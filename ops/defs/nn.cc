@@ -59,7 +59,7 @@ void RegisterDropout() {
   };
 #endif
   // The same mask applied to the gradient, regenerated from seed and offset.
-  def.saved = OpDef::SavedForGrad{.inputs = {1}};
+  def.saved = OpDef::SavedForGrad{.inputs = {1}, .outputs = {}};
   def.grad = [](const GradContext& c) {
     return std::vector<Tensor>{
         fn::dropout(c.grad_outputs[0], c.inputs[1], c.attrs.Get<double>("p"), c.attrs.Get<int64_t>("seed")),
