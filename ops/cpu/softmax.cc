@@ -1,5 +1,6 @@
 #include "ops/cpu/softmax.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -37,12 +38,12 @@ Tensor Softmax(const Tensor& x, const SoftmaxOptions& options) {
   // Three passes, so that the exponentials are one vectorized call (oneDNN)
   // rather than std::exp an element at a time: the shifted scores (-inf
   // where masked: exp gives 0), exp in place, then each row normalized. A
-  // row with a NaN or +inf score, or whose kept scores are all -inf, takes
-  // the element-wise path instead: oneDNN's exp clamps its argument (NaN
-  // would come out finite), and those rows must give the NaNs the GPU's and
-  // PyTorch's softmax give.
+  // row with a NaN or +inf score, or whose kept scores are all -inf, is NaN
+  // throughout, as the GPU's and PyTorch's softmax give (exp(NaN), or
+  // inf - inf, reaches the sum); it is written as such, since oneDNN's exp
+  // clamps its argument and would turn a NaN finite.
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
-  std::vector<char> elementwise(static_cast<size_t>(rows), 0);
+  std::vector<char> nan_row(static_cast<size_t>(rows), 0);
 #pragma omp parallel for schedule(static) if (rows * cols > 16384)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = in + r * cols;
@@ -64,7 +65,7 @@ Tensor Softmax(const Tensor& x, const SoftmaxOptions& options) {
       }
     }
     if (odd || (kept > 0 && mx == kMasked)) {
-      elementwise[static_cast<size_t>(r)] = 1;
+      nan_row[static_cast<size_t>(r)] = 1;
       continue;
     }
     const float shift = kept == 0 ? 0.0f : mx;  // a row with every key masked is all -inf: exp makes it 0
@@ -73,26 +74,14 @@ Tensor Softmax(const Tensor& x, const SoftmaxOptions& options) {
   EltwiseForward(Eltwise::kExp, y, y, rows * cols);
 #pragma omp parallel for schedule(static) if (rows * cols > 16384)
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = in + r * cols;
     float* yr = y + r * cols;
-    if (elementwise[static_cast<size_t>(r)]) {
-      const int64_t qi = r % q;
-      auto keep = [&](int64_t c) {
-        if (options.causal && c > offset + qi + cols - queries) return false;
-        return !masked || mask[im(r * cols + c)];
-      };
-      float mx = kMasked;
-      for (int64_t c = 0; c < cols; ++c)
-        if (keep(c)) mx = std::max(mx, xr[c] * options.scale);
-      for (int64_t c = 0; c < cols; ++c) yr[c] = keep(c) ? std::exp(xr[c] * options.scale - mx) : 0.0f;
+    if (nan_row[static_cast<size_t>(r)]) {
+      std::fill(yr, yr + cols, std::numeric_limits<float>::quiet_NaN());
+      continue;
     }
     double sum = 0;
     for (int64_t c = 0; c < cols; ++c) sum += yr[c];
-    // No visible key: zeros. A NaN anywhere in the row: NaN everywhere in it,
-    // as PyTorch and the GPU kernels give.
-    const float inv = sum > 0           ? static_cast<float>(1.0 / sum)
-                      : std::isnan(sum) ? std::numeric_limits<float>::quiet_NaN()
-                                        : 0.0f;
+    const float inv = sum > 0 ? static_cast<float>(1.0 / sum) : 0.0f;  // no visible key: zeros
     for (int64_t c = 0; c < cols; ++c) yr[c] *= inv;
   }
   return out;

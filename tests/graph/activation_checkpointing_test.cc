@@ -7,6 +7,7 @@
 // mask again, and its counter moves once.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <set>
 
 #include "graph/autograd.h"
@@ -48,6 +49,29 @@ ir::Graph Trace(TwoBlocks& m, bool checkpoint, int64_t rows) {
   graph.MarkOutput("g2", tracer.ValueOf(m.w2.grad(), "g2"));
   m.w1.zero_grad();
   m.w2.zero_grad();
+  return graph;
+}
+
+// Traces loss_of(x, /*checkpoint=*/true) for an input x of `x_shape` and its
+// backward, marks the loss and the gradients of `marked` (by name), and
+// zeroes every gradient of `params` the trace left.
+ir::Graph TraceCheckpointedStep(const std::string& name,
+                                const std::function<Tensor(const Tensor&, bool)>& loss_of,
+                                const Shape& x_shape,
+                                const std::vector<std::pair<std::string, Tensor*>>& marked,
+                                const std::vector<Tensor*>& params) {
+  ir::Graph graph(name);
+  {
+    TracingInterpreter tracer(graph);
+    AutogradInterpreter autograd(tracer);
+    InterpreterScope scope(autograd);
+    Tensor loss = loss_of(tracer.Input("x", zeros(x_shape)), true);
+    loss.backward();
+    graph.MarkOutput("loss", tracer.ValueOf(loss, "loss"));
+    for (const auto& [grad_name, p] : marked)
+      graph.MarkOutput(grad_name, tracer.ValueOf(p->grad(), grad_name));
+  }
+  for (Tensor* p : params) p->zero_grad();
   return graph;
 }
 
@@ -171,21 +195,8 @@ TEST(ActivationCheckpointing, ACheckpointOutputOfARecomputedOpKeepsItsForwardVal
     const Tensor z = fn::linear(h, w2, b2);
     return fn::mean(fn::mul(z, z), {0, 1});
   };
-  ir::Graph graph("two_outputs");
-  {
-    TracingInterpreter tracer(graph);
-    AutogradInterpreter autograd(tracer);
-    InterpreterScope scope(autograd);
-    Tensor loss = loss_of(tracer.Input("x", zeros({6, 16})), true);
-    loss.backward();
-    graph.MarkOutput("loss", tracer.ValueOf(loss, "loss"));
-    graph.MarkOutput("g1", tracer.ValueOf(w1.grad(), "g1"));
-    graph.MarkOutput("g2", tracer.ValueOf(w2.grad(), "g2"));
-  }
-  w1.zero_grad();
-  w2.zero_grad();
-  b1.zero_grad();
-  b2.zero_grad();
+  ir::Graph graph = TraceCheckpointedStep("two_outputs", loss_of, {6, 16}, {{"g1", &w1}, {"g2", &w2}},
+                                          {&w1, &w2, &b1, &b2});
   passes::RecomputeCheckpointedRegions(graph);
   ir::Verify(graph);  // every value defined before it is read
   const Tensor x = randn({6, 16}, 5);
@@ -218,18 +229,7 @@ TEST(ActivationCheckpointing, DropoutInARegionRecomputesItsMaskAndAdvancesOnce) 
     const Tensor z = fn::matmul(h, w2);
     return fn::mean(fn::mul(z, z), {0, 1});
   };
-  ir::Graph graph("dropout_in_region");
-  {
-    TracingInterpreter tracer(graph);
-    AutogradInterpreter autograd(tracer);
-    InterpreterScope scope(autograd);
-    Tensor loss = loss_of(tracer.Input("x", zeros({6, 16})), true);
-    loss.backward();
-    graph.MarkOutput("loss", tracer.ValueOf(loss, "loss"));
-    graph.MarkOutput("g1", tracer.ValueOf(w1.grad(), "g1"));
-  }
-  w1.zero_grad();
-  w2.zero_grad();
+  ir::Graph graph = TraceCheckpointedStep("dropout_in_region", loss_of, {6, 16}, {{"g1", &w1}}, {&w1, &w2});
   passes::RecomputeCheckpointedRegions(graph);
   ir::Verify(graph);
   int dropouts = 0, offsets = 0, advances = 0;
