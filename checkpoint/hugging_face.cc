@@ -390,6 +390,18 @@ config::ModelConfig ModelFromHuggingFaceConfig(const std::string& config_json, c
     m.set_ffn_hidden_size(integer("intermediate_size"));
     m.set_max_position_embeddings(integer("max_position_embeddings"));
     m.set_type_vocab_size(integer("type_vocab_size", 2));
+    // Absent: BertConfig's default, 0; null: no padding row.
+    if (!j.contains("pad_token_id")) {
+      m.set_pad_token_id(0);
+    } else if (j["pad_token_id"].is_null()) {
+      m.set_pad_token_id(-1);
+    } else {
+      TESSEL_CHECK(j["pad_token_id"].is_number_integer() && j["pad_token_id"].get<int64_t>() >= 0 &&
+                   j["pad_token_id"].get<int64_t>() < m.vocab_size())
+          << "Hugging Face config " << where << ": \"pad_token_id\" is " << j["pad_token_id"].dump()
+          << "; expected a token id below vocab_size " << m.vocab_size() << " or null";
+      m.set_pad_token_id(j["pad_token_id"].get<int64_t>());
+    }
     m.set_hidden_act(Activation(text("hidden_act", "gelu"), where));
     m.set_layernorm_epsilon(number("layer_norm_eps", 1e-12));
   } else if (type == "vit") {
@@ -456,6 +468,7 @@ std::string HuggingFaceConfigJson(const config::ModelConfig& m) {
          {"hidden_act", tanh ? "gelu_new" : "gelu"},
          {"max_position_embeddings", positions},
          {"type_vocab_size", m.type_vocab_size()},
+         {"pad_token_id", m.pad_token_id() >= 0 ? nlohmann::json(m.pad_token_id()) : nlohmann::json(nullptr)},
          {"layer_norm_eps", m.layernorm_epsilon()},
          {"hidden_dropout_prob", m.hidden_dropout_prob()},
          {"attention_probs_dropout_prob", m.attention_dropout_prob()},

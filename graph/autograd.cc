@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -48,6 +49,33 @@ bool SharesImpl(const Tensor& t, const std::vector<Tensor>& inputs, const std::v
   for (size_t i = 0; i < o; ++i)
     if (outs[i].impl_ptr() == t.impl_ptr()) return true;
   return false;
+}
+
+// Names joined as "a, b and c", for messages.
+std::string JoinNames(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += i + 1 == names.size() ? " and " : ", ";
+    out += "'" + names[i] + "'";
+  }
+  return out;
+}
+
+// Makes `node` the gradient function of every floating output.
+void MarkOutputs(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs,
+                 std::vector<Tensor>& outs) {
+  for (size_t o = 0; o < outs.size(); ++o) {
+    if (!outs[o].defined() || !IsFloating(outs[o].dtype())) continue;
+    // Autograd state lives in the implementation: an output that is one of
+    // the inputs (an op returning its input unchanged) or an earlier output
+    // gets a handle of its own, so the node does not rewrite their state.
+    if (SharesImpl(outs[o], inputs, outs, o)) outs[o] = outs[o].detach();
+    auto meta = std::make_shared<AutogradMeta>();
+    meta->requires_grad = true;
+    meta->grad_fn = node;
+    meta->output_index = static_cast<int>(o);
+    outs[o].set_autograd_meta(meta);
+  }
 }
 }  // namespace
 
@@ -193,7 +221,7 @@ std::vector<Tensor> AutogradInterpreter::Apply(const OpDef& op, const std::vecto
     }
   }
   std::vector<Tensor> outs = inner_.Apply(op, inputs, attrs);
-  if (!op.grad || !GradModeEnabled()) return outs;
+  if (!GradModeEnabled() || op.not_differentiable || !op.mutates.empty()) return outs;
   auto node = std::make_shared<Node>();
   std::vector<bool> needs;
   bool any = false;
@@ -206,6 +234,28 @@ std::vector<Tensor> AutogradInterpreter::Apply(const OpDef& op, const std::vecto
   node->name = op.name;
   node->layer = g_layer;
   node->num_outputs = static_cast<int>(outs.size());
+  if (!op.grad) {
+    // No gradient function and no mark that none is meant: a gradient
+    // reaching this op fails, naming it, rather than stopping here unseen.
+    std::vector<std::string> needing;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (needs[i]) needing.push_back(op.input_name(i));
+    const std::string name = op.name, why = op.grad_unsupported;
+    node->apply = [name, why, needing, n = inputs.size()](const std::vector<Tensor>& grad_outputs) {
+      const bool reached =
+          std::any_of(grad_outputs.begin(), grad_outputs.end(), [](const Tensor& g) { return g.defined(); });
+      TESSEL_CHECK(!reached) << "backward(): op '" << name << "' has no gradient function"
+                             << (why.empty() ? "" : " (" + why + ")") << ", and its input"
+                             << (needing.size() > 1 ? "s " : " ") << JoinNames(needing)
+                             << (needing.size() > 1 ? " need" : " needs")
+                             << " a gradient (it depends on tensors that require gradients); detach it if "
+                             << "nothing should flow back through '" << name << "'"
+                             << (why.empty() ? ", or give the op a gradient (OpDef::grad)" : "");
+      return std::vector<Tensor>(n);
+    };
+    MarkOutputs(node, inputs, outs);
+    return outs;
+  }
   // Detached: a node must not own its outputs' autograd state. Values the
   // gradient does not read are kept as metadata only.
   std::vector<Tensor> saved_in = KeepForGradient(inputs, op.saved ? &op.saved->inputs : nullptr);
@@ -214,6 +264,15 @@ std::vector<Tensor> AutogradInterpreter::Apply(const OpDef& op, const std::vecto
   node->apply = [def, saved_in, saved_out, attrs, needs](const std::vector<Tensor>& grad_outputs) {
     GradContext ctx{saved_in, saved_out, grad_outputs, attrs, needs};
     std::vector<Tensor> grads = def->grad(ctx);
+    // A gradient function that leaves out an input needing a gradient would
+    // drop that path silently; it is a bug in the op, named here.
+    const bool reached =
+        std::any_of(grad_outputs.begin(), grad_outputs.end(), [](const Tensor& g) { return g.defined(); });
+    for (size_t i = 0; reached && i < needs.size(); ++i) {
+      TESSEL_CHECK(!needs[i] || (i < grads.size() && grads[i].defined()))
+          << "backward(): the gradient of op '" << def->name << "' gave nothing for its input '"
+          << def->input_name(i) << "', which needs a gradient";
+    }
     // A gradient takes its tensor's layout when that costs nothing (a
     // local slice): data-parallel backward then stays split. Costly
     // conversions (a partial gradient's reduction) wait until needed.
@@ -232,18 +291,7 @@ std::vector<Tensor> AutogradInterpreter::Apply(const OpDef& op, const std::vecto
     }
     return grads;
   };
-  for (size_t o = 0; o < outs.size(); ++o) {
-    if (!outs[o].defined() || !IsFloating(outs[o].dtype())) continue;
-    // Autograd state lives in the implementation: an output that is one of
-    // the inputs (an op returning its input unchanged) or an earlier output
-    // gets a handle of its own, so the node does not rewrite their state.
-    if (SharesImpl(outs[o], inputs, outs, o)) outs[o] = outs[o].detach();
-    auto meta = std::make_shared<AutogradMeta>();
-    meta->requires_grad = true;
-    meta->grad_fn = node;
-    meta->output_index = static_cast<int>(o);
-    outs[o].set_autograd_meta(meta);
-  }
+  MarkOutputs(node, inputs, outs);
   return outs;
 }
 

@@ -13,7 +13,23 @@
 
 namespace tessel::layers {
 
-VocabEmbedding::VocabEmbedding(int64_t vocab_size, int64_t hidden, EmbeddingOptions options) {
+namespace {
+// `table` with row `row` zeroed (a padding token's row, as torch.nn.Embedding
+// initialises it), in the table's layout.
+Tensor ZeroRow(const Tensor& table, int64_t row) {
+  const int64_t rows = table.shape()[0];
+  TESSEL_CHECK(row < rows) << "padding_idx " << row << " is outside the embedding table's " << rows
+                           << " rows";
+  const NdSbp replicated = dist::GetNdSbp({B(), B()});
+  const Tensor index = arange({rows, 1}, table.placement(), replicated);
+  const Tensor is_row =
+      fn::equal(index, full({rows, 1}, static_cast<double>(row), table.placement(), replicated));
+  return fn::masked_fill(table, is_row, 0.0).to_global(table.placement(), table.nd_sbp());
+}
+}  // namespace
+
+VocabEmbedding::VocabEmbedding(int64_t vocab_size, int64_t hidden, EmbeddingOptions options)
+    : padding_idx_(options.padding_idx) {
   // The vocabulary is split like a column layer's output features: over
   // tp (1d), or one side of the multi-axis modes' mesh.
   const int64_t parts = dist::ColumnFeatureParts();
@@ -33,6 +49,7 @@ VocabEmbedding::VocabEmbedding(int64_t vocab_size, int64_t hidden, EmbeddingOpti
   weight = fn::mul_scalar(randn(shape, dist::GetLayerPlacement(options.layer_idx),
                                 dist::GetParameterNdSbp(shape, layout), options.seed),
                           options.init_std);
+  if (padding_idx_ >= 0) weight = ZeroRow(weight, padding_idx_);
   RegisterParameter("weight", weight);
 }
 
@@ -46,21 +63,24 @@ Tensor VocabEmbedding::operator()(const Tensor& ids) const {
     // vocabulary the lookup gives partial sums, reduce-scattered on the
     // batch or the features into the hidden states' layout.
     const dist::EmbeddingLayouts l = dist::MultiAxisEmbeddingLayouts();
-    return fn::embedding(GatheredForCompute(ForCompute(weight), l.table_compute), g.to_global(p, l.ids))
+    return fn::embedding(GatheredForCompute(ForCompute(weight), l.table_compute), g.to_global(p, l.ids),
+                         padding_idx_)
         .to_global(p, dist::GetActivationSbp(g.ndim() + 1));
   }
   // Under sequence parallelism reduce-scattered on the sequence, its
   // gradient all-gathered back: each rank then computes its rows' gradient
   // alone, as without it, instead of a partial gradient of the whole table.
-  return fn::embedding(ForCompute(weight), g)
+  return fn::embedding(ForCompute(weight), g, padding_idx_)
       .to_global(p, dist::GetActivationSbp(g.ndim() + 1), dist::GetHiddenSbp());
 }
 
-Embedding::Embedding(int64_t num_embeddings, int64_t hidden, EmbeddingOptions options) {
+Embedding::Embedding(int64_t num_embeddings, int64_t hidden, EmbeddingOptions options)
+    : padding_idx_(options.padding_idx) {
   NoGradGuard no_grad;
   weight = fn::mul_scalar(randn({num_embeddings, hidden}, dist::GetLayerPlacement(options.layer_idx),
                                 dist::GetParameterNdSbp(Shape({num_embeddings, hidden}), B()), options.seed),
                           options.init_std);
+  if (padding_idx_ >= 0) weight = ZeroRow(weight, padding_idx_);
   RegisterParameter("weight", weight);
 }
 
@@ -68,8 +88,7 @@ Tensor Embedding::operator()(const Tensor& ids) const {
   // Replicated table and ids (positions are shared by the whole batch).
   const Placement& p = weight.placement();
   const NdSbp all_b = dist::GetNdSbp({B(), B()});
-  Tensor g = ids.is_global() ? ids.to_global(p, all_b) : ids.to_global(p, all_b);
-  return fn::embedding(ForCompute(weight), g);
+  return fn::embedding(ForCompute(weight), ids.to_global(p, all_b), padding_idx_);
 }
 
 int64_t PaddedVocabSize(int64_t vocab_size, int64_t multiple, int64_t tp) {

@@ -13,6 +13,10 @@ struct EmbeddingOptions {
   int64_t layer_idx = 0;
   uint64_t seed = 4321;
   double init_std = 0.02;
+  // >= 0: the row of the padding token, initialised to zeros, whose lookups
+  // pass no gradient to the table (torch.nn.Embedding's padding_idx, as
+  // Hugging Face's BERT uses it). -1: none.
+  int64_t padding_idx = -1;
 };
 
 class VocabEmbedding : public nn::Module {
@@ -24,6 +28,9 @@ class VocabEmbedding : public nn::Module {
   // hidden layout ([S(0) over dp, B over tp]).
   Tensor operator()(const Tensor& ids) const;
   Tensor weight;  // [vocab, hidden], [B, S(0)]
+
+ private:
+  int64_t padding_idx_ = -1;
 };
 
 class Embedding : public nn::Module {
@@ -31,6 +38,9 @@ class Embedding : public nn::Module {
   Embedding(int64_t num_embeddings, int64_t hidden, EmbeddingOptions options = {});
   Tensor operator()(const Tensor& ids) const;
   Tensor weight;  // [num, hidden], replicated
+
+ private:
+  int64_t padding_idx_ = -1;
 };
 
 // vocab_size rounded up to a multiple of multiple x tp (multiple <= 1: of

@@ -18,7 +18,9 @@ Tensor Activate(const Tensor& x, layers::Activation a) {
 Bert::Bert(const BertConfig& c)
     : config_(c),
       padded_vocab_(layers::PaddedVocabSizeLogged("BERT", c.vocab_size, c.make_vocab_size_divisible_by)),
-      word_embeddings_(padded_vocab_, c.hidden, {.layer_idx = 0, .seed = c.seed, .init_std = c.init_std}),
+      word_embeddings_(
+          padded_vocab_, c.hidden,
+          {.layer_idx = 0, .seed = c.seed, .init_std = c.init_std, .padding_idx = c.pad_token_id}),
       position_embeddings_(c.max_seq, c.hidden, {.layer_idx = 0, .seed = c.seed + 1, .init_std = c.init_std}),
       token_type_embeddings_(c.type_vocab_size, c.hidden,
                              {.layer_idx = 0, .seed = c.seed + 2, .init_std = c.init_std}),
@@ -26,6 +28,9 @@ Bert::Bert(const BertConfig& c)
       embedding_dropout_(c.embedding_dropout, c.seed + 3),
       pooler_(c.hidden, c.hidden, {.layer_idx = -1, .seed = c.seed + 4, .init_std = c.init_std}),
       classifier_dropout_(c.classifier_dropout, c.seed + 8) {
+  TESSEL_CHECK(c.pad_token_id >= -1 && c.pad_token_id < c.vocab_size)
+      << "BERT: pad_token_id " << c.pad_token_id << "; expected a token below vocab_size " << c.vocab_size
+      << ", or -1 for none";
   TESSEL_CHECK(c.num_labels == 0 || c.num_labels >= 2)
       << "BERT: num_labels " << c.num_labels << "; expected 0 (pre-training heads) or at least 2 classes";
   RegisterModule("word_embeddings", word_embeddings_);

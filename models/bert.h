@@ -36,6 +36,9 @@ struct BertConfig {
   int64_t max_seq = 64;    // position embeddings
   int64_t ffn_hidden = 0;  // 0: 4 x hidden
   int64_t type_vocab_size = 2;
+  // The word embedding's padding row (Hugging Face's pad_token_id): zero at
+  // initialisation, no gradient from lookups. -1: none.
+  int64_t pad_token_id = 0;
   double layernorm_epsilon = 1e-12;
   double init_std = 0.02;
   uint64_t seed = 2024;

@@ -200,7 +200,9 @@ Tensor rng_offset(const Tensor& counter, const Tensor& like) { return One("rng_o
 Tensor rng_advance(const Tensor& counter, const Tensor& like) {
   return ApplyOp("rng_advance", {counter, like}, {}).at(0);
 }
-Tensor embedding(const Tensor& table, const Tensor& ids) { return One("embedding", {table, ids}); }
+Tensor embedding(const Tensor& table, const Tensor& ids, int64_t padding_idx) {
+  return One("embedding", {table, ids}, {{"padding_idx", padding_idx}});
+}
 Tensor pick(const Tensor& x, const Tensor& labels, int64_t ignore_index) {
   return One("pick", {x, labels}, {{"ignore_index", ignore_index}});
 }

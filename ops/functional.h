@@ -97,7 +97,9 @@ Tensor rng_offset(const Tensor& counter, const Tensor& like);
 Tensor rng_advance(const Tensor& counter, const Tensor& like);
 // table [V, H] rows at ids; a table split on V (vocab-parallel) gives a
 // partial sum reduced only when needed.
-Tensor embedding(const Tensor& table, const Tensor& ids);
+// padding_idx >= 0: that row's lookups pass no gradient to the table (as
+// torch.nn.Embedding's padding_idx).
+Tensor embedding(const Tensor& table, const Tensor& ids, int64_t padding_idx = -1);
 // x[i, labels[i]] (0 for ignore_index).
 Tensor pick(const Tensor& x, const Tensor& labels, int64_t ignore_index = -100);
 // [B, C, H, W] -> [B, patches, C*p*p] (conv2d with stride = kernel = p is

@@ -160,7 +160,19 @@ struct OpDef {
   // returns, from this rank's shard specs of the inputs: memory planning
   // counts them while the op runs. Unset: none.
   std::function<int64_t(const std::vector<TensorSpec>& shards)> workspace_bytes;
-  std::function<std::vector<Tensor>(const GradContext&)> grad;  // unset: not differentiable
+  // The gradient: one tensor per input, for every input that needs one
+  // (GradContext::needs_input_grad). Unset only together with
+  // not_differentiable, or for ops whose outputs are never floating.
+  std::function<std::vector<Tensor>(const GradContext&)> grad;
+  // The outputs are constants to autograd by design (comparisons, integer
+  // results, random draws, counters, optimizer updates): nothing flows back
+  // through the op. An op with neither `grad` nor this mark whose floating
+  // output is used in a loss that reaches a tensor requiring gradients makes
+  // backward() fail naming the op, instead of dropping that path silently.
+  bool not_differentiable = false;
+  // Why an op that could carry a gradient has none on purpose (a gradient
+  // op: no double backward); a gradient reaching it fails with this reason.
+  std::string grad_unsupported;
   // Which values the gradient function reads (indices into inputs and
   // outputs). Unset: all of them. Autograd keeps the others as metadata
   // only (shape, dtype, layout; no data: Tensor::metadata_only), so a

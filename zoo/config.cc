@@ -292,6 +292,10 @@ void CheckBertData(const config::Config& c) {
       TESSEL_CHECK(ids[i].second != ids[j].second)
           << "config: data." << ids[i].first << " and data." << ids[j].first << " are both " << ids[i].second
           << "; expected distinct special tokens";
+  TESSEL_CHECK(m.pad_token_id() == -1 || m.pad_token_id() == data.pad_token_id())
+      << "config: model.pad_token_id is " << m.pad_token_id() << " and data.pad_token_id "
+      << data.pad_token_id()
+      << "; the embedding's padding row must be the data's padding token (or -1: none)";
 }
 }  // namespace
 

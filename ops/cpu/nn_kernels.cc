@@ -54,7 +54,8 @@ Tensor Embedding(const Tensor& table, const Tensor& ids, int64_t vocab_begin) {
   return out;
 }
 
-Tensor EmbeddingGrad(const Tensor& ids, const Tensor& dy, int64_t vocab_begin, int64_t rows) {
+Tensor EmbeddingGrad(const Tensor& ids, const Tensor& dy, int64_t vocab_begin, int64_t rows,
+                     int64_t padding_idx) {
   const int64_t h = dy.shape()[-1];
   Tensor out = Tensor::Empty({rows, h}, DType::kFloat32);
   std::memset(out.raw_data(), 0, out.nbytes());
@@ -63,7 +64,7 @@ Tensor EmbeddingGrad(const Tensor& ids, const Tensor& dy, int64_t vocab_begin, i
   float* o = out.data<float>();
   for (int64_t i = 0; i < ids.numel(); ++i) {
     int64_t r = id[i] - vocab_begin;
-    if (r < 0 || r >= rows) continue;
+    if (r < 0 || r >= rows || id[i] == padding_idx) continue;
     for (int64_t c = 0; c < h; ++c) o[r * h + c] += g[i * h + c];
   }
   return out;

@@ -20,7 +20,10 @@ Tensor Dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset,
 Tensor Embedding(const Tensor& table, const Tensor& ids, int64_t vocab_begin);
 // The table gradient: rows [vocab_begin, vocab_begin + rows) of the
 // scatter-add of dy's rows at ids.
-Tensor EmbeddingGrad(const Tensor& ids, const Tensor& dy, int64_t vocab_begin, int64_t rows);
+// Table rows [vocab_begin, vocab_begin + rows) of the lookup's gradient;
+// ids equal to padding_idx (>= 0) contribute nothing.
+Tensor EmbeddingGrad(const Tensor& ids, const Tensor& dy, int64_t vocab_begin, int64_t rows,
+                     int64_t padding_idx = -1);
 
 // out[i] = x[i, label[i] - class_begin] when that is in this shard's
 // columns (and not ignore_index), else 0.

@@ -185,11 +185,11 @@ __global__ void EmbeddingKernel(U* __restrict__ out, const U* __restrict__ table
 template <typename T>
 __global__ void EmbeddingGradKernel(float* __restrict__ out, const T* __restrict__ dy,
                                     const int64_t* __restrict__ ids, int64_t n, int64_t h, int64_t rows,
-                                    int64_t vocab_begin) {
+                                    int64_t vocab_begin, int64_t padding_idx) {
   TESSEL_CUDA_GRID_LOOP(i, n) {
     const int64_t row = i / h, c = i - row * h;
     const int64_t r = ids[row] - vocab_begin;
-    if (r >= 0 && r < rows) atomicAdd(out + r * h + c, ToFloat(dy[i]));
+    if (r >= 0 && r < rows && ids[row] != padding_idx) atomicAdd(out + r * h + c, ToFloat(dy[i]));
   }
 }
 
@@ -466,7 +466,8 @@ Tensor Embedding(const Tensor& table, const Tensor& ids, int64_t vocab_begin) {
   return out;
 }
 
-Tensor EmbeddingGrad(const Tensor& ids, const Tensor& dy, int64_t vocab_begin, int64_t rows) {
+Tensor EmbeddingGrad(const Tensor& ids, const Tensor& dy, int64_t vocab_begin, int64_t rows,
+                     int64_t padding_idx) {
   const int64_t h = dy.shape()[-1];
   // The CPU reads as the shapes say; on the device a mismatch would be an
   // out-of-bounds read, so it is refused.
@@ -483,7 +484,7 @@ Tensor EmbeddingGrad(const Tensor& ids, const Tensor& dy, int64_t vocab_begin, i
     if (n == 0 || out.numel() == 0) return out;
     EmbeddingGradKernel<float><<<Blocks(n), kThreads, 0, CurrentStream()>>>(
         static_cast<float*>(out.raw_data()), static_cast<const float*>(dy.raw_data()), id, n, h, rows,
-        vocab_begin);
+        vocab_begin, padding_idx);
     CheckLaunch("EmbeddingGradKernel");
     return out;
   }
@@ -499,7 +500,7 @@ Tensor EmbeddingGrad(const Tensor& ids, const Tensor& dy, int64_t vocab_begin, i
     using T = decltype(zero);
     if constexpr (!std::is_same_v<T, float>) {  // f32 is handled above
       EmbeddingGradKernel<T><<<Blocks(n), kThreads, 0, CurrentStream()>>>(
-          acc, static_cast<const T*>(dy.raw_data()), id, n, h, rows, vocab_begin);
+          acc, static_cast<const T*>(dy.raw_data()), id, n, h, rows, vocab_begin, padding_idx);
       CheckLaunch("EmbeddingGradKernel");
       T* o = static_cast<T*>(out.raw_data());
       if (m % 4 == 0 && Aligned(acc, 16) && Aligned(o, sizeof(Vec4<T>)))

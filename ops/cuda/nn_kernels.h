@@ -28,7 +28,10 @@ Tensor Embedding(const Tensor& table, const Tensor& ids, int64_t vocab_begin);
 // of the scatter-add of dy's rows at ids (atomic adds in f32, rounded once
 // for bf16 and f16: the order of the additions to a row, and so its last
 // bits, vary between runs).
-Tensor EmbeddingGrad(const Tensor& ids, const Tensor& dy, int64_t vocab_begin, int64_t rows);
+// Table rows [vocab_begin, vocab_begin + rows) of the lookup's gradient;
+// ids equal to padding_idx (>= 0) contribute nothing.
+Tensor EmbeddingGrad(const Tensor& ids, const Tensor& dy, int64_t vocab_begin, int64_t rows,
+                     int64_t padding_idx = -1);
 
 // out[i] = x[i, label[i] - class_begin] when that is in this shard's
 // columns (and not ignore_index), else 0.

@@ -58,6 +58,7 @@ void RegisterActivationOps() {
     RegisterActivation(name);
   OpDef grad;
   grad.name = "activation_grad";
+  grad.grad_unsupported = defs::kGradientOp;
   grad.inputs = {"x", "dy"};
   grad.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
     TESSEL_CHECK(in[0].dtype == in[1].dtype)

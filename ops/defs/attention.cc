@@ -77,6 +77,7 @@ void RegisterAttentionOps() {
 
   OpDef grad;
   grad.name = "attention_grad";
+  grad.grad_unsupported = defs::kGradientOp;
   grad.inputs = {"q", "k", "v", "out", "lse", "dout"};
   grad.num_outputs = 3;
   grad.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {

@@ -59,6 +59,7 @@ void RegisterCrossEntropyOps() {
 
   OpDef grad;
   grad.name = "cross_entropy_grad";
+  grad.grad_unsupported = defs::kGradientOp;
   grad.inputs = {"logits", "labels", "dloss"};
   // dlogits in the logits' dtype; dloss is f32 like the loss.
   grad.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
@@ -117,6 +118,7 @@ void RegisterCrossEntropyOps() {
 
   OpDef mean_grad;
   mean_grad.name = "masked_mean_grad";
+  mean_grad.grad_unsupported = defs::kGradientOp;
   mean_grad.inputs = {"dy", "labels"};
   mean_grad.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
     return std::vector<TensorSpec>{{in[1].shape, DType::kFloat32}};

@@ -9,6 +9,9 @@
 
 namespace tessel::defs {
 
+// OpDef::grad_unsupported of the ops that compute another op's gradient.
+inline constexpr const char* kGradientOp = "it computes another op's gradient, and tessel has no double backward";
+
 inline std::vector<TensorSpec> SameAsInput(const std::vector<TensorSpec>& in, const Attrs&) {
   return {in[0]};
 }

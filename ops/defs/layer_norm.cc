@@ -55,6 +55,7 @@ void RegisterLayerNormOps() {
   // Recomputes mean and rstd from x (cheap next to saving them per row).
   OpDef grad;
   grad.name = "layer_norm_grad";
+  grad.grad_unsupported = defs::kGradientOp;
   grad.inputs = {"dy", "x", "gamma"};
   grad.num_outputs = 3;
   // dx, dgamma and dbeta in x's dtype (which dy and gamma share).

@@ -35,6 +35,8 @@ MicroBatchAttrs Read(const Attrs& a) {
 void RegisterMicroBatchOps() {
   OpDef def;
   def.name = "micro_batch";
+  def.grad_unsupported =
+      "it cuts a step's data inputs into micro-batches; inputs that need a gradient are not data";
   def.inputs = {"batch"};
   def.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
     const auto [index, count, blocks] = Read(a);

@@ -17,6 +17,9 @@ std::vector<int64_t> BoxBegin(const Box& b) {
   return out;
 }
 
+// The table row whose lookups get no gradient (-1: none).
+int64_t PaddingIndex(const Attrs& a) { return a.Has("padding_idx") ? a.Get<int64_t>("padding_idx") : -1; }
+
 void RegisterDropout() {
   OpDef def;
   def.name = "dropout";
@@ -99,17 +102,19 @@ void RegisterEmbedding() {
     return std::vector<Tensor>{cuda::Embedding(ctx.inputs[0], ctx.inputs[1], ctx.input_box(0)[0].begin)};
   };
 #endif
+  def.layout_attrs = std::vector<std::string>{};  // padding_idx does not change the layout
   def.saved = OpDef::SavedForGrad{{1}, {}};  // the gradient reads the indices; the table only for its shape
   def.grad = [](const GradContext& c) {
-    Tensor d =
-        ApplyOp("embedding_grad", {c.inputs[1], c.grad_outputs[0]}, {{"shape", c.inputs[0].shape().dims()}})
-            .at(0);
+    Tensor d = ApplyOp("embedding_grad", {c.inputs[1], c.grad_outputs[0]},
+                       {{"shape", c.inputs[0].shape().dims()}, {"padding_idx", PaddingIndex(c.attrs)}})
+                   .at(0);
     return std::vector<Tensor>{d, Tensor()};
   };
   RegisterOp(std::move(def));
 
   OpDef grad;
   grad.name = "embedding_grad";
+  grad.grad_unsupported = defs::kGradientOp;
   grad.inputs = {"ids", "dy"};
   grad.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
     // In dy's dtype: the table's, whose gradient it is.
@@ -124,12 +129,14 @@ void RegisterEmbedding() {
   grad.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
     const std::vector<Tensor>& in = ctx.inputs;
     const Range rows = ctx.output_box(0)[0];  // the table rows this shard's gradient covers
-    return std::vector<Tensor>{cpu::EmbeddingGrad(in[0], in[1], rows.begin, rows.size())};
+    return std::vector<Tensor>{
+        cpu::EmbeddingGrad(in[0], in[1], rows.begin, rows.size(), PaddingIndex(ctx.attrs))};
   };
 #ifdef TESSEL_HAS_CUDA
   grad.kernels[DeviceType::kCUDA] = [](const KernelContext& ctx) {
     const Range rows = ctx.output_box(0)[0];
-    return std::vector<Tensor>{cuda::EmbeddingGrad(ctx.inputs[0], ctx.inputs[1], rows.begin, rows.size())};
+    return std::vector<Tensor>{
+        cuda::EmbeddingGrad(ctx.inputs[0], ctx.inputs[1], rows.begin, rows.size(), PaddingIndex(ctx.attrs))};
   };
 #endif
   RegisterOp(std::move(grad));
@@ -174,6 +181,7 @@ void RegisterPick() {
 
   OpDef grad;
   grad.name = "pick_grad";
+  grad.grad_unsupported = defs::kGradientOp;
   grad.inputs = {"labels", "dy"};
   grad.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
     return std::vector<TensorSpec>{{Shape{in[0].shape[0], a.Get<int64_t>("columns")}, in[1].dtype}};
@@ -231,14 +239,14 @@ void RegisterPatchify() {
       return std::vector<Tensor>{cuda::Patchify(ctx.inputs[0], p)};
     };
 #endif
-    if (!inverse) {
-      def.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
-      def.grad = [](const GradContext& c) {
-        return ApplyOp(
-            "unpatchify", {c.grad_outputs[0]},
-            {{"patch", c.attrs.Get<int64_t>("patch")}, {"image_shape", c.inputs[0].shape().dims()}});
-      };
-    }
+    // Each is the other's gradient (a permutation of the elements).
+    def.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
+    def.grad = [inverse](const GradContext& c) {
+      const int64_t patch = c.attrs.Get<int64_t>("patch");
+      if (inverse) return ApplyOp("patchify", {c.grad_outputs[0]}, {{"patch", patch}});
+      return ApplyOp("unpatchify", {c.grad_outputs[0]},
+                     {{"patch", patch}, {"image_shape", c.inputs[0].shape().dims()}});
+    };
     RegisterOp(std::move(def));
   }
 }
@@ -313,8 +321,8 @@ void RegisterOptimizerUpdates() {
   assign.mutates = {0};
   assign.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
     TESSEL_CHECK(in[0].shape == in[1].shape && in[0].dtype == in[1].dtype)
-        << "assign needs dst and src of one shape and dtype; got " << in[0].dtype << " " << in[0].shape << " and "
-        << in[1].dtype << " " << in[1].shape;
+        << "assign needs dst and src of one shape and dtype; got " << in[0].dtype << " " << in[0].shape
+        << " and " << in[1].dtype << " " << in[1].shape;
     return std::vector<TensorSpec>{in[0]};
   };
   assign.sbp = [](const std::vector<TensorSpec>& in, const Attrs&) {

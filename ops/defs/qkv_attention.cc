@@ -67,6 +67,7 @@ void RegisterQkvAttentionOps() {
 
   OpDef grad;
   grad.name = "qkv_attention_grad";
+  grad.grad_unsupported = defs::kGradientOp;
   grad.inputs = {"x", "out", "lse", "dout"};
   grad.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
     defs::CheckFloat("qkv_attention_grad", in[0], "x");

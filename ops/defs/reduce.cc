@@ -2,6 +2,7 @@
 // expand (the broadcast itself, used by their gradients).
 #include "ops/cpu/reduce.h"
 
+#include <cstring>
 #include <set>
 
 #include "ops/cpu/broadcast.h"
@@ -266,9 +267,11 @@ void RegisterExpand() {
     Tensor keep = in[0].Reshape(KeepShape(in[0].shape(), target.dims(), a.Get<std::vector<int64_t>>("axes")));
     Tensor out = Tensor::Empty(target, in[0].dtype());
     cpu::BroadcastIndex index(keep.shape(), out.shape());
-    const float* src = keep.data<float>();
-    float* dst = out.data<float>();
-    for (int64_t i = 0; i < out.numel(); ++i) dst[i] = src[index(i)];
+    // Elements copied as bytes: any dtype.
+    const size_t size = ElementSize(in[0].dtype());
+    const auto* src = static_cast<const char*>(keep.raw_data());
+    auto* dst = static_cast<char*>(out.raw_data());
+    for (int64_t i = 0; i < out.numel(); ++i) std::memcpy(dst + i * size, src + index(i) * size, size);
     return std::vector<Tensor>{out};
   };
 #ifdef TESSEL_HAS_CUDA
@@ -280,6 +283,19 @@ void RegisterExpand() {
     return std::vector<Tensor>{cuda::BroadcastTo(keep, target)};
   };
 #endif
+  // The sum over the axes the broadcast added or stretched, in x's shape.
+  def.saved = OpDef::SavedForGrad{};  // the gradient reads shapes only
+  def.grad = [](const GradContext& c) {
+    const Tensor& x = c.inputs[0];
+    const auto& target = c.attrs.Get<std::vector<int64_t>>("shape");
+    const Shape keep = KeepShape(x.shape(), target, c.attrs.Get<std::vector<int64_t>>("axes"));
+    std::vector<int64_t> summed;
+    for (int64_t o = 0; o < keep.ndim(); ++o)
+      if (keep.dims()[o] == 1 && target[o] != 1) summed.push_back(o);
+    Tensor g = c.grad_outputs[0];
+    if (!summed.empty()) g = fn::sum(g, summed, /*keepdim=*/true);
+    return std::vector<Tensor>{fn::reshape(g, x.shape())};
+  };
   RegisterOp(std::move(def));
 }
 

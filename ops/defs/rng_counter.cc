@@ -43,6 +43,7 @@ void RegisterRngCounterOps() {
   {
     OpDef def;
     def.name = "rng_offset";
+    def.not_differentiable = true;  // an i64 position
     def.inputs = {"counter", "like"};
     def.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
       CheckCounter("rng_offset", in[0]);

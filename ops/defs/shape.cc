@@ -230,6 +230,7 @@ void RegisterShapeOps() {
 
   OpDef slice_grad;  // zeros of the input's shape with the gradient placed at the slice
   slice_grad.name = "slice_grad";
+  slice_grad.grad_unsupported = defs::kGradientOp;
   slice_grad.inputs = {"dy"};
   slice_grad.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
     return std::vector<TensorSpec>{{Shape(a.Get<std::vector<int64_t>>("shape")), in[0].dtype}};

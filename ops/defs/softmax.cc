@@ -37,6 +37,7 @@ void RegisterSoftmaxOps() {
 
   OpDef grad;
   grad.name = "softmax_grad";
+  grad.grad_unsupported = defs::kGradientOp;
   grad.inputs = {"y", "dy"};
   grad.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
     TESSEL_CHECK(in[1].dtype == in[0].dtype)

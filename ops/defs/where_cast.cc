@@ -54,6 +54,7 @@ void RegisterWhereCastOps() {
 
   OpDef equal;
   equal.name = "equal";
+  equal.not_differentiable = true;  // a bool result
   equal.inputs = {"a", "b"};
   equal.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
     TESSEL_CHECK(in[0].dtype == in[1].dtype)

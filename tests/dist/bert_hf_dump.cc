@@ -9,7 +9,9 @@
 //   mlm_logits, sentence_logits, loss          forward with every input
 //   weighted_loss                              the same loss as tessel-train weighs it
 // and a sequence classifier of 3 classes (num_labels 3): its parameters
-// (cls_param.*), class_labels [batch], class_logits and class_loss.
+// (cls_param.*), class_labels [batch], class_logits and class_loss; then
+// grad.<name> and step_loss.<k>: every gradient of the pre-training loss
+// and 5 AdamW steps (DumpTraining). Padded positions hold [PAD] (id 0).
 // test_hf_bert.py loads them into Hugging Face's BertForPreTraining and
 // BertForSequenceClassification and compares.
 #include <gflags/gflags.h>
@@ -52,14 +54,7 @@ int main(int argc, char** argv) {
                      .layers = FLAGS_layers,
                      .max_seq = FLAGS_seq});
   bert.Eval();
-  std::vector<std::pair<std::string, Tensor>> out;
-  std::vector<int> all_ranks(dist::WorldSize());
-  for (int r = 0; r < dist::WorldSize(); ++r) all_ranks[r] = r;
-  const Placement world(DeviceType::kCPU, all_ranks);
-  auto keep = [&](const std::string& name, const Tensor& t) {
-    Tensor full = t.is_global() ? GatherLogical(t.detach().to_global(world, NdSbp({B()}))) : t;
-    if (dist::Rank() == 0) out.emplace_back(name, full);
-  };
+  testing::DumpOutputs keep;
   testing::InitDumpParameters(bert, 5000, 0.05, FLAGS_load,
                               {{"word_embeddings.weight", FLAGS_vocab}, {"mlm_bias", FLAGS_vocab}});
   for (auto& [name, t] : bert.NamedParameters()) keep("param." + name, *t);
@@ -70,9 +65,9 @@ int main(int argc, char** argv) {
     sentence_labels[r] = r % 2;
     for (int64_t t = 0; t < s; ++t) {
       const int64_t i = r * s + t;
-      ids[i] = (i * 7919 + 13) % FLAGS_vocab;
       types[i] = t < s / 2 ? 0 : 1;
-      attend[i] = t < s - r;  // row r: its last r keys are padding
+      attend[i] = t < s - r;  // row r: its last r keys are padding, [PAD] (0) tokens
+      ids[i] = attend[i] ? 1 + (i * 7919 + 13) % (FLAGS_vocab - 1) : 0;
       mlm_labels[i] = t % 3 == 1 && attend[i] ? (i * 31 + 7) % FLAGS_vocab : -100;
     }
   }
@@ -81,56 +76,60 @@ int main(int argc, char** argv) {
   const Tensor mask_t = Tensor::FromVector<bool>(attend, {b, s});
   const Tensor mlm_t = Tensor::FromVector<int64_t>(mlm_labels, {b, s});
   const Tensor sentence_t = Tensor::FromVector<int64_t>(sentence_labels, {b});
-  NoGradGuard no_grad;
-  keep("input_ids", ids_t);
-  keep("token_type_ids", types_t);
-  keep("attention_mask", mask_t);
-  keep("mlm_labels", mlm_t);
-  keep("sentence_labels", sentence_t);
-  const models::BertOutputs plain = bert.Forward(ids_t);
-  keep("plain_mlm_logits", plain.mlm_logits);
-  keep("plain_sentence_logits", plain.sentence_logits);
-  const models::BertOutputs full = bert.Forward(ids_t, types_t, mask_t);
-  keep("mlm_logits", full.mlm_logits);
-  keep("sentence_logits", full.sentence_logits);
-  keep("loss", bert.Loss(ids_t, types_t, mask_t, mlm_t, sentence_t));
-  // tessel-train's form: each labelled position weighs 1 / (labelled positions).
-  int64_t labelled = 0;
-  for (int64_t y : mlm_labels) labelled += y != -100;
-  std::vector<float> weights(mlm_labels.size());
-  for (size_t i = 0; i < weights.size(); ++i)
-    weights[i] = mlm_labels[i] == -100 ? 0.0f : 1.0f / static_cast<float>(labelled);
-  const models::BertLosses weighted = bert.WeightedLosses(
-      ids_t, types_t, mask_t, mlm_t, Tensor::FromVector<float>(weights, {b, s}), sentence_t);
-  keep("weighted_loss", fn::add(weighted.mlm, weighted.sentence));
   {
-    // The sequence classifier: its own draws, the same inputs.
-    models::Bert classifier({.vocab_size = FLAGS_vocab,
-                             .hidden = FLAGS_hidden,
-                             .heads = FLAGS_heads,
-                             .layers = FLAGS_layers,
-                             .max_seq = FLAGS_seq,
-                             .seed = 77,
-                             .num_labels = 3});
-    classifier.Eval();
-    testing::InitDumpParameters(classifier, 9000, 0.05, "");
-    for (auto& [name, t] : classifier.NamedParameters()) keep("cls_param." + name, *t);
-    std::vector<int64_t> classes(b);
-    for (int64_t r = 0; r < b; ++r) classes[r] = (r * 2 + 1) % 3;
-    const Tensor classes_t = Tensor::FromVector<int64_t>(classes, {b});
-    keep("class_labels", classes_t);
-    keep("class_logits", classifier.ClassificationLogits(ids_t, types_t, mask_t));
-    keep("class_loss", classifier.ClassificationLoss(ids_t, types_t, mask_t, classes_t));
+    NoGradGuard no_grad;
+    keep("input_ids", ids_t);
+    keep("token_type_ids", types_t);
+    keep("attention_mask", mask_t);
+    keep("mlm_labels", mlm_t);
+    keep("sentence_labels", sentence_t);
+    const models::BertOutputs plain = bert.Forward(ids_t);
+    keep("plain_mlm_logits", plain.mlm_logits);
+    keep("plain_sentence_logits", plain.sentence_logits);
+    const models::BertOutputs full = bert.Forward(ids_t, types_t, mask_t);
+    keep("mlm_logits", full.mlm_logits);
+    keep("sentence_logits", full.sentence_logits);
+    keep("loss", bert.Loss(ids_t, types_t, mask_t, mlm_t, sentence_t));
+    // tessel-train's form: each labelled position weighs 1 / (labelled positions).
+    int64_t labelled = 0;
+    for (int64_t y : mlm_labels) labelled += y != -100;
+    std::vector<float> weights(mlm_labels.size());
+    for (size_t i = 0; i < weights.size(); ++i)
+      weights[i] = mlm_labels[i] == -100 ? 0.0f : 1.0f / static_cast<float>(labelled);
+    const models::BertLosses weighted = bert.WeightedLosses(
+        ids_t, types_t, mask_t, mlm_t, Tensor::FromVector<float>(weights, {b, s}), sentence_t);
+    keep("weighted_loss", fn::add(weighted.mlm, weighted.sentence));
+    {
+      // The sequence classifier: its own draws, the same inputs.
+      models::Bert classifier({.vocab_size = FLAGS_vocab,
+                               .hidden = FLAGS_hidden,
+                               .heads = FLAGS_heads,
+                               .layers = FLAGS_layers,
+                               .max_seq = FLAGS_seq,
+                               .seed = 77,
+                               .num_labels = 3});
+      classifier.Eval();
+      testing::InitDumpParameters(classifier, 9000, 0.05, "");
+      for (auto& [name, t] : classifier.NamedParameters()) keep("cls_param." + name, *t);
+      std::vector<int64_t> classes(b);
+      for (int64_t r = 0; r < b; ++r) classes[r] = (r * 2 + 1) % 3;
+      const Tensor classes_t = Tensor::FromVector<int64_t>(classes, {b});
+      keep("class_labels", classes_t);
+      keep("class_logits", classifier.ClassificationLogits(ids_t, types_t, mask_t));
+      keep("class_loss", classifier.ClassificationLoss(ids_t, types_t, mask_t, classes_t));
+    }
   }
+  testing::DumpTraining(
+      bert, [&] { return bert.Loss(ids_t, types_t, mask_t, mlm_t, sentence_t); }, keep);
   if (dist::Rank() == 0) {
-    zoo::WriteSafetensors(FLAGS_out, out,
+    zoo::WriteSafetensors(FLAGS_out, keep.tensors,
                           {{"vocab_size", std::to_string(FLAGS_vocab)},
                            {"padded_vocab_size", std::to_string(bert.padded_vocab_size())},
                            {"hidden_size", std::to_string(FLAGS_hidden)},
                            {"num_attention_heads", std::to_string(FLAGS_heads)},
                            {"hidden_layers", std::to_string(FLAGS_layers)},
                            {"max_seq_length", std::to_string(FLAGS_seq)}});
-    std::printf("wrote %zu tensors to %s (tp %ld, pp %ld, vocab %ld padded to %ld)\n", out.size(),
+    std::printf("wrote %zu tensors to %s (tp %ld, pp %ld, vocab %ld padded to %ld)\n", keep.tensors.size(),
                 FLAGS_out.c_str(), static_cast<long>(FLAGS_tp), static_cast<long>(FLAGS_pp),
                 static_cast<long>(FLAGS_vocab), static_cast<long>(bert.padded_vocab_size()));
   }

@@ -7,6 +7,7 @@
 //   logits, loss                 plain forward
 //   position_ids, attention_mask [batch, seq]   row r: positions r.., its last r keys padding
 //   masked_logits                forward with both
+//   grad.<name>, step_loss.<k>   every gradient of the loss, 5 AdamW steps (DumpTraining)
 // test_hf_gpt2.py loads it into Hugging Face's GPT2LMHeadModel and compares.
 #include <gflags/gflags.h>
 
@@ -48,15 +49,7 @@ int main(int argc, char** argv) {
                    .max_seq = FLAGS_seq,
                    .activation = layers::Activation::kGeluTanh});
   gpt.Eval();
-  std::vector<std::pair<std::string, Tensor>> out;
-  // Every rank takes part in each move to rank 0; only rank 0 keeps it.
-  std::vector<int> all_ranks(dist::WorldSize());
-  for (int r = 0; r < dist::WorldSize(); ++r) all_ranks[r] = r;
-  const Placement world(DeviceType::kCPU, all_ranks);
-  auto keep = [&](const std::string& name, const Tensor& t) {
-    Tensor full = t.is_global() ? GatherLogical(t.detach().to_global(world, NdSbp({B()}))) : t;
-    if (dist::Rank() == 0) out.emplace_back(name, full);
-  };
+  testing::DumpOutputs keep;  // every rank takes part in each move to rank 0; only rank 0 keeps it
   testing::InitDumpParameters(gpt, 9000, 0.05, FLAGS_load, {{"wte.weight", FLAGS_vocab}});
   for (auto& [name, t] : gpt.NamedParameters()) keep("param." + name, *t);
   const int64_t b = FLAGS_batch, s = FLAGS_seq;
@@ -73,23 +66,27 @@ int main(int argc, char** argv) {
   const Tensor labels_t = Tensor::FromVector<int64_t>(labels, {b, s});
   const Tensor positions_t = Tensor::FromVector<int64_t>(positions, {b, s});
   const Tensor mask_t = Tensor::FromVector<bool>(attend, {b, s});
-  NoGradGuard no_grad;
-  keep("input_ids", ids_t);
-  keep("labels", labels_t);
-  keep("position_ids", positions_t);
-  keep("attention_mask", mask_t);
-  keep("logits", gpt.Logits(ids_t));
-  keep("loss", gpt.Loss(ids_t, labels_t));
-  keep("masked_logits", gpt.Logits(ids_t, positions_t, mask_t));
+  {
+    NoGradGuard no_grad;
+    keep("input_ids", ids_t);
+    keep("labels", labels_t);
+    keep("position_ids", positions_t);
+    keep("attention_mask", mask_t);
+    keep("logits", gpt.Logits(ids_t));
+    keep("loss", gpt.Loss(ids_t, labels_t));
+    keep("masked_logits", gpt.Logits(ids_t, positions_t, mask_t));
+  }
+  testing::DumpTraining(
+      gpt, [&] { return gpt.Loss(ids_t, labels_t); }, keep);
   if (dist::Rank() == 0) {
-    zoo::WriteSafetensors(FLAGS_out, out,
+    zoo::WriteSafetensors(FLAGS_out, keep.tensors,
                           {{"vocab_size", std::to_string(FLAGS_vocab)},
                            {"padded_vocab_size", std::to_string(gpt.padded_vocab_size())},
                            {"hidden_size", std::to_string(FLAGS_hidden)},
                            {"num_attention_heads", std::to_string(FLAGS_heads)},
                            {"hidden_layers", std::to_string(FLAGS_layers)},
                            {"max_seq_length", std::to_string(FLAGS_seq)}});
-    std::printf("wrote %zu tensors to %s (tp %ld, pp %ld, vocab %ld padded to %ld)\n", out.size(),
+    std::printf("wrote %zu tensors to %s (tp %ld, pp %ld, vocab %ld padded to %ld)\n", keep.tensors.size(),
                 FLAGS_out.c_str(), static_cast<long>(FLAGS_tp), static_cast<long>(FLAGS_pp),
                 static_cast<long>(FLAGS_vocab), static_cast<long>(gpt.padded_vocab_size()));
   }

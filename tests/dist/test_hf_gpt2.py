@@ -2,7 +2,9 @@
 same weights: logits (plain, and with position ids and a padding attention
 mask) and the language-model loss within 1e-5 (f32), on one rank, under tp2
 with a vocabulary of 1,100 padded to 1,280 (the padded logits masked out)
-and under tp2 x pp2. gpt2_hf_dump writes the weights it drew and its outputs
+under tp2 x pp2 and dp2 x tp2; for training, every parameter's gradient
+within 1e-5 of its largest and 5 AdamW steps' losses within 1e-4, Hugging
+Face in float64 (hf_training.py). gpt2_hf_dump writes the weights it drew and its outputs
 as safetensors; this test installs transformers 4.40 (a version that works
 with PyTorch 1.13) from PyPI into a temporary directory, loads the file with
 the `safetensors` package, maps tessel's parameters onto Hugging Face's
@@ -15,6 +17,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import check, finish, install_transformers, run  # noqa: E402
+from hf_training import compare_gradients, compare_steps, tessel_gradients  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--launcher", required=True)
@@ -60,7 +63,9 @@ def max_error(got, want):
     return ((got - want).abs() / want.abs().clamp(min=1.0)).max().item()
 
 
-layouts = {"1x1": (1, ["--tp=1"]), "tp2": (2, ["--tp=2"]), "tp2xpp2": (4, ["--tp=2", "--pp=2"])}
+# dp2 x tp2: dp is what is left of the 4 ranks (the batch of 3 splits 2 + 1).
+layouts = {"1x1": (1, ["--tp=1"]), "tp2": (2, ["--tp=2"]), "tp2xpp2": (4, ["--tp=2", "--pp=2"]),
+           "dp2xtp2": (4, ["--tp=2"])}
 for name, (nproc, flags) in layouts.items():
     path = os.path.join(work.name, name + ".safetensors")
     code, out, _ = run([args.launcher, "--nproc_per_node", str(nproc), "--master_port", "0", "--max_run_s", "200",
@@ -102,6 +107,12 @@ for name, (nproc, flags) in layouts.items():
     if padded > vocab:
         check(f"{name}: the {padded - vocab} padded logits are masked out",
               bool((tensors["logits"][..., vocab:] <= -1e29).all()))
+
+    # Training: every gradient and 5 AdamW steps, in float64.
+    model.double()
+    loss_fn = lambda: model(input_ids=ids, labels=ids).loss  # noqa: E731
+    compare_gradients(name, model, loss_fn, hf_state(tessel_gradients(tensors), heads, layers, vocab))
+    compare_steps(name, model, loss_fn, tensors)
 
 work.cleanup()
 finish()

@@ -1,6 +1,8 @@
 """tessel's ViT (models/vit.h) equals Hugging Face's ViTForImageClassification
 on the same weights: logits and loss within 1e-5 (f32) on one rank, under
-tp2 and under tp2 x pp2. vit_hf_dump writes the weights it drew, its inputs
+tp2, under tp2 x pp2 and under dp2 x tp2; then every parameter's gradient
+(the class token's too) within 1e-5 of its largest and 5 AdamW steps'
+losses within 1e-4, Hugging Face in float64 (hf_training.py). vit_hf_dump writes the weights it drew, its inputs
 and outputs as safetensors; this test installs transformers 4.40 (a version
 that works with PyTorch 1.13) from PyPI into a temporary directory, maps
 tessel's parameters onto Hugging Face's names and layouts, and runs Hugging
@@ -13,6 +15,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import check, finish, install_transformers, run  # noqa: E402
+from hf_training import compare_gradients, compare_steps, tessel_gradients  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--launcher", required=True)
@@ -69,7 +72,9 @@ def max_error(got, want):
     return ((got - want).abs() / want.abs().clamp(min=1.0)).max().item()
 
 
-layouts = {"1x1": (1, ["--tp=1"]), "tp2": (2, ["--tp=2"]), "tp2xpp2": (4, ["--tp=2", "--pp=2"])}
+# dp2 x tp2: dp is what is left of the 4 ranks (the batch of 3 splits 2 + 1).
+layouts = {"1x1": (1, ["--tp=1"]), "tp2": (2, ["--tp=2"]), "tp2xpp2": (4, ["--tp=2", "--pp=2"]),
+           "dp2xtp2": (4, ["--tp=2"])}
 for name, (nproc, flags) in layouts.items():
     path = os.path.join(work.name, name + ".safetensors")
     code, out, _ = run([args.launcher, "--nproc_per_node", str(nproc), "--master_port", "0", "--max_run_s", "200",
@@ -96,6 +101,14 @@ for name, (nproc, flags) in layouts.items():
     err = abs(tensors["loss"].item() - hf.loss.item())
     check(f"{name}: loss {tensors['loss'].item():.6f} equals ViTForImageClassification's {hf.loss.item():.6f} "
           f"(error {err:.2e})", err <= TOLERANCE)
+
+    # Training: every gradient (the class token's among them) and 5 AdamW steps, in float64.
+    model.double()
+    pixels, labels = tensors["pixel_values"].double(), tensors["labels"]
+    loss_fn = lambda: model(pixel_values=pixels, labels=labels).loss  # noqa: E731
+    compare_gradients(name, model, loss_fn, hf_state(tessel_gradients(tensors), heads, layers, channels, patch))
+    # tessel's class token is 1-D (no weight decay); Hugging Face's [1, 1, hidden].
+    compare_steps(name, model, loss_fn, tensors, no_decay=("cls_token",))
 
 work.cleanup()
 finish()

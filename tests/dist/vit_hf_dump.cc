@@ -5,6 +5,7 @@
 // tessel names), the inputs and the outputs:
 //   pixel_values [batch, channels, size, size], labels [batch]
 //   logits [batch, classes], loss
+//   grad.<name>, step_loss.<k>   every gradient of the loss, 5 AdamW steps (DumpTraining)
 // test_hf_vit.py loads it into Hugging Face's ViTForImageClassification and
 // compares.
 #include <gflags/gflags.h>
@@ -53,14 +54,7 @@ int main(int argc, char** argv) {
                    .layernorm_epsilon = 1e-12,
                    .activation = layers::Activation::kGelu});
   vit.Eval();
-  std::vector<std::pair<std::string, Tensor>> out;
-  std::vector<int> all_ranks(dist::WorldSize());
-  for (int r = 0; r < dist::WorldSize(); ++r) all_ranks[r] = r;
-  const Placement world(DeviceType::kCPU, all_ranks);
-  auto keep = [&](const std::string& name, const Tensor& t) {
-    Tensor full = t.is_global() ? GatherLogical(t.detach().to_global(world, NdSbp({B()}))) : t;
-    if (dist::Rank() == 0) out.emplace_back(name, full);
-  };
+  testing::DumpOutputs keep;
   testing::InitDumpParameters(vit, 7000, 0.1, FLAGS_load);
   for (auto& [name, t] : vit.NamedParameters()) keep("param." + name, *t);
   const int64_t b = FLAGS_batch;
@@ -68,13 +62,17 @@ int main(int argc, char** argv) {
   std::vector<int64_t> labels(b);
   for (int64_t i = 0; i < b; ++i) labels[i] = (3 * i + 1) % FLAGS_classes;
   const Tensor labels_t = Tensor::FromVector<int64_t>(labels, {b});
-  NoGradGuard no_grad;
-  keep("pixel_values", pixels);
-  keep("labels", labels_t);
-  keep("logits", vit.Logits(pixels));
-  keep("loss", vit.Loss(pixels, labels_t));
+  {
+    NoGradGuard no_grad;
+    keep("pixel_values", pixels);
+    keep("labels", labels_t);
+    keep("logits", vit.Logits(pixels));
+    keep("loss", vit.Loss(pixels, labels_t));
+  }
+  testing::DumpTraining(
+      vit, [&] { return vit.Loss(pixels, labels_t); }, keep);
   if (dist::Rank() == 0) {
-    zoo::WriteSafetensors(FLAGS_out, out,
+    zoo::WriteSafetensors(FLAGS_out, keep.tensors,
                           {{"image_size", std::to_string(FLAGS_image_size)},
                            {"patch_size", std::to_string(FLAGS_patch)},
                            {"num_channels", std::to_string(FLAGS_channels)},
@@ -82,7 +80,7 @@ int main(int argc, char** argv) {
                            {"hidden_size", std::to_string(FLAGS_hidden)},
                            {"num_attention_heads", std::to_string(FLAGS_heads)},
                            {"hidden_layers", std::to_string(FLAGS_layers)}});
-    std::printf("wrote %zu tensors to %s (tp %ld, pp %ld)\n", out.size(), FLAGS_out.c_str(),
+    std::printf("wrote %zu tensors to %s (tp %ld, pp %ld)\n", keep.tensors.size(), FLAGS_out.c_str(),
                 static_cast<long>(FLAGS_tp), static_cast<long>(FLAGS_pp));
   }
   return 0;

@@ -4,7 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "ops/functional.h"
+#include "ops/op_def.h"
 #include "tests/testing/test_util.h"
 
 namespace tessel {
@@ -64,6 +69,79 @@ TEST(Autograd, MisuseIsNamed) {
               Tensor::FromVector<int64_t>({1}, {1}).set_requires_grad(true);
             }).find("only floating tensors can require gradients"),
             std::string::npos);
+}
+
+// An op registered without a gradient function (nor a mark that it has
+// none by design): the first used with a tensor that requires gradients.
+const OpDef& GradlessSquare() {
+  static const bool registered = [] {
+    OpDef def;
+    def.name = "test_gradless_square";
+    def.inputs = {"x"};
+    def.infer = [](const std::vector<TensorSpec>& in, const Attrs&) {
+      return std::vector<TensorSpec>{in[0]};
+    };
+    def.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
+      return std::vector<Tensor>{fn::mul(ctx.inputs[0], ctx.inputs[0])};
+    };
+    RegisterOp(std::move(def));
+    return true;
+  }();
+  (void)registered;
+  return GetOpDef("test_gradless_square");
+}
+
+TEST(Autograd, BackwardThroughAnOpWithoutGradientFailsNamingIt) {
+  GradlessSquare();
+  Tensor w = randn({3}, 4).set_requires_grad(true);
+  Tensor other = randn({3}, 5).set_requires_grad(true);
+  // The path through the op needs a gradient: refused, naming op and input.
+  Tensor squared = ApplyOp("test_gradless_square", {w}).at(0);
+  const std::string error = ErrorOf([&] { fn::sum(fn::add(squared, other), {}).backward(); });
+  EXPECT_NE(error.find("op 'test_gradless_square' has no gradient function"), std::string::npos) << error;
+  EXPECT_NE(error.find("input 'x'"), std::string::npos) << error;
+  // A detached input takes no path back: allowed.
+  Tensor loss = fn::sum(fn::add(ApplyOp("test_gradless_square", {w.detach()}).at(0), other), {});
+  loss.backward();
+  EXPECT_TRUE(other.grad().defined());
+  // An output that never reaches the loss is no error either.
+  other.zero_grad();
+  Tensor unused = ApplyOp("test_gradless_square", {w}).at(0);
+  fn::sum(other, {}).backward();
+  EXPECT_EQ(Values(other.grad()), (std::vector<float>{1, 1, 1}));
+}
+
+// Every registered op has a gradient function, is marked not differentiable
+// (its outputs are constants to autograd by design), says why it has no
+// gradient (gradient ops), or updates its inputs in place (optimizers).
+TEST(Autograd, EveryRegisteredOpHasAGradientOrIsMarkedNotDifferentiable) {
+  std::vector<std::string> missing;
+  for (const std::string& name : RegisteredOps()) {
+    if (name.rfind("test_", 0) == 0) continue;  // ops the tests register
+    const OpDef& def = GetOpDef(name);
+    if (!def.grad && !def.not_differentiable && def.grad_unsupported.empty() && def.mutates.empty())
+      missing.push_back(name);
+  }
+  EXPECT_TRUE(missing.empty()) << "ops with neither a gradient nor a not-differentiable mark: "
+                               << ::testing::PrintToString(missing);
+}
+
+// expand's gradient: the sum over the added and the stretched axes.
+TEST(Autograd, ExpandGradientSumsTheBroadcastAxes) {
+  Tensor x = Tensor::FromVector<float>({1, 2, 3}, {3, 1}).set_requires_grad(true);
+  // [3, 1] -> [2, 3, 4]: axis 0 added, axis 2 stretched from 1 to 4.
+  Tensor y =
+      ApplyOp("expand", {x}, {{"shape", std::vector<int64_t>{2, 3, 4}}, {"axes", std::vector<int64_t>{0}}})
+          .at(0);
+  Tensor weights = arange({2, 3, 4});
+  fn::sum(fn::mul(y, weights), {}).backward();
+  // d/dx[i] = the sum over a and k of weights[a, i, k].
+  std::vector<float> want(3, 0.0f);
+  for (int a = 0; a < 2; ++a)
+    for (int i = 0; i < 3; ++i)
+      for (int k = 0; k < 4; ++k) want[i] += static_cast<float>(a * 12 + i * 4 + k);
+  EXPECT_EQ(x.grad().shape(), Shape({3, 1}));
+  EXPECT_EQ(Values(x.grad()), want);
 }
 
 }  // namespace

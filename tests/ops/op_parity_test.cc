@@ -351,6 +351,22 @@ std::vector<Case> MakeCases() {
   Tensor ids = Tensor::FromVector<int64_t>({3, 0, 7, 3, 9, 1, 3, 0}, {2, 4});
   add("embedding", "{}", {{Randn({10, 6}), true}, {ids, false}},
       [](const std::vector<Tensor>& in) { return fn::embedding(in[0], in[1]); });
+  // A padding row (3, looked up three times) gets no gradient.
+  add("embedding_padding", "{\"padding_idx\": 3}", {{Randn({10, 6}), true}, {ids, false}},
+      [](const std::vector<Tensor>& in) { return fn::embedding(in[0], in[1], 3); });
+  // expand: one axis added, one stretched from 1 (the gradient sums both).
+  add("expand", "{\"shape\": [2, 4, 3, 5]}", {{Randn({4, 1, 5}), true}}, [](const std::vector<Tensor>& in) {
+    return ApplyOp("expand", {in[0]},
+                   {{"shape", std::vector<int64_t>{2, 4, 3, 5}}, {"axes", std::vector<int64_t>{0}}})
+        .at(0);
+  });
+  // unpatchify, the gradient of patchify, differentiated itself.
+  add("unpatchify", "{\"patch\": 2, \"image_shape\": [2, 3, 4, 6]}", {{Randn({2, 6, 12}), true}},
+      [](const std::vector<Tensor>& in) {
+        return ApplyOp("unpatchify", {in[0]},
+                       {{"patch", int64_t{2}}, {"image_shape", std::vector<int64_t>{2, 3, 4, 6}}})
+            .at(0);
+      });
   Tensor labels = Tensor::FromVector<int64_t>({2, -100, 0, 4, 4}, {5});
   add("pick", "{\"ignore_index\": -100}", {{Randn({5, 6}), true}, {labels, false}},
       [](const std::vector<Tensor>& in) { return fn::pick(in[0], in[1]); });

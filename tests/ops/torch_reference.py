@@ -117,6 +117,17 @@ def run(op, ins, a):
         return ins[0].masked_fill(ins[1], a["value"])
     if op == "embedding":
         return F.embedding(ins[1], ins[0])
+    if op == "embedding_padding":
+        return F.embedding(ins[1], ins[0], padding_idx=a["padding_idx"])
+    if op == "expand":
+        return ins[0].expand(*a["shape"])
+    if op == "unpatchify":
+        # [B, patches, C*p*p] (patches row-major, each flattened as
+        # (channel, row, column)) back to images [B, C, H, W].
+        b, c, h, w = a["image_shape"]
+        p = a["patch"]
+        x = ins[0].reshape(b, h // p, w // p, c, p, p)
+        return x.permute(0, 3, 1, 4, 2, 5).reshape(b, c, h, w)
     if op == "pick":
         x, y = ins
         keep = y != a["ignore_index"]

@@ -352,6 +352,20 @@ TEST(ConfigTest, BertFieldsAreChecked) {
       << e;
   e = ResolveError(bert + "pad_token_id: 102 }", 1);
   EXPECT_NE(e.find("data.sep_token_id and data.pad_token_id are both 102"), std::string::npos) << e;
+  // The model's padding row is the data's padding token, or none.
+  e = ResolveError("model { arch: \"bert\" vocab_size: 200 pad_token_id: 5 } data { data_prefix: \"d\" }", 1);
+  EXPECT_NE(e.find("model.pad_token_id is 5 and data.pad_token_id 0"), std::string::npos) << e;
+  e = ResolveError(
+      "model { arch: \"bert\" vocab_size: 200 pad_token_id: 5 } data { data_prefix: \"d\" "
+      "pad_token_id: 5 masked_lm_prob: 0 }",
+      1);
+  EXPECT_NE(e.find("data.masked_lm_prob is 0"), std::string::npos)
+      << e;  // 5 and 5 agree: the next check speaks
+  e = ResolveError(
+      "model { arch: \"bert\" vocab_size: 200 pad_token_id: -1 } data { data_prefix: \"d\" "
+      "pad_token_id: 7 masked_lm_prob: 0 }",
+      1);
+  EXPECT_NE(e.find("data.masked_lm_prob is 0"), std::string::npos) << e;  // -1: no padding row, any data pad
   e = ResolveError(bert + "masked_lm_prob: 0 }", 1);
   EXPECT_NE(e.find("data.masked_lm_prob is 0"), std::string::npos) << e;
   e = ResolveError("model { arch: \"bert\" max_seq_length: 4 } data { data_prefix: \"d\" }", 1);

@@ -67,6 +67,7 @@ class BertTask : public Task {
                            .max_seq = m.max_position_embeddings(),
                            .ffn_hidden = m.ffn_hidden_size(),
                            .type_vocab_size = m.type_vocab_size(),
+                           .pad_token_id = m.pad_token_id(),
                            .layernorm_epsilon = m.layernorm_epsilon(),
                            .init_std = m.initializer_range(),
                            .seed = t.seed(),
