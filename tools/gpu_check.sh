@@ -12,15 +12,17 @@
 # go to $OUT (or /tmp/gpu_check); the exit code is the number of failed steps.
 #
 #   bash tools/gpu_bundle.sh                          # here, after tools/build.sh
-#   bash tools/gpu_check.sh [--bench] [--peers]       # there, in the checkout
+#   bash tools/gpu_check.sh [--bench] [--peers] [--only=op_parity,...]   # there
+# (--only runs the named steps alone: a rerun after a fix.)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bench=0 peers=0
+bench=0 peers=0 only=
 for a in "$@"; do
   case "$a" in
     --bench) bench=1 ;;
     --peers) bench=1 peers=1 ;;
-    *) echo "gpu_check: unknown argument $a (expected --bench or --peers)" >&2; exit 2 ;;
+    --only=*) only=,${a#--only=}, ;;
+    *) echo "gpu_check: unknown argument $a (expected --bench, --peers or --only=STEP,...)" >&2; exit 2 ;;
   esac
 done
 bundle=${TESSEL_GPU_BUNDLE:-build/gpu_bundle/tessel_gpu.tar.xz}
@@ -46,7 +48,8 @@ export TESSEL_REQUIRE_GPU=1 TESSEL_SOURCE_DIR=$PWD PYTHONUNBUFFERED=1
 export TESSEL_TORCH_PYTHON=${TESSEL_TORCH_PYTHON:-$(command -v python3)}
 
 {
-  echo "tessel GPU check, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2> /dev/null || echo '?')"
+  echo "tessel GPU check, $(date -u '+%Y-%m-%d %H:%M UTC'), checkout $(git rev-parse --short HEAD 2> /dev/null || echo '?')" \
+    "with $(git status --porcelain 2> /dev/null | wc -l) changed files"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2> /dev/null |
     sed 's/^/GPU: /'
   echo "PyTorch: $($TESSEL_TORCH_PYTHON -c 'import torch; print(torch.__version__)' 2>&1 | tail -n 1)"
@@ -57,6 +60,7 @@ failed=0
 step() {  # step NAME COMMAND...: runs it, logs to $out/NAME.log, one summary line
   local name=$1
   shift
+  [ -z "$only" ] || [[ $only == *,$name,* ]] || return 0
   local start=$SECONDS
   "$@" > "$out/$name.log" 2>&1
   local code=$?
@@ -78,6 +82,7 @@ step train_cuda python3 tests/dist/test_train_cuda.py --launcher "$bin/tessel-la
 profile() {
   TESSEL_PROFILE_OPS=events "${launch[@]}" --nproc_per_node 1 -- "$bin/tessel-train" \
     --config configs/gpt2_tiny.prototxt --set train.dist.device=cuda --set train.graph.enabled=false \
+    --set train.dist.tensor_parallel_size=1 --set train.dist.pipeline_parallel_size=1 \
     --set train.train_iter=20 --set evaluation.enabled=false --set "train.output_dir=$work/profile" &&
     grep -q "GPU time between events" "$out/profile_events.log"
 }

@@ -351,22 +351,6 @@ std::vector<Case> MakeCases() {
   Tensor ids = Tensor::FromVector<int64_t>({3, 0, 7, 3, 9, 1, 3, 0}, {2, 4});
   add("embedding", "{}", {{Randn({10, 6}), true}, {ids, false}},
       [](const std::vector<Tensor>& in) { return fn::embedding(in[0], in[1]); });
-  // A padding row (3, looked up three times) gets no gradient.
-  add("embedding_padding", "{\"padding_idx\": 3}", {{Randn({10, 6}), true}, {ids, false}},
-      [](const std::vector<Tensor>& in) { return fn::embedding(in[0], in[1], 3); });
-  // expand: one axis added, one stretched from 1 (the gradient sums both).
-  add("expand", "{\"shape\": [2, 4, 3, 5]}", {{Randn({4, 1, 5}), true}}, [](const std::vector<Tensor>& in) {
-    return ApplyOp("expand", {in[0]},
-                   {{"shape", std::vector<int64_t>{2, 4, 3, 5}}, {"axes", std::vector<int64_t>{0}}})
-        .at(0);
-  });
-  // unpatchify, the gradient of patchify, differentiated itself.
-  add("unpatchify", "{\"patch\": 2, \"image_shape\": [2, 3, 4, 6]}", {{Randn({2, 6, 12}), true}},
-      [](const std::vector<Tensor>& in) {
-        return ApplyOp("unpatchify", {in[0]},
-                       {{"patch", int64_t{2}}, {"image_shape", std::vector<int64_t>{2, 3, 4, 6}}})
-            .at(0);
-      });
   Tensor labels = Tensor::FromVector<int64_t>({2, -100, 0, 4, 4}, {5});
   add("pick", "{\"ignore_index\": -100}", {{Randn({5, 6}), true}, {labels, false}},
       [](const std::vector<Tensor>& in) { return fn::pick(in[0], in[1]); });
@@ -400,6 +384,25 @@ std::vector<Case> MakeCases() {
         Tensor p = in[0].Clone(), buf = zeros({7, 5}, DType::kFloat32, in[0].device());
         for (int step = 0; step < 3; ++step) fn::sgd_update(p, in[1], buf, 0.1, 0.9, 0.01, step == 0);
         return p;
+      });
+  // New cases go last: each Randn takes the next seed, so a case added
+  // earlier would change the inputs of every case after it, and with them
+  // the margins the low-precision tolerances were set on.
+  // A padding row (3, looked up three times) gets no gradient.
+  add("embedding_padding", "{\"padding_idx\": 3}", {{Randn({10, 6}), true}, {ids, false}},
+      [](const std::vector<Tensor>& in) { return fn::embedding(in[0], in[1], 3); });
+  // expand: one axis added, one stretched from 1 (the gradient sums both).
+  add("expand", "{\"shape\": [2, 4, 3, 5]}", {{Randn({4, 1, 5}), true}}, [](const std::vector<Tensor>& in) {
+    return ApplyOp("expand", {in[0]},
+                   {{"shape", std::vector<int64_t>{2, 4, 3, 5}}, {"axes", std::vector<int64_t>{0}}})
+        .at(0);
+  });
+  // unpatchify, the gradient of patchify, differentiated itself.
+  add("unpatchify", "{\"patch\": 2, \"image_shape\": [2, 3, 4, 6]}", {{Randn({2, 6, 12}), true}},
+      [](const std::vector<Tensor>& in) {
+        return ApplyOp("unpatchify", {in[0]},
+                       {{"patch", int64_t{2}}, {"image_shape", std::vector<int64_t>{2, 3, 4, 6}}})
+            .at(0);
       });
   return cases;
 }
@@ -481,7 +484,13 @@ double CaseTolerance(const Case& k, DType dtype) {
 // broadcast scalar operand) may cancel to a fraction of its terms, and
 // RelError has no other elements to scale the difference by: 5x the
 // dtype's tolerance there (f16 reached 7e-2 for a 12-term sum on an H200).
+//
+// Attention's gradients in bf16: 1e-1. PyTorch's own bf16 attention
+// (scaled_dot_product_attention and the plain matrix products) is 6e-2 to
+// 1.1e-1 from the f32 reference on qkv_attention's first case's shape, over
+// six draws on an H100 (2026-11-27); tessel's kernels are 5.5e-2 there.
 double GradTolerance(const Case& k, DType dtype, const Tensor& ref) {
+  if ((k.op == "attention" || k.op == "qkv_attention") && dtype == DType::kBFloat16) return 1e-1;
   const double t = CaseTolerance(k, dtype);
   return dtype != DType::kFloat32 && ref.numel() == 1 ? 5 * t : t;
 }
