@@ -1,8 +1,12 @@
 """Helpers for the process-level tests: run a command with a deadline and
 capture what it printed, and assert on it with readable failures."""
+import array
+import glob
+import json
 import os
 import re
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -60,6 +64,28 @@ def install_transformers(directory):
     if pip.returncode != 0:
         finish()
     sys.path.insert(0, deps)
+
+
+def read_f32(path, name):
+    """Tensor `name` (f32) of a safetensors file, as a flat list of floats."""
+    with open(path, "rb") as f:
+        (header_size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(header_size))
+        entry = header[name]
+        assert entry["dtype"] == "F32", f"{path}: {name} is {entry['dtype']}, not F32"
+        begin, end = entry["data_offsets"]
+        f.seek(8 + header_size + begin)
+        values = array.array("f")
+        values.frombytes(f.read(end - begin))
+    return values.tolist()
+
+
+def checkpoint_tensor(directory, iteration, name):
+    """Tensor `name` of a one-process tessel checkpoint saved at `iteration`
+    under `directory` (train.checkpoint_dir), as a flat list of floats."""
+    shards = glob.glob(os.path.join(directory, f"iter_{iteration:07d}", "shard-*.safetensors"))
+    assert len(shards) == 1, f"expected one shard at iteration {iteration} in {directory}: {shards}"
+    return read_f32(shards[0], name)
 
 
 def finish():

@@ -2,7 +2,10 @@
 - a killed rank stops the job quickly, and the launcher names it;
 - a rank that never joins rendezvous makes the others time out, naming it;
 - a rank that skips a collective makes the others time out, naming the op;
-- ranks that ignore SIGTERM are still stopped (SIGKILL after the grace).
+- ranks that ignore SIGTERM are still stopped (SIGKILL after the grace);
+- the launcher's memory stays bounded whatever a rank prints (a rank
+  printing without pause, a 300 MB line), a slow reader loses nothing, and
+  a rank killed while nobody reads the launcher's stdout still stops the job.
 """
 import argparse
 import os
@@ -95,5 +98,73 @@ code, out, _ = run(L + ["--nproc_per_node", "3", "--", args.probe, "--mode=allre
 check("happy path: exit 0", code == 0, out)
 for r in range(3):
     expect(f"happy path: rank {r} prints the sum 6 with its prefix", out, rf"\[rank {r}\] all_reduce result 6")
+
+
+
+def launcher_peak_kib(cmd, stdout, timeout=60):
+    """Runs the launcher; returns (exit code, its own peak RSS in KiB, seconds),
+    the peak read from /proc while it runs (its ranks not counted)."""
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.DEVNULL)
+    peak = 0
+    while proc.poll() is None and time.monotonic() - start < timeout:
+        try:
+            with open(f"/proc/{proc.pid}/status") as f:
+                peak = max([peak] + [int(l.split()[1]) for l in f if l.startswith("VmHWM:")])
+        except OSError:
+            pass
+        time.sleep(0.05)
+    if proc.poll() is None:
+        proc.kill()
+    return proc.wait(), peak, time.monotonic() - start
+
+
+# 7. A rank printing without pause (`yes` for 8 s, its output to /dev/null):
+# the launcher keeps up in bounded memory (it read to EAGAIN before, and
+# grew by ~250 MB/s).
+code, peak, secs = launcher_peak_kib(L + ["--nproc_per_node", "1", "--", "timeout", "8", "yes"], subprocess.DEVNULL)
+check(f"a rank printing `yes` for 8 s: the launcher peaks at {peak / 1024:.1f} MiB (< 64 MiB)",
+      code == 1 and 0 < peak < 64 * 1024, f"exit {code}")
+
+# 8. One line of 300 MB without a newline: passed on in marked pieces, never
+# held whole (it peaked at 864 MiB before); a slow reader gets every byte.
+big = "import sys; sys.stdout.write('x' * 300_000_000)"
+code, peak, secs = launcher_peak_kib(L + ["--nproc_per_node", "1", "--", sys.executable, "-c", big],
+                                     subprocess.DEVNULL)
+check(f"a 300 MB line: the launcher peaks at {peak / 1024:.1f} MiB (< 64 MiB)", code == 0 and 0 < peak < 64 * 1024,
+      f"exit {code}")
+proc = subprocess.Popen(L + ["--nproc_per_node", "1", "--", sys.executable, "-c", big], stdout=subprocess.PIPE,
+                        stderr=subprocess.DEVNULL)
+pieces = total = 0
+for line in proc.stdout:  # a reader slower than the rank: back-pressure, not loss
+    pieces += 1
+    total += len(line) - len(b"[rank 0] ") - 1
+    if line.endswith(b" [line cut: continues]\n"):
+        total -= len(b" [line cut: continues]")
+code = proc.wait()
+check(f"a 300 MB line reaches a slow reader whole, in {pieces} marked pieces", code == 0 and total == 300_000_000
+      and pieces == -(-300_000_000 // 65536), f"exit {code}, {total} bytes")
+
+# 9. The launcher's stdout is a pipe nobody reads (a paused pager) and rank 0
+# fills it; rank 1 is SIGKILLed after 3 s. The job stops at once, and the
+# launcher exits within seconds instead of hanging in a write.
+err_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tessel_launch_stall_{os.getpid()}.err")
+with open(err_path, "w") as err:
+    start = time.monotonic()
+    proc = subprocess.Popen(L + ["--nproc_per_node", "2", "--", "sh", "-c",
+                                 'if [ "$RANK" = 0 ]; then yes; else sleep 3; kill -9 $$; fi'],
+                            stdout=subprocess.PIPE, stderr=err)
+    try:
+        code = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+    secs = time.monotonic() - start
+    proc.stdout.close()
+with open(err_path) as f:
+    said = f.read()
+os.remove(err_path)
+check(f"stdout unread: the killed rank stopped the job, the launcher exited {secs - 3:.1f} s after the kill (< 5 s)",
+      code == 1 and secs < 8 and "job failed: rank 1" in said and "rank 0 was killed by signal 15" in said, said)
 
 finish()

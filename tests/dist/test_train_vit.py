@@ -3,8 +3,9 @@ the same 20 losses (1e-5 relative) under 1x1x1, dp2, tp2, pp2, dp2 x tp2
 and tp2 x pp2 in graph mode with 1F1B and eagerly on 1x1x1 and tp2 x pp2;
 100 iterations with a falling loss eagerly, in graph mode and under pp2;
 the whole config on one process reaches at least 93% accuracy on the
-held-out images within 10 minutes; synthetic images train; bad input is
-named before the first iteration."""
+held-out images within 10 minutes, and its class token changes from the
+first iteration to the last; synthetic images train; bad input is named
+before the first iteration."""
 import json
 import os
 import re
@@ -13,7 +14,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, expect, finish  # noqa: E402
+from harness import check, checkpoint_tensor, expect, finish  # noqa: E402
 from train_checks import Trainer, check_bad_inputs, check_long_runs, check_same_losses, train_args  # noqa: E402
 
 args = train_args()
@@ -28,7 +29,7 @@ check_long_runs(train, work, ["scheduler.warmup_iter=10"], min_drop=0.5)
 
 # The whole config on one process: held-out accuracy.
 out_dir = os.path.join(work, "digits")
-code, out, secs = train(1, [f"train.output_dir={out_dir}"], timeout=600)
+code, out, secs = train(1, [f"train.output_dir={out_dir}", "train.save_period=100000"], timeout=600)
 check(f"digits: the config trains on 1 process within 10 minutes ({secs:.1f} s)", code == 0 and secs < 600, out)
 accuracy = [float(v) for v in re.findall(r"evaluation at iteration \d+: loss [0-9.]+ accuracy ([0-9.]+)", out)]
 check(f"digits: held-out accuracy {accuracy[-1] if accuracy else 0:.4f} >= 0.93 at the end",
@@ -41,6 +42,23 @@ evals = [r for r in records if "eval_accuracy" in r]
 check("digits: metrics.jsonl holds the evaluations' accuracy and loss",
       bool(evals) and abs(evals[-1]["eval_accuracy"] - accuracy[-1]) < 1e-5 and "eval_loss" in evals[-1],
       str(evals))
+
+# The class token trains: the same config stopped after one iteration (one
+# AdamW step) holds another class token than at the end, and both differ
+# from each other in most of its values.
+first_dir = os.path.join(work, "digits_first")
+code, out, _ = train(1, [f"train.output_dir={first_dir}", "train.train_iter=1", "train.save_period=1",
+                         "evaluation.enabled=false"])
+check("digits: one iteration ran and saved a checkpoint", code == 0, out[-2000:])
+last_iter = records[-1]["iteration"] if records else 0
+try:
+    first = checkpoint_tensor(os.path.join(first_dir, "checkpoints"), 1, "model.cls_token")
+    last = checkpoint_tensor(os.path.join(out_dir, "checkpoints"), last_iter, "model.cls_token")
+    moved = sum(abs(a - b) > 1e-6 for a, b in zip(first, last))
+    check(f"digits: the class token changes during training ({moved} of {len(first)} values moved by more than "
+          f"1e-6 from iteration 1 to {last_iter})", len(first) == len(last) > 0 and moved > len(first) // 2)
+except (AssertionError, OSError, KeyError) as e:
+    check("digits: the class token can be read from both checkpoints", False, str(e))
 
 # Synthetic images of another size: learnable, no file.
 code, out, _ = train(2, ["data.image_dataset=synthetic", "data.synthetic_samples=512", "model.image_size=16",

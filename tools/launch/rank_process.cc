@@ -14,42 +14,9 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "tools/launch/output_writer.h"
+
 namespace tessel::launch {
-
-namespace {
-// Writes to the launcher's stdout/stderr. When the reader has gone (EPIPE:
-// `tessel-launch ... | head`), the rest of that stream is dropped and the
-// job goes on; SIGPIPE is ignored by the launcher.
-void WriteAll(int fd, const std::string& s) {
-  if (fd == STDOUT_FILENO && RankProcess::stdout_closed()) return;
-  size_t done = 0;
-  while (done < s.size()) {
-    ssize_t n = ::write(fd, s.data() + done, s.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) {
-      pollfd pfd{fd, POLLOUT, 0};
-      ::poll(&pfd, 1, 100);
-      continue;
-    }
-    if (n <= 0) {
-      if (fd == STDOUT_FILENO && errno == EPIPE) {
-        RankProcess::stdout_closed() = true;
-        static const char msg[] =
-            "tessel-launch: standard output was closed by its reader; the ranks' output is dropped from now "
-            "on\n";
-        [[maybe_unused]] ssize_t m = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
-      }
-      return;
-    }
-    done += static_cast<size_t>(n);
-  }
-}
-}  // namespace
-
-bool& RankProcess::stdout_closed() {
-  static bool closed = false;
-  return closed;
-}
 
 RankProcess::RankProcess(int rank, const std::vector<std::string>& argv,
                          const std::map<std::string, std::string>& env)
@@ -124,26 +91,37 @@ void RankProcess::ReadHeartbeats() {
 }
 
 void RankProcess::Emit(std::string& pending, bool to_stderr, bool flush_tail) {
-  std::string prefix = "[rank " + std::to_string(rank_) + "] ";
+  const std::string prefix = "[rank " + std::to_string(rank_) + "] ";
   std::string lines;
-  size_t start = 0, nl;
-  while ((nl = pending.find('\n', start)) != std::string::npos) {
-    lines += prefix + pending.substr(start, nl - start + 1);
-    start = nl + 1;
+  size_t start = 0;
+  while (start < pending.size()) {
+    const size_t nl = pending.find('\n', start);
+    if (nl != std::string::npos && nl - start < kMaxLineBytes) {
+      lines.append(prefix).append(pending, start, nl - start + 1);
+      start = nl + 1;
+    } else if (pending.size() - start >= kMaxLineBytes) {
+      // A line this long is passed on in pieces, each marked, never held whole.
+      lines.append(prefix).append(pending, start, kMaxLineBytes).append(" [line cut: continues]\n");
+      start += kMaxLineBytes;
+    } else {
+      break;
+    }
   }
   pending.erase(0, start);
   if (flush_tail && !pending.empty()) {
     lines += prefix + pending + "\n";
     pending.clear();
   }
-  if (!lines.empty()) WriteAll(to_stderr ? STDERR_FILENO : STDOUT_FILENO, lines);
+  if (!lines.empty()) Output().Write(to_stderr ? STDERR_FILENO : STDOUT_FILENO, std::move(lines));
 }
 
-void RankProcess::Pump(int fd) {
+bool RankProcess::Pump(int fd) {
   bool is_err = fd == err_fd_;
   std::string& pending = is_err ? err_pending_ : out_pending_;
   char buf[65536];
-  while (true) {
+  // A bounded read per call: a rank that prints without pause must not
+  // keep the launcher from its other ranks, its heartbeats and its clock.
+  for (int reads = 0; reads < 4; ++reads) {
     ssize_t n = ::read(fd, buf, sizeof(buf));
     if (n > 0) {
       pending.append(buf, static_cast<size_t>(n));
@@ -154,16 +132,21 @@ void RankProcess::Pump(int fd) {
       Emit(pending, is_err, /*flush_tail=*/true);
       ::close(fd);
       (is_err ? err_fd_ : out_fd_) = -1;
-      return;
+      return true;
     }
-    break;  // EAGAIN: nothing more for now
+    Emit(pending, is_err, /*flush_tail=*/false);
+    return true;  // EAGAIN: nothing more for now
   }
   Emit(pending, is_err, /*flush_tail=*/false);
+  return false;
 }
 
 void RankProcess::ClosePipes() {
+  // What the rank left in its pipes (at most a pipe's buffer each, unless a
+  // grandchild still writes: bounded here).
   for (int fd : {out_fd_, err_fd_}) {
-    if (fd >= 0) Pump(fd);
+    for (int calls = 0; fd >= 0 && calls < 64 && !Pump(fd); ++calls) {
+    }
   }
   Emit(out_pending_, false, true);
   Emit(err_pending_, true, true);

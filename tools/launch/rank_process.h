@@ -42,13 +42,15 @@ class RankProcess {
   int stopped_signal() const { return stopped_sig_; }
   Clock::time_point stopped_at() const { return stopped_at_; }
   Clock::time_point exited_at() const { return exited_at_; }
-  // When output to the launcher's stdout fails (its reader went away, e.g.
-  // `| head`), every rank's output is read and dropped from then on.
-  static bool& stdout_closed();
+  // Longer lines are passed on in marked pieces of this size.
+  static constexpr size_t kMaxLineBytes = 64 << 10;
 
-  // Reads what is available on `fd` and writes whole lines, prefixed with
-  // "[rank N] ", to the launcher's stdout or stderr.
-  void Pump(int fd);
+  // Reads what is available on `fd` (a bounded amount per call) and queues
+  // whole lines, prefixed with "[rank N] ", for the launcher's stdout or
+  // stderr (tools/launch/output_writer.h: never blocks; a reader that went
+  // away, e.g. `| head`, or one that stopped reading, loses output, not the
+  // job). Returns whether it read all there was (EAGAIN or end of file).
+  bool Pump(int fd);
   // Writes any unterminated tail and closes both pipes.
   void ClosePipes();
   // Sends `sig` to the rank's whole process group.

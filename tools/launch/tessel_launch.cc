@@ -30,6 +30,7 @@
 #include "core/comm/job_secret.h"
 #include "core/error.h"
 #include "core/flags_env.h"
+#include "tools/launch/output_writer.h"
 #include "tools/launch/rank_process.h"
 
 DEFINE_int32(nproc_per_node, 1, "Processes (ranks) to start on this node");
@@ -59,11 +60,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using tessel::comm::Heartbeat;
 using tessel::launch::RankProcess;
+using tessel::launch::Say;
 
 volatile sig_atomic_t g_signal = 0;
 void OnSignal(int sig) { g_signal = sig; }
 
 [[noreturn]] void Fail(const std::string& message) {
+  tessel::launch::Output().Flush(1.0);  // what was said before, first
   std::fprintf(stderr, "tessel-launch: error: %s\n", message.c_str());
   std::exit(2);
 }
@@ -157,8 +160,8 @@ void CheckDescriptors(int local_ranks, int world) {
   if (lim.rlim_max == RLIM_INFINITY || lim.rlim_max >= need) {
     lim.rlim_cur = need;
     if (::setrlimit(RLIMIT_NOFILE, &lim) == 0) {
-      std::fprintf(stderr, "tessel-launch: raised the open-file limit to %llu for %d ranks\n",
-                   static_cast<unsigned long long>(need), local_ranks);
+      Say("tessel-launch: raised the open-file limit to %llu for %d ranks\n",
+          static_cast<unsigned long long>(need), local_ranks);
       return;
     }
   }
@@ -179,16 +182,15 @@ int CoresAvailable() {
 // oversubscribe its cores. oneDNN and OpenMP loops both follow OMP_NUM_THREADS.
 void SetThreadsPerRank(std::map<std::string, std::string>& env) {
   if (const char* set = std::getenv("OMP_NUM_THREADS")) {
-    std::fprintf(stderr, "tessel-launch: OMP_NUM_THREADS=%s is set; each rank keeps it\n", set);
+    Say("tessel-launch: OMP_NUM_THREADS=%s is set; each rank keeps it\n", set);
     return;
   }
   int cores = CoresAvailable();
   int threads =
       FLAGS_threads_per_rank > 0 ? FLAGS_threads_per_rank : std::max(1, cores / FLAGS_nproc_per_node);
   env["OMP_NUM_THREADS"] = std::to_string(threads);
-  std::fprintf(stderr, "tessel-launch: OMP_NUM_THREADS=%d for each of %d rank(s) (%d cores here%s)\n",
-               threads, FLAGS_nproc_per_node, cores,
-               FLAGS_threads_per_rank > 0 ? ", --threads_per_rank" : "");
+  Say("tessel-launch: OMP_NUM_THREADS=%d for each of %d rank(s) (%d cores here%s)\n", threads,
+      FLAGS_nproc_per_node, cores, FLAGS_threads_per_rank > 0 ? ", --threads_per_rank" : "");
 }
 
 std::string JobSecret() {
@@ -225,13 +227,13 @@ std::string RankList(const std::vector<int>& ranks) {
 void Diagnose(const std::vector<std::unique_ptr<RankProcess>>& ranks) {
   std::map<int, const RankProcess*> by_rank;
   for (const auto& r : ranks) by_rank[r->rank()] = r.get();
-  std::fprintf(stderr, "tessel-launch: what each rank last reported:\n");
+  Say("tessel-launch: what each rank last reported:\n");
   for (const auto& r : ranks) {
     const auto& hb = r->heartbeat();
-    std::fprintf(stderr, "tessel-launch:   rank %d: %s\n", r->rank(),
-                 hb ? tessel::comm::DescribeHeartbeat(*hb).c_str()
-                    : "no heartbeat (not a tessel program, or "
-                      "it never reached tessel::Init)");
+    Say("tessel-launch:   rank %d: %s\n", r->rank(),
+        hb ? tessel::comm::DescribeHeartbeat(*hb).c_str()
+           : "no heartbeat (not a tessel program, or "
+             "it never reached tessel::Init)");
   }
   // Collectives some ranks are stuck in, and the members not in them.
   std::set<std::string> said;
@@ -253,7 +255,7 @@ void Diagnose(const std::vector<std::unique_ptr<RankProcess>>& ranks) {
       std::string line = "rank " + std::to_string(member) + " never reached " + hb->op + " #" +
                          std::to_string(hb->seq) + " on group [" + tessel::comm::FormatRanks(hb->group) +
                          "], which rank(s) " + RankList(waiting) + " waited in";
-      if (said.insert(line).second) std::fprintf(stderr, "tessel-launch: %s\n", line.c_str());
+      if (said.insert(line).second) Say("tessel-launch: %s\n", line.c_str());
     }
   }
 }
@@ -279,6 +281,11 @@ int main(int argc, char** argv) {
       "TESSEL_COMM_TIMEOUT_S); a flag on the command line wins.");
   gflags::SetVersionString("0.1.0");
   ::signal(SIGPIPE, SIG_IGN);  // a closed stdout (`| head`) must not end the job
+  // Everything said goes out before the launcher exits, unless a reader
+  // that stopped reading would hold it longer than this.
+  struct FlushOutputAtExit {
+    ~FlushOutputAtExit() { tessel::launch::Output().Flush(2.0); }
+  } flush_output_at_exit;
   try {
     tessel::FlagDefaultsFromEnvironment(
         "TESSEL_", {"kill_grace_s", "max_run_s", "heartbeat_timeout_s", "secret_file", "threads_per_rank"});
@@ -337,7 +344,7 @@ int main(int argc, char** argv) {
   auto stop_all = [&](const std::string& reason) {
     stopping = true;
     stop_reason = reason;
-    std::fprintf(stderr, "tessel-launch: %s; stopping the other ranks\n", reason.c_str());
+    Say("tessel-launch: %s; stopping the other ranks\n", reason.c_str());
     for (auto& r : ranks) {
       if (!r->running()) continue;
       r->Signal(SIGTERM);
@@ -372,7 +379,12 @@ int main(int argc, char** argv) {
     std::vector<pollfd> fds;
     std::vector<RankProcess*> owners;
     for (auto& r : ranks) {
-      for (int fd : {r->stdout_fd(), r->stderr_fd(), r->heartbeat_fd()}) {
+      // Output waits unread while the launcher's own stream is full
+      // (back-pressure on the ranks, as a pipe gives); heartbeats and exits
+      // are watched regardless.
+      const bool out_full = tessel::launch::Output().Full(STDOUT_FILENO);
+      const bool err_full = tessel::launch::Output().Full(STDERR_FILENO);
+      for (int fd : {out_full ? -1 : r->stdout_fd(), err_full ? -1 : r->stderr_fd(), r->heartbeat_fd()}) {
         if (fd >= 0) {
           fds.push_back({fd, POLLIN, 0});
           owners.push_back(r.get());
@@ -398,14 +410,12 @@ int main(int argc, char** argv) {
         if (r->pid() != pid) continue;
         if (WIFSTOPPED(status)) {
           r->SetStopped(WSTOPSIG(status), Clock::now());
-          std::fprintf(
-              stderr,
-              "tessel-launch: rank %d (pid %d) was stopped by signal %d (%s); the job stops unless it "
+          Say("tessel-launch: rank %d (pid %d) was stopped by signal %d (%s); the job stops unless it "
               "continues within %d s\n",
               r->rank(), pid, WSTOPSIG(status), ::strsignal(WSTOPSIG(status)), FLAGS_heartbeat_timeout_s);
         } else if (WIFCONTINUED(status)) {
           r->SetContinued();
-          std::fprintf(stderr, "tessel-launch: rank %d (pid %d) continued\n", r->rank(), pid);
+          Say("tessel-launch: rank %d (pid %d) continued\n", r->rank(), pid);
         } else {
           r->SetExited(status);
           if (r->failed() && newly_failed < 0) newly_failed = r->rank();
@@ -442,9 +452,9 @@ int main(int argc, char** argv) {
         auto since = !r->running() ? r->exited_at() : r->last_heartbeat();
         if (now - since < std::chrono::milliseconds(500)) continue;
         early_reported.insert(r->rank());
-        std::fprintf(stderr, "tessel-launch: rank %d %s while rank(s) %s still run\n", r->rank(),
-                     r->running() ? "finished (reached shutdown)" : r->DescribeExit().c_str(),
-                     RankList(still).c_str());
+        Say("tessel-launch: rank %d %s while rank(s) %s still run\n", r->rank(),
+            r->running() ? "finished (reached shutdown)" : r->DescribeExit().c_str(),
+            RankList(still).c_str());
       }
     }
     // Silence: no heartbeat, or stopped by a signal, past the limit.
@@ -499,10 +509,10 @@ int main(int argc, char** argv) {
 
   if (stopping) {
     if (diagnose) Diagnose(ranks);
-    std::fprintf(stderr, "tessel-launch: job failed: %s\n", stop_reason.c_str());
+    Say("tessel-launch: job failed: %s\n", stop_reason.c_str());
     for (auto& r : ranks) {
       if (r->rank() != failed_rank) {
-        std::fprintf(stderr, "tessel-launch:   rank %d %s\n", r->rank(), r->DescribeExit().c_str());
+        Say("tessel-launch:   rank %d %s\n", r->rank(), r->DescribeExit().c_str());
       }
     }
     if (g_signal != 0 && failed_rank < 0) return 128 + g_signal;
