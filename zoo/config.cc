@@ -5,6 +5,7 @@
 #include <google/protobuf/text_format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -126,14 +127,44 @@ void CheckPositive(const std::string& field, int64_t value) {
   TESSEL_CHECK(value >= 1) << "config: " << field << " is " << value << "; expected 1 or more";
 }
 
+// A size or count from 1 to `max`: past it, sizes computed from it would
+// overflow or ask for memory no machine has.
+void CheckSize(const std::string& field, int64_t value, int64_t max) {
+  TESSEL_CHECK(value >= 1 && value <= max)
+      << "config: " << field << " is " << value << "; expected 1 to " << max;
+}
+
+// A finite number in [low, high] (open at either end where said).
+void CheckNumber(const std::string& field, double value, double low, double high, bool low_open = false,
+                 bool high_open = false) {
+  const bool in = std::isfinite(value) && (low_open ? value > low : value >= low) &&
+                  (high_open ? value < high : value <= high);
+  TESSEL_CHECK(in) << "config: " << field << " is " << value << "; expected a finite number "
+                   << (low_open ? "above " : "from ") << low << (high_open ? " and below " : " to ") << high;
+}
+
+constexpr int64_t kMaxWidth = int64_t{1} << 20;  // hidden and per-head sizes
+constexpr int64_t kMaxTable = int64_t{1} << 27;  // vocabulary, ffn, positions, classes
+constexpr int64_t kMaxCount = int64_t{1} << 31;  // batch sizes, iterations, periods
+// Elements of one micro-batch's widest activation on a rank (the logits,
+// the MLP's hidden states): beyond this no device holds them.
+constexpr double kMaxActivationElements = 1ULL << 40;
+
 // Batch sizes: any two of micro, global and accumulation give the third,
 // global = micro x dp x accumulation.
 void ResolveBatchSizes(config::TrainConfig* t, int64_t dp) {
   const bool has_micro = t->has_micro_batch_size(), has_global = t->has_global_batch_size(),
              has_acc = t->has_num_accumulation_steps();
-  if (has_micro) CheckPositive("train.micro_batch_size", t->micro_batch_size());
-  if (has_global) CheckPositive("train.global_batch_size", t->global_batch_size());
-  if (has_acc) CheckPositive("train.num_accumulation_steps", t->num_accumulation_steps());
+  if (has_micro) CheckSize("train.micro_batch_size", t->micro_batch_size(), kMaxCount);
+  if (has_global) CheckSize("train.global_batch_size", t->global_batch_size(), kMaxCount);
+  if (has_acc) CheckSize("train.num_accumulation_steps", t->num_accumulation_steps(), kMaxCount);
+  if (has_micro && has_acc) {  // their product with dp is the global batch: within bounds too
+    const __int128 global = static_cast<__int128>(t->micro_batch_size()) * dp * t->num_accumulation_steps();
+    TESSEL_CHECK(global <= kMaxCount)
+        << "config: train.micro_batch_size x data_parallel_size x num_accumulation_steps = "
+        << t->micro_batch_size() << " x " << dp << " x " << t->num_accumulation_steps() << " is above "
+        << kMaxCount << "; expected a global batch of at most that";
+  }
   if (!has_micro && !has_global) t->set_micro_batch_size(8);
   if (!has_acc && !(has_micro && has_global)) t->set_num_accumulation_steps(1);
   if (!t->has_micro_batch_size()) {  // global and accumulation given
@@ -312,36 +343,38 @@ void ResolveConfig(config::Config* c, int world_size) {
         {"attention_dropout_prob", m.attention_dropout_prob()},
         {"hidden_dropout_prob", m.hidden_dropout_prob()}})
     TESSEL_CHECK(p >= 0 && p < 1) << "config: model." << field << " is " << p << "; expected 0 <= p < 1";
-  CheckPositive("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by());
-  CheckPositive("model.hidden_layers", m.hidden_layers());
-  CheckPositive("model.hidden_size", m.hidden_size());
-  CheckPositive("model.num_attention_heads", m.num_attention_heads());
-  CheckPositive("model.vocab_size", m.vocab_size());
-  CheckPositive("model.max_seq_length", m.max_seq_length());
+  CheckSize("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by(), kMaxWidth);
+  CheckSize("model.hidden_layers", m.hidden_layers(), 1 << 16);
+  CheckSize("model.hidden_size", m.hidden_size(), kMaxWidth);
+  CheckSize("model.num_attention_heads", m.num_attention_heads(), kMaxWidth);
+  CheckSize("model.vocab_size", m.vocab_size(), kMaxTable);
+  CheckSize("model.max_seq_length", m.max_seq_length(), kMaxTable);
+  CheckSize("model.type_vocab_size", m.type_vocab_size(), kMaxTable);
   if (vision) {
-    CheckPositive("model.image_size", m.image_size());
-    CheckPositive("model.patch_size", m.patch_size());
-    CheckPositive("model.num_channels", m.num_channels());
+    CheckSize("model.image_size", m.image_size(), 1 << 16);
+    CheckSize("model.patch_size", m.patch_size(), 1 << 16);
+    CheckSize("model.num_channels", m.num_channels(), 1 << 16);
+    TESSEL_CHECK(m.num_classes() <= kMaxTable)
+        << "config: model.num_classes is " << m.num_classes() << "; expected at most " << kMaxTable;
     TESSEL_CHECK(m.image_size() % m.patch_size() == 0)
         << "config: model.image_size " << m.image_size() << " is not a multiple of model.patch_size "
         << m.patch_size() << "; expected whole patches";
     TESSEL_CHECK(m.num_classes() >= 0)
         << "config: model.num_classes is " << m.num_classes() << "; expected 0 (the dataset's count) or more";
   }
-  TESSEL_CHECK(m.ffn_hidden_size() >= 0) << "config: model.ffn_hidden_size is " << m.ffn_hidden_size()
-                                         << "; expected 0 (4 x hidden_size) or more";
+  TESSEL_CHECK(m.ffn_hidden_size() >= 0 && m.ffn_hidden_size() <= kMaxTable)
+      << "config: model.ffn_hidden_size is " << m.ffn_hidden_size() << "; expected 0 (4 x hidden_size) to "
+      << kMaxTable;
   if (m.ffn_hidden_size() == 0) m.set_ffn_hidden_size(4 * m.hidden_size());
-  TESSEL_CHECK(m.max_position_embeddings() >= 0)
+  TESSEL_CHECK(m.max_position_embeddings() >= 0 && m.max_position_embeddings() <= kMaxTable)
       << "config: model.max_position_embeddings is " << m.max_position_embeddings()
-      << "; expected 0 (max_seq_length) or more";
+      << "; expected 0 (max_seq_length) to " << kMaxTable;
   if (m.max_position_embeddings() == 0) m.set_max_position_embeddings(m.max_seq_length());
   TESSEL_CHECK(vision || m.max_position_embeddings() >= m.max_seq_length())
       << "config: model.max_position_embeddings " << m.max_position_embeddings()
       << " is below model.max_seq_length " << m.max_seq_length() << "; expected a position for every token";
-  TESSEL_CHECK(m.layernorm_epsilon() > 0)
-      << "config: model.layernorm_epsilon is " << m.layernorm_epsilon() << "; expected a positive number";
-  TESSEL_CHECK(m.initializer_range() > 0) << "config: model.initializer_range is " << m.initializer_range()
-                                          << "; expected a positive standard deviation";
+  CheckNumber("model.layernorm_epsilon", m.layernorm_epsilon(), 0, 1, /*low_open=*/true);
+  CheckNumber("model.initializer_range", m.initializer_range(), 0, 1e3, /*low_open=*/true);
   TESSEL_CHECK(m.hidden_size() % m.num_attention_heads() == 0)
       << "config: model.hidden_size " << m.hidden_size() << " is not divisible by model.num_attention_heads "
       << m.num_attention_heads();
@@ -380,8 +413,12 @@ void ResolveConfig(config::Config* c, int world_size) {
   TESSEL_CHECK(d.device() == "cpu" || !t.graph().enabled())
       << "config: train.dist.device \"cuda\" runs eager only for now (the graph executor allocates on the "
          "host); set train.graph.enabled: false";
-  CheckPositive("train.dist.tensor_parallel_size", d.tensor_parallel_size());
-  CheckPositive("train.dist.pipeline_parallel_size", d.pipeline_parallel_size());
+  // Each at most the world (before any product of them is taken).
+  CheckSize("train.dist.tensor_parallel_size", d.tensor_parallel_size(), world_size);
+  CheckSize("train.dist.pipeline_parallel_size", d.pipeline_parallel_size(), world_size);
+  if (d.data_parallel_size() != 0)
+    CheckSize("train.dist.data_parallel_size", d.data_parallel_size(), world_size);
+  CheckSize("train.dist.virtual_pipeline_size", d.virtual_pipeline_size(), 1 << 16);
   const int64_t tp = d.tensor_parallel_size(), pp = d.pipeline_parallel_size();
   if (d.data_parallel_size() == 0) {
     TESSEL_CHECK(world_size % (tp * pp) == 0)
@@ -438,8 +475,8 @@ void ResolveConfig(config::Config* c, int world_size) {
       << "config: train.num_accumulation_steps is " << t.num_accumulation_steps()
       << "; interleaved_1f1b runs micro-batches in rounds of the " << pp
       << " stages, so expected a multiple of train.dist.pipeline_parallel_size";
-  CheckPositive("train.train_iter", t.train_iter());
-  CheckPositive("train.log_period", t.log_period());
+  CheckSize("train.train_iter", t.train_iter(), kMaxCount);
+  CheckSize("train.log_period", t.log_period(), kMaxCount);
   // Schedules, parallel modes and gradient handlers are registries a
   // training program can add to: it checks their names (and the handlers'
   // options) against them before any work starts.
@@ -463,15 +500,18 @@ void ResolveConfig(config::Config* c, int world_size) {
 
   const config::OptimConfig& o = c->optim();
   CheckOneOf("optim.name", o.name(), {"adamw"});
-  TESSEL_CHECK(o.lr() > 0) << "config: optim.lr is " << o.lr() << "; expected a positive learning rate";
-  TESSEL_CHECK(o.clip_grad_norm() > 0)
-      << "config: optim.clip_grad_norm is " << o.clip_grad_norm() << "; expected a positive norm";
+  CheckNumber("optim.lr", o.lr(), 0, 1e6, /*low_open=*/true);
+  CheckNumber("optim.weight_decay", o.weight_decay(), 0, 1e6);
+  CheckNumber("optim.beta1", o.beta1(), 0, 1, false, /*high_open=*/true);
+  CheckNumber("optim.beta2", o.beta2(), 0, 1, false, /*high_open=*/true);
+  CheckNumber("optim.eps", o.eps(), 0, 1, /*low_open=*/true);
+  CheckNumber("optim.clip_grad_norm", o.clip_grad_norm(), 0, 1e30, /*low_open=*/true);
   const config::SchedulerConfig& s = c->scheduler();
   CheckOneOf("scheduler.name", s.name(), {"warmup_cosine", "warmup_linear", "constant"});
   TESSEL_CHECK(s.warmup_iter() >= 0 && s.warmup_iter() <= t.train_iter())
       << "config: scheduler.warmup_iter is " << s.warmup_iter() << "; expected 0 to train.train_iter ("
       << t.train_iter() << ")";
-  TESSEL_CHECK(s.min_lr() >= 0 && s.min_lr() <= o.lr())
+  TESSEL_CHECK(std::isfinite(s.min_lr()) && s.min_lr() >= 0 && s.min_lr() <= o.lr())
       << "config: scheduler.min_lr is " << s.min_lr() << "; expected 0 to optim.lr (" << o.lr() << ")";
 
   const config::DataConfig& data = c->data();
@@ -489,12 +529,27 @@ void ResolveConfig(config::Config* c, int world_size) {
                                                  "and <prefix>.idx)";
   }
   const config::EvaluationConfig& e = c->evaluation();
-  CheckPositive("evaluation.eval_period", e.eval_period());
+  CheckSize("evaluation.eval_period", e.eval_period(), kMaxCount);
   if (vision)
-    TESSEL_CHECK(e.eval_iter() >= 0) << "config: evaluation.eval_iter is " << e.eval_iter()
-                                     << "; expected 0 (the whole validation split) or more";
+    TESSEL_CHECK(e.eval_iter() >= 0 && e.eval_iter() <= kMaxCount)
+        << "config: evaluation.eval_iter is " << e.eval_iter()
+        << "; expected 0 (the whole validation split) to " << kMaxCount;
   else
-    CheckPositive("evaluation.eval_iter", e.eval_iter());
+    CheckSize("evaluation.eval_iter", e.eval_iter(), kMaxCount);
+  // One micro-batch's widest activation on a rank must be one a device can hold.
+  const double tokens =
+      static_cast<double>(t.micro_batch_size()) *
+      static_cast<double>(vision ? (m.image_size() / m.patch_size()) * (m.image_size() / m.patch_size()) + 1
+                                 : m.max_seq_length());
+  const double widest =
+      std::max({static_cast<double>(m.ffn_hidden_size()), static_cast<double>(m.hidden_size()),
+                vision ? 0.0 : static_cast<double>(m.vocab_size()) / static_cast<double>(tp)});
+  TESSEL_CHECK(tokens * widest <= kMaxActivationElements)
+      << "config: one micro-batch of train.micro_batch_size " << t.micro_batch_size() << " x "
+      << static_cast<int64_t>(tokens / static_cast<double>(t.micro_batch_size()))
+      << " tokens has activations of " << tokens * widest
+      << " elements per rank (the widest: " << static_cast<int64_t>(widest)
+      << " per token); expected at most 2^40: use smaller micro-batches";
   FillDefaults(c);  // last: the batch sizes above tell given from left out
 }
 

@@ -1,7 +1,11 @@
 #include "zoo/gpt_dataset.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 
@@ -52,6 +56,21 @@ std::vector<DocumentRange> SplitDocuments(const std::string& split, size_t num_d
   return ranges;
 }
 
+namespace {
+// MemAvailable from /proc/meminfo (physical pages: 2^62 where it is unknown).
+int64_t AvailableMemoryBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{1} << 62;
+}
+}  // namespace
+
 GPTDataset::GPTDataset(const IndexedDataset& data, DocumentRange range, int64_t seq_length,
                        int64_t num_samples, uint64_t seed, std::string name)
     : data_(data), seq_length_(seq_length) {
@@ -71,9 +90,23 @@ GPTDataset::GPTDataset(const IndexedDataset& data, DocumentRange range, int64_t 
       << range.end << "): " << tokens_per_epoch << " tokens; a sample needs " << seq_length + 1
       << " (max_seq_length + 1): give the split more documents or shorten the sequences";
   // Epochs until the stream holds num_samples samples: e·T tokens hold
-  // (e·T - 1) / s of them.
-  epochs_ = 1;
-  while ((epochs_ * tokens_per_epoch - 1) / seq_length < num_samples) ++epochs_;
+  // (e·T - 1) / s of them, so e = ceil((num_samples·s + 1) / T), at least 1
+  // (in 128 bits: a count from a config may be anything).
+  const __int128 needed_tokens = static_cast<__int128>(num_samples) * seq_length + 1;
+  const __int128 epochs = std::max<__int128>(1, (needed_tokens + tokens_per_epoch - 1) / tokens_per_epoch);
+  // The index lists every epoch's sequences (two i64 each) and every
+  // sample (one i64): refused before it is built if it cannot fit.
+  const __int128 index_bytes =
+      epochs * static_cast<__int128>(split_sequences.size()) * 16 + static_cast<__int128>(num_samples) * 8;
+  const int64_t available = AvailableMemoryBytes();
+  TESSEL_CHECK(epochs <= std::numeric_limits<int>::max() && index_bytes <= available / 2)
+      << "GPT dataset " << data.prefix() << " (" << name << " split): " << num_samples << " samples of "
+      << seq_length << " tokens need " << static_cast<double>(epochs) << " epochs of its " << tokens_per_epoch
+      << " tokens, an index of " << static_cast<double>(index_bytes) / (1 << 30) << " GiB; this machine has "
+      << static_cast<double>(available) / (1 << 30)
+      << " GiB available (at most half of it for the index): train for fewer iterations "
+         "(train.train_iter) or smaller batches (train.global_batch_size), or give the split more data";
+  epochs_ = static_cast<int>(epochs);
   std::mt19937_64 rng(seed);
   int64_t position = 0;
   for (int e = 0; e < epochs_; ++e) {

@@ -1,6 +1,8 @@
 #include "core/comm/heartbeat.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -8,6 +10,7 @@
 #include <cctype>
 #include <charconv>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
@@ -41,7 +44,8 @@ bool ParseRanks(std::string_view text, std::vector<int>* out) {
       return false;
     }
     if (lo < 0 || hi < lo || static_cast<size_t>(hi - lo) + out->size() >= kMaxHeartbeatGroup) return false;
-    for (int r = lo; r <= hi; ++r) out->push_back(r);
+    // A 64-bit counter: `r <= hi` with an int would never end for hi = INT_MAX.
+    for (int64_t r = lo; r <= hi; ++r) out->push_back(static_cast<int>(r));
     if (comma == std::string_view::npos) break;
     start = comma + 1;
   }
@@ -199,7 +203,22 @@ void StartHeartbeat(int rank) {
         last = now_key;
         last_sent = now;
       }
-      std::this_thread::sleep_for(std::chrono::seconds(1));
+      // The launcher holds the other end for the job's whole life: a hangup
+      // means it is gone (SIGKILLed, say), and the rank's processes go with
+      // it, even those a wrapper script started, which its death signal
+      // does not reach.
+      pollfd pfd{g_hb->fd, POLLRDHUP, 0};
+      const int ready = ::poll(&pfd, 1, 1000);
+      if (ready > 0 && (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR)) == 0) {
+        std::this_thread::sleep_for(std::chrono::seconds(1));  // anything else: not ours to read
+      } else if (ready > 0) {
+        std::fprintf(stderr,
+                     "tessel: rank %d: tessel-launch is gone (its heartbeat socket closed); ending this "
+                     "rank's processes\n",
+                     g_hb->rank);
+        ::kill(0, SIGKILL);  // this process group: the rank as the launcher started it
+        ::_exit(1);
+      }
     }
   }).detach();
 }

@@ -80,6 +80,17 @@ def read_f32(path, name):
     return values.tolist()
 
 
+def poke_f32(path, name, index, value):
+    """Writes `value` over element `index` of f32 tensor `name` of a
+    safetensors file, in place."""
+    with open(path, "r+b") as f:
+        (header_size,) = struct.unpack("<Q", f.read(8))
+        entry = json.loads(f.read(header_size))[name]
+        assert entry["dtype"] == "F32", f"{path}: {name} is {entry['dtype']}, not F32"
+        f.seek(8 + header_size + entry["data_offsets"][0] + 4 * index)
+        f.write(struct.pack("<f", value))
+
+
 def checkpoint_tensor(directory, iteration, name):
     """Tensor `name` of a one-process tessel checkpoint saved at `iteration`
     under `directory` (train.checkpoint_dir), as a flat list of floats."""

@@ -22,7 +22,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, expect, finish, run  # noqa: E402
+from harness import check, expect, finish, poke_f32, run  # noqa: E402
 from train_checks import LOSS, Trainer, layout_sets  # noqa: E402
 
 parser = argparse.ArgumentParser()
@@ -130,6 +130,22 @@ code, out, _ = train(gpt, 1, 1, 1, 10, split_dir, resume=True)
 check("the merged-and-split checkpoint resumes on one process with the uninterrupted losses",
       code == 0 and {i: float(v) for i, v in losses(out).items()} ==
       {i: float(full[i]) for i in range(6, 11)}, out[-2000:])
+
+# Weights holding a NaN (a damaged file, a diverged run): training stops at
+# its first iteration, naming it, before logging or saving it (it trained on
+# into NaN before).
+nan_file = os.path.join(work, "nan.safetensors")
+shutil.copy(merged, nan_file)
+poke_f32(nan_file, "model.ln_f.weight", 0, float("nan"))
+nan_dir = os.path.join(work, "nan")
+code, out, _ = run([args.tool, "split", nan_file, nan_dir])
+check("a checkpoint with a NaN weight is written", code == 0, out[-2000:])
+code, out, _ = train(gpt, 1, 1, 1, 10, nan_dir, ["train.save_period=1"], resume=True)
+check("NaN weights: the job fails", code not in (0, None), out[-2000:])
+expect("NaN weights: the error names the iteration and the value", out,
+       r"iteration 6: the loss is nan and the gradient norm nan; training stops at the first non-finite value")
+check("NaN weights: nothing was logged or saved for it",
+      "iteration 6/" not in out and not os.path.exists(os.path.join(nan_dir, "iter_0000006")), out[-2000:])
 
 # A vocabulary that tp pads otherwise: 2,100 tokens are 2,304 rows under tp2
 # and 2,176 on one process; the real rows load, the losses go on.

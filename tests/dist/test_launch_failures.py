@@ -5,7 +5,10 @@
 - ranks that ignore SIGTERM are still stopped (SIGKILL after the grace);
 - the launcher's memory stays bounded whatever a rank prints (a rank
   printing without pause, a 300 MB line), a slow reader loses nothing, and
-  a rank killed while nobody reads the launcher's stdout still stops the job.
+  a rank killed while nobody reads the launcher's stdout still stops the job;
+- no process of a job outlives it: not a wrapper script's program whose
+  shell was killed, not a killed rank's children (setsid ones too), not
+  the ranks of a launcher that was SIGKILLed.
 """
 import argparse
 import os
@@ -166,5 +169,70 @@ with open(err_path) as f:
 os.remove(err_path)
 check(f"stdout unread: the killed rank stopped the job, the launcher exited {secs - 3:.1f} s after the kill (< 5 s)",
       code == 1 and secs < 8 and "job failed: rank 1" in said and "rank 0 was killed by signal 15" in said, said)
+
+
+def alive(pid):
+    """Whether `pid` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def leftovers_after(ranks_cmd, act, nproc=2, runs=10):
+    """Runs the launcher `runs` times on ranks_cmd (each rank prints
+    "child=PID" for every process it starts); `act(launcher, rank_pids)`
+    harms the job once the children are up. Returns the children still
+    alive 3 s after the launcher ended, over all runs (each then killed)."""
+    survivors = []
+    for _ in range(runs):
+        proc = subprocess.Popen(L + ["--nproc_per_node", str(nproc), "--", "sh", "-c", ranks_cmd],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        children, lines = [], []
+        deadline = time.monotonic() + 20
+        while len(children) < nproc and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            children += [int(p) for p in re.findall(r"child=(\d+)", line)]
+        time.sleep(0.3)  # the rest of each rank's children start
+        with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
+            rank_pids = [int(p) for p in f.read().split()]
+        act(proc, rank_pids)
+        rest = proc.stdout.read()
+        proc.wait()
+        children += [int(p) for p in re.findall(r"child=(\d+)", rest)]
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and any(alive(c) for c in children):
+            time.sleep(0.1)
+        for c in children:
+            if alive(c):
+                survivors.append(c)
+                os.kill(c, signal.SIGKILL)
+    return survivors
+
+
+# 10. A rank run through a wrapper script whose shell is SIGKILLed: the
+# program the shell started (its child, in the rank's process group) does
+# not outlive the job (it kept running with ppid 1 before).
+left = leftovers_after('sleep 300 & echo "child=$!"; wait',
+                       lambda launcher, ranks: os.kill(ranks[0], signal.SIGKILL))
+check(f"wrapper shell killed: no process of the job left over 10 runs ({len(left)} survivors)", not left)
+
+# 11. A rank with children (a worker in its process group, and one that left
+# it with setsid) is SIGKILLed: neither child survives (the launcher is their
+# subreaper and ends what the ranks left).
+left = leftovers_after('sleep 301 & echo "child=$!"; setsid sleep 302 & echo "child=$!"; wait',
+                       lambda launcher, ranks: os.kill(ranks[0], signal.SIGKILL), nproc=1)
+check(f"rank with children killed: no process of the job left over 10 runs ({len(left)} survivors)", not left)
+
+# 12. The launcher itself SIGKILLed, its ranks tessel programs under a
+# wrapper shell: the shells die with the launcher (their death signal) and
+# the programs notice its heartbeat socket close and end their process group.
+wrapped = f"{args.probe} --mode=sleep & echo \"child=$!\"; wait"
+left = leftovers_after(wrapped, lambda launcher, ranks: (time.sleep(0.5), launcher.kill()))
+check(f"launcher SIGKILLed: no process of the job left over 10 runs ({len(left)} survivors)", not left)
 
 finish()

@@ -113,7 +113,7 @@ TEST(ConfigTest, AnyTwoBatchSizesGiveTheThird) {
             std::string::npos)
       << e;
   e = ErrorOf([] { Batches("micro_batch_size: 0"); });
-  EXPECT_NE(e.find("train.micro_batch_size is 0; expected 1 or more"), std::string::npos) << e;
+  EXPECT_NE(e.find("train.micro_batch_size is 0; expected 1 to 2147483648"), std::string::npos) << e;
 }
 
 // The error ResolveConfig gives for `text` on `world` ranks.
@@ -122,6 +122,46 @@ std::string ResolveError(const std::string& text, int world) {
     config::Config c = ParseConfig(text, "test");
     ResolveConfig(&c, world);
   });
+}
+
+// Out-of-range numbers are refused while resolving, naming the field, before
+// anything is allocated: sizes whose products would overflow or could never
+// be held, counts that would spin or exhaust memory, and hyper-parameters
+// that can only train into NaN (each of these crashed, spun or trained into
+// NaN before).
+TEST(ConfigTest, OutOfRangeNumbersAreNamed) {
+  const std::string data = "data { data_prefix: \"d\" } ";
+  const std::pair<std::string, std::string> cases[] = {
+      {"model { hidden_size: 4611686018427387904 }",
+       "model.hidden_size is 4611686018427387904; expected 1 to"},
+      {"model { ffn_hidden_size: 4611686018427387904 }", "model.ffn_hidden_size is 4611686018427387904"},
+      {"model { vocab_size: 4611686018427387904 }", "model.vocab_size is 4611686018427387904"},
+      {"model { hidden_layers: 1000000000 }", "model.hidden_layers is 1000000000"},
+      {"model { max_seq_length: 1000000000 max_position_embeddings: 1000000000 }",
+       "model.max_seq_length is 1000000000"},
+      {"model { layernorm_epsilon: inf }", "model.layernorm_epsilon is inf; expected a finite number"},
+      {"model { layernorm_epsilon: nan }", "model.layernorm_epsilon is nan"},
+      {"model { initializer_range: -1 }", "model.initializer_range is -1"},
+      {"train { dist { tensor_parallel_size: 4611686018427387904 pipeline_parallel_size: 4 } }",
+       "train.dist.tensor_parallel_size is 4611686018427387904; expected 1 to 4"},
+      {"train { train_iter: 1000000000000 }", "train.train_iter is 1000000000000"},
+      {"train { global_batch_size: 4611686018427387904 }", "train.global_batch_size is 4611686018427387904"},
+      {"train { micro_batch_size: 1000000000 num_accumulation_steps: 1000 }",
+       "train.micro_batch_size x data_parallel_size x num_accumulation_steps"},
+      {"train { micro_batch_size: 1000000000 }", "one micro-batch of train.micro_batch_size 1000000000"},
+      {"optim { lr: inf }", "optim.lr is inf"},
+      {"optim { beta2: -0.5 }", "optim.beta2 is -0.5"},
+      {"optim { beta1: 1.5 }", "optim.beta1 is 1.5"},
+      {"optim { eps: -1 }", "optim.eps is -1"},
+      {"optim { weight_decay: -5 }", "optim.weight_decay is -5"},
+      {"optim { clip_grad_norm: nan }", "optim.clip_grad_norm is nan"},
+      {"scheduler { min_lr: nan }", "scheduler.min_lr is nan"},
+      {"evaluation { eval_iter: 1000000000000 }", "evaluation.eval_iter is 1000000000000"},
+  };
+  for (const auto& [text, want] : cases) {
+    const std::string e = ResolveError(data + text, 4);
+    EXPECT_NE(e.find(want), std::string::npos) << text << "\n  gave: " << e;
+  }
 }
 
 TEST(ConfigTest, DistSizesAreCheckedAgainstTheWorld) {

@@ -102,5 +102,20 @@ TEST(GPTDatasetTest, ASplitTooSmallIsNamed) {
       << e;
 }
 
+// More samples than an index in memory can list (1e9 iterations of a
+// batch, say) are refused before it is built, naming what to lower; they
+// allocated until bad_alloc before, and a count past 2^62 overflowed.
+TEST(GPTDatasetTest, AnIndexTooLargeIsRefusedBeforeItIsBuilt) {
+  IndexedDataset data(MakeDataset());
+  for (const int64_t samples : {int64_t{1} << 40, int64_t{4'000'000'000'000'000'000}}) {
+    const std::string e = ErrorOf([&] { GPTDataset ds(data, {0, 4}, 3, samples, 1, "train"); });
+    EXPECT_NE(e.find("GPT dataset"), std::string::npos) << e;
+    EXPECT_NE(e.find("(train split): " + std::to_string(samples) + " samples of 3 tokens need"),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find("train.train_iter"), std::string::npos) << e;
+  }
+}
+
 }  // namespace
 }  // namespace tessel::zoo

@@ -4,11 +4,13 @@
 // naming it.
 //
 //   tessel-launch --nproc_per_node 4 -- ./my_program --flag value
+#include <dirent.h>
 #include <gflags/gflags.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -19,10 +21,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/comm/flight_recorder.h"
@@ -262,6 +266,52 @@ void Diagnose(const std::vector<std::unique_ptr<RankProcess>>& ranks) {
 
 }  // namespace
 
+// The processes the ranks left behind when the job ends: members of a
+// rank's process group (a wrapper script's program, data workers), and
+// descendants that moved elsewhere (setsid) and were handed to this launcher
+// when their parent died (it is their subreaper). Each is killed and reaped;
+// the launcher says how many there were.
+void EndLeftovers(const std::vector<std::unique_ptr<RankProcess>>& ranks) {
+  int ended = 0;
+  for (int round = 0; round < 20; ++round) {
+    for (auto& r : ranks) r->Signal(SIGKILL);
+    std::vector<pid_t> orphans;
+    if (DIR* proc = ::opendir("/proc")) {
+      while (dirent* e = ::readdir(proc)) {
+        const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+        if (pid <= 0) continue;
+        std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
+        std::string line;
+        if (!std::getline(stat, line)) continue;
+        // pid (comm) state ppid ...: comm may hold spaces; read after the last ')'.
+        const size_t close = line.rfind(')');
+        if (close == std::string::npos) continue;
+        char state = 0;
+        int ppid = 0;
+        if (std::sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) == 2 && ppid == ::getpid() &&
+            state != 'Z')
+          orphans.push_back(pid);
+      }
+      ::closedir(proc);
+    }
+    for (pid_t pid : orphans) {
+      ::kill(-pid, SIGKILL);  // its group, if it leads one
+      ::kill(pid, SIGKILL);
+    }
+    ended += static_cast<int>(orphans.size());
+    // Reap them; their own children come to this launcher next round.
+    const auto until = Clock::now() + std::chrono::milliseconds(200);
+    while (Clock::now() < until) {
+      int status;
+      const pid_t reaped = ::waitpid(-1, &status, WNOHANG);
+      if (reaped < 0) break;  // no children left
+      if (reaped == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (orphans.empty() && ::waitpid(-1, nullptr, WNOHANG) < 0) break;
+  }
+  if (ended > 0) Say("tessel-launch: ended %d process(es) the ranks had left running\n", ended);
+}
+
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "start one process per rank for a tessel job\n"
@@ -312,6 +362,10 @@ int main(int argc, char** argv) {
   };
   SetThreadsPerRank(common);
 
+  // Descendants whose parent dies (a killed wrapper's program, a setsid
+  // worker) become this launcher's children, so none outlives the job.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   ::sigaction(SIGINT, &sa, nullptr);
@@ -345,8 +399,9 @@ int main(int argc, char** argv) {
     stopping = true;
     stop_reason = reason;
     Say("tessel-launch: %s; stopping the other ranks\n", reason.c_str());
+    // Every rank's process group, also of ranks that ended: what they
+    // started (a wrapper script's program, data workers) is stopped too.
     for (auto& r : ranks) {
-      if (!r->running()) continue;
       r->Signal(SIGTERM);
       r->Signal(SIGCONT);  // a stopped rank only sees SIGTERM once continued
     }
@@ -489,9 +544,7 @@ int main(int argc, char** argv) {
       stop_all("the job ran past --max_run_s=" + std::to_string(FLAGS_max_run_s));
     }
     if (stopping && now >= kill_at) {
-      for (auto& r : ranks) {
-        if (r->running()) r->Signal(SIGKILL);
-      }
+      for (auto& r : ranks) r->Signal(SIGKILL);
     }
 
     bool any_running = false, any_pipe = false;
@@ -506,6 +559,7 @@ int main(int argc, char** argv) {
     }
   }
   for (auto& r : ranks) r->ClosePipes();
+  EndLeftovers(ranks);
 
   if (stopping) {
     if (diagnose) Diagnose(ranks);

@@ -398,6 +398,14 @@ int RunTrainingProgram(int argc, char** argv) {
                     static_cast<long>(it + 1), amp->loss_scale());
       }
     }
+    // A non-finite loss, or gradient norm without a loss scale to skip the
+    // step, ruins every later step: stop at once, naming the iteration,
+    // before anything is logged as progress or saved (every rank sees the
+    // same values, so all stop together).
+    TESSEL_CHECK(std::isfinite(loss) && (amp != nullptr || std::isfinite(grad_norm)))
+        << "iteration " << it + 1 << ": the loss is " << loss << " and the gradient norm " << grad_norm
+        << "; training stops at the first non-finite value (lower optim.lr, check the data, or train with a "
+           "loss scale: train.amp with f16)";
     ++period_iterations;
     const int64_t done = it + 1;
     if (done == 1 || done % t.log_period() == 0 || done == t.train_iter()) {
