@@ -67,7 +67,8 @@ step() {  # step NAME COMMAND...: runs it, logs to $out/NAME.log, one summary li
   local verdict=PASS
   [ $code -eq 0 ] || { verdict="FAIL (exit $code)"; failed=$((failed + 1)); }
   printf '%-14s %-16s %4d s   %s\n' "$name" "$verdict" $((SECONDS - start)) \
-    "$(grep -E '^\[  PASSED  \]|^[0-9]+ passed, [0-9]+ failed|tokens/s' "$out/$name.log" | tail -n 3 | paste -sd' ' -)" |
+    "$(grep -E '^\[  PASSED  \]|^[0-9]+ passed, [0-9]+ failed|^\| tessel|tessel op profile \(' "$out/$name.log" |
+      sed 's/^\[rank 0\] //' | tail -n 3 | paste -sd' ' -)" |
     tee -a "$summary"
 }
 
