@@ -1,10 +1,12 @@
 #include "checkpoint/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +14,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -51,6 +54,13 @@ std::string ShardName(int rank, int world) {
   char name[64];
   std::snprintf(name, sizeof(name), "shard-%05d-of-%05d.safetensors", rank, world);
   return name;
+}
+
+// FNV-1a over `text`, continuing from `hash`.
+constexpr uint64_t kFnvBasis = 14695981039346656037ull;
+uint64_t Fnv1a(uint64_t hash, const std::string& text) {
+  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return (hash ^ 0xff) * 1099511628211ull;  // a separator, so "ab"+"c" differs from "a"+"bc"
 }
 
 // The metadata key of a shard entry's checksum.
@@ -148,6 +158,14 @@ CheckpointIndex ParseIndex(std::string_view text, const std::string& name) {
                  f.get<std::string>().find('/') == std::string::npos && f.get<std::string>() != "..")
         << "checkpoint index " << name << ": file " << f.dump() << " is not a file name in the checkpoint";
     index.files.push_back(f.get<std::string>());
+  }
+  if (j.contains("save_id")) {
+    const nlohmann::json& id = j["save_id"];
+    TESSEL_CHECK(id.is_string() && !id.get<std::string>().empty() && id.get<std::string>().size() <= 32 &&
+                 id.get<std::string>().find_first_not_of("0123456789abcdef") == std::string::npos)
+        << "checkpoint index " << name << ": save_id " << id.dump().substr(0, 80)
+        << "; expected up to 32 lower-case hex digits";
+    index.save_id = id.get<std::string>();
   }
   if (j.contains("metadata")) {
     TESSEL_CHECK(j["metadata"].is_object())
@@ -250,6 +268,7 @@ std::string IndexText(const CheckpointIndex& index) {
   j["version"] = kVersion;
   j["world_size"] = index.world_size;
   j["files"] = index.files;
+  if (!index.save_id.empty()) j["save_id"] = index.save_id;
   j["metadata"] = nlohmann::json::object();
   for (const auto& [k, v] : index.metadata) j["metadata"][k] = v;
   j["tensors"] = nlohmann::json::object();
@@ -425,11 +444,31 @@ fs::path Save(const fs::path& dir, int64_t iteration, const NamedTensors& tensor
   }
   if (rank == 0) {
     fs::create_directories(dir);
-    fs::remove_all(tmp);  // a save killed before
+    // What saves killed before left (this iteration's or any other's).
+    for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("iter_", 0) == 0 && name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0)
+        fs::remove_all(e.path());
+    }
     fs::create_directories(tmp);
   }
   comm.Barrier();
   const fs::path shard = tmp / ShardName(rank, world);
+  // The save's id: a hash of the iteration and every chunk's checksum on
+  // every rank. Another run's or iteration's shard differs; a resumed run
+  // that reaches the same state writes the same bytes.
+  {
+    uint64_t local = Fnv1a(kFnvBasis, std::to_string(iteration));
+    for (const auto& [entry, crc] : crcs) local = Fnv1a(Fnv1a(local, entry), crc);
+    std::vector<uint64_t> all(static_cast<size_t>(world));
+    comm.AllGather(&local, 1, all.data(), DType::kInt64);
+    uint64_t id = kFnvBasis;
+    for (uint64_t h : all) id = Fnv1a(id, std::to_string(h));
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(id));
+    index.save_id = hex;
+  }
+  crcs[kSaveIdKey] = index.save_id;  // the shard's tie to this save's index
   zoo::WriteSafetensors(shard, mine, crcs);
   Fsync(shard);
   comm.Barrier();  // every shard is on disk
@@ -465,6 +504,38 @@ fs::path Save(const fs::path& dir, int64_t iteration, const NamedTensors& tensor
   }
   comm.Barrier();  // nobody goes on (or exits) before the checkpoint is complete
   return final_dir;
+}
+
+DirectoryLock::DirectoryLock(const fs::path& dir) {
+  std::error_code error;
+  fs::create_directories(dir, error);
+  TESSEL_CHECK(fs::is_directory(dir))
+      << "checkpoint directory " << dir.string() << " cannot be made"
+      << (fs::exists(dir) ? " (a file of that name is there)" : " (" + error.message() + ")")
+      << "; give train.checkpoint_dir a directory";
+  const fs::path lock = dir / ".lock";
+  fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  TESSEL_CHECK(fd_ >= 0) << "checkpoint directory " << dir.string() << ": cannot open " << lock.string()
+                         << ": " << std::strerror(errno);
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    char holder[256] = {};
+    [[maybe_unused]] ssize_t n = ::pread(fd_, holder, sizeof(holder) - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    TESSEL_THROW(StatusCode::kUnavailable)
+        << "checkpoint directory " << dir.string() << " is being written by another job (" << holder
+        << " holds " << lock.string() << "); give this run a train.checkpoint_dir of its own";
+  }
+  char host[128] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  const std::string owner = "pid " + std::to_string(::getpid()) + " on " + host;
+  if (::ftruncate(fd_, 0) == 0) {
+    [[maybe_unused]] ssize_t n = ::pwrite(fd_, owner.data(), owner.size(), 0);
+  }
+}
+
+DirectoryLock::~DirectoryLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the lock
 }
 
 fs::path Find(const fs::path& path) {
@@ -507,6 +578,14 @@ Reader::Shard& Reader::OpenShard(int file) {
     // The header through a mapping without read-ahead; chunks by pread with
     // read-ahead off, so the kernel reads the pages asked for and no more.
     shard->file = std::make_unique<zoo::SafetensorsFile>(p, zoo::SafetensorsFile::Access::kRandom);
+    if (!index_.save_id.empty()) {
+      const auto id = shard->file->metadata().find(kSaveIdKey);
+      const std::string got = id == shard->file->metadata().end() ? "none" : id->second;
+      TESSEL_CHECK(got == index_.save_id)
+          << "checkpoint shard " << p.string() << " belongs to another save (save id " << got.substr(0, 32)
+          << ") than its index " << (path_ / "index.json").string() << " (save id " << index_.save_id
+          << "): a shard of another run or iteration was put here; restore this checkpoint's own shards";
+    }
     shard->fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
     TESSEL_CHECK(shard->fd >= 0) << "checkpoint: cannot open " << p.string() << ": " << std::strerror(errno);
     ::posix_fadvise(shard->fd, 0, 0, POSIX_FADV_RANDOM);

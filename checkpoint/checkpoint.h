@@ -59,7 +59,14 @@ struct CheckpointIndex {
   std::vector<std::string> files;
   std::map<std::string, SavedTensor> tensors;
   std::map<std::string, std::string> metadata;  // trainer state: iteration, arch, ...
+  // Drawn for each save and written into every shard too (kSaveIdKey), so a
+  // shard from another run or iteration (same names and shapes) is refused
+  // rather than loaded. Empty in checkpoints saved before it existed.
+  std::string save_id;
 };
+
+// The metadata key of a shard's save id.
+inline constexpr const char* kSaveIdKey = "tessel.save_id";
 
 // Parses index.json (`name` for errors); checks it fully (field types,
 // shapes, boxes inside their tensor and covering it without overlap, file
@@ -111,6 +118,23 @@ struct SaveOptions {
 std::filesystem::path Save(const std::filesystem::path& dir, int64_t iteration, const NamedTensors& tensors,
                            const std::map<std::string, std::string>& metadata,
                            const SaveOptions& options = {});
+
+// A job's claim on a checkpoint directory, held while it lives: made (with
+// the directory) before the first step, so a path that cannot be a
+// directory, or one another job is writing, is named at once instead of at
+// the first save. An advisory lock (flock) on <dir>/.lock, which holds the
+// owner's pid and host.
+class DirectoryLock {
+ public:
+  // Throws naming the directory (and the holder, if locked).
+  explicit DirectoryLock(const std::filesystem::path& dir);
+  ~DirectoryLock();
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 // The checkpoint `path` names: a checkpoint directory (holding index.json)
 // or a directory of them (its `latest`). Empty if `path` holds neither.

@@ -39,6 +39,31 @@ std::string FormatHeartbeat(const Heartbeat& hb);
 // length, known fields, numbers in range, group of at most
 // kMaxHeartbeatGroup ranks). `line` excludes the '\n'.
 std::optional<Heartbeat> ParseHeartbeat(std::string_view line);
+// The launcher's side of the stream: bytes as they arrive (any split),
+// cut into lines and parsed. A line past kMaxHeartbeatLine without a newline
+// is dropped as malformed, so the buffer stays bounded.
+class HeartbeatStream {
+ public:
+  // Calls `on_line` with each complete line's parse (nullopt: malformed).
+  template <typename OnLine>
+  void Append(std::string_view bytes, OnLine&& on_line) {
+    pending_.append(bytes);
+    size_t start = 0, nl;
+    while ((nl = pending_.find('\n', start)) != std::string::npos) {
+      on_line(ParseHeartbeat(std::string_view(pending_).substr(start, nl - start)));
+      start = nl + 1;
+    }
+    pending_.erase(0, start);
+    if (pending_.size() > kMaxHeartbeatLine) {  // no newline in sight: not a heartbeat
+      on_line(std::optional<Heartbeat>());
+      pending_.clear();
+    }
+  }
+
+ private:
+  std::string pending_;
+};
+
 // "in all_reduce #7 on group [0-3] (4 bytes) for 2.1 s".
 std::string DescribeHeartbeat(const Heartbeat& hb);
 // Same op, group and sequence number: the same collective call.

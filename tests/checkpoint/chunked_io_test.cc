@@ -213,4 +213,35 @@ TEST_F(ChunkedIo, VersionOneCheckpointsStillLoad) {
 }
 
 }  // namespace
+// Each save carries an id in its index and in every shard: a shard from
+// another save with the same names and shapes is refused; an index from
+// before ids loads as it did; a malformed id is named.
+TEST_F(ChunkedIo, AShardOfAnotherSaveIsRefused) {
+  Tensor a = Iota({8, 8}), b = Iota({8, 8});
+  for (int64_t i = 0; i < b.numel(); ++i) b.data<float>()[i] *= 2;
+  const fs::path first = Save(dir_, 1, {{"w", &a}}, {}, {});
+  const fs::path second = Save(dir_, 2, {{"w", &b}}, {}, {});
+  const std::string shard = "shard-00000-of-00001.safetensors";
+  fs::copy_file(second / shard, first / shard, fs::copy_options::overwrite_existing);
+  Tensor loaded = Tensor::Empty(Shape({8, 8}), DType::kFloat32);
+  const std::string error = testing::ErrorOf([&] { Load(first, {{"w", &loaded}}); });
+  EXPECT_NE(error.find(shard + " belongs to another save"), std::string::npos) << error;
+  // The same state saved again gets the same id (a resumed run writes the same bytes).
+  const fs::path again = Save(dir_ / "again", 2, {{"w", &b}}, {}, {});
+  nlohmann::json second_index = nlohmann::json::parse(std::ifstream(second / "index.json"));
+  nlohmann::json again_index = nlohmann::json::parse(std::ifstream(again / "index.json"));
+  EXPECT_EQ(second_index["save_id"], again_index["save_id"]);
+  // Without an id (saved before ids): loads.
+  second_index.erase("save_id");
+  std::ofstream(second / "index.json") << second_index.dump();
+  Load(second, {{"w", &loaded}});
+  EXPECT_EQ(loaded.ToVector<float>(), b.ToVector<float>());
+  second_index["save_id"] = "not hex!";
+  std::ofstream(second / "index.json") << second_index.dump();
+  EXPECT_NE(testing::ErrorOf([&] {
+              Load(second, {{"w", &loaded}});
+            }).find("save_id \"not hex!\""),
+            std::string::npos);
+}
+
 }  // namespace tessel::checkpoint

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -235,6 +236,15 @@ index = json.load(open(index_path))
 del index["tensors"]["model.h1.mlp.fc2.bias"]
 json.dump(index, open(index_path, "w"))
 cases["a tensor missing from the index"] = (gpt, missing, [], r"has no tensor 'model\.h1\.mlp\.fc2\.bias'")
+# A shard from another iteration (the same names and shapes, other values):
+# it loaded silently before.
+swapped = os.path.join(work, "swapped")
+shutil.copytree(half_dir, swapped)
+shutil.copy(os.path.join(full_dir, "iter_0000010", "shard-00001-of-00004.safetensors"),
+            os.path.join(swapped, "iter_0000005", "shard-00001-of-00004.safetensors"))
+cases["a shard of another iteration"] = (gpt, swapped, [],
+                                         r"checkpoint shard .*iter_0000005/shard-00001-of-00004\.safetensors belongs to "
+                                         r"another save \(save id [0-9a-f]+\) than its index")
 cases["a checkpoint of another model"] = (bert, half_dir, [],
                                           r"checkpoint .*iter_0000005 \(--resume.*\) is of model\.arch 'gpt2' but this config "
                                           r"trains 'bert'")
@@ -251,5 +261,45 @@ for name, (trainer, directory, extra, pattern) in cases.items():
     if before:  # (the case without a checkpoint has nothing to leave)
         check(f"{name}: the checkpoint is left as it was", digest(os.path.join(directory, "iter_0000005")) == before)
 check("the saved checkpoint itself was never changed", digest(os.path.join(half_dir, "iter_0000005")) == saved_state)
+
+# The checkpoint directory is claimed before the first step.
+# A file where the directory should be: named before iteration 1 (it failed
+# at the first save before).
+as_file = os.path.join(work, "a_file")
+open(as_file, "w").close()
+code, out, _ = train(gpt, 1, 1, 1, 5, as_file, ["train.save_period=5"])
+check("checkpoint_dir a file: the job fails before iteration 1", code not in (0, None) and "iteration 1/" not in out,
+      out[-2000:])
+expect("checkpoint_dir a file: the error names it", out,
+       re.escape(as_file) + r" cannot be made \(a file of that name is there\)")
+# Two jobs on one directory: the second is refused, naming the first.
+shared = os.path.join(work, "shared")
+first_cmd = [args.launcher, "--nproc_per_node", "1", "--master_port", "0", "--max_run_s", "120", "--", args.program,
+             "--config", gpt.config]
+for s_ in COMMON + layout_sets(1, 1, True) + ["train.train_iter=100000", "train.save_period=100000",
+                                              f"train.checkpoint_dir={shared}", f"train.output_dir={shared}_out"]:
+    first_cmd += ["--set", s_]
+first = subprocess.Popen(first_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+started = False
+for line in first.stdout:
+    if "iteration 1/" in line:
+        started = True
+        break
+code, out, _ = train(gpt, 1, 1, 1, 5, shared, ["train.save_period=5"])
+first.terminate()
+first.communicate(timeout=60)
+check("two jobs, one checkpoint_dir: the first trains", started)
+check("two jobs, one checkpoint_dir: the second fails before iteration 1",
+      code not in (0, None) and "iteration 1/" not in out, out[-2000:])
+expect("two jobs, one checkpoint_dir: the error names the directory and the first job", out,
+       r"checkpoint directory .*shared is being written by another job \(pid \d+ on ")
+# What a killed save left (iter_N.tmp of any iteration) is cleaned at the next save.
+stale = os.path.join(work, "stale")
+os.makedirs(os.path.join(stale, "iter_0000003.tmp"))
+code, out, _ = train(gpt, 1, 1, 1, 5, stale, ["train.save_period=5"])
+check("a killed save's iter_0000003.tmp is gone after the next save",
+      code == 0 and not os.path.exists(os.path.join(stale, "iter_0000003.tmp")) and
+      os.path.exists(os.path.join(stale, "iter_0000005", "index.json")), out[-2000:])
 shutil.rmtree(work, ignore_errors=True)
 finish()

@@ -147,6 +147,10 @@ for arch, (cls, config, program, flags, outputs) in MODELS.items():
         os.path.join(exported, "model.safetensors")), out[-2000:])
     if code != 0:
         continue
+    if arch == "bert":  # the padding row's token goes out as it came in
+        exported_pad = json.load(open(os.path.join(exported, "config.json"))).get("pad_token_id", "absent")
+        check(f"bert: export-hf keeps pad_token_id ({exported_pad}, imported {config.pad_token_id})",
+              exported_pad == config.pad_token_id)
     back = cls.from_pretrained(exported).eval()
     theirs, ours = hf.state_dict(), back.state_dict()
     same = [k for k in theirs if k in ours and torch.equal(theirs[k], ours[k])]

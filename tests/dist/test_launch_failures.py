@@ -170,6 +170,34 @@ os.remove(err_path)
 check(f"stdout unread: the killed rank stopped the job, the launcher exited {secs - 3:.1f} s after the kill (< 5 s)",
       code == 1 and secs < 8 and "job failed: rank 1" in said and "rank 0 was killed by signal 15" in said, said)
 
+# 9b. The same unread stdout, and a rank that prints 100 MB then finishes:
+# after 10 s without a read the launcher drops the output, says so, and the
+# rank runs to its end instead of blocking in its write.
+marker = err_path + ".done"
+big = f"import sys; sys.stdout.write('x' * 99 + chr(10)); sys.stdout.write(('y' * 99 + chr(10)) * 1_000_000); " \
+      f"sys.stdout.flush(); open({marker!r}, 'w').close()"
+with open(err_path, "w") as err:
+    start = time.monotonic()
+    proc = subprocess.Popen(L + ["--nproc_per_node", "1", "--", sys.executable, "-c", big], stdout=subprocess.PIPE,
+                            stderr=err)
+    try:
+        code = proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+    secs = time.monotonic() - start
+    proc.stdout.close()
+with open(err_path) as f:
+    said = f.read()
+os.remove(err_path)
+finished = os.path.exists(marker)
+if finished:
+    os.remove(marker)
+check(f"stdout stalled: the rank printing 100 MB ran to its end, the job exited 0 in {secs:.1f} s",
+      code == 0 and finished and secs < 40, said)
+expect("stdout stalled: the launcher says it drops the output", said,
+       r"standard output has taken nothing for 10 s; the ranks' output is dropped until it reads again")
+
 
 def alive(pid):
     """Whether `pid` runs (a zombie does not)."""

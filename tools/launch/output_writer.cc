@@ -62,13 +62,20 @@ void OutputWriter::Write(int fd, std::string text) {
     Stream& s = StreamOf(fd);
     if (s.closed) return;
     if (s.queued + text.size() > kMaxQueuedBytes && Stalled(s)) {
+      if (s.dropped == 0 && &s == &out_ && !err_.closed) {  // said once a stall, where it can be read
+        const std::string note = "tessel-launch: standard output has taken nothing for " +
+                                 std::to_string(static_cast<int>(kStallSeconds)) +
+                                 " s; the ranks' output is dropped until it reads again\n";
+        err_.queued += note.size();
+        err_.queue.push_back(note);
+      }
       s.dropped += static_cast<int64_t>(text.size());
       s.dropped_all += static_cast<int64_t>(text.size());
-      return;
+    } else {
+      if (s.queue.empty()) s.progress = std::chrono::steady_clock::now();  // a stall counts from here
+      s.queued += text.size();
+      s.queue.push_back(std::move(text));
     }
-    if (s.queue.empty()) s.progress = std::chrono::steady_clock::now();  // a stall counts from here
-    s.queued += text.size();
-    s.queue.push_back(std::move(text));
   }
   wake_.notify_all();
 }

@@ -70,23 +70,15 @@ void RankProcess::ReadHeartbeats() {
       hb_fd_ = -1;
       break;
     }
-    hb_pending_.append(buf, static_cast<size_t>(n));
-    size_t start = 0, nl;
-    while ((nl = hb_pending_.find('\n', start)) != std::string::npos) {
-      auto parsed = comm::ParseHeartbeat(std::string_view(hb_pending_).substr(start, nl - start));
-      if (parsed && parsed->rank == rank_) {
-        heartbeat_ = std::move(parsed);
-        last_heartbeat_ = Clock::now();
-      } else {
-        ++malformed_heartbeats_;
-      }
-      start = nl + 1;
-    }
-    hb_pending_.erase(0, start);
-    if (hb_pending_.size() > comm::kMaxHeartbeatLine) {  // no newline in sight: not a heartbeat
-      ++malformed_heartbeats_;
-      hb_pending_.clear();
-    }
+    hb_stream_.Append(std::string_view(buf, static_cast<size_t>(n)),
+                      [&](std::optional<comm::Heartbeat> parsed) {
+                        if (parsed && parsed->rank == rank_) {
+                          heartbeat_ = std::move(parsed);
+                          last_heartbeat_ = Clock::now();
+                        } else {
+                          ++malformed_heartbeats_;
+                        }
+                      });
   }
 }
 

@@ -74,7 +74,7 @@ class RankProcess {
   std::string out_pending_;
   std::string err_pending_;
   int hb_fd_ = -1;
-  std::string hb_pending_;
+  comm::HeartbeatStream hb_stream_;
   std::optional<comm::Heartbeat> heartbeat_;
   Clock::time_point last_heartbeat_{};
   int64_t malformed_heartbeats_ = 0;

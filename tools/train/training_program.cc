@@ -361,6 +361,11 @@ int RunTrainingProgram(int argc, char** argv) {
   double period_data_seconds = 0;
   int64_t period_iterations = 0;
   const bool save = t.save_period() > 0 && !FLAGS_fast_dev_run;
+  // The checkpoint directory claimed before the first step (rank 0 writes
+  // its index): a path that cannot be one, or one another job writes, is
+  // named now rather than at the first save.
+  std::optional<checkpoint::DirectoryLock> checkpoint_lock;
+  if (save && rank == 0) checkpoint_lock.emplace(t.checkpoint_dir());
   for (int64_t it = start_iteration; it < t.train_iter(); ++it) {
     adamw.set_lr(LearningRate(c, it));
     double loss = 0, grad_norm = 0;
