@@ -152,21 +152,29 @@ check(f"a 300 MB line reaches a slow reader whole, in {pieces} marked pieces", c
 # fills it; rank 1 is SIGKILLed after 3 s. The job stops at once, and the
 # launcher exits within seconds instead of hanging in a write.
 err_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tessel_launch_stall_{os.getpid()}.err")
-with open(err_path, "w") as err:
-    start = time.monotonic()
-    proc = subprocess.Popen(L + ["--nproc_per_node", "2", "--", "sh", "-c",
-                                 'if [ "$RANK" = 0 ]; then yes; else sleep 3; kill -9 $$; fi'],
-                            stdout=subprocess.PIPE, stderr=err)
-    try:
-        code = proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        code = proc.wait()
-    secs = time.monotonic() - start
-    proc.stdout.close()
-with open(err_path) as f:
-    said = f.read()
-os.remove(err_path)
+
+
+def with_stdout_unread(launch_args, timeout):
+    """Runs the launcher with its stdout a pipe nobody reads and its stderr
+    to a file; returns (exit code, seconds, what it said on stderr)."""
+    with open(err_path, "w") as err:
+        start = time.monotonic()
+        proc = subprocess.Popen(L + launch_args, stdout=subprocess.PIPE, stderr=err)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+        secs = time.monotonic() - start
+        proc.stdout.close()
+    with open(err_path) as f:
+        said = f.read()
+    os.remove(err_path)
+    return code, secs, said
+
+
+code, secs, said = with_stdout_unread(["--nproc_per_node", "2", "--", "sh", "-c",
+                                       'if [ "$RANK" = 0 ]; then yes; else sleep 3; kill -9 $$; fi'], 30)
 check(f"stdout unread: the killed rank stopped the job, the launcher exited {secs - 3:.1f} s after the kill (< 5 s)",
       code == 1 and secs < 8 and "job failed: rank 1" in said and "rank 0 was killed by signal 15" in said, said)
 
@@ -176,20 +184,7 @@ check(f"stdout unread: the killed rank stopped the job, the launcher exited {sec
 marker = err_path + ".done"
 big = f"import sys; sys.stdout.write('x' * 99 + chr(10)); sys.stdout.write(('y' * 99 + chr(10)) * 1_000_000); " \
       f"sys.stdout.flush(); open({marker!r}, 'w').close()"
-with open(err_path, "w") as err:
-    start = time.monotonic()
-    proc = subprocess.Popen(L + ["--nproc_per_node", "1", "--", sys.executable, "-c", big], stdout=subprocess.PIPE,
-                            stderr=err)
-    try:
-        code = proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        code = proc.wait()
-    secs = time.monotonic() - start
-    proc.stdout.close()
-with open(err_path) as f:
-    said = f.read()
-os.remove(err_path)
+code, secs, said = with_stdout_unread(["--nproc_per_node", "1", "--", sys.executable, "-c", big], 60)
 finished = os.path.exists(marker)
 if finished:
     os.remove(marker)
