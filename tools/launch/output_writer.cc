@@ -1,6 +1,7 @@
 #include "tools/launch/output_writer.h"
 
 #include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +14,10 @@ namespace tessel::launch {
 OutputWriter::OutputWriter() {
   out_.fd = STDOUT_FILENO;
   err_.fd = STDERR_FILENO;
+  struct stat out_stat {
+  }, err_stat{};
+  one_file_ = ::fstat(STDOUT_FILENO, &out_stat) == 0 && ::fstat(STDERR_FILENO, &err_stat) == 0 &&
+              out_stat.st_dev == err_stat.st_dev && out_stat.st_ino == err_stat.st_ino;
   for (Stream* s : {&out_, &err_}) {
     s->progress = std::chrono::steady_clock::now();
     s->thread = std::thread([this, s] { Run(*s); });
@@ -42,7 +47,17 @@ OutputWriter::~OutputWriter() {
   }
 }
 
-OutputWriter::Stream& OutputWriter::StreamOf(int fd) { return fd == STDOUT_FILENO ? out_ : err_; }
+OutputWriter::Stream& OutputWriter::StreamOf(int fd) {
+  return fd == STDOUT_FILENO || one_file_ ? out_ : err_;
+}
+
+bool OutputWriter::QueueNote(std::string note) {
+  Stream& s = StreamOf(STDERR_FILENO);
+  if (s.closed) return false;
+  s.queued += note.size();
+  s.queue.push_back({STDERR_FILENO, std::move(note)});
+  return true;
+}
 
 bool OutputWriter::Stalled(const Stream& s) const {
   return !s.queue.empty() &&
@@ -62,19 +77,17 @@ void OutputWriter::Write(int fd, std::string text) {
     Stream& s = StreamOf(fd);
     if (s.closed) return;
     if (s.queued + text.size() > kMaxQueuedBytes && Stalled(s)) {
-      if (s.dropped == 0 && &s == &out_ && !err_.closed) {  // said once a stall, where it can be read
-        const std::string note = "tessel-launch: standard output has taken nothing for " +
-                                 std::to_string(static_cast<int>(kStallSeconds)) +
-                                 " s; the ranks' output is dropped until it reads again\n";
-        err_.queued += note.size();
-        err_.queue.push_back(note);
+      if (s.dropped == 0 && !one_file_ && &s == &out_) {  // said once a stall, where it can be read
+        QueueNote("tessel-launch: standard output has taken nothing for " +
+                  std::to_string(static_cast<int>(kStallSeconds)) +
+                  " s; the ranks' output is dropped until it reads again\n");
       }
       s.dropped += static_cast<int64_t>(text.size());
       s.dropped_all += static_cast<int64_t>(text.size());
     } else {
       if (s.queue.empty()) s.progress = std::chrono::steady_clock::now();  // a stall counts from here
       s.queued += text.size();
-      s.queue.push_back(std::move(text));
+      s.queue.push_back({fd, std::move(text)});
     }
   }
   wake_.notify_all();
@@ -106,42 +119,36 @@ void OutputWriter::Run(Stream& s) {
                                (s.fd == STDOUT_FILENO ? "standard output" : "standard error") +
                                " were dropped: its reader did not keep up\n";
       s.dropped = 0;
-      if (&s == &out_ && !err_.closed) {
-        err_.queued += note.size();
-        err_.queue.push_back(note);
-        wake_.notify_all();
-      } else {
-        s.queue.push_back(note);
+      if (!QueueNote(note)) {
+        s.queue.push_back({s.fd, note});
         s.queued += note.size();
       }
+      wake_.notify_all();
       continue;
     }
     if (s.queue.empty()) {
       if (stop_) return;
       continue;
     }
-    std::string text = std::move(s.queue.front());
+    Piece piece = std::move(s.queue.front());
     s.queue.pop_front();
     s.writing = true;
     lock.unlock();
-    const bool ok = WriteAll(s.fd, text);
+    const bool ok = WriteAll(piece.fd, piece.text);
     lock.lock();
     s.writing = false;
-    s.queued -= text.size();
+    s.queued -= piece.text.size();
     s.progress = std::chrono::steady_clock::now();
     if (!ok && !s.closed) {
       // EPIPE (`tessel-launch ... | head`): the rest of this stream is
       // dropped and the job goes on.
       s.closed = true;
-      for (const std::string& t : s.queue) s.dropped_all += static_cast<int64_t>(t.size());
+      for (const Piece& p : s.queue) s.dropped_all += static_cast<int64_t>(p.text.size());
       s.queue.clear();
       s.queued = 0;
-      if (&s == &out_ && !err_.closed) {
-        const std::string note =
-            "tessel-launch: standard output was closed by its reader; the ranks' output is dropped from now "
-            "on\n";
-        err_.queued += note.size();
-        err_.queue.push_back(note);
+      if (&s == &out_ && !one_file_ &&
+          QueueNote("tessel-launch: standard output was closed by its reader; the ranks' output is dropped "
+                    "from now on\n")) {
         wake_.notify_all();
       }
     }
@@ -168,7 +175,7 @@ void OutputWriter::Flush(double seconds) {
   }
   if (done()) return;
   for (Stream* s : {&out_, &err_}) {
-    for (const std::string& t : s->queue) s->dropped_all += static_cast<int64_t>(t.size());
+    for (const Piece& p : s->queue) s->dropped_all += static_cast<int64_t>(p.text.size());
     s->queue.clear();
     s->queued = 0;
     s->dropped = 0;

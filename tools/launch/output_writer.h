@@ -44,11 +44,18 @@ class OutputWriter {
   int64_t dropped_bytes() const;
 
  private:
+  // A piece of output and the descriptor it goes to.
+  struct Piece {
+    int fd;
+    std::string text;
+  };
   // One per output stream, each with its own thread: a blocked stdout
-  // does not hold back the launcher's messages on stderr.
+  // does not hold back the launcher's messages on stderr. When stdout and
+  // stderr are one file (a terminal, `2>&1`), everything goes through out_
+  // so that a rank's lines keep the order it wrote them in.
   struct Stream {
     int fd = -1;
-    std::deque<std::string> queue;
+    std::deque<Piece> queue;
     size_t queued = 0;
     int64_t dropped = 0;                             // not yet reported
     int64_t dropped_all = 0;                         // in all
@@ -63,10 +70,14 @@ class OutputWriter {
   Stream& StreamOf(int fd);
   const Stream& StreamOf(int fd) const { return const_cast<OutputWriter*>(this)->StreamOf(fd); }
   bool Stalled(const Stream& s) const;  // with mu_ held
+  // Queues a launcher note on stderr (with mu_ held); false if stderr's
+  // reader is gone.
+  bool QueueNote(std::string note);
 
   mutable std::mutex mu_;
   std::condition_variable wake_, idle_;
   Stream out_, err_;
+  bool one_file_ = false;  // stdout and stderr are the same open file
   bool stop_ = false;
 };
 
