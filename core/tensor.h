@@ -137,6 +137,8 @@ class Tensor {
                            std::shared_ptr<const GlobalMeta> meta);
   friend Tensor MakeGlobal(const Tensor& local, const Shape& logical, const Placement& placement,
                            const NdSbp& nd_sbp);
+  friend Tensor WrapShard(const Tensor& local, const Shape& logical,
+                          const std::shared_ptr<const GlobalMeta>& meta, const Shape& shard, bool member);
 
   std::shared_ptr<TensorImpl> impl_;
 };

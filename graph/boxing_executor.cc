@@ -272,23 +272,37 @@ void SendSlices(const Tensor& input, const Placement& placement, const NdSbp& nd
   PostSendSlices(input, placement, nd_sbp, tag).Wait();
 }
 
-Tensor ReceiveSlices(const Placement& src_placement, const NdSbp& src, const Shape& shape, DType dtype,
-                     const Placement& placement, const NdSbp& nd_sbp, std::optional<uint32_t> tag) {
+PostedReceive PostReceiveSlices(const Placement& src_placement, const NdSbp& src, const Shape& shape,
+                                DType dtype, const Placement& placement, const NdSbp& nd_sbp,
+                                std::optional<uint32_t> tag) {
   const int rank = CurrentRank();
   TESSEL_CHECK(!src_placement.Overlaps(placement))
       << "ReceiveSlices from " << src_placement << " to " << placement
       << ": the two sides of a receive must have no rank in common";
-  const Box box = LocalBox(shape, placement, nd_sbp, rank);
-  Shard out{Tensor::Empty(box.shape(), dtype), box};
-  if (placement.Contains(rank)) {
-    std::vector<std::pair<Tensor, Box>> parts;
-    std::vector<std::unique_ptr<comm::Work>> pending;
-    PostReceives(PlanSliceTransfers(src_placement, src, placement, nd_sbp, shape), dtype, rank, &parts,
-                 &pending, tag);
-    for (auto& w : pending) w->Wait();
-    for (auto& [buf, part] : parts) CopyPart(Shard{buf, part}, part, out.data.raw_data(), out.box, dtype);
-  }
-  return MakeGlobal(out.data, shape, placement, nd_sbp);
+  PostedReceive posted;
+  posted.box = LocalBox(shape, placement, nd_sbp, rank);
+  posted.out = Tensor::Empty(posted.box.shape(), dtype);
+  posted.shape = shape;
+  posted.dtype = dtype;
+  posted.placement = placement;
+  posted.nd_sbp = nd_sbp;
+  if (placement.Contains(rank))
+    PostReceives(PlanSliceTransfers(src_placement, src, placement, nd_sbp, shape), dtype, rank, &posted.parts,
+                 &posted.works, tag);
+  return posted;
+}
+
+Tensor PostedReceive::Wait() {
+  for (auto& w : works) w->Wait();
+  works.clear();
+  for (auto& [buf, part] : parts) CopyPart(Shard{buf, part}, part, out.raw_data(), box, dtype);
+  parts.clear();
+  return MakeGlobal(out, shape, placement, nd_sbp);
+}
+
+Tensor ReceiveSlices(const Placement& src_placement, const NdSbp& src, const Shape& shape, DType dtype,
+                     const Placement& placement, const NdSbp& nd_sbp, std::optional<uint32_t> tag) {
+  return PostReceiveSlices(src_placement, src, shape, dtype, placement, nd_sbp, tag).Wait();
 }
 
 namespace {

@@ -3,10 +3,13 @@
 
 #include <memory>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "core/comm/communicator.h"
 #include "core/tensor.h"
 #include "sbp/boxing_plan.h"
+#include "sbp/slice.h"
 
 namespace tessel {
 
@@ -49,6 +52,25 @@ PostedSends PostSendSlices(const Tensor& input, const Placement& placement, cons
 Tensor ReceiveSlices(const Placement& src_placement, const NdSbp& src, const Shape& shape, DType dtype,
                      const Placement& placement, const NdSbp& nd_sbp,
                      std::optional<uint32_t> tag = std::nullopt);
+// ReceiveSlices without the wait: the receives are posted (their buffers
+// handed to the communicator) and Wait() returns the tensor once they have
+// arrived (or throws at the communicator's timeout naming the peer). A
+// stage posts a receive as soon as its schedule reaches it and goes on with
+// other communication while the message is on its way.
+struct PostedReceive {
+  Tensor out;  // this rank's shard, filled by Wait()
+  Box box;
+  Shape shape;
+  DType dtype = DType::kFloat32;
+  Placement placement;
+  NdSbp nd_sbp;
+  std::vector<std::pair<Tensor, Box>> parts;
+  std::vector<std::unique_ptr<comm::Work>> works;
+  Tensor Wait();
+};
+PostedReceive PostReceiveSlices(const Placement& src_placement, const NdSbp& src, const Shape& shape,
+                                DType dtype, const Placement& placement, const NdSbp& nd_sbp,
+                                std::optional<uint32_t> tag = std::nullopt);
 
 // The plan for a conversion, cached by (layouts, shape, dtype) in a cache of
 // at most kBoxingPlanCacheCapacity plans (least recently used evicted).

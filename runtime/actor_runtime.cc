@@ -20,7 +20,9 @@
 #include "core/join.h"
 #include "graph/boxing_executor.h"
 #include "graph/passes/passes.h"
+#include "graph/plan/exec_plan.h"
 #include "graph/plan/in_order_executor.h"
+#include "runtime/worker.h"
 #include "sbp/global_tensor.h"
 
 namespace tessel::runtime {
@@ -69,6 +71,13 @@ struct ActorRuntime::Program {
   std::vector<int> readers;   // per value: this rank's ops reading it
   std::vector<char> keep;     // per value: a named result
   std::vector<int> off_rank;  // values read here and computed on another stage
+  // This rank's ops lowered to instructions (the others are not lowered).
+  plan::ExecPlan exec;
+  // Per op: the completion queue of a receive (one per source placement,
+  // so a message still on its way from one peer stage does not hold back
+  // one that arrived from another); -1 for other ops.
+  std::vector<int> receive_queue;
+  int receive_queues = 0;
 };
 
 ActorRuntime::ActorRuntime(RuntimeOptions options) : options_(std::move(options)) {
@@ -300,6 +309,17 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
       off[static_cast<size_t>(id)] = 1;
     }
   }
+  p->exec = plan::ExecPlan::Lower(graph, rank, &p->runs);
+  p->receive_queue.assign(ops.size(), -1);
+  std::vector<Placement> sources;
+  for (int id : mine) {
+    const plan::Instruction& ins = p->exec.at(id);
+    if (ins.kind != plan::Instruction::Kind::kRecv) continue;
+    auto found = std::find(sources.begin(), sources.end(), ins.peer_placement);
+    p->receive_queue[static_cast<size_t>(id)] = static_cast<int>(found - sources.begin());
+    if (found == sources.end()) sources.push_back(ins.peer_placement);
+  }
+  p->receive_queues = static_cast<int>(sources.size());
   VLOG(1) << "graph '" << graph.name() << "': rank " << rank << " runs " << mine.size() << " of "
           << ops.size() << " ops on stage " << p->stage << " of " << p->stages << " (" << p->order[0].size()
           << " compute, " << p->order[1].size() << " communication) in " << p->chunks << " chunk(s), "
@@ -318,9 +338,9 @@ struct StepState {
   // when one is: a wake-up per op would cost more than most ops).
   std::condition_variable changed;
   int waiting = 0;
-  // Signals a posted send, the end of the streams or a failure, to the
-  // completion thread.
-  std::condition_variable sends_changed;
+  // Signals a posted send or receive, the end of the streams or a failure,
+  // to the completion workers.
+  std::condition_variable posted_changed;
   std::vector<Tensor> env;
   std::vector<char> ready;
   std::vector<char> done;  // per op: finished (for Program::after)
@@ -331,7 +351,16 @@ struct StepState {
   std::deque<std::unique_ptr<PostedSends>> sends;
   int pending_sends = 0;  // posted and not yet taken by their receivers
   int max_pending_sends = 0;
-  bool sends_done = false;
+  // Posted receives per completion queue (Program::receive_queue), each
+  // with its actor's event, completed when the message has arrived.
+  struct PendingReceive {
+    int op = 0;
+    std::unique_ptr<PostedReceive> posted;
+    ActorEvent event;
+  };
+  std::vector<std::deque<PendingReceive>> receives;
+  std::vector<std::vector<ActorEvent>> receive_events;  // per queue
+  bool streams_done = false;                            // no more sends or receives will be posted
 
   void Fail(StatusCode code, const std::string& what) {
     std::lock_guard<std::mutex> lock(mu);
@@ -340,7 +369,7 @@ struct StepState {
       error_code = code;
     }
     changed.notify_all();
-    sends_changed.notify_all();
+    posted_changed.notify_all();
   }
 };
 
@@ -452,8 +481,9 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
                        .weight = program.weight[static_cast<size_t>(id)] != 0,
                        .start_us = NowMicros()};
       std::vector<Tensor> outs;
+      const plan::Instruction& instruction = program.exec.at(id);
       try {
-        if (op.name == "send") {
+        if (instruction.kind == plan::Instruction::Kind::kSend) {
           if (options_.max_pending_sends > 0 &&
               !WaitForSendRoom(state, options_.max_pending_sends, timeout)) {
             // (Fail keeps an earlier failure: then this one is not news.)
@@ -464,15 +494,22 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
             return;
           }
           // Posted, not waited for: the completion thread waits.
-          auto posted = std::make_unique<PostedSends>(PostSendSlices(
-              args.at(0), Placement::Parse(op.attrs.Get<std::string>("placement")),
-              NdSbp::Parse(op.attrs.Get<std::string>("nd_sbp")), passes::StageTransferTag(op.attrs)));
+          auto posted = std::make_unique<PostedSends>();
+          program.exec.Run(instruction, args, posted.get());
           std::lock_guard<std::mutex> lock(state.mu);
           state.sends.push_back(std::move(posted));
           state.max_pending_sends = std::max(state.max_pending_sends, ++state.pending_sends);
-          state.sends_changed.notify_all();
+          state.posted_changed.notify_all();
+        } else if (instruction.kind == plan::Instruction::Kind::kRecv) {
+          // Posted, not waited for: its queue's completion worker waits and
+          // fills the register, while this stream goes on.
+          auto posted = std::make_unique<PostedReceive>(program.exec.PostReceive(instruction));
+          std::lock_guard<std::mutex> lock(state.mu);
+          state.receives[static_cast<size_t>(program.receive_queue[static_cast<size_t>(id)])].push_back(
+              {id, std::move(posted), event});
+          state.posted_changed.notify_all();
         } else {
-          outs = ApplyGraphOp(graph, op, args);
+          outs = program.exec.Run(instruction, args);
         }
       } catch (const Error& e) {
         state.Fail(e.code(), Describe(graph, op) + " failed: " + e.what());
@@ -482,10 +519,11 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
         return;
       }
       args.clear();
+      const bool completes_later = instruction.kind == plan::Instruction::Kind::kRecv;
       event.end_us = NowMicros();
-      log.push_back(event);
+      if (!completes_later) log.push_back(event);
       std::lock_guard<std::mutex> lock(state.mu);
-      state.done[static_cast<size_t>(id)] = 1;
+      if (!completes_later) state.done[static_cast<size_t>(id)] = 1;
       for (size_t o = 0; o < outs.size(); ++o) {
         const size_t v = static_cast<size_t>(op.outputs[o]);
         if (program.readers[v] > 0 || program.keep[v]) state.env[v] = std::move(outs[o]);
@@ -508,7 +546,7 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
       std::unique_ptr<PostedSends> next;
       {
         std::unique_lock<std::mutex> lock(state.mu);
-        state.sends_changed.wait(lock, [&] { return !state.sends.empty() || state.sends_done; });
+        state.posted_changed.wait(lock, [&] { return !state.sends.empty() || state.streams_done; });
         if (state.sends.empty()) return;
         next = std::move(state.sends.front());
         state.sends.pop_front();
@@ -527,17 +565,59 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
     }
   };
 
+  // Waits for the posted receives of queue `q` in order, filling each
+  // one's register as it arrives, until both streams are done.
+  auto complete_receives = [&](size_t q) {
+    std::vector<ActorEvent>& log = state.receive_events[q];
+    for (;;) {
+      StepState::PendingReceive next;
+      {
+        std::unique_lock<std::mutex> lock(state.mu);
+        state.posted_changed.wait(lock, [&] { return !state.receives[q].empty() || state.streams_done; });
+        if (state.receives[q].empty()) return;
+        next = std::move(state.receives[q].front());
+        state.receives[q].pop_front();
+      }
+      const ir::Op& op = ops[static_cast<size_t>(next.op)];
+      Tensor received;
+      try {
+        received = next.posted->Wait();
+      } catch (const Error& e) {
+        state.Fail(e.code(), Describe(graph, op) + " failed: " + e.what());
+        continue;  // the other receives still complete or time out on their own
+      }
+      next.posted.reset();
+      next.event.end_us = NowMicros();
+      log.push_back(next.event);
+      std::lock_guard<std::mutex> lock(state.mu);
+      state.done[static_cast<size_t>(next.op)] = 1;
+      const size_t v = static_cast<size_t>(op.outputs.at(0));
+      if (program.readers[v] > 0 || program.keep[v]) state.env[v] = std::move(received);
+      state.ready[v] = 1;
+      if (state.waiting > 0) state.changed.notify_all();
+    }
+  };
+
+  state.receives.resize(static_cast<size_t>(program.receive_queues));
+  state.receive_events.resize(static_cast<size_t>(program.receive_queues));
+  if (!communication_) communication_ = std::make_unique<Worker>();
+  if (!sends_) sends_ = std::make_unique<Worker>();
+  while (receivers_.size() < static_cast<size_t>(program.receive_queues))
+    receivers_.push_back(std::make_unique<Worker>());
   const int64_t start = NowMicros();
-  std::thread sender(complete_sends);
-  std::thread communication([&] { run_stream(Stream::kCommunication); });
+  sends_->Start(complete_sends);
+  for (int q = 0; q < program.receive_queues; ++q)
+    receivers_[static_cast<size_t>(q)]->Start([&, q] { complete_receives(static_cast<size_t>(q)); });
+  communication_->Start([&] { run_stream(Stream::kCommunication); });
   run_stream(Stream::kCompute);
-  communication.join();
+  communication_->Wait();
   {
     std::lock_guard<std::mutex> lock(state.mu);
-    state.sends_done = true;
-    state.sends_changed.notify_all();
+    state.streams_done = true;
+    state.posted_changed.notify_all();
   }
-  sender.join();
+  sends_->Wait();
+  for (int q = 0; q < program.receive_queues; ++q) receivers_[static_cast<size_t>(q)]->Wait();
   if (!state.error.empty()) TESSEL_THROW(state.error_code) << state.error;
 
   last_ = StepReport{};
@@ -553,6 +633,8 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
   last_.end_us = NowMicros();
   last_.events = std::move(events[0]);
   last_.events.insert(last_.events.end(), events[1].begin(), events[1].end());
+  for (const std::vector<ActorEvent>& received : state.receive_events)
+    last_.events.insert(last_.events.end(), received.begin(), received.end());
   // Units in the order the compute stream began them; in flight: forwards
   // begun whose backward (and weight-gradient part) has not ended, each
   // chunk's apart.

@@ -1,7 +1,8 @@
 // The actor runtime: runs this rank's part of a compiled graph (the ops of
-// its pipeline stage, graph/passes: stage_assignment) with one actor per op
-// on two streams, each a thread — compute (this caller's thread) and
-// communication — so layout changes, fused gradient reductions and stage
+// its pipeline stage, graph/passes: stage_assignment), lowered once to its
+// executable plan (graph/plan/exec_plan.h), with one actor per op on two
+// streams — compute (this caller's thread) and communication (a worker the
+// runtime keeps) — so layout changes, fused gradient reductions and stage
 // transfers run while compute goes on.
 //
 // Each stream runs its actors in a fixed order: the rank's ops sorted by
@@ -10,10 +11,13 @@
 // pipeline_schedule.h), so GPipe and 1F1B come out of the order. An actor
 // waits for its inputs (registers filled by the actors producing them);
 // every rank of a communication group issues the group's calls in the same
-// order because the orders are computed from the same graph. A send posts
-// its slices and goes on (a third thread waits for the receivers to take
-// them), so stages never wait on each other's sends. A result is freed once
-// this rank's last reader has run.
+// order because the orders are computed from the same graph. Stage
+// transfers never block the communication stream: a send posts its slices
+// and a receive posts its buffers, and completion workers (one for sends,
+// one per source of receives) wait for them — the receive's register is
+// filled when its message arrives, so a slow stage does not hold back the
+// tensor-parallel and data-parallel collectives behind it. A result is
+// freed once this rank's last reader has run. A step creates no thread.
 //
 // An actor that fails, or waits for an input longer than the timeout, stops
 // the step: the error names the op, its stage, micro-batch and pass, and the
@@ -35,6 +39,8 @@
 #include "runtime/pipeline_schedule.h"
 
 namespace tessel::runtime {
+
+class Worker;
 
 struct RuntimeOptions {
   // A registered pipeline schedule (runtime/pipeline_schedule.h): "1f1b",
@@ -117,6 +123,10 @@ class ActorRuntime {
 
   RuntimeOptions options_;
   std::map<const ir::Graph*, std::unique_ptr<Program>> programs_;
+  // Threads that live as long as the runtime: the communication stream,
+  // the posted sends' completion and one per receive queue.
+  std::unique_ptr<Worker> communication_, sends_;
+  std::vector<std::unique_ptr<Worker>> receivers_;
   StepReport last_;
 };
 

@@ -80,6 +80,19 @@ Tensor MakeGlobal(const Tensor& local, const Shape& logical, const Placement& pl
   return Tensor::WrapGlobal(shard, logical, std::make_shared<GlobalMeta>(placement, nd_sbp));
 }
 
+Tensor WrapShard(const Tensor& local, const Shape& logical, const std::shared_ptr<const GlobalMeta>& meta,
+                 const Shape& shard, bool member) {
+  const Tensor own = local.is_global() ? local.to_local() : local;
+  TESSEL_CHECK_CODE(own.shape() == shard, StatusCode::kInternal)
+      << "local shard of shape " << own.shape() << " on rank " << CurrentRank() << " for " << meta->nd_sbp
+      << " on " << meta->placement << " of logical shape " << logical << "; the plan expected " << shard;
+  if (member) {
+    const Device device = RankDevice(meta->placement.device_type());
+    if (own.device() != device) return Tensor::WrapGlobal(own.To(device), logical, meta);
+  }
+  return Tensor::WrapGlobal(own, logical, meta);
+}
+
 Tensor MakeLazyGlobal(const Shape& logical, DType dtype, const Placement& placement, const NdSbp& nd_sbp,
                       std::shared_ptr<const LazyValue> value) {
   CheckGlobalLayout(logical, placement, nd_sbp);

@@ -58,6 +58,13 @@ Box LocalBox(const Shape& logical, const Placement& placement, const NdSbp& nd_s
 // Checks placement and NdSbp against the world and the tensor (naming what
 // is wrong) and wraps `local`, which must have this rank's shard shape.
 Tensor MakeGlobal(const Tensor& local, const Shape& logical, const Placement& placement, const NdSbp& nd_sbp);
+// MakeGlobal for a layout checked once (an executable plan's, per value):
+// `meta` holds a placement and NdSbp CheckGlobalLayout accepted for
+// `logical`, `shard` is this rank's box's shape and `member` whether this
+// rank is in the placement. Only the shard's shape is checked (kInternal);
+// a member's shard moves to its device as MakeGlobal moves it.
+Tensor WrapShard(const Tensor& local, const Shape& logical, const std::shared_ptr<const GlobalMeta>& meta,
+                 const Shape& shard, bool member);
 // A lazy global tensor: logical shape, dtype and layout (checked as
 // MakeGlobal checks them) and no data; `value` links it to a trace (null:
 // none). Its device is the placement's device type.

@@ -116,7 +116,11 @@ const ir::Graph& Graph::Trace(const Tensors& inputs) {
 
 Graph::Tensors Graph::operator()(const Tensors& inputs) {
   const ir::Graph& graph = Trace(inputs);
-  return options_.executor ? options_.executor(graph, inputs) : RunInOrder(graph, inputs);
+  if (options_.executor) return options_.executor(graph, inputs);
+  auto found = plans_.find(&graph);
+  if (found == plans_.end())
+    found = plans_.emplace(&graph, plan::ExecPlan::Lower(graph, CurrentRank())).first;
+  return RunInOrder(found->second, inputs);
 }
 
 }  // namespace tessel

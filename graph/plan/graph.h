@@ -34,6 +34,7 @@
 #include <string>
 
 #include "graph/ir/graph_ir.h"
+#include "graph/plan/exec_plan.h"
 
 namespace tessel {
 
@@ -87,7 +88,10 @@ class Graph {
   BuildFn build_;
   GraphOptions options_;
   std::map<std::string, std::unique_ptr<ir::Graph>> cache_;  // by the inputs' specs
-  std::map<std::string, DType> input_dtypes_;                // by input name, from the first call
+  // Each cached graph's plan for this rank, lowered at its first in-order
+  // run (with GraphOptions::executor unset).
+  std::map<const ir::Graph*, plan::ExecPlan> plans_;
+  std::map<std::string, DType> input_dtypes_;  // by input name, from the first call
 };
 
 }  // namespace tessel

@@ -4,8 +4,8 @@
 
 #include "core/allocator.h"
 #include "core/error.h"
-#include "graph/eager_interpreter.h"
 #include "graph/passes/memory_planning.h"
+#include "sbp/global_tensor.h"
 
 namespace tessel {
 
@@ -38,32 +38,18 @@ std::vector<Tensor> BindGraphValues(const ir::Graph& graph, const std::map<std::
   return env;
 }
 
-std::vector<Tensor> ApplyGraphOp(const ir::Graph& graph, const ir::Op& op, const std::vector<Tensor>& args) {
-  std::vector<Tensor> outs;
-  try {
-    outs = EagerInterpreter().Apply(GetOpDef(op.name), args, op.attrs);
-  } catch (const Error& e) {
-    TESSEL_THROW(e.code()) << "graph '" << graph.name() << "': op " << op.id << " '" << op.name
-                           << "' failed: " << e.what();
-  }
-  TESSEL_CHECK_CODE(outs.size() == op.outputs.size(), StatusCode::kInternal)
-      << "graph '" << graph.name() << "': op " << op.id << " '" << op.name << "' gave " << outs.size()
-      << " results, the trace recorded " << op.outputs.size();
-  for (size_t o = 0; o < outs.size(); ++o) {
-    // The compiled graph fixed every op's layouts; eager dispatch must
-    // agree (inputs arrive laid out as the signature reads them).
-    const ir::Value& want = graph.value(op.outputs[o]);
-    TESSEL_CHECK_CODE(
-        !want.is_global() || (outs[o].placement() == want.placement && outs[o].nd_sbp() == want.nd_sbp),
-        StatusCode::kInternal)
-        << "graph '" << graph.name() << "': op " << op.id << " '" << op.name << "' gave "
-        << outs[o].ToString() << " for %" << want.id << ", compiled as " << want.SpecString();
-  }
-  return outs;
-}
-
 std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs,
                                          RunStats* stats) {
+  return RunInOrder(plan::ExecPlan::Lower(graph, CurrentRank()), inputs, stats);
+}
+
+std::map<std::string, Tensor> RunInOrder(const plan::ExecPlan& plan,
+                                         const std::map<std::string, Tensor>& inputs, RunStats* stats) {
+  const ir::Graph& graph = plan.graph();
+  TESSEL_CHECK_CODE(plan.instructions_run() == static_cast<int64_t>(graph.ops().size()),
+                    StatusCode::kInternal)
+      << "graph '" << graph.name() << "': the in-order executor runs every op; the plan was lowered for "
+      << plan.instructions_run() << " of " << graph.ops().size();
   std::vector<Tensor> env = BindGraphValues(graph, inputs);
   // Each op result is dropped after its last reader (right away if nothing
   // reads it), as memory planning assumes; named results are kept.
@@ -75,15 +61,16 @@ std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph, const std::map<
   Allocator* allocator = GetAllocator(Device::CPU());
   const int64_t held_before = allocator->stats().allocated_bytes;
   if (stats != nullptr) allocator->ResetPeak();
-  for (const ir::Op& op : graph.ops()) {
-    std::vector<Tensor> args;
-    args.reserve(op.inputs.size());
-    for (int i : op.inputs) args.push_back(env[i]);
-    std::vector<Tensor> outs = ApplyGraphOp(graph, op, args);
-    for (size_t o = 0; o < outs.size(); ++o) env[op.outputs[o]] = std::move(outs[o]);
-    for (int i : op.inputs) drop_if_done(i, op.id);
-    for (int o : op.outputs) drop_if_done(o, op.id);
+  std::vector<Tensor> args;
+  for (const plan::Instruction& ins : plan.instructions()) {
+    args.clear();
+    for (int i : ins.inputs) args.push_back(env[static_cast<size_t>(i)]);
+    std::vector<Tensor> outs = plan.Run(ins, args);
+    for (size_t o = 0; o < outs.size(); ++o) env[static_cast<size_t>(ins.outputs[o])] = std::move(outs[o]);
+    for (int i : ins.inputs) drop_if_done(i, ins.op);
+    for (int o : ins.outputs) drop_if_done(o, ins.op);
   }
+  args.clear();
   if (stats != nullptr) stats->peak_bytes = allocator->stats().peak_allocated_bytes - held_before;
   std::map<std::string, Tensor> results;
   for (const auto& [name, id] : graph.outputs()) results[name] = env[id];

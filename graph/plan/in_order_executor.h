@@ -1,9 +1,8 @@
-// Runs a traced (usually compiled) graph on this rank, op by op in program order, through the
-// eager interpreter (without autograd): the reference executor graph mode
-// trains with until the actor runtime replaces it. Variables are the
-// graph's own tensors, so in-place updates persist across calls. Each op's
-// results must have the layouts the graph records (an internal error
-// otherwise).
+// Runs a traced (usually compiled) graph on this rank, op by op in program
+// order: the instructions of its executable plan (graph/plan/exec_plan.h),
+// on the caller's thread. The reference executor: the actor runtime
+// (runtime/actor_runtime.h) runs the same instructions on actors. Variables
+// are the graph's own tensors, so in-place updates persist across calls.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +10,7 @@
 #include <string>
 
 #include "graph/ir/graph_ir.h"
+#include "graph/plan/exec_plan.h"
 
 namespace tessel {
 
@@ -23,19 +23,22 @@ struct RunStats {
   int64_t peak_bytes = 0;
 };
 
-// Binds every graph input by name (each must be given, with the shape,
-// dtype and layout it was traced with; errors name the input and both
-// specs) and returns the named outputs. Each op result is freed after its
-// last reader. With `stats`, measures the run's peak memory.
 // What both executors (this one and the actor runtime) share: the graph's
 // values as a table by value id, with every variable and input bound
 // (checked as RunInOrder says); op results are filled in as ops run.
 std::vector<Tensor> BindGraphValues(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs);
-// Runs one op of the graph through the eager interpreter on `args` and
-// checks its results have the layouts the graph compiled; errors name the
-// graph and the op.
-std::vector<Tensor> ApplyGraphOp(const ir::Graph& graph, const ir::Op& op, const std::vector<Tensor>& args);
 
+// Binds every graph input by name (each must be given, with the shape,
+// dtype and layout it was traced with; errors name the input and both
+// specs), runs every instruction of `plan` (lowered for this rank with
+// every op) in program order and returns the named outputs. Each op result
+// is freed after its last reader. With `stats`, measures the run's peak
+// memory.
+std::map<std::string, Tensor> RunInOrder(const plan::ExecPlan& plan,
+                                         const std::map<std::string, Tensor>& inputs,
+                                         RunStats* stats = nullptr);
+// The same for one run: lowers `graph` for this rank first (a Graph keeps
+// its plans; this is for a graph run once).
 std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs,
                                          RunStats* stats = nullptr);
 

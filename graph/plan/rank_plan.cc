@@ -62,10 +62,10 @@ void AddStageTransfer(proto::PlanOpProto* op, const ir::Value& in, const Placeme
   AddTransfers(op, sends, recvs, in.dtype);
 }
 
-// What `rank` communicates to lay `in` out as `out`: the boxing planner's
-// steps, each as this rank sees it.
-void AddLayoutChange(proto::PlanOpProto* op, const ir::Value& in, const ir::Value& out, int rank) {
-  const BoxingPlan plan = PlanBoxing(in.placement, in.nd_sbp, out.placement, out.nd_sbp, in.shape, in.dtype);
+// What `rank` communicates to lay `in` out by `plan` (the one its
+// executable plan runs): the boxing planner's steps, each as this rank sees
+// it.
+void AddLayoutChange(proto::PlanOpProto* op, const ir::Value& in, const BoxingPlan& plan, int rank) {
   for (const BoxingStep& step : plan.steps) {
     if (step.op == BoxingOp::kSliceTransfer) {
       std::map<int, int64_t> sends, recvs;
@@ -89,11 +89,11 @@ void AddLayoutChange(proto::PlanOpProto* op, const ir::Value& in, const ir::Valu
 
 }  // namespace
 
-void CompileRankPlan(const ir::Graph& graph, int rank, proto::RankPlanProto* plan) {
-  plan->Clear();
-  plan->set_graph(graph.name());
-  plan->set_rank(rank);
-  std::set<int> values;
+void CompileRankPlan(const ir::Graph& graph, int rank, proto::RankPlanProto* plan,
+                     std::string* instructions) {
+  // The ops the rank takes part in, lowered as the runtime lowers them: the
+  // communication listed is that of the executable plan's instructions.
+  std::vector<char> member_ops(graph.ops().size(), 0);
   for (const ir::Op& op : graph.ops()) {
     const bool layout_change = op.name == "to_global";
     bool member = false;
@@ -107,7 +107,23 @@ void CompileRankPlan(const ir::Graph& graph, int rank, proto::RankPlanProto* pla
       // a send only them.
       member |= (layout_change || op.outputs.empty()) && v.is_global() && v.placement.Contains(rank);
     }
-    if (!member) continue;
+    member_ops[static_cast<size_t>(op.id)] = member;
+  }
+  const plan::ExecPlan exec = plan::ExecPlan::Lower(graph, rank, &member_ops);
+  CompileRankPlan(exec, plan);
+  if (instructions != nullptr) *instructions = exec.ToText();
+}
+
+void CompileRankPlan(const plan::ExecPlan& exec, proto::RankPlanProto* plan) {
+  const ir::Graph& graph = exec.graph();
+  const int rank = exec.rank();
+  plan->Clear();
+  plan->set_graph(graph.name());
+  plan->set_rank(rank);
+  std::set<int> values;
+  for (const ir::Op& op : graph.ops()) {
+    const plan::Instruction& ins = exec.at(op.id);
+    if (!ins.runs) continue;
     proto::PlanOpProto* p = plan->add_ops();
     p->set_op(op.id);
     p->set_name(op.name);
@@ -118,11 +134,14 @@ void CompileRankPlan(const ir::Graph& graph, int rank, proto::RankPlanProto* pla
     for (const auto& [k, a] : op.attrs.values()) p->add_attrs(k + "=" + ir::AttrString(a));
     for (int id : op.inputs) p->add_inputs(id), values.insert(id);
     for (int id : op.outputs) p->add_outputs(id), values.insert(id);
-    if (layout_change) {
-      AddLayoutChange(p, graph.value(op.inputs[0]), graph.value(op.outputs[0]), rank);
-    } else if (op.name == "send" || op.name == "recv") {
-      AddStageTransfer(p, graph.value(op.inputs[0]), Placement::Parse(op.attrs.Get<std::string>("placement")),
-                       NdSbp::Parse(op.attrs.Get<std::string>("nd_sbp")), rank, op.name == "send");
+    if (ins.kind == plan::Instruction::Kind::kBoxing) {
+      if (ins.boxing != nullptr) AddLayoutChange(p, graph.value(op.inputs[0]), *ins.boxing, rank);
+    } else if (ins.kind == plan::Instruction::Kind::kSend) {
+      AddStageTransfer(p, graph.value(op.inputs[0]), ins.peer_placement, ins.peer_sbp, rank,
+                       /*is_send=*/true);
+    } else if (ins.kind == plan::Instruction::Kind::kRecv) {
+      const ir::Value& out = graph.value(op.outputs[0]);
+      AddStageTransfer(p, graph.value(op.inputs[0]), out.placement, out.nd_sbp, rank, /*is_send=*/false);
     } else if (op.name == "all_reduce_bucket") {
       const ir::Value& first = graph.value(op.inputs.at(0));
       int64_t elements = 0;

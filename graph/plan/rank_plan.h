@@ -6,13 +6,15 @@
 // holds it (and local ops, which every rank runs), layout changes whose
 // source or destination placement holds it, with each communication step
 // it makes (collectives with their group, point-to-point sends and
-// receives with their peer) from the same boxing planner eager mode uses.
+// receives with their peer) as the rank's executable plan
+// (graph/plan/exec_plan.h) resolved them: what the runtime runs.
 // It serialises to the same bytes on every compile.
 #pragma once
 
 #include <string>
 
 #include "graph/ir/graph_ir.h"
+#include "graph/plan/exec_plan.h"
 
 namespace tessel {
 namespace proto {
@@ -21,7 +23,13 @@ class RankPlanProto;
 
 // Compiles rank `rank`'s plan of `graph` (a compiled graph: boxing made
 // explicit). The rank need not lie in this process's world.
-void CompileRankPlan(const ir::Graph& graph, int rank, proto::RankPlanProto* plan);
+// With `instructions`, also the executable plan's instructions in words
+// (ExecPlan::ToText).
+void CompileRankPlan(const ir::Graph& graph, int rank, proto::RankPlanProto* plan,
+                     std::string* instructions = nullptr);
+// The same from the rank's executable plan (lowered with the ops the rank
+// takes part in): its communication is that of the plan's instructions.
+void CompileRankPlan(const plan::ExecPlan& exec, proto::RankPlanProto* plan);
 
 // The plan in words: one line per op with its communication, then the
 // communication per step by kind.

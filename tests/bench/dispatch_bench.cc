@@ -12,9 +12,13 @@
 
 #include "graph/autograd.h"
 #include "graph/boxing_executor.h"
+#include "graph/plan/graph.h"
 #include "graph/sbp_inference.h"
+#include "runtime/actor_runtime.h"
 
 DEFINE_int64(iterations, 200000, "ops per case");
+DEFINE_int64(graph_ops, 512, "tiny ops in the graph whose executed instructions are timed");
+DEFINE_int64(graph_steps, 0, "runs of that graph per executor (0: --iterations / --graph_ops, at least 10)");
 
 using namespace tessel;
 
@@ -58,6 +62,25 @@ int main(int argc, char** argv) {
     std::string key = mesh.ToString() + from.ToString() + ">" + mesh.ToString() + to.ToString();
     (void)key;
   });
+  // Graph mode: a chain of tiny ops captured once and run as its executable
+  // plan's instructions, on the in-order executor and on the actor runtime;
+  // the time per executed instruction is the host overhead a compiled
+  // step pays per op.
+  auto chain = [&](const Graph::Tensors& in) -> Graph::Tensors {
+    Tensor x = in.at("x");
+    for (int64_t i = 0; i < FLAGS_graph_ops / 2; ++i) x = fn::add(fn::mul_scalar(x, 0.5), in.at("y"));
+    return {{"x", x}};
+  };
+  const Graph::Tensors graph_inputs = {{"x", ga}, {"y", gb}};
+  runtime::ActorRuntime actors;
+  Graph in_order_graph("chain", chain), actor_graph("chain", chain, {.executor = actors.Executor()});
+  const double instructions = static_cast<double>(in_order_graph.Trace(graph_inputs).ops().size());
+  const int64_t iterations = FLAGS_iterations;
+  FLAGS_iterations =
+      FLAGS_graph_steps > 0 ? FLAGS_graph_steps : std::max<int64_t>(iterations / FLAGS_graph_ops, 10);
+  const double in_order_instruction = MicrosPerOp([&] { (void)in_order_graph(graph_inputs); }) / instructions;
+  const double actor_instruction = MicrosPerOp([&] { (void)actor_graph(graph_inputs); }) / instructions;
+  FLAGS_iterations = iterations;
   if (CurrentRank() == 0) {
     std::printf("{\"case\": \"signature lookup, matmul on a 16x16 mesh\", \"us\": %.3f}\n", signature_256);
     std::printf("{\"case\": \"boxing-plan lookup on a 16x16 mesh\", \"us\": %.3f}\n", plan_256);
@@ -66,6 +89,10 @@ int main(int argc, char** argv) {
     std::printf("{\"case\": \"local add [4]\", \"us\": %.3f}\n", local_add);
     std::printf("{\"case\": \"global add [4] B\", \"us\": %.3f}\n", global_add);
     std::printf("{\"case\": \"global mul_scalar [4] B\", \"us\": %.3f}\n", global_scale);
+    std::printf("{\"case\": \"graph instruction [4] B, in-order executor (%.0f per step)\", \"us\": %.3f}\n",
+                instructions, in_order_instruction);
+    std::printf("{\"case\": \"graph instruction [4] B, actor runtime (%.0f per step)\", \"us\": %.3f}\n",
+                instructions, actor_instruction);
   }
   return 0;
 }

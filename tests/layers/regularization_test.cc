@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "layers/dist.h"
 #include "ops/functional.h"
 
@@ -20,6 +22,27 @@ TEST(Regularization, DropoutTrainsAndEvals) {
   EXPECT_EQ(a.ToVector<float>(), fn::dropout(x, 0.5, 9, 0).ToVector<float>());
   drop.Eval();
   EXPECT_EQ(drop(x).ToVector<float>(), x.ToVector<float>());
+}
+
+TEST(Regularization, DropoutDropsItsRateAndKeepsTheMean) {
+  // Each element is dropped with probability p: over n elements the count
+  // dropped is binomial, within 5 standard deviations of n p; the kept ones
+  // are scaled by 1 / (1 - p), so the mean stays 1.
+  dist::Setup({});
+  const int64_t n = 256 * 256;
+  for (double p : {0.1, 0.5, 0.9}) {
+    layers::Dropout drop(p, 11);
+    const std::vector<float> v = drop(ones({256, 256})).ToVector<float>();
+    int64_t dropped = 0;
+    double sum = 0;
+    for (float x : v) {
+      dropped += x == 0.0f;
+      sum += x;
+    }
+    const double sigma = std::sqrt(static_cast<double>(n) * p * (1 - p));
+    EXPECT_NEAR(static_cast<double>(dropped), static_cast<double>(n) * p, 5 * sigma) << "p " << p;
+    EXPECT_NEAR(sum / static_cast<double>(n), 1.0, 5 * sigma / static_cast<double>(n) / (1 - p)) << "p " << p;
+  }
 }
 
 TEST(Regularization, DropPathDropsWholeSamples) {

@@ -100,7 +100,7 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
   if (o.want_dot) out.dot = graph.ToDot();
 
   const auto plan_start = std::chrono::steady_clock::now();
-  CompileRankPlan(graph, o.rank, &out.plan);
+  CompileRankPlan(graph, o.rank, &out.plan, o.want_instructions ? &out.instructions : nullptr);
   out.rank_plan_seconds = SecondsSince(plan_start);
 
   const Layout layout{o.data_parallel_size, o.tensor_parallel_size, dist::TensorMesh()};

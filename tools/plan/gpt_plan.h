@@ -31,6 +31,7 @@ struct GptPlanOptions {
   int64_t micro_batches = 1;       // gradient accumulation steps (pipeline micro-batches)
   int64_t seq = 0;                 // tokens per sequence; 0: model.max_seq
   bool want_dot = false;           // keep the compiled logical graph as Graphviz
+  bool want_instructions = false;  // keep the rank's executable plan in words
   bool sequence_parallel = false;  // dist::Config::sequence_parallel
   // dist::Config::all_to_all_sequence_parallel: the data-parallel ranks
   // split each sequence of their micro_batch_size x dp rows.
@@ -65,6 +66,7 @@ struct GptPlan {
   int world_size = 0;
   int stage = 0;  // the rank's pipeline stage
   proto::RankPlanProto plan;
+  std::string instructions;           // with want_instructions: ExecPlan::ToText
   std::map<CommKey, CommTally> comm;  // the rank's communication per step
   int64_t logical_ops = 0;            // ops of the compiled logical graph
   int64_t parameter_bytes = 0;        // the rank's shards of the parameters

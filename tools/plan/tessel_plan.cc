@@ -44,6 +44,10 @@ DEFINE_string(
     "x q, with --depth) or 3d (tp = q x q x q)");
 DEFINE_int64(depth, 0, "with --tensor_parallel_mode 2.5d: the depth d of its d x q x q tensor mesh");
 DEFINE_bool(ops, false, "also list every op of the rank's plan with its communication");
+DEFINE_bool(
+    instructions, false,
+    "also list the rank's executable plan: the instructions the runtime runs, with their shard shapes "
+    "and layouts");
 DEFINE_string(dot, "", "write the compiled logical graph as Graphviz to this file");
 DEFINE_string(plan_out, "", "write the rank's plan (tessel.proto.RankPlanProto, binary) to this file");
 
@@ -81,7 +85,9 @@ int main(int argc, char** argv) {
     o.micro_batch_size = FLAGS_micro_batch_size;
     o.micro_batches = FLAGS_micro_batches;
     o.want_dot = !FLAGS_dot.empty();
+    o.want_instructions = FLAGS_instructions;
     const tessel::plan::GptPlan plan = tessel::plan::PlanGpt(o);
+    if (FLAGS_instructions) std::fputs(plan.instructions.c_str(), stdout);
     if (FLAGS_ops) std::fputs(tessel::RankPlanText(plan.plan).c_str(), stdout);
     std::fputs(tessel::plan::GptPlanText(o, plan).c_str(), stdout);
     if (!FLAGS_dot.empty()) {

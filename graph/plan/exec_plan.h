@@ -1,0 +1,126 @@
+// The executable plan: a compiled graph lowered for one rank into
+// instructions that a step runs as they are. Lowering does, once, what the
+// eager interpreter does for every call: it resolves each op's kernel for
+// its placement's device, this rank's box of every input and output, the
+// layout every result is wrapped in, and each communication's boxing plan,
+// stage-transfer peers and message tag. A step then binds tensors to value
+// slots and runs instructions: no shape or SBP inference, no text parsing,
+// no layout checks, no lookups by op name (the eager interpreter stays for
+// tracing and eager mode).
+//
+// Both executors run these instructions: the in-order one
+// (graph/plan/in_order_executor.h) and the actor runtime
+// (runtime/actor_runtime.h).
+//
+//   const ExecPlan plan = ExecPlan::Lower(graph, CurrentRank());
+//   for (const Instruction& i : plan.instructions())
+//     if (i.runs) outputs = plan.Run(i, inputs_of(i));
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "graph/ir/graph_ir.h"
+#include "sbp/boxing_plan.h"
+#include "sbp/global_tensor.h"
+
+namespace tessel {
+
+struct PostedSends;
+struct PostedReceive;
+
+namespace plan {
+
+// A global value's layout as a step wraps a shard in it (checked when the
+// value was traced), shared by every tensor the plan makes of the value.
+struct ValueLayout {
+  std::shared_ptr<const GlobalMeta> meta;  // null: a local value
+  Shape logical;
+  Shape shard;          // this rank's box's shape
+  bool member = false;  // this rank is in the placement (its shard lives on the placement's device)
+};
+
+struct Instruction {
+  enum class Kind : uint8_t {
+    kKernel,   // the op's kernel on this rank's shards (or on whole local tensors)
+    kNotHere,  // a global op whose placement leaves this rank out: empty shards of its results
+    kBoxing,   // to_global: a boxing plan resolved when lowering
+    kSend,     // a pipeline stage's send (graph/passes: stage_assignment)
+    kRecv,     // its receive on the next stage
+    kSelfRun,  // an op that runs itself (OpDef::run): all_reduce_bucket, from_local
+  };
+  Kind kind = Kind::kKernel;
+  int op = 0;  // its id in the graph
+  // Whether this rank runs it (an executor may lower only the ops of its
+  // rank's pipeline stage).
+  bool runs = false;
+  const OpDef* def = nullptr;
+  const Attrs* attrs = nullptr;  // the graph's op's (the plan lives with the graph)
+  const Kernel* kernel = nullptr;
+  bool global = false;
+  std::vector<int> inputs, outputs;  // value ids
+  std::vector<TensorSpec> logical_inputs, logical_outputs;
+  std::vector<Box> input_boxes, output_boxes;  // this rank's (global ops)
+  // Inputs whose layout is not the one the op runs with (a graph traced
+  // but not compiled leaves such conversions implicit): boxed first by
+  // these plans; null where the input is used as it is.
+  std::vector<std::shared_ptr<const BoxingPlan>> input_boxing;
+  std::vector<ValueLayout> output_layouts;
+  // kBoxing: the conversion (null when the layouts are equal).
+  std::shared_ptr<const BoxingPlan> boxing;
+  // kSend: the destination's layout; kRecv: the source's and the
+  // destination's. The message tag pairs the two sides.
+  Placement peer_placement;
+  NdSbp peer_sbp;
+  std::optional<uint32_t> tag;
+  // The request lockstep checks compare between ranks (communicating
+  // instructions, with --check_lockstep).
+  std::string lockstep_request;
+};
+
+class ExecPlan {
+ public:
+  // Lowers the ops of `graph` for `rank`; `runs`, when given, says per op
+  // id which ones this rank runs (the others are left unlowered). The
+  // graph must outlive the plan. Throws kInternal naming the op if the
+  // graph is not one that can run (an op without a kernel for its device,
+  // a value without data).
+  static ExecPlan Lower(const ir::Graph& graph, int rank, const std::vector<char>* runs = nullptr);
+
+  const ir::Graph& graph() const { return *graph_; }
+  int rank() const { return rank_; }
+  // By op id.
+  const std::vector<Instruction>& instructions() const { return instructions_; }
+  const Instruction& at(int op) const { return instructions_.at(static_cast<size_t>(op)); }
+  // How many this rank runs.
+  int64_t instructions_run() const { return runs_; }
+
+  // Runs `instruction` on its inputs (in the op's order) and returns its
+  // results. A kSend posts its slices and returns them in `posted` when
+  // that is given (the caller waits for them), else waits itself. Errors
+  // name the graph and the op.
+  std::vector<Tensor> Run(const Instruction& instruction, std::vector<Tensor>& args,
+                          PostedSends* posted = nullptr) const;
+
+  // A kRecv's receives, posted: the tensor comes from the result's Wait().
+  PostedReceive PostReceive(const Instruction& instruction) const;
+
+  // One line per instruction this rank runs: what it is, its layouts and,
+  // for communication, the collective and bytes.
+  std::string ToText() const;
+
+ private:
+  std::vector<Tensor> RunUnchecked(const Instruction& instruction, std::vector<Tensor>& args,
+                                   PostedSends* posted) const;
+
+  const ir::Graph* graph_ = nullptr;
+  int rank_ = 0;
+  int64_t runs_ = 0;
+  std::vector<Instruction> instructions_;
+};
+
+}  // namespace plan
+}  // namespace tessel
