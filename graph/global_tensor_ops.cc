@@ -218,12 +218,14 @@ Tensor FromLocalImpl(const Tensor& local_in, const Placement& placement, const N
   const int rank = CurrentRank();
   placement.CheckInWorld(CurrentWorldSize());
   const bool member = placement.Contains(rank);
-  bool has_split = false;
-  for (const Sbp& s : nd_sbp.sbps()) has_split |= s.is_split();
-  // Without a split every member's shard is the whole logical tensor, and a
-  // given logical shape says what the shards are: nothing to exchange unless
-  // lockstep checks are on.
-  const bool exchange = LockstepChecksEnabled() || (has_split && given_shape == nullptr);
+  // Without the logical shape the ranks exchange their shards' shapes and
+  // layouts (one small all-gather): a split's size is learnt from them, a
+  // rank outside the placement learns the shape it holds nothing of (it may
+  // pass an empty shard, or none), and ranks that disagree are named before
+  // any data moves. A given logical shape says what every shard is: nothing
+  // is exchanged (per-step inputs) unless lockstep checks are on.
+  // (A world of one has no one to disagree with: its shard is the tensor.)
+  const bool exchange = CurrentWorldSize() > 1 && (LockstepChecksEnabled() || given_shape == nullptr);
   std::string problem;
   Tensor local = local_in.defined() ? local_in.to_local() : Tensor();
   if (!local.defined() && (member || (given_shape == nullptr && !exchange))) {
@@ -325,6 +327,11 @@ Tensor FromLocalImpl(const Tensor& local_in, const Placement& placement, const N
   return MakeGlobal(local, logical_shape, placement, nd_sbp);
 }
 }  // namespace
+
+Tensor FromLocalShard(const Tensor& local, const Placement& placement, const NdSbp& nd_sbp,
+                      const Shape& logical_shape) {
+  return FromLocalImpl(local, placement, nd_sbp, &logical_shape);
+}
 
 Tensor FromLocal(const Tensor& local, const Placement& placement, const NdSbp& nd_sbp) {
   EnsureLayoutOps();

@@ -11,13 +11,13 @@
 namespace tessel {
 
 // Treats `local` as this rank's shard of a global tensor under `nd_sbp` on
-// `placement`. When the layout splits a dimension, ranks exchange metadata
-// (collective over the world): the logical shape is inferred from the shards
-// (uneven splits included), and a rank whose placement, NdSbp, dtype or
-// shard shape disagrees is named in the error, on every rank. Without a
-// split every member's shard is the whole tensor and nothing is exchanged
-// (ranks outside the placement pass a tensor of the logical shape); with
-// lockstep checks on (core/init.h) the metadata is always exchanged.
+// `placement`. The ranks exchange metadata (one small all-gather over the
+// world; every rank calls it): the logical shape is inferred from the shards
+// (uneven splits included), a rank outside the placement learns it (it may
+// pass an empty shard, or none), and a rank whose placement, NdSbp, dtype or
+// shard shape disagrees is named in the error, on every rank, before any
+// data moves. For per-step inputs give the logical shape (below): nothing is
+// exchanged.
 Tensor FromLocal(const Tensor& local, const Placement& placement, const NdSbp& nd_sbp);
 // The same with the logical shape given: nothing is exchanged (each member
 // checks its own shard against it) unless lockstep checks are on. Ranks
@@ -25,6 +25,12 @@ Tensor FromLocal(const Tensor& local, const Placement& placement, const NdSbp& n
 // reads as f32). For per-step inputs.
 Tensor FromLocal(const Tensor& local, const Placement& placement, const NdSbp& nd_sbp,
                  const Shape& logical_shape);
+
+// FromLocal's work on a shard whose logical shape is known, without the op
+// (no interpreter, no autograd): what an executable plan's from_local
+// instruction runs. Nothing is exchanged unless lockstep checks are on.
+Tensor FromLocalShard(const Tensor& local, const Placement& placement, const NdSbp& nd_sbp,
+                      const Shape& logical_shape);
 
 // With lockstep checks on: every rank of the world passes a description of
 // the call it is making; unless all are equal, every rank throws naming

@@ -1,13 +1,16 @@
 #include "layers/common.h"
 
+#include "graph/global_tensor_ops.h"
 #include "layers/dist.h"
 
 namespace tessel::layers {
 
 Tensor ToHidden(const Tensor& x, const Placement& placement) {
   if (!x.is_global()) {
-    // A local tensor is the whole (replicated) value on every rank.
-    return x.to_global(placement, dist::GetNdSbp({B(), B()})).to_global(placement, dist::GetHiddenSbp());
+    // A local tensor is the whole (replicated) value on every rank: its
+    // shape is the logical shape (nothing to exchange).
+    return FromLocal(x, placement, dist::GetNdSbp({B(), B()}), x.shape())
+        .to_global(placement, dist::GetHiddenSbp());
   }
   return x.to_global(placement, dist::GetHiddenSbp());
 }

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "graph/autograd.h"
+#include "graph/global_tensor_ops.h"
 #include "layers/common.h"
 #include "layers/dist.h"
 #include "ops/functional.h"
@@ -88,7 +89,9 @@ Tensor Embedding::operator()(const Tensor& ids) const {
   // Replicated table and ids (positions are shared by the whole batch).
   const Placement& p = weight.placement();
   const NdSbp all_b = dist::GetNdSbp({B(), B()});
-  return fn::embedding(ForCompute(weight), ids.to_global(p, all_b), padding_idx_);
+  // A local ids tensor is the whole value on every rank (no exchange).
+  const Tensor laid = ids.is_global() ? ids.to_global(p, all_b) : FromLocal(ids, p, all_b, ids.shape());
+  return fn::embedding(ForCompute(weight), laid, padding_idx_);
 }
 
 int64_t PaddedVocabSize(int64_t vocab_size, int64_t multiple, int64_t tp) {

@@ -65,7 +65,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
 
 Tensor Linear::operator()(const Tensor& x_in, LinearActivation activation, const Tensor& residual) const {
   const Placement placement = weight.placement();
-  Tensor x = x_in.is_global() ? x_in : FromLocal(x_in, placement, dist::GetNdSbp({B(), B()}));
+  Tensor x = x_in.is_global() ? x_in : FromLocal(x_in, placement, dist::GetNdSbp({B(), B()}), x_in.shape());
   TESSEL_CHECK(x.shape().ndim() >= 1 && x.shape()[-1] == in_)
       << "Linear(" << in_ << " -> " << out_ << "): input of shape " << x.shape() << " has " << x.shape()[-1]
       << " features; expected " << in_;

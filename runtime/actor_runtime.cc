@@ -91,7 +91,10 @@ ActorRuntime::Executor() {
 }
 
 const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
-  auto& cached = programs_[&graph];
+  // By serial, not address: a graph freed and another made at its address
+  // must not run the first one's instructions. (A graph's ops change only
+  // while it compiles; the sizes catch a program made before that.)
+  auto& cached = programs_[graph.serial()];
   if (cached && cached->num_ops == graph.ops().size() && cached->num_values == graph.values().size())
     return *cached;
   ir::Verify(graph);  // e.g. a transfer whose two sides disagree on the tensor's spec
@@ -182,6 +185,7 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   p->runs.assign(ops.size(), 0);
   for (const ir::Op& op : ops)
     p->runs[op.id] = op.stage < 0 || (p->stage >= 0 && op.stage % p->stages == p->stage);
+  p->exec = plan::ExecPlan::Lower(graph, rank, &p->runs);
 
   const std::vector<std::vector<int>> all_preds = ir::Predecessors(graph);
   std::vector<int> mine;  // op ids this rank runs, program order
@@ -234,8 +238,7 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
     const bool after_units = op.micro_batch < 0 && op.id > first_micro_batch_op;
     bool waits_for_communication = false;  // ranked early, it would stall its stream on the other
     for (int pred : preds[i])
-      waits_for_communication |=
-          GetOpDef(ops[static_cast<size_t>(mine[static_cast<size_t>(pred)])].name).communicates;
+      waits_for_communication |= p->exec.at(mine[static_cast<size_t>(pred)]).communicates;
     if (after_units && !preds[i].empty() && !waits_for_communication && op.name != "send" &&
         op.name != "recv") {
       priority[i] = 0;  // with its latest input (preds come first in program order)
@@ -259,7 +262,7 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   TESSEL_CHECK_CODE(order.size() == mine.size(), StatusCode::kInternal)
       << "graph '" << graph.name() << "': this rank's ops depend on each other in a cycle";
   auto stream_of = [&](const ir::Op& op) {
-    return GetOpDef(op.name).communicates ? Stream::kCommunication : Stream::kCompute;
+    return p->exec.at(op.id).communicates ? Stream::kCommunication : Stream::kCompute;
   };
   for (int i : order) {
     const ir::Op& op = ops[static_cast<size_t>(mine[static_cast<size_t>(i)])];
@@ -309,7 +312,6 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
       off[static_cast<size_t>(id)] = 1;
     }
   }
-  p->exec = plan::ExecPlan::Lower(graph, rank, &p->runs);
   p->receive_queue.assign(ops.size(), -1);
   std::vector<Placement> sources;
   for (int id : mine) {

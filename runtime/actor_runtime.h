@@ -122,7 +122,7 @@ class ActorRuntime {
   const Program& ProgramFor(const ir::Graph& graph);
 
   RuntimeOptions options_;
-  std::map<const ir::Graph*, std::unique_ptr<Program>> programs_;
+  std::map<uint64_t, std::unique_ptr<Program>> programs_;  // by ir::Graph::serial()
   // Threads that live as long as the runtime: the communication stream,
   // the posted sends' completion and one per receive queue.
   std::unique_ptr<Worker> communication_, sends_;

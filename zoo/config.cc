@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
@@ -257,7 +258,12 @@ config::Config LoadConfig(const std::string& path) {
   return config;
 }
 
-void ApplyOverride(config::Config* config, const std::string& assignment) {
+namespace {
+
+// Applies one override; a repeated field is cleared first only when
+// `replace_repeated` (a list given once replaces the config's, a second
+// --set of the same list adds to it).
+void ApplyOneOverride(config::Config* config, const std::string& assignment, bool replace_repeated) {
   const size_t eq = assignment.find('=');
   TESSEL_CHECK(eq != std::string::npos && eq > 0)
       << "--set '" << assignment << "': expected path.to.field=value, e.g. train.dist.tensor_parallel_size=2";
@@ -281,7 +287,7 @@ void ApplyOverride(config::Config* config, const std::string& assignment) {
       message = message->GetReflection()->MutableMessage(message, f);
       continue;
     }
-    message->GetReflection()->ClearField(message, f);
+    if (!f->is_repeated() || replace_repeated) message->GetReflection()->ClearField(message, f);
     std::string literal = value;
     // Strings may be given bare: --set data.data_prefix=/data/corpus.
     if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING && !f->is_repeated() &&
@@ -293,6 +299,20 @@ void ApplyOverride(config::Config* config, const std::string& assignment) {
     TESSEL_CHECK(parser.MergeFromString(f->name() + ": " + literal, message))
         << "--set '" << assignment << "': '" << value << "' is not a value of " << where << " ("
         << f->type_name() << "): " << errors.first();
+  }
+}
+
+}  // namespace
+
+void ApplyOverride(config::Config* config, const std::string& assignment) {
+  ApplyOneOverride(config, assignment, /*replace_repeated=*/true);
+}
+
+void ApplyOverrides(config::Config* config, const std::vector<std::string>& assignments) {
+  std::set<std::string> paths;  // set once already in this list
+  for (const std::string& assignment : assignments) {
+    const std::string path = assignment.substr(0, assignment.find('='));
+    ApplyOneOverride(config, assignment, /*replace_repeated=*/paths.insert(path).second);
   }
 }
 

@@ -31,6 +31,11 @@ config::Config LoadConfig(const std::string& path);
 // "data.data_prefix=/data/corpus"): the field's value is replaced. An
 // unknown path component is an error naming it and the closest field.
 void ApplyOverride(config::Config* config, const std::string& assignment);
+// Applies a command line's overrides in order, as ApplyOverride does,
+// except that a list (repeated or map field) set by several of them gets
+// every entry: the first replaces the config's list, the others add to it
+// (--set 'f={key:"a" value:"1"}' --set 'f={key:"b" value:"2"}' gives both).
+void ApplyOverrides(config::Config* config, const std::vector<std::string>& assignments);
 
 // Fills in every derived size for a job of `world_size` ranks
 // (data_parallel_size, pipeline_num_layers, the batch size among micro /

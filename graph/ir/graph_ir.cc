@@ -1,5 +1,6 @@
 #include "graph/ir/graph_ir.h"
 
+#include <atomic>
 #include <queue>
 #include <sstream>
 
@@ -7,6 +8,34 @@
 #include "graph/ir/graph_ir.pb.h"
 
 namespace tessel::ir {
+
+uint64_t Graph::NextSerial() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+Graph::Graph(const Graph& other)
+    : name_(other.name_),
+      serial_(NextSerial()),
+      values_(other.values_),
+      ops_(other.ops_),
+      outputs_(other.outputs_),
+      gradients_(other.gradients_),
+      inputs_by_name_(other.inputs_by_name_),
+      variables_(other.variables_) {}
+
+Graph& Graph::operator=(const Graph& other) {
+  if (this == &other) return *this;
+  name_ = other.name_;
+  serial_ = NextSerial();
+  values_ = other.values_;
+  ops_ = other.ops_;
+  outputs_ = other.outputs_;
+  gradients_ = other.gradients_;
+  inputs_by_name_ = other.inputs_by_name_;
+  variables_ = other.variables_;
+  return *this;
+}
 
 namespace {
 

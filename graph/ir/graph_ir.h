@@ -10,6 +10,7 @@
 // compiler passes and the executors read the structures directly.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <set>
@@ -83,9 +84,17 @@ struct Op {
 
 class Graph {
  public:
-  explicit Graph(std::string name = "graph") : name_(std::move(name)) {}
+  explicit Graph(std::string name = "graph") : name_(std::move(name)), serial_(NextSerial()) {}
+  // Copies are other graphs (a serial of their own); a move keeps it.
+  Graph(const Graph& other);
+  Graph& operator=(const Graph& other);
+  Graph(Graph&&) = default;
+  Graph& operator=(Graph&&) = default;
 
   const std::string& name() const { return name_; }
+  // A number no other graph of this process has had: what an executor
+  // keys its per-graph state by (an address may be reused by a later graph).
+  uint64_t serial() const { return serial_; }
   const std::vector<Value>& values() const { return values_; }
   const std::vector<Op>& ops() const { return ops_; }
   const Value& value(int id) const { return values_.at(static_cast<size_t>(id)); }
@@ -139,8 +148,10 @@ class Graph {
 
  private:
   int AddValue(Value v);
+  static uint64_t NextSerial();
 
   std::string name_;
+  uint64_t serial_ = 0;
   std::vector<Value> values_;
   std::vector<Op> ops_;
   std::map<std::string, int> outputs_;

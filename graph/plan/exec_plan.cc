@@ -9,6 +9,7 @@
 #include "graph/global_tensor_ops.h"
 #include "graph/kernel_call.h"
 #include "graph/op_profile.h"
+#include "graph/passes/memory_planning.h"
 #include "graph/passes/passes.h"
 
 namespace tessel::plan {
@@ -26,6 +27,8 @@ const char* KindName(Instruction::Kind kind) {
       return "send";
     case Instruction::Kind::kRecv:
       return "recv";
+    case Instruction::Kind::kFromLocal:
+      return "from-local";
     case Instruction::Kind::kSelfRun:
       return "self-run";
   }
@@ -46,6 +49,9 @@ void ParseTransferLayout(const ir::Op& op, Placement* placement, NdSbp* nd_sbp) 
   *placement = Placement::Parse(op.attrs.Get<std::string>("placement"));
   *nd_sbp = NdSbp::Parse(op.attrs.Get<std::string>("nd_sbp"));
 }
+
+// Whether `placement` spans more than this one rank.
+bool SeveralRanks(const Placement& placement) { return placement.size() > 1; }
 
 }  // namespace
 
@@ -119,14 +125,26 @@ ExecPlan ExecPlan::Lower(const ir::Graph& graph, int rank, const std::vector<cha
         ins.kind = Instruction::Kind::kSend;
         ParseTransferLayout(op, &ins.peer_placement, &ins.peer_sbp);
         ins.tag = passes::StageTransferTag(op.attrs);
+        ins.communicates = true;
       } else if (op.name == "recv") {
         ins.kind = Instruction::Kind::kRecv;
         const ir::Value& from = graph.value(op.inputs.at(0));
         ins.peer_placement = from.placement;
         ins.peer_sbp = from.nd_sbp;
         ins.tag = passes::StageTransferTag(op.attrs);
+        ins.communicates = true;
+      } else if (op.name == "from_local") {
+        // The traced value's logical shape is known: nothing is exchanged
+        // (the eager op exchanges shard shapes when it is not given), so a
+        // stage's ranks run it alone.
+        ins.kind = Instruction::Kind::kFromLocal;
+        TESSEL_CHECK_CODE(graph.value(op.outputs.at(0)).is_global(), StatusCode::kInternal)
+            << where << " makes a local value";
       } else {
         ins.kind = Instruction::Kind::kSelfRun;
+        // A bucket reduces over its inputs' placement.
+        ins.communicates = ins.def->communicates && (op.name != "all_reduce_bucket" ||
+                                                     SeveralRanks(graph.value(op.inputs.at(0)).placement));
       }
       continue;
     }
@@ -154,6 +172,7 @@ ExecPlan ExecPlan::Lower(const ir::Graph& graph, int rank, const std::vector<cha
             << where << " updates " << ins.def->input_name(i) << " (" << v.SpecString()
             << ") in place but runs with it laid out as " << want;
         ins.input_boxing[i] = GetBoxingPlan(placement, v.nd_sbp, placement, want, v.shape, v.dtype);
+        ins.communicates |= SeveralRanks(placement);
       }
       ins.input_boxes.push_back(LocalBox(v.shape, placement, want, rank));
     }
@@ -171,6 +190,7 @@ ExecPlan ExecPlan::Lower(const ir::Graph& graph, int rank, const std::vector<cha
     ins.kind = Instruction::Kind::kKernel;
     ins.kernel = &KernelFor(*ins.def, placement.device_type());
   }
+  plan.free_after_ = passes::LastReaders(graph);
   return plan;
 }
 
@@ -211,6 +231,10 @@ std::vector<Tensor> ExecPlan::RunUnchecked(const Instruction& ins, std::vector<T
       return {};
     case Instruction::Kind::kRecv:
       return {PostReceive(ins).Wait()};
+    case Instruction::Kind::kFromLocal: {
+      const ValueLayout& to = ins.output_layouts[0];
+      return {FromLocalShard(args[0], to.meta->placement, to.meta->nd_sbp, to.logical)};
+    }
     case Instruction::Kind::kSelfRun:
       return def.run(args, *ins.attrs);
     case Instruction::Kind::kNotHere: {

@@ -45,12 +45,13 @@ struct ValueLayout {
 
 struct Instruction {
   enum class Kind : uint8_t {
-    kKernel,   // the op's kernel on this rank's shards (or on whole local tensors)
-    kNotHere,  // a global op whose placement leaves this rank out: empty shards of its results
-    kBoxing,   // to_global: a boxing plan resolved when lowering
-    kSend,     // a pipeline stage's send (graph/passes: stage_assignment)
-    kRecv,     // its receive on the next stage
-    kSelfRun,  // an op that runs itself (OpDef::run): all_reduce_bucket, from_local
+    kKernel,     // the op's kernel on this rank's shards (or on whole local tensors)
+    kNotHere,    // a global op whose placement leaves this rank out: empty shards of its results
+    kBoxing,     // to_global: a boxing plan resolved when lowering
+    kSend,       // a pipeline stage's send (graph/passes: stage_assignment)
+    kRecv,       // its receive on the next stage
+    kFromLocal,  // a local tensor made global in its output's layout (its logical shape known)
+    kSelfRun,    // an op that runs itself (OpDef::run): all_reduce_bucket
   };
   Kind kind = Kind::kKernel;
   int op = 0;  // its id in the graph
@@ -79,6 +80,12 @@ struct Instruction {
   // The request lockstep checks compare between ranks (communicating
   // instructions, with --check_lockstep).
   std::string lockstep_request;
+  // Whether running it may exchange data with another rank (what the
+  // actor runtime puts on its communication stream): stage transfers, and
+  // layout changes and self-running ops on placements of several ranks. A
+  // layout change within one rank (a world of one) is a rename or a local
+  // copy and runs with the compute.
+  bool communicates = false;
 };
 
 class ExecPlan {
@@ -97,6 +104,10 @@ class ExecPlan {
   const Instruction& at(int op) const { return instructions_.at(static_cast<size_t>(op)); }
   // How many this rank runs.
   int64_t instructions_run() const { return runs_; }
+  // Per value id: the op after which an in-order run frees it — its last
+  // reader, its producer if nothing reads it, past the last op for a named
+  // result (passes::LastReaders, computed once here).
+  const std::vector<int>& free_after() const { return free_after_; }
 
   // Runs `instruction` on its inputs (in the op's order) and returns its
   // results. A kSend posts its slices and returns them in `posted` when
@@ -120,6 +131,7 @@ class ExecPlan {
   int rank_ = 0;
   int64_t runs_ = 0;
   std::vector<Instruction> instructions_;
+  std::vector<int> free_after_;
 };
 
 }  // namespace plan

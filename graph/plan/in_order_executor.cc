@@ -53,7 +53,7 @@ std::map<std::string, Tensor> RunInOrder(const plan::ExecPlan& plan,
   std::vector<Tensor> env = BindGraphValues(graph, inputs);
   // Each op result is dropped after its last reader (right away if nothing
   // reads it), as memory planning assumes; named results are kept.
-  const std::vector<int> last_use = passes::LastReaders(graph);
+  const std::vector<int>& last_use = plan.free_after();
   auto drop_if_done = [&](int id, int op_id) {
     if (last_use[static_cast<size_t>(id)] == op_id && graph.value(id).kind == ir::Value::Kind::kOpOutput)
       env[static_cast<size_t>(id)] = Tensor();

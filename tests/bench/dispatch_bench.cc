@@ -12,6 +12,7 @@
 
 #include "graph/autograd.h"
 #include "graph/boxing_executor.h"
+#include "graph/global_tensor_ops.h"
 #include "graph/plan/graph.h"
 #include "graph/sbp_inference.h"
 #include "runtime/actor_runtime.h"
@@ -62,6 +63,16 @@ int main(int argc, char** argv) {
     std::string key = mesh.ToString() + from.ToString() + ">" + mesh.ToString() + to.ToString();
     (void)key;
   });
+  // FromLocal without the logical shape exchanges the ranks' metadata (one
+  // small all-gather over the world); with it, nothing is exchanged.
+  const Tensor shard = full({4}, 1.0);
+  const Placement world = WorldPlacement(DeviceType::kCPU);
+  const int64_t all_iterations = FLAGS_iterations;
+  FLAGS_iterations = std::max<int64_t>(all_iterations / 100, 100);
+  const double from_local_exchange = MicrosPerOp([&] { (void)FromLocal(shard, world, {B()}); });
+  FLAGS_iterations = all_iterations;
+  const double from_local_shape = MicrosPerOp([&] { (void)FromLocal(shard, world, {B()}, Shape({4})); });
+
   // Graph mode: a chain of tiny ops captured once and run as its executable
   // plan's instructions, on the in-order executor and on the actor runtime;
   // the time per executed instruction is the host overhead a compiled
@@ -89,6 +100,9 @@ int main(int argc, char** argv) {
     std::printf("{\"case\": \"local add [4]\", \"us\": %.3f}\n", local_add);
     std::printf("{\"case\": \"global add [4] B\", \"us\": %.3f}\n", global_add);
     std::printf("{\"case\": \"global mul_scalar [4] B\", \"us\": %.3f}\n", global_scale);
+    std::printf("{\"case\": \"FromLocal [4] B, metadata exchanged (%d ranks)\", \"us\": %.3f}\n",
+                CurrentWorldSize(), from_local_exchange);
+    std::printf("{\"case\": \"FromLocal [4] B, logical shape given\", \"us\": %.3f}\n", from_local_shape);
     std::printf("{\"case\": \"graph instruction [4] B, in-order executor (%.0f per step)\", \"us\": %.3f}\n",
                 instructions, in_order_instruction);
     std::printf("{\"case\": \"graph instruction [4] B, actor runtime (%.0f per step)\", \"us\": %.3f}\n",

@@ -1,12 +1,18 @@
 // Parameters and optimizer states are variables: a step updates them in
 // place (same storage, every handle sees the new value, still a leaf that
 // requires gradients), and the in-place update ops refuse what would make
-// them silently wrong. Values against torch.optim are in op_parity_test.
+// them silently wrong. AdamW's steps equal torch.optim.AdamW's, computed
+// when the test runs (torch_adamw.py).
 #include "layers/optimizer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "graph/autograd.h"
@@ -52,6 +58,82 @@ TEST(OptimizerVariables, AdamWAndSgdUpdateParametersInPlace) {
       }
     }
   }
+}
+
+void WriteF32(const std::filesystem::path& path, const std::vector<float>& v) {
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+}
+
+std::vector<float> ReadF32(const std::filesystem::path& path, size_t n) {
+  std::vector<float> v(n);
+  std::ifstream in(path, std::ios::binary);
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(float)));
+  EXPECT_TRUE(in.good()) << path;
+  return v;
+}
+
+TEST(OptimizerVariables, AdamWStepsEqualTorchOptimAdamW) {
+  // Two parameters (one a vector), five steps with a learning rate that
+  // changes after the second, weight decay and betas other than the
+  // defaults: tessel's AdamW and torch.optim.AdamW from the same values and
+  // gradients. Each step's gradient is set through backward (loss =
+  // sum(w * g)), as a training step sets it.
+  const Placement one("cpu", {0});
+  const std::vector<Shape> shapes = {Shape({5, 3}), Shape({7})};
+  const std::vector<double> lrs = {0.01, 0.01, 0.003, 0.003, 0.02};
+  const optim::AdamWConfig config{
+      .lr = lrs[0], .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6, .weight_decay = 0.1};
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("tessel_adamw_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::vector<Tensor> ws;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    ws.push_back(randn(shapes[i], one, NdSbp{B()}, 40 + i).set_requires_grad(true));
+    WriteF32(dir / ("w0_" + std::to_string(i) + ".bin"), ws[i].to_local().ToVector<float>());
+  }
+  optim::NamedParams params = {{"w", &ws[0]}, {"b", &ws[1]}};
+  optim::AdamW adamw(params, config);
+  std::vector<std::vector<std::vector<float>>> ours;  // [step][param]
+  for (size_t step = 0; step < lrs.size(); ++step) {
+    adamw.set_lr(lrs[step]);
+    Tensor loss;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const Tensor g = randn(shapes[i], one, NdSbp{B()}, 100 * (step + 1) + i);
+      WriteF32(dir / ("g" + std::to_string(step) + "_" + std::to_string(i) + ".bin"),
+               g.to_local().ToVector<float>());
+      std::vector<int64_t> axes;
+      for (int64_t a = 0; a < shapes[i].ndim(); ++a) axes.push_back(a);
+      const Tensor term = fn::sum(fn::mul(ws[i], g), axes);
+      loss = loss.defined() ? fn::add(loss, term) : term;
+    }
+    loss.backward();
+    adamw.Step();
+    ours.emplace_back();
+    for (const Tensor& w : ws) ours.back().push_back(w.to_local().ToVector<float>());
+  }
+  std::ostringstream json;
+  json << "{\"shapes\": [[5, 3], [7]], \"lrs\": [";
+  for (size_t i = 0; i < lrs.size(); ++i) json << (i ? ", " : "") << lrs[i];
+  // The matrix is decayed, the vector not (optim::AdamW's rule for biases
+  // and norms).
+  json << "], \"decays\": [true, false], \"beta1\": 0.8, \"beta2\": 0.95, \"eps\": 1e-6, "
+          "\"weight_decay\": 0.1}";
+  std::ofstream(dir / "case.json") << json.str();
+  const std::string cmd =
+      std::string(TESSEL_TORCH_PYTHON) + " " TESSEL_SOURCE_DIR "/tests/layers/torch_adamw.py " + dir.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  for (size_t step = 0; step < lrs.size(); ++step) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const std::vector<float>& got = ours[step][i];
+      const std::vector<float> want =
+          ReadF32(dir / ("torch_w" + std::to_string(step) + "_" + std::to_string(i) + ".bin"), got.size());
+      for (size_t k = 0; k < got.size(); ++k)
+        EXPECT_NEAR(got[k], want[k], 2e-6 * (1 + std::abs(want[k])))
+            << "step " << step << " param " << i << " [" << k << "]";
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(OptimizerVariables, ParametersSharingMemoryAreRefused) {

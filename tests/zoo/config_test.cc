@@ -64,6 +64,26 @@ TEST(ConfigTest, OverridesReplaceValues) {
   EXPECT_EQ(c.train().graph().pipeline(), "gpipe");
 }
 
+TEST(ConfigTest, ACommandLineSettingAListTwiceKeepsEveryEntry) {
+  // Two --set of a map field: both entries reach the config (a single
+  // ApplyOverride would replace); the first replaces what the file had.
+  config::Config c = Minimal();
+  ApplyOverride(&c, "train.dist.tensor_parallel_mode_options={key:\"old\" value:\"0\"}");
+  ApplyOverrides(&c,
+                 {"train.dist.tensor_parallel_mode_options={key:\"depth\" value:\"2\"}",
+                  "train.dist.tensor_parallel_size=4",
+                  "train.dist.tensor_parallel_mode_options={key:\"rows\" value:\"3\"}",
+                  "train.dist.custom_pipeline_stage_id=[0,0]", "train.dist.custom_pipeline_stage_id=[1]"});
+  const auto& options = c.train().dist().tensor_parallel_mode_options();
+  EXPECT_EQ(options.size(), 2u);
+  EXPECT_EQ(options.count("old"), 0u);
+  EXPECT_EQ(options.at("depth"), "2");
+  EXPECT_EQ(options.at("rows"), "3");
+  ASSERT_EQ(c.train().dist().custom_pipeline_stage_id_size(), 3);
+  EXPECT_EQ(c.train().dist().custom_pipeline_stage_id(2), 1);
+  EXPECT_EQ(c.train().dist().tensor_parallel_size(), 4);
+}
+
 TEST(ConfigTest, BadOverridesAreNamed) {
   config::Config c = Minimal();
   std::string e = ErrorOf([&] { ApplyOverride(&c, "train.dist.tensor_paralel_size=2"); });

@@ -124,7 +124,7 @@ int RunTrainingProgram(int argc, char** argv) {
   TESSEL_CHECK(!FLAGS_config.empty())
       << "tessel-train: --config is required (e.g. configs/gpt2_tiny.prototxt)";
   config::Config c = zoo::LoadConfig(FLAGS_config);
-  for (const std::string& o : overrides) zoo::ApplyOverride(&c, o);
+  zoo::ApplyOverrides(&c, overrides);
   const int world = dist::WorldSize(), rank = dist::Rank();
   zoo::ResolveConfig(&c, world);
   config::TrainConfig& t = *c.mutable_train();
