@@ -121,6 +121,9 @@ ExecPlan ExecPlan::Lower(const ir::Graph& graph, int rank, const std::vector<cha
           ins.boxing =
               GetBoxingPlan(from.placement, from.nd_sbp, to.placement, to.nd_sbp, from.shape, from.dtype);
         ins.lockstep_request = BoxingRequest(from, to);
+        // Within one rank a layout change is a rename or a local copy.
+        ins.communicates =
+            SeveralRanks(from.placement) || SeveralRanks(to.placement) || !(from.placement == to.placement);
       } else if (op.name == "send") {
         ins.kind = Instruction::Kind::kSend;
         ParseTransferLayout(op, &ins.peer_placement, &ins.peer_sbp);
@@ -140,6 +143,7 @@ ExecPlan ExecPlan::Lower(const ir::Graph& graph, int rank, const std::vector<cha
         ins.kind = Instruction::Kind::kFromLocal;
         TESSEL_CHECK_CODE(graph.value(op.outputs.at(0)).is_global(), StatusCode::kInternal)
             << where << " makes a local value";
+        ins.communicates = SeveralRanks(graph.value(op.outputs.at(0)).placement);
       } else {
         ins.kind = Instruction::Kind::kSelfRun;
         // A bucket reduces over its inputs' placement.

@@ -112,6 +112,22 @@ TEST(ExecPlan, AnInputLaidOutOtherwiseIsBoxedByAPlanResolvedWhenLowering) {
   // uncompiled graphs on the in-order executor against eager.)
 }
 
+TEST(ExecPlan, WhatExchangesDataBetweenRanksIsMarkedCommunicating) {
+  // (Lowering needs no world: the plan of rank 0 of a 2-rank job.) A layout
+  // change over two ranks communicates; one within a single rank does not;
+  // kernels never do.
+  for (const Placement& placement : {Placement(DeviceType::kCPU, {0, 1}), Placement(DeviceType::kCPU, {0})}) {
+    testing::SmallGraph g("streams", placement);
+    const int x = g.Input("x", Shape({4, 6}), NdSbp({S(0)}));
+    const int y = g.Op("mul_scalar", {x}, {NdSbp({S(0)})}, Shape({4, 6}), NdSbp({S(0)}), {{"scalar", 2.0}});
+    g.graph.MarkOutput("y", g.ToGlobal(y, NdSbp({B()})));
+    const plan::ExecPlan plan = plan::ExecPlan::Lower(g.graph, 0);
+    EXPECT_FALSE(plan.at(0).communicates) << placement;
+    EXPECT_EQ(plan.at(1).kind, plan::Instruction::Kind::kBoxing);
+    EXPECT_EQ(plan.at(1).communicates, placement.size() > 1) << placement;
+  }
+}
+
 TEST(ExecPlan, AnInPlaceInputThatWouldNeedBoxingIsRefusedWhenLowering) {
   // Boxing would update a copy: the variable would silently keep its value.
   const Placement self = Self();
