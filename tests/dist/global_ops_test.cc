@@ -6,10 +6,13 @@
 // input gradients must agree within 1e-5.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <functional>
 
 #include "core/comm/process_group.h"
+#include "core/init.h"
 #include "graph/autograd.h"
 #include "graph/global_tensor_ops.h"
 #include "ops/functional.h"
@@ -235,6 +238,33 @@ Result RunGlobal(const Case& c, const Tensor& r, const Placement& p, const std::
   Result res{GatherLogical(out), {}};
   for (const Tensor& t : in) res.grads.push_back(t.grad().defined() ? GatherLogical(t.grad()) : Tensor());
   return res;
+}
+
+// Issue 50's reproducer: a [5] i64 tensor on rank 0 alone, made with
+// FromLocal while the other ranks pass an empty shard (they hold nothing of
+// it), then spread over every rank. With lockstep checks off (the default)
+// every rank learns the logical shape [5] from the exchange, so the spread
+// agrees; it used to leave the others with [0] and hang in the next
+// collective for the whole communication timeout.
+TEST(GlobalOps, ARankOutsideThePlacementLearnsTheLogicalShape) {
+  const bool lockstep = LockstepChecksEnabled();
+  SetLockstepChecks(false);
+  const int rank = comm::World().rank(), world = comm::World().size();
+  const Placement first(DeviceType::kCPU, {0});
+  const Tensor local = rank == 0 ? Tensor::FromVector<int64_t>({10, 11, 12, 13, 14}, {5})
+                                 : Tensor::Empty(Shape({0}), DType::kInt64);
+  const auto start = std::chrono::steady_clock::now();
+  Tensor g = FromLocal(local, first, {B()});
+  EXPECT_EQ(g.shape(), (Shape{5}));
+  Tensor spread = g.to_global(WorldPlacement(DeviceType::kCPU), {S(0)});
+  // 5 rows over the world, larger shards first.
+  const int64_t base = 5 / world, extra = 5 % world;
+  const int64_t begin = rank * base + std::min<int64_t>(rank, extra), rows = base + (rank < extra ? 1 : 0);
+  std::vector<int64_t> want;
+  for (int64_t r = begin; r < begin + rows; ++r) want.push_back(10 + r);
+  EXPECT_EQ(spread.to_local().ToVector<int64_t>(), want);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  SetLockstepChecks(lockstep);
 }
 
 TEST(GlobalOps, MatchTheSingleProcessResult) {

@@ -190,25 +190,6 @@ TEST(GlobalTensor, FromLocalUndefinedShards) {
   EXPECT_NE(err.find("rank 1 passed an undefined tensor as its shard"), std::string::npos) << err;
 }
 
-TEST(GlobalTensor, ARankOutsideThePlacementLearnsTheLogicalShape) {
-  // A [5] tensor on rank 0 alone; the others hold nothing of it and pass an
-  // empty shard. Without lockstep checks too, every rank learns [5], so the
-  // next collective agrees (it used to leave ranks 1..3 with [0] and hang).
-  const bool lockstep = LockstepChecksEnabled();
-  SetLockstepChecks(false);
-  const Placement first("cpu", {0});
-  const Tensor local = Me() == 0 ? Tensor::FromVector<int64_t>({10, 11, 12, 13, 14}, {5})
-                                 : Tensor::Empty(Shape({0}), DType::kInt64);
-  const auto start = std::chrono::steady_clock::now();
-  Tensor g = FromLocal(local, first, {B()});
-  EXPECT_EQ(g.shape(), (Shape{5}));
-  Tensor spread = g.to_global(kLine, {S(0)});
-  const std::vector<int64_t> want[] = {{10, 11}, {12}, {13}, {14}};
-  EXPECT_EQ(spread.to_local().ToVector<int64_t>(), want[Me()]);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
-  SetLockstepChecks(lockstep);
-}
-
 TEST(GlobalTensor, BadShardNamesTheRankThatPassedIt) {
   // Shards [2,3], [2,3], [3,3], [2,3]: a balanced split of 8 rows is 2 each,
   // so rank 2 is wrong (not rank 0, which a 9-row sum would blame).
