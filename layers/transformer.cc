@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "graph/autograd.h"
+#include "graph/global_tensor_ops.h"
 #include "layers/common.h"
 #include "layers/dist.h"
 #include "ops/functional.h"
@@ -74,7 +75,9 @@ Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask, const
   const bool all_to_all = dist::GetConfig().all_to_all_sequence_parallel && t.is_global();
   Tensor m = mask;
   const Placement& p = qkv.weight.placement();
-  if (m.defined() && !m.is_global()) m = m.to_global(p, dist::GetNdSbp({B(), B()}));
+  // A local mask is the whole mask on every rank (its shape is the logical
+  // one: nothing to exchange).
+  if (m.defined() && !m.is_global()) m = FromLocal(m, p, dist::GetNdSbp({B(), B()}), m.shape());
   if (m.defined() && m.placement() != p) m = m.to_global(p, m.nd_sbp());  // to this layer's stage
   if (m.defined() && all_to_all) m = fn::reshape(m, {b, 1, 1, 1, s});     // one more head dimension
   const double scale = 1.0 / std::sqrt(double(hd));
@@ -227,7 +230,7 @@ Tensor MaskPaddedLogits(const Tensor& logits, int64_t vocab_size) {
     // Replicated from each rank's full copy, then sliced like the
     // vocabulary-split logits.
     const Placement& p = logits.placement();
-    mask = mask.to_global(p, dist::GetNdSbp({B(), B()}))
+    mask = FromLocal(mask, p, dist::GetNdSbp({B(), B()}), mask.shape())
                .to_global(p, dist::FeatureParameterSbp(logits.nd_sbp(), logits.ndim()));
   }
   return fn::masked_fill(logits, mask, kMaskedLogit);
