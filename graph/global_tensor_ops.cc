@@ -323,6 +323,16 @@ Tensor FromLocalImpl(const Tensor& local_in, const Placement& placement, const N
   TESSEL_CHECK(wrong.empty()) << "inconsistent global tensor metadata: " << wrong << " (" << nd_sbp << " on "
                               << placement << " of the logical shape " << logical_shape
                               << ", which the other shards agree on)";
+  if (!member && given_shape == nullptr && local.defined() && own_shape != logical_shape) {
+    // Right now (the shape came from the members), but worth saying once:
+    // the exchange is a world collective each call, which the shape avoids.
+    LOG_FIRST_N(WARNING, 1) << "FromLocal on rank " << rank << ": rank " << rank << " is outside "
+                            << placement << " and passed a tensor of shape " << own_shape
+                            << "; it takes the logical shape " << logical_shape
+                            << " from the members. Pass the logical shape as FromLocal's fourth argument "
+                            << "(FromLocal(local, placement, nd_sbp, logical_shape)) to skip the exchange of "
+                            << "every rank's metadata";
+  }
   if (!member) local = Tensor::Empty(LocalBox(logical_shape, placement, nd_sbp, rank).shape(), dtype);
   return MakeGlobal(local, logical_shape, placement, nd_sbp);
 }
