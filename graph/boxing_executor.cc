@@ -204,13 +204,18 @@ Shard RunTransfer(const BoxingStep& step, const Shard& cur, const Shape& shape, 
 
 }  // namespace
 
+std::string ToGlobalRequest(DType dtype, const Shape& shape, const Placement& from_placement,
+                            const NdSbp& from, const Placement& to_placement, const NdSbp& to) {
+  std::ostringstream os;
+  os << "to_global of " << DTypeName(dtype) << " " << shape << " " << from << " on " << from_placement
+     << " -> " << to << " on " << to_placement;
+  return os.str();
+}
+
 Tensor BoxTo(const Tensor& input, const Placement& placement, const NdSbp& nd_sbp) {
-  if (LockstepChecksEnabled()) {
-    std::ostringstream os;
-    os << "to_global of " << DTypeName(input.dtype()) << " " << input.shape() << " " << input.nd_sbp()
-       << " on " << input.placement() << " -> " << nd_sbp << " on " << placement;
-    CheckLockstep("to_global", os.str());
-  }
+  if (LockstepChecksEnabled())
+    CheckLockstep("to_global", ToGlobalRequest(input.dtype(), input.shape(), input.placement(),
+                                               input.nd_sbp(), placement, nd_sbp));
   CheckGlobalLayout(input.shape(), placement, nd_sbp);
   if (input.placement() == placement && input.nd_sbp() == nd_sbp) return input.detach();
   VLOG(1) << "to_global boxes " << input.shape() << " " << input.nd_sbp() << " on " << input.placement()

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -24,6 +25,10 @@ Tensor ExecuteBoxing(const Tensor& input, const BoxingPlan& plan);
 // on, the ranks first agree on the request (core/init.h). The same layout
 // returns the input's data, detached.
 Tensor BoxTo(const Tensor& input, const Placement& placement, const NdSbp& nd_sbp);
+// The request lockstep checks compare for a conversion (BoxTo's, and an
+// executable plan's boxing instruction's).
+std::string ToGlobalRequest(DType dtype, const Shape& shape, const Placement& from_placement,
+                            const NdSbp& from, const Placement& to_placement, const NdSbp& to);
 
 // The two halves of moving a global tensor to a placement with no rank in
 // common with its own (a pipeline's stage boundary), for the send and recv

@@ -35,14 +35,6 @@ const char* KindName(Instruction::Kind kind) {
   return "?";
 }
 
-// What BoxTo's lockstep check compares for this conversion.
-std::string BoxingRequest(const ir::Value& from, const ir::Value& to) {
-  std::ostringstream os;
-  os << "to_global of " << DTypeName(from.dtype) << " " << from.shape << " " << from.nd_sbp << " on "
-     << from.placement << " -> " << to.nd_sbp << " on " << to.placement;
-  return os.str();
-}
-
 // The stage transfer's layout named by the op's attributes (parsed here,
 // once, not at each step).
 void ParseTransferLayout(const ir::Op& op, Placement* placement, NdSbp* nd_sbp) {
@@ -120,7 +112,8 @@ ExecPlan ExecPlan::Lower(const ir::Graph& graph, int rank, const std::vector<cha
         if (!(from.placement == to.placement && from.nd_sbp == to.nd_sbp))
           ins.boxing =
               GetBoxingPlan(from.placement, from.nd_sbp, to.placement, to.nd_sbp, from.shape, from.dtype);
-        ins.lockstep_request = BoxingRequest(from, to);
+        ins.lockstep_request =
+            ToGlobalRequest(from.dtype, from.shape, from.placement, from.nd_sbp, to.placement, to.nd_sbp);
         // Within one rank a layout change is a rename or a local copy.
         ins.communicates =
             SeveralRanks(from.placement) || SeveralRanks(to.placement) || !(from.placement == to.placement);
