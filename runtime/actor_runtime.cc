@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -78,6 +79,7 @@ struct ActorRuntime::Program {
   // one that arrived from another); -1 for other ops.
   std::vector<int> receive_queue;
   int receive_queues = 0;
+  int sends = 0;  // stage transfers this rank sends
 };
 
 ActorRuntime::ActorRuntime(RuntimeOptions options) : options_(std::move(options)) {
@@ -316,6 +318,7 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   std::vector<Placement> sources;
   for (int id : mine) {
     const plan::Instruction& ins = p->exec.at(id);
+    p->sends += ins.kind == plan::Instruction::Kind::kSend;
     if (ins.kind != plan::Instruction::Kind::kRecv) continue;
     auto found = std::find(sources.begin(), sources.end(), ins.peer_placement);
     p->receive_queue[static_cast<size_t>(id)] = static_cast<int>(found - sources.begin());
@@ -436,15 +439,23 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
     const std::vector<int>& order = program.order[static_cast<int>(stream)];
     std::vector<ActorEvent>& log = events[static_cast<int>(stream)];
     log.reserve(order.size());
+    std::vector<Tensor> args;  // reused: one allocation per stream, not per actor
     for (int id : order) {
       const ir::Op& op = ops[static_cast<size_t>(id)];
-      std::vector<Tensor> args;
+      args.clear();
       {
         std::unique_lock<std::mutex> lock(state.mu);
-        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        // The clock is read only when an actor has to wait (most find their
+        // inputs ready: a read per actor is a measurable share of a small op).
+        std::optional<std::chrono::steady_clock::time_point> deadline_at;
+        auto deadline = [&] {
+          if (!deadline_at) deadline_at = std::chrono::steady_clock::now() + timeout;
+          return *deadline_at;
+        };
         for (int before : program.after[static_cast<size_t>(id)]) {
+          if (state.done[static_cast<size_t>(before)]) continue;
           ++state.waiting;
-          const bool finished = state.changed.wait_until(lock, deadline, [&] {
+          const bool finished = state.changed.wait_until(lock, deadline(), [&] {
             return state.done[static_cast<size_t>(before)] || !state.error.empty();
           });
           --state.waiting;
@@ -458,9 +469,10 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
           if (!state.error.empty()) return;
         }
         for (int in : op.inputs) {
+          if (state.ready[in]) continue;
           ++state.waiting;
           const bool arrived = state.changed.wait_until(
-              lock, deadline, [&] { return state.ready[in] || !state.error.empty(); });
+              lock, deadline(), [&] { return state.ready[in] || !state.error.empty(); });
           --state.waiting;
           if (!arrived) {
             const int producer = graph.value(in).producer;
@@ -606,19 +618,22 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
   if (!sends_) sends_ = std::make_unique<Worker>();
   while (receivers_.size() < static_cast<size_t>(program.receive_queues))
     receivers_.push_back(std::make_unique<Worker>());
+  // Workers with nothing to do this step stay asleep: waking a thread and
+  // waiting for it costs tens of microseconds, a whole small step.
+  const bool communicates = !program.order[static_cast<int>(Stream::kCommunication)].empty();
   const int64_t start = NowMicros();
-  sends_->Start(complete_sends);
+  if (program.sends) sends_->Start(complete_sends);
   for (int q = 0; q < program.receive_queues; ++q)
     receivers_[static_cast<size_t>(q)]->Start([&, q] { complete_receives(static_cast<size_t>(q)); });
-  communication_->Start([&] { run_stream(Stream::kCommunication); });
+  if (communicates) communication_->Start([&] { run_stream(Stream::kCommunication); });
   run_stream(Stream::kCompute);
-  communication_->Wait();
+  if (communicates) communication_->Wait();
   {
     std::lock_guard<std::mutex> lock(state.mu);
     state.streams_done = true;
     state.posted_changed.notify_all();
   }
-  sends_->Wait();
+  if (program.sends) sends_->Wait();
   for (int q = 0; q < program.receive_queues; ++q) receivers_[static_cast<size_t>(q)]->Wait();
   if (!state.error.empty()) TESSEL_THROW(state.error_code) << state.error;
 
@@ -670,7 +685,8 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
   }
 
   Tensors results;
-  for (const auto& [name, id] : graph.outputs()) results[name] = state.env[static_cast<size_t>(id)];
+  for (const auto& [name, id] : graph.outputs())
+    results[name] = program.exec.Global(id, state.env[static_cast<size_t>(id)]);
   return results;
 }
 

@@ -210,9 +210,25 @@ std::vector<Tensor> ExecPlan::Run(const Instruction& ins, std::vector<Tensor>& a
   return outs;
 }
 
+Tensor ExecPlan::Global(int value, const Tensor& stored) const {
+  if (!stored.defined() || stored.is_global() || stored.is_lazy()) return stored;
+  const int producer = graph_->value(value).producer;
+  if (producer < 0) return stored;
+  const Instruction& made_by = instructions_.at(static_cast<size_t>(producer));
+  for (size_t o = 0; o < made_by.outputs.size() && o < made_by.output_layouts.size(); ++o) {
+    if (made_by.outputs[o] != value) continue;
+    const ValueLayout& l = made_by.output_layouts[o];
+    return l.meta == nullptr ? stored : WrapShard(stored, l.logical, l.meta, l.shard, l.member);
+  }
+  return stored;
+}
+
 std::vector<Tensor> ExecPlan::RunUnchecked(const Instruction& ins, std::vector<Tensor>& args,
                                            PostedSends* posted) const {
   const OpDef& def = *ins.def;
+  if (ins.kind != Instruction::Kind::kKernel) {
+    for (size_t i = 0; i < args.size(); ++i) args[i] = Global(ins.inputs[i], args[i]);
+  }
   switch (ins.kind) {
     case Instruction::Kind::kBoxing: {
       if (LockstepChecksEnabled()) CheckLockstep("to_global", ins.lockstep_request);
@@ -274,7 +290,8 @@ std::vector<Tensor> ExecPlan::RunUnchecked(const Instruction& ins, std::vector<T
   locals.reserve(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
     const BoxingPlan* boxing = ins.input_boxing[i].get();
-    locals.push_back(boxing == nullptr ? args[i].to_local() : ExecuteBoxing(args[i], *boxing).to_local());
+    locals.push_back(boxing == nullptr ? args[i].to_local()
+                                       : ExecuteBoxing(Global(ins.inputs[i], args[i]), *boxing).to_local());
   }
   if (!def.mutates.empty()) CheckNoOverlap(def, locals);
   const Device device = locals.empty() ? Device::CPU() : locals[0].device();
@@ -283,11 +300,7 @@ std::vector<Tensor> ExecPlan::RunUnchecked(const Instruction& ins, std::vector<T
                 KernelContext{locals, *ins.attrs, device, nullptr, ins.logical_inputs, ins.logical_outputs,
                               &ins.input_boxes, &ins.output_boxes});
   if (!def.mutates.empty()) return MutatedInputs(def, args, locals);
-  for (size_t o = 0; o < outs.size() && o < ins.output_layouts.size(); ++o) {
-    const ValueLayout& l = ins.output_layouts[o];
-    outs[o] = WrapShard(outs[o], l.logical, l.meta, l.shard, l.member);
-  }
-  return outs;
+  return outs;  // bare shards (Global wraps them)
 }
 
 PostedReceive ExecPlan::PostReceive(const Instruction& ins) const {

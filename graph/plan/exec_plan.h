@@ -8,6 +8,9 @@
 // no layout checks, no lookups by op name (the eager interpreter stays for
 // tracing and eager mode).
 //
+// Kernel results stay bare shards between instructions (ExecPlan::Global
+// wraps them where needed).
+//
 // Both executors run these instructions: the in-order one
 // (graph/plan/in_order_executor.h) and the actor runtime
 // (runtime/actor_runtime.h).
@@ -118,6 +121,14 @@ class ExecPlan {
 
   // A kRecv's receives, posted: the tensor comes from the result's Wait().
   PostedReceive PostReceive(const Instruction& instruction) const;
+
+  // A kernel instruction's results on a placement are this rank's bare
+  // shards (no global wrapper: the next kernel would only unwrap it, and
+  // the two allocations are a large share of a small op's cost); Run wraps
+  // them where an instruction needs a global tensor (a layout change, a
+  // send, a self-running op). An executor hands its results out through
+  // this: `stored` as the global tensor value `value` is.
+  Tensor Global(int value, const Tensor& stored) const;
 
   // One line per instruction this rank runs: what it is, its layouts and,
   // for communication, the collective and bytes.

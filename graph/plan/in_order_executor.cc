@@ -73,7 +73,7 @@ std::map<std::string, Tensor> RunInOrder(const plan::ExecPlan& plan,
   args.clear();
   if (stats != nullptr) stats->peak_bytes = allocator->stats().peak_allocated_bytes - held_before;
   std::map<std::string, Tensor> results;
-  for (const auto& [name, id] : graph.outputs()) results[name] = env[id];
+  for (const auto& [name, id] : graph.outputs()) results[name] = plan.Global(id, env[id]);
   return results;
 }
 

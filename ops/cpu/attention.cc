@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "ops/cpu/parallel_for.h"
 
 namespace tessel::cpu {
 
@@ -45,8 +46,7 @@ std::vector<Tensor> Attention(const Tensor& q, const Tensor& k, const Tensor& v,
   Tensor lse = Tensor::Empty(Shape(lse_dims), DType::kFloat32);
   const float *qp = q.data<float>(), *kp = k.data<float>(), *vp = v.data<float>();
   float *op = out.data<float>(), *lp = lse.data<float>();
-#pragma omp parallel for schedule(static) if (s.n * s.sq * s.sk * s.d > 65536)
-  for (int64_t r = 0; r < s.n * s.sq; ++r) {
+  ParallelFor(s.n * s.sq, s.n * s.sq * s.sk * s.d > 65536, [&](int64_t r) {
     const int64_t b = r / s.sq, i = r % s.sq, end = KeyEnd(o, i, s.sk);
     const float* qr = qp + r * s.d;
     std::vector<double> scores(end), acc(s.d, 0.0);
@@ -64,7 +64,7 @@ std::vector<Tensor> Attention(const Tensor& q, const Tensor& k, const Tensor& v,
     }
     for (int64_t c = 0; c < s.d; ++c) op[r * s.d + c] = sum > 0 ? static_cast<float>(acc[c] / sum) : 0.0f;
     lp[r] = sum > 0 ? static_cast<float>(mx + std::log(sum)) : std::numeric_limits<float>::infinity();
-  }
+  });
   return {out, lse};
 }
 
@@ -82,8 +82,7 @@ std::vector<Tensor> AttentionGrad(const Tensor& q, const Tensor& k, const Tensor
               *lp = lse.data<float>(), *gp = dout.data<float>();
   float *dqp = dq.data<float>(), *dkp = dk.data<float>(), *dvp = dv.data<float>();
   // One (batch) slice per thread: the key gradients gather over its queries.
-#pragma omp parallel for schedule(static) if (s.n * s.sq * s.sk * s.d > 65536)
-  for (int64_t b = 0; b < s.n; ++b) {
+  ParallelFor(s.n, s.n * s.sq * s.sk * s.d > 65536, [&](int64_t b) {
     std::vector<double> gk(s.sk * s.d, 0.0), gv(s.sk * s.d, 0.0), gq(s.d);
     for (int64_t i = 0; i < s.sq; ++i) {
       const int64_t r = b * s.sq + i, end = KeyEnd(o, i, s.sk);
@@ -107,7 +106,7 @@ std::vector<Tensor> AttentionGrad(const Tensor& q, const Tensor& k, const Tensor
       dkp[b * s.sk * s.d + e] = static_cast<float>(gk[e]);
       dvp[b * s.sk * s.d + e] = static_cast<float>(gv[e]);
     }
-  }
+  });
   return {dq, dk, dv};
 }
 

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "ops/cpu/parallel_for.h"
 
 namespace tessel::cpu {
 
@@ -40,10 +41,9 @@ Tensor SparseCrossEntropy(const Tensor& logits, const Tensor& labels, int64_t ig
   const float* z = logits.data<float>();
   const int64_t* y = labels.data<int64_t>();
   float* out = loss.data<float>();
-#pragma omp parallel for schedule(static) if (n * c > 16384)
-  for (int64_t i = 0; i < n; ++i) {
+  ParallelFor(n, n * c > 16384, [&](int64_t i) {
     out[i] = y[i] == ignore_index ? 0.0f : static_cast<float>(LogSumExp(z + i * c, c) - z[i * c + y[i]]);
-  }
+  });
   return loss;
 }
 
@@ -58,17 +58,16 @@ Tensor SparseCrossEntropyGrad(const Tensor& logits, const Tensor& labels, const 
   const int64_t* y = labels.data<int64_t>();
   const float* g = dloss.data<float>();
   float* d = dz.data<float>();
-#pragma omp parallel for schedule(static) if (n * c > 16384)
-  for (int64_t i = 0; i < n; ++i) {
+  ParallelFor(n, n * c > 16384, [&](int64_t i) {
     float* row = d + i * c;
     if (y[i] == ignore_index) {
       for (int64_t j = 0; j < c; ++j) row[j] = 0.0f;
-      continue;
+      return;
     }
     const double lse = LogSumExp(z + i * c, c);
     for (int64_t j = 0; j < c; ++j) row[j] = static_cast<float>(std::exp(z[i * c + j] - lse)) * g[i];
     row[y[i]] -= g[i];
-  }
+  });
   return dz;
 }
 

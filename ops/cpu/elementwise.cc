@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "ops/cpu/broadcast.h"
 #include "ops/cpu/onednn_eltwise.h"
+#include "ops/cpu/parallel_for.h"
 #include "ops/cpu/reduce.h"
 
 namespace tessel::cpu {
@@ -70,8 +71,7 @@ template <typename T>
 void BinaryRows(BinaryOp op, const T* a, const BroadcastIndex& ia, const T* b, const BroadcastIndex& ib,
                 T* out, int64_t rows, int64_t cols) {
   const int64_t sa = ia.inner_stride(), sb = ib.inner_stride();
-#pragma omp parallel for schedule(static) if (rows * cols > 32768)
-  for (int64_t r = 0; r < rows; ++r) {
+  ParallelFor(rows, rows * cols > 32768, [&](int64_t r) {
     const T* pa = a + ia(r * cols);
     const T* pb = b + ib(r * cols);
     T* po = out + r * cols;
@@ -89,7 +89,7 @@ void BinaryRows(BinaryOp op, const T* a, const BroadcastIndex& ia, const T* b, c
         for (int64_t c = 0; c < cols; ++c) po[c] = pa[c * sa] / pb[c * sb];
         break;
     }
-  }
+  });
 }
 
 void CheckFloat(const char* op, const Tensor& t) {
@@ -142,8 +142,7 @@ Tensor BinaryScalar(BinaryOp op, const Tensor& a, double scalar) {
   float* y = out.data<float>();
   const float s = static_cast<float>(scalar);
   const int64_t n = a.numel();
-#pragma omp parallel for schedule(static) if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) y[i] = Apply(op, x[i], s);
+  ParallelFor(n, n > 32768, [&](int64_t i) { y[i] = Apply(op, x[i], s); });
   return out;
 }
 
@@ -168,8 +167,7 @@ Tensor Unary(UnaryOp op, const Tensor& x) {
     EltwiseForward(*alg, in, y, n);
     return out;
   }
-#pragma omp parallel for schedule(static) if (n > 16384)
-  for (int64_t i = 0; i < n; ++i) {
+  ParallelFor(n, n > 16384, [&](int64_t i) {
     const float v = in[i];
     switch (op) {
       case UnaryOp::kRelu:
@@ -197,7 +195,7 @@ Tensor Unary(UnaryOp op, const Tensor& x) {
         y[i] = -v;
         break;
     }
-  }
+  });
   return out;
 }
 
@@ -214,8 +212,7 @@ Tensor UnaryGrad(UnaryOp op, const Tensor& x, const Tensor& dy) {
     EltwiseBackward(*alg, in, g, dx, n);
     return out;
   }
-#pragma omp parallel for schedule(static) if (n > 16384)
-  for (int64_t i = 0; i < n; ++i) {
+  ParallelFor(n, n > 16384, [&](int64_t i) {
     const float v = in[i];
     float d = 0;
     switch (op) {
@@ -249,7 +246,7 @@ Tensor UnaryGrad(UnaryOp op, const Tensor& x, const Tensor& dy) {
         break;
     }
     dx[i] = d * g[i];
-  }
+  });
   return out;
 }
 

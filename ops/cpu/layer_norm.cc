@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ops/cpu/parallel_for.h"
 
 namespace tessel::cpu {
 
@@ -29,8 +30,7 @@ LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& be
   float* y = r.y.data<float>();
   float* mean = r.mean.data<float>();
   float* rstd = r.rstd.data<float>();
-#pragma omp parallel for schedule(static) if (rows * d > 16384)
-  for (int64_t i = 0; i < rows; ++i) {
+  ParallelFor(rows, rows * d > 16384, [&](int64_t i) {
     const float* xr = in + i * d;
     double s = 0, s2 = 0;
     for (int64_t c = 0; c < d; ++c) s += xr[c];
@@ -43,7 +43,7 @@ LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& be
       float v = static_cast<float>((xr[c] - mu) * rs);
       y[i * d + c] = v * (g ? g[c] : 1.0f) + (b ? b[c] : 0.0f);
     }
-  }
+  });
   return r;
 }
 

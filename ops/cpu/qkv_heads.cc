@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "ops/cpu/parallel_for.h"
 
 namespace tessel::cpu {
 
@@ -19,8 +20,10 @@ void CopyQkv(const Tensor& x, const std::array<Tensor, 3>& parts, bool split) {
   auto* xb = static_cast<char*>(x.raw_data());
   std::array<char*, 3> pb;
   for (int i = 0; i < 3; ++i) pb[i] = static_cast<char*>(parts[i].raw_data());
-#pragma omp parallel for
-  for (int64_t r = 0; r < rows; ++r) {  // r = (batch, position, head), x's order
+  // r = (batch, position, head), x's order; copies of a few KiB in all are
+  // not worth waking the threads.
+  const bool parallel = static_cast<size_t>(rows) * run * 3 > (size_t{1} << 17);
+  ParallelFor(rows, parallel, [&](int64_t r) {
     const int64_t bi = r / (s * heads), si = r / heads % s, hi = r % heads;
     const size_t offset = static_cast<size_t>((bi * heads + hi) * s + si) * run;
     for (int i = 0; i < 3; ++i) {
@@ -31,7 +34,7 @@ void CopyQkv(const Tensor& x, const std::array<Tensor, 3>& parts, bool split) {
         std::memcpy(xr, pb[i] + offset, run);
       }
     }
-  }
+  });
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "ops/cpu/broadcast.h"
+#include "ops/cpu/parallel_for.h"
 
 namespace tessel::cpu {
 
@@ -58,13 +59,12 @@ Tensor Reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& axes, bo
     }
   } else if (n_in > 0 && static_cast<int64_t>(reduced.size()) == suffix) {
     const int64_t inner = n_in / n_out;
-#pragma omp parallel for schedule(static) if (n_in > 65536)
-    for (int64_t j = 0; j < n_out; ++j) {
+    ParallelFor(n_out, n_in > 65536, [&](int64_t j) {
       const float* row = in + j * inner;
       double a = acc[j];
       for (int64_t i = 0; i < inner; ++i) a = is_max ? std::max(a, static_cast<double>(row[i])) : a + row[i];
       acc[j] = a;
-    }
+    });
   } else {
     const BroadcastIndex to_out(keep, x.shape());
     for (int64_t i = 0; i < n_in; ++i) {

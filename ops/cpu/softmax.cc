@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "ops/cpu/broadcast.h"
 #include "ops/cpu/onednn_eltwise.h"
+#include "ops/cpu/parallel_for.h"
 
 namespace tessel::cpu {
 
@@ -44,8 +45,7 @@ Tensor Softmax(const Tensor& x, const SoftmaxOptions& options) {
   // clamps its argument and would turn a NaN finite.
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
   std::vector<char> nan_row(static_cast<size_t>(rows), 0);
-#pragma omp parallel for schedule(static) if (rows * cols > 16384)
-  for (int64_t r = 0; r < rows; ++r) {
+  ParallelFor(rows, rows * cols > 16384, [&](int64_t r) {
     const float* xr = in + r * cols;
     float* yr = y + r * cols;
     const int64_t qi = r % q;
@@ -66,24 +66,23 @@ Tensor Softmax(const Tensor& x, const SoftmaxOptions& options) {
     }
     if (odd || (kept > 0 && mx == kMasked)) {
       nan_row[static_cast<size_t>(r)] = 1;
-      continue;
+      return;
     }
     const float shift = kept == 0 ? 0.0f : mx;  // a row with every key masked is all -inf: exp makes it 0
     for (int64_t c = 0; c < cols; ++c) yr[c] -= shift;
-  }
+  });
   EltwiseForward(Eltwise::kExp, y, y, rows * cols);
-#pragma omp parallel for schedule(static) if (rows * cols > 16384)
-  for (int64_t r = 0; r < rows; ++r) {
+  ParallelFor(rows, rows * cols > 16384, [&](int64_t r) {
     float* yr = y + r * cols;
     if (nan_row[static_cast<size_t>(r)]) {
       std::fill(yr, yr + cols, std::numeric_limits<float>::quiet_NaN());
-      continue;
+      return;
     }
     double sum = 0;
     for (int64_t c = 0; c < cols; ++c) sum += yr[c];
     const float inv = sum > 0 ? static_cast<float>(1.0 / sum) : 0.0f;  // no visible key: zeros
     for (int64_t c = 0; c < cols; ++c) yr[c] *= inv;
-  }
+  });
   return out;
 }
 
@@ -95,14 +94,13 @@ Tensor SoftmaxGrad(const Tensor& y, const Tensor& dy, float scale) {
   const float* py = y.data<float>();
   const float* pg = dy.data<float>();
   float* dx = out.data<float>();
-#pragma omp parallel for schedule(static) if (rows * cols > 16384)
-  for (int64_t r = 0; r < rows; ++r) {
+  ParallelFor(rows, rows * cols > 16384, [&](int64_t r) {
     const float* yr = py + r * cols;
     const float* gr = pg + r * cols;
     double dot = 0;
     for (int64_t c = 0; c < cols; ++c) dot += static_cast<double>(yr[c]) * gr[c];
     for (int64_t c = 0; c < cols; ++c) dx[r * cols + c] = scale * yr[c] * (gr[c] - static_cast<float>(dot));
-  }
+  });
   return out;
 }
 
