@@ -33,6 +33,7 @@ Tensor Softmax(const Tensor& x, const SoftmaxOptions& options) {
   }
   const BroadcastIndex im(masked ? options.mask.shape() : x.shape(), x.shape());
   const bool* mask = masked ? options.mask.data<bool>() : nullptr;
+  const int64_t mask_step = im.inner_stride();
   Tensor out = Tensor::Empty(x.shape(), DType::kFloat32);
   const float* in = x.data<float>();
   float* y = out.data<float>();
@@ -50,11 +51,12 @@ Tensor Softmax(const Tensor& x, const SoftmaxOptions& options) {
     float* yr = y + r * cols;
     const int64_t qi = r % q;
     const int64_t last = options.causal ? offset + qi + cols - queries : cols - 1;  // keys after it: masked
+    const bool* mask_row = masked ? mask + im(r * cols) : nullptr;  // steps by im.inner_stride()
     int64_t kept = 0;
     bool odd = false;
     float mx = kMasked;
     for (int64_t c = 0; c < cols; ++c) {
-      if (c <= last && (!masked || mask[im(r * cols + c)])) {
+      if (c <= last && (!masked || mask_row[c * mask_step])) {
         const float v = xr[c] * options.scale;
         odd |= std::isnan(v) || v == std::numeric_limits<float>::infinity();
         mx = std::max(mx, v);
