@@ -64,7 +64,8 @@ DEFINE_string(
     "(the reference executor: one op after another in program order)");
 DEFINE_int32(max_pending_sends, 0,
              "actor runtime: how many stage transfers a rank may have waiting for their receivers at once "
-             "(a send beyond it waits: back-pressure between stages); 0: no bound");
+             "(a send beyond it waits: back-pressure between stages); 0: the schedule's bound (twice the "
+             "most micro-batches a stage holds); -1: no bound");
 DEFINE_string(timeline_dir, "",
               "with --graph on the actor runtime: write each rank's timeline of the last step there "
               "(timeline_rank<r>.json, Chrome trace; tools/pipeline_timeline.py draws the pipeline)");
@@ -176,9 +177,11 @@ int main(int argc, char** argv) {
       grad_norm = optim::ScalarValue(out.at("grad_norm"));
       if (FLAGS_print_actions && !in_order) {
         const runtime::StepReport& r = actors.last_step();
-        std::printf("step %ld rank %d stage %d actions %s in_flight %d peak_bytes %ld pending_sends %d\n",
-                    static_cast<long>(step), r.rank, r.stage, runtime::ActionsText(r.actions).c_str(),
-                    r.max_in_flight, static_cast<long>(r.peak_bytes), r.max_pending_sends);
+        std::printf(
+            "step %ld rank %d stage %d actions %s in_flight %d peak_bytes %ld pending_sends %d send_quota "
+            "%d\n",
+            static_cast<long>(step), r.rank, r.stage, runtime::ActionsText(r.actions).c_str(),
+            r.max_in_flight, static_cast<long>(r.peak_bytes), r.max_pending_sends, r.send_quota);
         std::fflush(stdout);
       }
     } else {

@@ -80,10 +80,15 @@ struct ActorRuntime::Program {
   std::vector<int> receive_queue;
   int receive_queues = 0;
   int sends = 0;  // stage transfers this rank sends
+  // How many of them may wait for their receivers at once (0: no bound).
+  int send_quota = 0;
 };
 
 ActorRuntime::ActorRuntime(RuntimeOptions options) : options_(std::move(options)) {
   options_.schedule = ParseSchedule(options_.schedule);  // an unknown name fails here, listing the known
+  TESSEL_CHECK(options_.max_pending_sends >= -1)
+      << "actor runtime: max_pending_sends " << options_.max_pending_sends
+      << "; expected a count >= 1, 0 (the schedule's bound) or -1 (no bound)";
 }
 ActorRuntime::~ActorRuntime() = default;
 
@@ -325,6 +330,21 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
     if (found == sources.end()) sources.push_back(ins.peer_placement);
   }
   p->receive_queues = static_cast<int>(sources.size());
+  // The stage-transfer quota: the program's, or twice the most micro-batches
+  // any stage of the schedule holds at once. A stage's forward sends not yet
+  // taken are of micro-batches it holds (their backward has not come back),
+  // its backward sends not yet taken of micro-batches the stage before it
+  // holds (their backward has not started there), so a correct run stays
+  // under it whatever the timing; a stage that runs away waits.
+  if (options_.max_pending_sends > 0) {
+    p->send_quota = options_.max_pending_sends;
+  } else if (options_.max_pending_sends == 0 && p->stage >= 0 && p->stages > 1) {
+    int most = 1;
+    for (int s = 0; s < p->stages; ++s)
+      most = std::max(most,
+                      MaxInFlight(StageActions(options_.schedule, p->stages, s, micro_batches, p->chunks)));
+    p->send_quota = 2 * most;
+  }
   VLOG(1) << "graph '" << graph.name() << "': rank " << rank << " runs " << mine.size() << " of "
           << ops.size() << " ops on stage " << p->stage << " of " << p->stages << " (" << p->order[0].size()
           << " compute, " << p->order[1].size() << " communication) in " << p->chunks << " chunk(s), "
@@ -498,12 +518,11 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
       const plan::Instruction& instruction = program.exec.at(id);
       try {
         if (instruction.kind == plan::Instruction::Kind::kSend) {
-          if (options_.max_pending_sends > 0 &&
-              !WaitForSendRoom(state, options_.max_pending_sends, timeout)) {
+          if (program.send_quota > 0 && !WaitForSendRoom(state, program.send_quota, timeout)) {
             // (Fail keeps an earlier failure: then this one is not news.)
             state.Fail(StatusCode::kTimeout,
                        Describe(graph, op) + " waited " + std::to_string(timeout.count()) + " ms for the " +
-                           std::to_string(options_.max_pending_sends) +
+                           std::to_string(program.send_quota) +
                            " earlier send(s) of this rank to be taken by their receivers");
             return;
           }
@@ -645,6 +664,7 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
   last_.micro_batches = program.micro_batches;
   last_.schedule = options_.schedule;
   last_.max_pending_sends = state.max_pending_sends;
+  last_.send_quota = program.send_quota;
   last_.peak_bytes = allocator->stats().peak_allocated_bytes - held_before;
   last_.start_us = start;
   last_.end_us = NowMicros();

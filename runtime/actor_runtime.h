@@ -53,7 +53,12 @@ struct RuntimeOptions {
   // may wait for their receivers at once. A send beyond it waits until an
   // earlier one is taken (up to the input timeout), so a stage cannot run
   // ahead of the next by more than this many messages nor hold more send
-  // buffers. 0: no bound (the schedule alone bounds them).
+  // buffers. 0 (the default): derived from the schedule, twice the most
+  // micro-batches any stage holds at once (StepReport::send_quota) — a
+  // bound a correct run never reaches (a stage's pending forward sends are
+  // micro-batches it holds, its pending backward sends ones its previous
+  // stage holds), so it changes nothing until a stage runs away. -1: no
+  // bound.
   int max_pending_sends = 0;
   // When set, every step writes this rank's timeline there as
   // timeline_rank<r>.json (Chrome trace: open it in Perfetto or
@@ -89,8 +94,11 @@ struct StepReport {
   // ended: how many micro-batches' activations the stage held at once.
   int max_in_flight = 0;
   // The most sends waiting for their receivers at once (at most
-  // RuntimeOptions::max_pending_sends when that is set).
+  // send_quota).
   int max_pending_sends = 0;
+  // The register count of stage transfers this step ran with
+  // (RuntimeOptions::max_pending_sends, or the schedule's bound); 0: none.
+  int send_quota = 0;
   // The most CPU memory the step held at once beyond what it started with.
   int64_t peak_bytes = 0;
   int64_t start_us = 0, end_us = 0;

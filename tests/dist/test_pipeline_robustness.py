@@ -12,6 +12,8 @@
 - 1,000 iterations of 4 stages x 8 micro-batches under 1F1B, with one
   pending send per rank (a send waits until the previous one was taken),
   finish with the schedule's order on every stage;
+- without --max_pending_sends every rank runs with the schedule's quota
+  (twice the most micro-batches a stage holds) and stays within it;
 - a rank SIGKILLed mid-pipeline stops the job within 30 s, the launcher
   names it, and no rank process is left behind."""
 import argparse
@@ -101,6 +103,19 @@ for rank, stage, actions, in_flight, pending in reports:
     check(f"iteration 1,000, stage {stage}: the 1F1B order, {in_flight} in flight, {pending} pending send(s)",
           actions.split() == want and int(in_flight) <= 4 - int(stage) and int(pending) <= 1,
           f"expected {' '.join(want)}, at most {4 - int(stage)} in flight and 1 pending send")
+
+# 3b. Back-pressure is on by default: the quota is twice the most micro-batches
+# a stage of the schedule holds (1F1B on 4 stages: 4, so 8; GPipe over 6
+# micro-batches: 6, so 12), and no step reaches it.
+for schedule, m, quota in (("1f1b", 8, 8), ("gpipe", 6, 12)):
+    code, out, secs = run(launch(PP4 + [f"--schedule={schedule}", f"--micro_batches={m}", "--batch=48",
+                                        "--steps=2", "--print_actions"]), timeout=90)
+    reports = re.findall(r"step 1 rank (\d) stage \d actions [FB0-9 ]+ in_flight \d+ peak_bytes \d+ "
+                         r"pending_sends (\d+) send_quota (\d+)", out)
+    check(f"{schedule} over {m} micro-batches, default back-pressure: every rank reported a quota of {quota} "
+          f"and stayed within it ({reports})",
+          code == 0 and len(reports) == 4 and all(int(q) == quota and int(p) <= quota for _, p, q in reports),
+          out[-3000:])
 
 
 # 4. A rank killed mid-pipeline.

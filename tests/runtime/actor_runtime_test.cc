@@ -108,6 +108,11 @@ TEST(ActorRuntime, BadInputsAreRefusedBeforeAnyActorRuns) {
               actors.Run(graph, {{"x", randn({5, 8}, 3)}});
             }).find("traced with"),
             std::string::npos);
+  const std::string quota = ErrorOf([] { ActorRuntime bad({.max_pending_sends = -2}); });
+  EXPECT_NE(quota.find("max_pending_sends -2"), std::string::npos) << quota;
+  // One process has no stage transfers: no quota to keep.
+  actors.Run(graph, {{"x", randn({4, 8}, 3)}});
+  EXPECT_EQ(actors.last_step().send_quota, 0);
 }
 
 TEST(ActorRuntime, AFailingActorStopsTheStepNamingItsOpMicroBatchAndPass) {
