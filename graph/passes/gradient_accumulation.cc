@@ -117,11 +117,53 @@ void AccumulateGradients(ir::Graph& graph, int micro_batches) {
   const int first = static_cast<int>(first_copied - copied.begin());
   const int last = static_cast<int>(copied.rend() - std::find(copied.rbegin(), copied.rend(), 1)) - 1;
 
+  // A gradient that sums a share computed on this placement and one moved
+  // here from another (a tied weight used on two pipeline stages: the
+  // embedding's gradient from the output layer's stage) is averaged before
+  // the move: each share is averaged where it is computed, and the move and
+  // the sum run once, after the micro-batches — one transfer per step
+  // instead of one per micro-batch (moving is linear, so the result is the
+  // same up to rounding).
+  std::vector<int> readers(num_values, 0);
+  for (const ir::Op& op : ops)
+    for (int i : op.inputs) ++readers[static_cast<size_t>(i)];
+  for (const auto& [name, id] : graph.outputs()) ++readers[static_cast<size_t>(id)];
+  std::vector<char> after_averages(ops.size(), 0);  // ops moved after the averages
+  std::vector<int> averaged_shares;                 // what is averaged in their place
+  for (int g : gradients) {
+    if (!averaged_gradient(g) || graph.value(g).producer < 0) continue;
+    const ir::Op& sum = ops[static_cast<size_t>(graph.value(g).producer)];
+    if (sum.name != "add" || sum.inputs.size() != 2 || sum.inputs[0] == sum.inputs[1]) continue;
+    for (int side = 0; side < 2; ++side) {
+      const int moved = sum.inputs[static_cast<size_t>(side)],
+                here = sum.inputs[static_cast<size_t>(1 - side)];
+      const int mover = graph.value(moved).producer;
+      if (mover < 0 || readers[static_cast<size_t>(moved)] != 1 || !per_micro[here]) continue;
+      const ir::Op& move = ops[static_cast<size_t>(mover)];
+      if (move.name != "to_global" || move.inputs.size() != 1) continue;
+      const int share = move.inputs[0];
+      const ir::Value& from = graph.value(share);
+      if (!per_micro[share] || !from.is_global() || from.placement == graph.value(moved).placement ||
+          gradients.count(share) > 0)
+        continue;
+      copied[move.id] = copied[sum.id] = 0;
+      after_averages[move.id] = after_averages[sum.id] = 1;
+      averaged_shares.push_back(here);
+      averaged_shares.push_back(share);
+      break;
+    }
+  }
+
   // The values averaged over the micro-batches: the gradients computed from
   // the batch, and results computed from it (floating scalars only).
   std::vector<int> averaged;
-  for (int g : gradients)
-    if (averaged_gradient(g)) averaged.push_back(g);
+  for (int g : gradients) {
+    if (!averaged_gradient(g)) continue;
+    if (after_averages[static_cast<size_t>(graph.value(g).producer)]) continue;  // its shares are
+    averaged.push_back(g);
+  }
+  for (int share : averaged_shares)
+    if (std::find(averaged.begin(), averaged.end(), share) == averaged.end()) averaged.push_back(share);
   for (const auto& [name, id] : graph.outputs()) {
     const ir::Value& v = graph.value(id);
     if (v.kind != ir::Value::Kind::kOpOutput || !per_micro[id] || gradients.count(id) > 0) continue;
@@ -162,7 +204,7 @@ void AccumulateGradients(ir::Graph& graph, int micro_batches) {
   }
   std::vector<char> late(ops.size(), 0);
   for (const ir::Op& op : ops) {
-    if (copied[op.id]) continue;
+    if (copied[op.id] || after_averages[op.id]) continue;
     bool reads_gradients = false;
     for (int i : op.inputs) reads_gradients |= averaged_gradient(i) || from_gradients[i];
     late[op.id] = reads_gradients || op.id > last;
@@ -197,7 +239,7 @@ void AccumulateGradients(ir::Graph& graph, int micro_batches) {
 
   std::vector<ir::Op> rewritten;
   for (const ir::Op& op : ops)
-    if (!copied[op.id] && !late[op.id]) rewritten.push_back(op);
+    if (!copied[op.id] && !late[op.id] && !after_averages[op.id]) rewritten.push_back(op);
   // Each micro-batch's share is added to the running sum right after the
   // op computing it: the per-micro-batch gradient is freed at once, and
   // the last micro-batch's sums are final while its backward goes on with
@@ -236,6 +278,10 @@ void AccumulateGradients(ir::Graph& graph, int micro_batches) {
   for (int a : averaged) {
     AddSameLayoutOp(graph, rewritten, "mul_scalar", {{"scalar", 1.0 / n}}, {sums[a]}, graph.value(a), a, -1);
   }
+  // The moves and sums of averaged shares (their ids unchanged: they now
+  // read the averages), then the ops on the gradients.
+  for (const ir::Op& op : ops)
+    if (after_averages[op.id]) rewritten.push_back(op);
   for (const ir::Op& op : ops)
     if (late[op.id]) rewritten.push_back(op);
   graph.SetOps(std::move(rewritten));

@@ -288,6 +288,23 @@ TEST(GraphTrace, GptGradientAccumulationMatchesTheWholeBatch) {
   }
   EXPECT_EQ(updates, static_cast<int>(graph_params.size()));
   EXPECT_EQ(step_buckets > 0, FLAGS_dp > 1);
+  // The tied embedding's gradient from the output layer crosses the
+  // pipeline once per step (averaged on the last stage first), not once
+  // per micro-batch; its weight crosses once the other way.
+  if (FLAGS_pp > 1) {
+    Shape table;
+    for (const auto& [name, p] : graph_params)
+      if (name.find("wte") != std::string::npos) table = p->shape();
+    ASSERT_GT(table.ndim(), 0) << "no wte parameter";
+    int weight_moves = 0, gradient_moves = 0;
+    for (const ir::Op& op : compiled.ops()) {
+      if (op.name != "send" || compiled.value(op.inputs[0]).shape != table) continue;
+      EXPECT_LT(op.micro_batch, 0) << "op " << op.id << " sends the embedding table in a micro-batch";
+      ++(op.backward ? gradient_moves : weight_moves);
+    }
+    EXPECT_EQ(weight_moves, 1);
+    EXPECT_EQ(gradient_moves, 1);
+  }
   EXPECT_GT(per_micro_batch[0], 100);
   EXPECT_EQ(per_micro_batch[1], per_micro_batch[3]);
   // The rank's plan says which micro-batch each copied op works on.
