@@ -155,13 +155,14 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
 
   // The schedule's slot of each (pass, micro-batch) on this stage. Ops of
   // no micro-batch keep their side of the micro-batches: those before
-  // every micro-batch op (hoisted out of the copies) come first. The others
-  // (averaging, gradient buckets, the gradient norm, the optimizer) rank
-  // with their latest input, so a layer's gradient is averaged and its
-  // bucket reduced while the last backward goes on with earlier layers —
-  // except stage transfers, ops with no input on this rank and ops reading
-  // a communication's result (placed early, they would stall their stream
-  // until it ends), which come after every unit in program order. Every
+  // every micro-batch op (hoisted out of the copies) come first. Those a
+  // communication reads (a gradient's average, for its bucket) rank with
+  // their latest input, so a layer's gradient is averaged and its bucket
+  // reduced while the last backward goes on with earlier layers. The
+  // others (the gradient norm, clipping, the optimizer), stage transfers,
+  // ops with no input on this rank and ops reading a communication's
+  // result (placed early, they would stall their stream until it ends)
+  // come after every unit in program order. Every
   // rank then orders its transfers as its peers do: a receive with no
   // input here would otherwise be ready at once and wait, first in its
   // stream, for a send made at the very end, and a send moved ahead would
@@ -240,14 +241,30 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
       p->weight[static_cast<size_t>(op.id)] = op.backward && op.micro_batch >= 0 && !feeds_send[i];
     }
   }
+  // Ops whose result a communication reads (a gradient's average that a
+  // data-parallel bucket reduces): worth running early, beside the last
+  // backward. The others after the units (the gradient norm's squares, the
+  // clipping, the optimizer) wait for every unit: ranked with their input
+  // they would run inside the last backward, ahead of its transfer to the
+  // previous stage, which waits for it (tens of milliseconds of bubble on a
+  // 2-stage GPT).
+  // (So do ops a unit needs, directly or through others.)
+  std::vector<char> feeds_communication(mine.size(), 0), unit_needs(mine.size(), 0);
+  for (size_t i = mine.size(); i-- > 0;) {
+    const bool unit = ops[static_cast<size_t>(mine[i])].micro_batch >= 0;
+    for (int pred : preds[i]) {
+      feeds_communication[static_cast<size_t>(pred)] |= p->exec.at(mine[i]).communicates;
+      unit_needs[static_cast<size_t>(pred)] |= unit || unit_needs[i];
+    }
+  }
   for (size_t i = 0; i < mine.size(); ++i) {
     const ir::Op& op = ops[static_cast<size_t>(mine[i])];
     const bool after_units = op.micro_batch < 0 && op.id > first_micro_batch_op;
     bool waits_for_communication = false;  // ranked early, it would stall its stream on the other
     for (int pred : preds[i])
       waits_for_communication |= p->exec.at(mine[static_cast<size_t>(pred)]).communicates;
-    if (after_units && !preds[i].empty() && !waits_for_communication && op.name != "send" &&
-        op.name != "recv") {
+    if (after_units && !preds[i].empty() && !waits_for_communication &&
+        (feeds_communication[i] || unit_needs[i]) && op.name != "send" && op.name != "recv") {
       priority[i] = 0;  // with its latest input (preds come first in program order)
       for (int pred : preds[i]) priority[i] = std::max(priority[i], priority[static_cast<size_t>(pred)]);
       continue;
