@@ -241,14 +241,14 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
       p->weight[static_cast<size_t>(op.id)] = op.backward && op.micro_batch >= 0 && !feeds_send[i];
     }
   }
-  // Ops whose result a communication reads (a gradient's average that a
-  // data-parallel bucket reduces): worth running early, beside the last
-  // backward. The others after the units (the gradient norm's squares, the
-  // clipping, the optimizer) wait for every unit: ranked with their input
-  // they would run inside the last backward, ahead of its transfer to the
-  // previous stage, which waits for it (tens of milliseconds of bubble on a
-  // 2-stage GPT).
-  // (So do ops a unit needs, directly or through others.)
+  // Communications and the ops whose result one reads (a gradient's
+  // average and the data-parallel bucket reducing it) are worth running
+  // early, beside the last backward, and ops a unit needs (directly or
+  // through others) must. The others after the units (the gradient norm's
+  // squares, the clipping, the optimizer) wait for every unit: ranked with
+  // their input they would run inside the last backward, ahead of its
+  // transfer to the previous stage, which waits for it (tens of
+  // milliseconds of bubble on a 2-stage GPT).
   std::vector<char> feeds_communication(mine.size(), 0), unit_needs(mine.size(), 0);
   for (size_t i = mine.size(); i-- > 0;) {
     const bool unit = ops[static_cast<size_t>(mine[i])].micro_batch >= 0;
@@ -263,8 +263,9 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
     bool waits_for_communication = false;  // ranked early, it would stall its stream on the other
     for (int pred : preds[i])
       waits_for_communication |= p->exec.at(mine[static_cast<size_t>(pred)]).communicates;
-    if (after_units && !preds[i].empty() && !waits_for_communication &&
-        (feeds_communication[i] || unit_needs[i]) && op.name != "send" && op.name != "recv") {
+    const bool early = p->exec.at(mine[i]).communicates || feeds_communication[i] || unit_needs[i];
+    if (after_units && !preds[i].empty() && !waits_for_communication && early && op.name != "send" &&
+        op.name != "recv") {
       priority[i] = 0;  // with its latest input (preds come first in program order)
       for (int pred : preds[i]) priority[i] = std::max(priority[i], priority[static_cast<size_t>(pred)]);
       continue;
