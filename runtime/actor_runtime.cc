@@ -79,7 +79,7 @@ struct ActorRuntime::Program {
   // one that arrived from another); -1 for other ops.
   std::vector<int> receive_queue;
   int receive_queues = 0;
-  int sends = 0;  // stage transfers this rank sends
+  bool sends = false;  // this rank sends stage transfers
   // How many of them may wait for their receivers at once (0: no bound).
   int send_quota = 0;
 };
@@ -341,7 +341,7 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   std::vector<Placement> sources;
   for (int id : mine) {
     const plan::Instruction& ins = p->exec.at(id);
-    p->sends += ins.kind == plan::Instruction::Kind::kSend;
+    p->sends |= ins.kind == plan::Instruction::Kind::kSend;
     if (ins.kind != plan::Instruction::Kind::kRecv) continue;
     auto found = std::find(sources.begin(), sources.end(), ins.peer_placement);
     p->receive_queue[static_cast<size_t>(id)] = static_cast<int>(found - sources.begin());

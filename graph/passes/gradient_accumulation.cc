@@ -159,7 +159,8 @@ void AccumulateGradients(ir::Graph& graph, int micro_batches) {
   std::vector<int> averaged;
   for (int g : gradients) {
     if (!averaged_gradient(g)) continue;
-    if (after_averages[static_cast<size_t>(graph.value(g).producer)]) continue;  // its shares are
+    const int producer = graph.value(g).producer;
+    if (producer >= 0 && after_averages[static_cast<size_t>(producer)]) continue;  // its shares are
     averaged.push_back(g);
   }
   for (int share : averaged_shares)

@@ -105,9 +105,20 @@ for rank, stage, actions, in_flight, pending in reports:
           f"expected {' '.join(want)}, at most {4 - int(stage)} in flight and 1 pending send")
 
 # 3b. Back-pressure is on by default: the quota is twice the most micro-batches
-# a stage of the schedule holds (1F1B on 4 stages: 4, so 8; GPipe over 6
-# micro-batches: 6, so 12), and no step reaches it.
-for schedule, m, quota in (("1f1b", 8, 8), ("gpipe", 6, 12)):
+# a stage of the schedule holds (from the reference orders: 1F1B on 4 stages
+# 4, so 8; GPipe over 6 micro-batches 6, so 12), and no step reaches it.
+def most_in_flight(schedule, stages, m):
+    most = 0
+    for stage in range(stages):
+        held = 0
+        for unit in reference(schedule, stages, stage, m):
+            held += 1 if unit.startswith("F") else -1
+            most = max(most, held)
+    return most
+
+
+for schedule, m in (("1f1b", 8), ("gpipe", 6)):
+    quota = 2 * most_in_flight(schedule, 4, m)
     code, out, secs = run(launch(PP4 + [f"--schedule={schedule}", f"--micro_batches={m}", "--batch=48",
                                         "--steps=2", "--print_actions"]), timeout=90)
     reports = re.findall(r"step 1 rank (\d) stage \d actions [FB0-9 ]+ in_flight \d+ peak_bytes \d+ "
