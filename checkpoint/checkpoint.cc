@@ -44,12 +44,6 @@ constexpr uint64_t kMaxIndexBytes = 1ull << 30;
 constexpr int64_t kMaxDim = int64_t{1} << 48;
 constexpr size_t kMaxBoxes = 1 << 16;  // per tensor: one per distinct shard of the saving job at most
 
-std::string IterationName(int64_t iteration) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "iter_%07ld", static_cast<long>(iteration));
-  return name;
-}
-
 std::string ShardName(int rank, int world) {
   char name[64];
   std::snprintf(name, sizeof(name), "shard-%05d-of-%05d.safetensors", rank, world);
@@ -130,6 +124,12 @@ int64_t IterationOf(const fs::path& p) {
 }
 
 }  // namespace
+
+std::string IterationName(int64_t iteration) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "iter_%07ld", static_cast<long>(iteration));
+  return name;
+}
 
 CheckpointIndex ParseIndex(std::string_view text, const std::string& name) {
   TESSEL_CHECK(text.size() <= kMaxIndexBytes)

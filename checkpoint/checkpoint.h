@@ -136,6 +136,9 @@ class DirectoryLock {
   int fd_ = -1;
 };
 
+// The name of the checkpoint of `iteration` in its directory: iter_0000042.
+std::string IterationName(int64_t iteration);
+
 // The checkpoint `path` names: a checkpoint directory (holding index.json)
 // or a directory of them (its `latest`). Empty if `path` holds neither.
 std::filesystem::path Find(const std::filesystem::path& path);

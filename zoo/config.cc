@@ -5,6 +5,7 @@
 #include <google/protobuf/text_format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -350,6 +351,25 @@ void CheckBertData(const config::Config& c) {
 }
 }  // namespace
 
+double MaxDurationSeconds(const config::TrainConfig& train) {
+  const std::string& text = train.max_duration();
+  if (text.empty()) return 0;
+  double value = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  double unit = -1;
+  if (ec == std::errc() && ptr + 1 >= end) {
+    const char suffix = ptr == end ? 's' : *ptr;
+    unit = suffix == 's' ? 1 : suffix == 'm' ? 60 : suffix == 'h' ? 3600 : suffix == 'd' ? 86400 : -1;
+  }
+  // Up to ten years: beyond that the budget is a typo, not a limit.
+  TESSEL_CHECK(unit > 0 && std::isfinite(value) && value > 0 && value * unit <= 10 * 365 * 86400.0)
+      << "config: train.max_duration is '" << text
+      << "'; expected a positive duration such as \"90s\", \"45m\", \"12h\", \"2d\" or a number of seconds "
+         "(\"\" for no limit)";
+  return value * unit;
+}
+
 void ResolveConfig(config::Config* c, int world_size) {
   config::ModelConfig& m = *c->mutable_model();
   config::TrainConfig& t = *c->mutable_train();
@@ -517,6 +537,8 @@ void ResolveConfig(config::Config* c, int world_size) {
       << "config: train.keep_last_checkpoints is " << t.keep_last_checkpoints()
       << "; expected 0 (keep all) or more";
   if (t.checkpoint_dir().empty()) t.set_checkpoint_dir(t.output_dir() + "/checkpoints");
+  CheckOneOf("train.resume", t.resume(), {"auto", "required", "off"});
+  MaxDurationSeconds(t);  // checked now, used by the training loop
 
   const config::OptimConfig& o = c->optim();
   CheckOneOf("optim.name", o.name(), {"adamw"});

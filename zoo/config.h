@@ -45,6 +45,11 @@ void ApplyOverrides(config::Config* config, const std::vector<std::string>& assi
 // naming the field, its value and what was expected.
 void ResolveConfig(config::Config* config, int world_size);
 
+// train.max_duration in seconds: "90s", "45m", "12h", "2d" or a plain
+// number of seconds; 0 for "" (no limit). Throws naming the field and the
+// value otherwise.
+double MaxDurationSeconds(const config::TrainConfig& train);
+
 // The config as protobuf text (what tessel-train saves as config.prototxt).
 std::string ConfigText(const config::Config& config);
 

@@ -3,6 +3,8 @@
 - a rank that never joins rendezvous makes the others time out, naming it;
 - a rank that skips a collective makes the others time out, naming the op;
 - ranks that ignore SIGTERM are still stopped (SIGKILL after the grace);
+- a SIGTERM to the launcher gives the ranks --signal_grace_s, and a second
+  one ends them at once;
 - the launcher's memory stays bounded whatever a rank prints (a rank
   printing without pause, a 300 MB line), a slow reader loses nothing, and
   a rank killed while nobody reads the launcher's stdout still stops the job;
@@ -73,6 +75,46 @@ code, out, secs = kill_one_rank(0, ["--ignore_sigterm"], ["--kill_grace_s", "2"]
 check("stubborn ranks: launcher exits non-zero", code not in (0, -1), f"  exit code {code}\n{out}")
 check(f"stubborn ranks: stopped after the grace period (took {secs:.1f} s)", 1.5 < secs < 30)
 expect("stubborn ranks: the others were SIGKILLed", out, r"rank 3 was killed by signal 9")
+
+# 2b. The launcher signalled from outside (a preemption): ranks that do not
+# end get --signal_grace_s; a second signal ends them at once.
+def signal_launcher(times):
+    cmd = L + ["--nproc_per_node", "4", "--signal_grace_s", "60", "--", args.probe, "--mode=sleep",
+               "--ignore_sigterm"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, ready = [], 0
+    deadline = time.monotonic() + 60
+    while ready < 4 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        ready += bool(re.match(r"\[rank \d+\] ready pid=", line))
+    rest = []
+    reader = threading.Thread(target=lambda: rest.append(proc.stdout.read()))
+    reader.start()
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(2)
+    start = time.monotonic()
+    for _ in range(times - 1):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = None
+    reader.join()
+    return code, "".join(lines) + "".join(rest), time.monotonic() - start
+
+
+code, out, secs = signal_launcher(1)
+check("one SIGTERM: ranks ignoring it still run after 2 s + 10 s (grace 60 s)", code is None, out[-2000:])
+expect("one SIGTERM: the grace is said", out, r"received Terminated \(the ranks get --signal_grace_s=60 s")
+code, out, secs = signal_launcher(2)
+check(f"a second SIGTERM: the ranks are ended at once (took {secs:.1f} s, exit {code})", code == 143 and secs < 5,
+      out[-2000:])
+expect("a second SIGTERM: said", out, r"a second signal; ending the ranks now")
+expect("a second SIGTERM: the ranks were SIGKILLed", out, r"rank 3 was killed by signal 9")
 
 # 3. A rank that never joins rendezvous.
 code, out, secs = run(L + ["--nproc_per_node", "4", "--", args.probe, "--mode=skip_init", "--odd_rank=3",

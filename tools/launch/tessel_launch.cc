@@ -47,6 +47,11 @@ DEFINE_string(
 DEFINE_int32(master_port, 29500, "Port of the rendezvous store; 0 picks a free port (single node only)");
 DEFINE_int32(kill_grace_s, 5,
              "After a rank fails, seconds the others get after SIGTERM before SIGKILL [TESSEL_KILL_GRACE_S]");
+DEFINE_int32(
+    signal_grace_s, 60,
+    "When the launcher gets SIGTERM, SIGINT or SIGHUP (a scheduler's preemption, Ctrl-C), seconds the "
+    "ranks get after the SIGTERM it passes on before SIGKILL: tessel-train saves a checkpoint in that "
+    "time. A second signal ends them at once [TESSEL_SIGNAL_GRACE_S]");
 DEFINE_int32(max_run_s, 0, "Stop the whole job after this many seconds (0: no limit) [TESSEL_MAX_RUN_S]");
 DEFINE_int32(heartbeat_timeout_s, 60,
              "Stop the job when a rank sends no heartbeat (or stays stopped by a signal) this long; 0: never "
@@ -67,7 +72,11 @@ using tessel::launch::RankProcess;
 using tessel::launch::Say;
 
 volatile sig_atomic_t g_signal = 0;
-void OnSignal(int sig) { g_signal = sig; }
+volatile sig_atomic_t g_signals = 0;  // how many arrived: a second one ends the ranks at once
+void OnSignal(int sig) {
+  g_signal = sig;
+  g_signals = g_signals + 1;
+}
 
 [[noreturn]] void Fail(const std::string& message) {
   tessel::launch::Output().Flush(1.0);  // what was said before, first
@@ -92,6 +101,7 @@ void CheckFlags(int argc) {
   }
   if (FLAGS_master_addr.empty()) Fail("--master_addr is empty; expected the host of global rank 0");
   if (FLAGS_kill_grace_s < 0) Fail("--kill_grace_s must be >= 0");
+  if (FLAGS_signal_grace_s < 0) Fail("--signal_grace_s must be >= 0");
   if (FLAGS_max_run_s < 0) Fail("--max_run_s must be >= 0");
   if (FLAGS_heartbeat_timeout_s < 0) Fail("--heartbeat_timeout_s must be >= 0");
   if (FLAGS_threads_per_rank < 0) Fail("--threads_per_rank must be >= 0");
@@ -338,7 +348,8 @@ int main(int argc, char** argv) {
   } flush_output_at_exit;
   try {
     tessel::FlagDefaultsFromEnvironment(
-        "TESSEL_", {"kill_grace_s", "max_run_s", "heartbeat_timeout_s", "secret_file", "threads_per_rank"});
+        "TESSEL_", {"kill_grace_s", "signal_grace_s", "max_run_s", "heartbeat_timeout_s", "secret_file",
+                    "threads_per_rank"});
   } catch (const tessel::Error& e) {
     Fail(e.what());
   }
@@ -395,7 +406,7 @@ int main(int argc, char** argv) {
   bool stopping = false;
   std::set<int> early_reported;  // ranks reported as finishing while others ran
 
-  auto stop_all = [&](const std::string& reason) {
+  auto stop_all = [&](const std::string& reason, int grace_s) {
     stopping = true;
     stop_reason = reason;
     Say("tessel-launch: %s; stopping the other ranks\n", reason.c_str());
@@ -405,7 +416,7 @@ int main(int argc, char** argv) {
       r->Signal(SIGTERM);
       r->Signal(SIGCONT);  // a stopped rank only sees SIGTERM once continued
     }
-    kill_at = Clock::now() + std::chrono::seconds(FLAGS_kill_grace_s);
+    kill_at = Clock::now() + std::chrono::seconds(grace_s);
   };
   auto by_rank = [&](int rank) -> RankProcess& { return *ranks[rank - first_local]; };
   // A rank that finished (exited 0, or reported reaching shutdown) while
@@ -492,7 +503,7 @@ int main(int argc, char** argv) {
                   " ran fewer collectives than its peers, the likely root cause";
       }
       diagnose = true;
-      stop_all(reason);
+      stop_all(reason, FLAGS_kill_grace_s);
     }
     // Ranks that finished while others run: said at once, once.
     if (!stopping) {
@@ -532,16 +543,23 @@ int main(int argc, char** argv) {
         failed_rank = r->rank();
         std::string last =
             r->heartbeat() ? "; it was " + tessel::comm::DescribeHeartbeat(*r->heartbeat()) : "";
-        stop_all("rank " + std::to_string(r->rank()) + " (pid " + std::to_string(r->pid()) + ") " + why +
-                 last);
+        stop_all(
+            "rank " + std::to_string(r->rank()) + " (pid " + std::to_string(r->pid()) + ") " + why + last,
+            FLAGS_kill_grace_s);
         break;
       }
     }
     if (g_signal != 0 && !stopping) {
-      stop_all(std::string("received ") + ::strsignal(g_signal));
+      // Asked from outside: the ranks may save their work first.
+      stop_all(std::string("received ") + ::strsignal(g_signal) + " (the ranks get --signal_grace_s=" +
+                   std::to_string(FLAGS_signal_grace_s) + " s to finish; a second signal ends them now)",
+               FLAGS_signal_grace_s);
+    } else if (g_signals >= 2 && stopping && kill_at > now) {
+      Say("tessel-launch: a second signal; ending the ranks now\n");
+      kill_at = now;
     }
     if (FLAGS_max_run_s > 0 && !stopping && now - start > std::chrono::seconds(FLAGS_max_run_s)) {
-      stop_all("the job ran past --max_run_s=" + std::to_string(FLAGS_max_run_s));
+      stop_all("the job ran past --max_run_s=" + std::to_string(FLAGS_max_run_s), FLAGS_kill_grace_s);
     }
     if (stopping && now >= kill_at) {
       for (auto& r : ranks) r->Signal(SIGKILL);
@@ -563,7 +581,12 @@ int main(int argc, char** argv) {
 
   if (stopping) {
     if (diagnose) Diagnose(ranks);
-    Say("tessel-launch: job failed: %s\n", stop_reason.c_str());
+    // Stopped from outside with every rank ending cleanly (tessel-train
+    // saved and stopped): not a failure of the job's own.
+    const bool clean_stop =
+        g_signal != 0 && failed_rank < 0 &&
+        std::all_of(ranks.begin(), ranks.end(), [](const auto& r) { return !r->running() && !r->failed(); });
+    Say("tessel-launch: job %s: %s\n", clean_stop ? "stopped" : "failed", stop_reason.c_str());
     for (auto& r : ranks) {
       if (r->rank() != failed_rank) {
         Say("tessel-launch:   rank %d %s\n", r->rank(), r->DescribeExit().c_str());

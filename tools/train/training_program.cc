@@ -11,10 +11,12 @@
 // <output_dir>/metrics.jsonl and as TensorBoard scalars (events.out.tfevents.*),
 // with an evaluation (loss, perplexity) every evaluation.eval_period
 // iterations and at the end. With train.save_period it saves checkpoints
-// (checkpoint/checkpoint.h); --resume continues from the latest one, under
-// this job's layout whatever the saving job's was. train.load_weight starts
-// from a checkpoint's model weights only (one tessel-checkpoint import-hf
-// made from a Hugging Face model, say).
+// (checkpoint/checkpoint.h), and on SIGTERM/SIGUSR1 or past
+// train.max_duration it saves one and stops; train.resume (auto by default)
+// continues from the latest one, under this job's layout whatever the
+// saving job's was. train.load_weight starts from a checkpoint's model
+// weights only (one tessel-checkpoint import-hf made from a Hugging Face
+// model, say).
 #include "tools/train/training_program.h"
 
 #include <gflags/gflags.h>
@@ -23,6 +25,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -33,6 +36,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "core/comm/process_group.h"
 #include "graph/autograd.h"
 #include "graph/plan/graph.h"
 #include "layers/dist.h"
@@ -50,7 +54,11 @@ DEFINE_string(
     "the training config (protobuf text, schema zoo/config.proto), e.g. configs/gpt2_tiny.prototxt");
 DEFINE_bool(resume, false,
             "continue from the latest complete checkpoint in train.checkpoint_dir (model, optimizer state, "
-            "iteration; any layout); an error if there is none");
+            "iteration; any layout); an error if there is none (train.resume required; the default, auto, "
+            "resumes when there is one)");
+DEFINE_int64(resume_step, -1,
+             "continue from the checkpoint of this iteration in train.checkpoint_dir (iter_<N>) instead of "
+             "the latest; an error if there is none");
 DEFINE_bool(print_actions, false,
             "graph mode: after the first step, every rank prints its pipeline stage's forward and backward "
             "units in the order it ran them (\"rank 2 stage 1 1f1b: F0 F1 B0 F2 B1 B2\")");
@@ -102,6 +110,45 @@ std::string HoursMinutesSeconds(double seconds) {
   char text[32];
   std::snprintf(text, sizeof(text), "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
   return text;
+}
+
+// A request to save and stop: SIGTERM or SIGUSR1 (preemption notices),
+// recorded here and acted on between iterations. A second one ends the
+// process at once (the default action).
+volatile std::sig_atomic_t g_stop_signal = 0;
+void OnStopSignal(int sig) {
+  if (g_stop_signal != 0) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  }
+  g_stop_signal = sig;
+}
+
+void SaveOnSignals() {
+  struct sigaction action {};
+  action.sa_handler = OnStopSignal;
+  action.sa_flags = SA_RESTART;  // a collective's reads and writes go on
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGTERM, &action, nullptr);
+  ::sigaction(SIGUSR1, &action, nullptr);
+}
+
+// Why the run stops early, agreed by every rank (so all save the same
+// iteration and stop together): the signal a rank got (0: none) and
+// whether a rank's clock is past train.max_duration. One small all-reduce
+// per iteration; none on one rank.
+struct StopRequest {
+  int32_t signal = 0;
+  int32_t past_duration = 0;
+  explicit operator bool() const { return signal != 0 || past_duration != 0; }
+};
+StopRequest AgreeOnStop(StopRequest local) {
+  if (dist::WorldSize() > 1) {
+    int32_t both[2] = {local.signal, local.past_duration};
+    comm::World().AllReduce(both, 2, DType::kInt32, comm::ReduceOp::kMax);
+    local = {both[0], both[1]};
+  }
+  return local;
 }
 
 double LearningRate(const config::Config& c, int64_t iteration) {
@@ -245,9 +292,27 @@ int RunTrainingProgram(int argc, char** argv) {
         << "'; expected an integer";
     return value;
   };
-  if (FLAGS_resume) {
-    const auto [found, index] = find_checkpoint(t.checkpoint_dir(), "--resume but train.checkpoint_dir",
-                                                "train.checkpoint_dir of an earlier run");
+  // Where the run starts: the flags ask for a checkpoint; train.resume auto
+  // takes one if there is one. A smoke run (--fast_dev_run) starts afresh
+  // unless a flag asks.
+  const bool resume_required = FLAGS_resume || FLAGS_resume_step >= 0 || t.resume() == "required";
+  std::filesystem::path resume_from;
+  std::string resume_what;
+  if (FLAGS_resume_step >= 0) {
+    resume_from = std::filesystem::path(t.checkpoint_dir()) / checkpoint::IterationName(FLAGS_resume_step);
+    resume_what = "--resume_step " + std::to_string(FLAGS_resume_step) + " but";
+  } else if (resume_required) {
+    resume_from = t.checkpoint_dir();
+    resume_what =
+        FLAGS_resume ? "--resume but train.checkpoint_dir" : "train.resume required but train.checkpoint_dir";
+  } else if (t.resume() == "auto" && !FLAGS_fast_dev_run && !checkpoint::Find(t.checkpoint_dir()).empty()) {
+    resume_from = t.checkpoint_dir();
+    resume_what = "train.resume auto: train.checkpoint_dir";
+  }
+  const bool resumed = !resume_from.empty();
+  if (resumed) {
+    const auto [found, index] =
+        find_checkpoint(resume_from, resume_what, "train.checkpoint_dir of an earlier run");
     const auto meta = load(found, saved, /*optimizer=*/true);
     // Dropout's counters: the masks go on where the saving run's would have.
     for (auto& [name, counter] : rng_counters)
@@ -310,7 +375,7 @@ int RunTrainingProgram(int argc, char** argv) {
     std::filesystem::create_directories(out_dir);
     std::ofstream(out_dir / "config.prototxt") << zoo::ConfigText(c);
     // A resumed run adds to the metrics of the run it continues.
-    metrics.reset(std::fopen((out_dir / "metrics.jsonl").c_str(), FLAGS_resume ? "a" : "w"));
+    metrics.reset(std::fopen((out_dir / "metrics.jsonl").c_str(), resumed ? "a" : "w"));
     TESSEL_CHECK(metrics != nullptr) << "tessel-train: cannot write " << (out_dir / "metrics.jsonl").string()
                                      << ": " << std::strerror(errno);
     events = std::make_unique<zoo::EventWriter>(out_dir);
@@ -361,6 +426,34 @@ int RunTrainingProgram(int argc, char** argv) {
   double period_data_seconds = 0;
   int64_t period_iterations = 0;
   const bool save = t.save_period() > 0 && !FLAGS_fast_dev_run;
+  // Saves the checkpoint of iteration `done` (a collective); `why` says
+  // what asked for it when not train.save_period.
+  auto save_checkpoint = [&](int64_t done, const std::string& why) {
+    const auto save_start = Clock::now();
+    char layout[96];
+    std::snprintf(layout, sizeof(layout), "dp %ld x tp %ld x pp %ld", static_cast<long>(dp),
+                  static_cast<long>(d.tensor_parallel_size()), static_cast<long>(d.pipeline_parallel_size()));
+    std::map<std::string, std::string> state = {
+        {"iteration", std::to_string(done)}, {"arch", m.arch()}, {"layout", layout}};
+    // Read on every rank: a counter on another pipeline stage comes by broadcast.
+    for (const auto& [name, counter] : rng_counters) state["rng." + name] = std::to_string(counter->Get());
+    checkpoint::SaveOptions options;
+    options.keep_last = t.keep_last_checkpoints();
+    options.config_text = zoo::ConfigText(c);
+    const std::filesystem::path where = checkpoint::Save(t.checkpoint_dir(), done, saved, state, options);
+    if (rank == 0) {
+      std::printf("saved checkpoint %s in %.2f s%s\n", where.c_str(),
+                  std::chrono::duration<double>(Clock::now() - save_start).count(),
+                  why.empty() ? "" : (" (" + why + ")").c_str());
+      std::fflush(stdout);
+    }
+    period_start = Clock::now();  // saving time is not training time
+  };
+  // Stopping early with a checkpoint: on a signal (preemption) or past
+  // train.max_duration. Not in a smoke run, which saves nothing.
+  const double max_duration_s = zoo::MaxDurationSeconds(t);
+  const bool stop_on_request = !FLAGS_fast_dev_run && (t.save_on_signal() || max_duration_s > 0);
+  if (t.save_on_signal() && !FLAGS_fast_dev_run) SaveOnSignals();
   // The checkpoint directory claimed before the first step (rank 0 writes
   // its index): a path that cannot be one, or one another job writes, is
   // named now rather than at the first save.
@@ -462,26 +555,29 @@ int RunTrainingProgram(int argc, char** argv) {
       evaluate_now(done);
       period_start = Clock::now();  // evaluation time is not training time
     }
-    if (save && (done % t.save_period() == 0 || done == t.train_iter())) {
-      const auto save_start = Clock::now();
-      char layout[96];
-      std::snprintf(layout, sizeof(layout), "dp %ld x tp %ld x pp %ld", static_cast<long>(dp),
-                    static_cast<long>(d.tensor_parallel_size()),
-                    static_cast<long>(d.pipeline_parallel_size()));
-      std::map<std::string, std::string> state = {
-          {"iteration", std::to_string(done)}, {"arch", m.arch()}, {"layout", layout}};
-      // Read on every rank: a counter on another pipeline stage comes by broadcast.
-      for (const auto& [name, counter] : rng_counters) state["rng." + name] = std::to_string(counter->Get());
-      checkpoint::SaveOptions options;
-      options.keep_last = t.keep_last_checkpoints();
-      options.config_text = zoo::ConfigText(c);
-      const std::filesystem::path where = checkpoint::Save(t.checkpoint_dir(), done, saved, state, options);
-      if (rank == 0) {
-        std::printf("saved checkpoint %s in %.2f s\n", where.c_str(),
-                    std::chrono::duration<double>(Clock::now() - save_start).count());
-        std::fflush(stdout);
+    const bool saved_now = save && (done % t.save_period() == 0 || done == t.train_iter());
+    if (saved_now) save_checkpoint(done, "");
+    if (stop_on_request && done < t.train_iter()) {
+      const StopRequest stop = AgreeOnStop(
+          {.signal = g_stop_signal,
+           .past_duration = max_duration_s > 0 &&
+                            std::chrono::duration<double>(Clock::now() - start).count() > max_duration_s});
+      if (stop) {
+        const std::string why = stop.signal != 0 ? std::string("on SIG") + ::sigabbrev_np(stop.signal)
+                                                 : "past train.max_duration " + t.max_duration();
+        if (!saved_now) {
+          if (rank == 0 && !checkpoint_lock) checkpoint_lock.emplace(t.checkpoint_dir());
+          save_checkpoint(done, why);
+        }
+        if (rank == 0) {
+          std::printf(
+              "tessel-train: stopped at iteration %ld of %ld %s; run the same command to continue "
+              "(train.resume auto)\n",
+              static_cast<long>(done), static_cast<long>(t.train_iter()), why.c_str());
+          std::fflush(stdout);
+        }
+        return 0;
       }
-      period_start = Clock::now();  // saving time is not training time
     }
   }
   if (rank == 0) {

@@ -1,0 +1,159 @@
+"""Resuming without thinking (tessel-train's train.resume, save_on_signal,
+max_duration, --resume_step) on the tiny GPT under tp2 x pp2:
+
+- SIGTERM to the launcher mid-run: every rank finishes its iteration, a
+  checkpoint of that iteration is saved (save_period or not), the ranks exit
+  0 and the launcher says the job stopped (exit 143);
+- the same command, unchanged, resumes from that checkpoint (train.resume
+  auto, the default) and ends with the uninterrupted run's losses and final
+  checkpoint shards, byte for byte;
+- the first launch of that command into an empty directory starts afresh;
+- train.max_duration stops after the first iteration past it with a
+  checkpoint (exit 0);
+- --resume_step N resumes from iter_N, not the latest; one that is not
+  there is named; train.keep_last_checkpoints keeps that many;
+- train.resume off starts afresh beside a checkpoint, train.resume required
+  fails without one."""
+import argparse
+import glob
+import hashlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import check, expect, finish, run  # noqa: E402
+from train_checks import LOSS, layout_sets  # noqa: E402
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--launcher", required=True)
+parser.add_argument("--program", required=True)
+parser.add_argument("--source", required=True)
+args = parser.parse_args()
+work = tempfile.mkdtemp(prefix="tessel_preemption_")
+config = os.path.join(args.source, "configs", "gpt2_tiny.prototxt")
+ITERS = 30
+
+
+def command(directory, extra=(), flags=()):
+    sets = ["train.log_period=1", "evaluation.enabled=false", f"train.train_iter={ITERS}", "train.save_period=30",
+            f"train.output_dir={directory}"] + layout_sets(2, 2, True) + list(extra)
+    cmd = [args.launcher, "--nproc_per_node", "4", "--master_port", "0", "--max_run_s", "200", "--", args.program,
+           "--config", config] + list(flags)
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd
+
+
+def losses(out):
+    return {int(i): v for i, v in LOSS.findall(out)}
+
+
+def digest(checkpoint):
+    return {os.path.basename(p): hashlib.sha256(open(p, "rb").read()).hexdigest()
+            for p in sorted(glob.glob(os.path.join(checkpoint, "shard-*")))}
+
+
+def terminated_at(cmd, iteration):
+    """Runs `cmd`, sends the launcher SIGTERM once rank 0 logged `iteration`;
+    returns (exit code, output)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")))
+    reader.start()
+    deadline = time.monotonic() + 120
+    marker = f"[rank 0] iteration {iteration}/"
+    while time.monotonic() < deadline and not any(marker in line for line in lines) and proc.poll() is None:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = None
+    reader.join(timeout=10)
+    return code, "".join(lines)
+
+
+# Uninterrupted.
+full_dir = os.path.join(work, "full")
+code, out, secs = run(command(full_dir), timeout=240)
+full = losses(out)
+check(f"uninterrupted tp2 x pp2: {ITERS} iterations ({secs:.1f} s)", code == 0 and len(full) == ITERS, out[-3000:])
+check("uninterrupted: a fresh directory starts afresh (no resume line)", "resumed from" not in out, out[-2000:])
+full_shards = digest(os.path.join(full_dir, "checkpoints", "iter_0000030"))
+
+# Interrupted by SIGTERM, then the same command again.
+run_dir = os.path.join(work, "preempted")
+cmd = command(run_dir)
+code, out = terminated_at(cmd, 8)
+stopped = re.search(r"\[rank 0\] tessel-train: stopped at iteration (\d+) of 30 on SIGTERM", out)
+check(f"SIGTERM: the launcher exits 143 (got {code})", code == 143, out[-3000:])
+check("SIGTERM: tessel-train says where it stopped", stopped is not None, out[-3000:])
+at = int(stopped.group(1)) if stopped else -1
+check(f"SIGTERM: stopped after iteration {at}, before the end", 8 <= at < ITERS, out[-3000:])
+expect("SIGTERM: the checkpoint of that iteration is saved (save_period is 30)", out,
+       rf"saved checkpoint .*iter_{at:07d} in [0-9.]+ s \(on SIGTERM\)")
+expect("SIGTERM: the launcher reports a stop, not a failure", out, r"tessel-launch: job stopped: received Terminated")
+check("SIGTERM: every rank exits 0", len(re.findall(r"rank \d exited with status 0", out)) == 4, out[-2000:])
+check("SIGTERM: the losses so far are the uninterrupted run's",
+      losses(out) == {i: full[i] for i in range(1, at + 1)}, f"{losses(out)} vs {full}")
+
+code, out, _ = run(cmd, timeout=240)
+expect("rerun unchanged: resumes from the SIGTERM checkpoint", out,
+       rf"resumed from .*iter_{at:07d} at iteration {at} \(saved by 4 ranks as dp 1 x tp 2 x pp 2\)")
+resumed = losses(out)
+check(f"rerun unchanged: iterations {at + 1} to {ITERS} print the uninterrupted losses exactly",
+      code == 0 and resumed == {i: full[i] for i in range(at + 1, ITERS + 1)}, f"{resumed} vs {full}")
+same = digest(os.path.join(run_dir, "checkpoints", "iter_0000030"))
+check(f"rerun unchanged: the final shards equal the uninterrupted run's byte for byte "
+      f"({sum(full_shards[k] == same.get(k) for k in full_shards)} of {len(full_shards)})",
+      len(full_shards) == 4 and same == full_shards)
+metrics = [line for line in open(os.path.join(run_dir, "metrics.jsonl")) if '"loss"' in line]
+check(f"rerun unchanged: metrics.jsonl holds both parts ({len(metrics)} lines)", len(metrics) == ITERS)
+
+# train.max_duration: stops past it with a checkpoint, exit 0.
+budget_dir = os.path.join(work, "budget")
+code, out, _ = run(command(budget_dir, ["train.max_duration=1s", "train.save_period=0"]), timeout=240)
+stopped = re.search(r"stopped at iteration (\d+) of 30 past train.max_duration 1s", out)
+check("max_duration 1s: stops early and says why, exit 0", code == 0 and stopped is not None, out[-3000:])
+if stopped:
+    expect("max_duration: its checkpoint is saved", out,
+           rf"saved checkpoint .*iter_{int(stopped.group(1)):07d} in [0-9.]+ s \(past train.max_duration 1s\)")
+code, out, _ = run(command(budget_dir, ["train.max_duration=1x"]), timeout=120)
+expect("max_duration '1x': named before the first step", out, r"config: train.max_duration is '1x'; expected a "
+                                                             r"positive duration")
+check("max_duration '1x': no iteration ran", code not in (0, None) and "iteration 1/" not in out)
+
+# --resume_step and retention: saves every 5 iterations keeping 2.
+steps_dir = os.path.join(work, "steps")
+code, out, _ = run(command(steps_dir, ["train.save_period=5", "train.keep_last_checkpoints=2"]), timeout=240)
+kept = sorted(os.path.basename(p) for p in glob.glob(os.path.join(steps_dir, "checkpoints", "iter_*")))
+check(f"keep_last_checkpoints 2: the last two are kept ({kept})",
+      code == 0 and kept == ["iter_0000025", "iter_0000030"], out[-2000:])
+code, out, _ = run(command(steps_dir, ["train.save_period=0"], ["--resume_step", "25"]), timeout=240)
+expect("--resume_step 25: resumes from iter_0000025, not the latest", out,
+       r"resumed from .*iter_0000025 at iteration 25")
+check("--resume_step 25: iterations 26 to 30 print the uninterrupted losses",
+      code == 0 and losses(out) == {i: full[i] for i in range(26, ITERS + 1)}, f"{losses(out)} vs {full}")
+code, out, _ = run(command(steps_dir, [], ["--resume_step", "12"]), timeout=120)
+expect("--resume_step 12: names the missing checkpoint", out,
+       r"--resume_step 12 but .*iter_0000012 holds no complete checkpoint")
+check("--resume_step 12: fails before the first iteration", code not in (0, None) and "iteration 1/" not in out)
+
+# train.resume off beside a checkpoint: afresh; required without one: an error.
+code, out, _ = run(command(steps_dir, ["train.resume=off", "train.save_period=0"]), timeout=240)
+check("resume off: starts at iteration 1 beside checkpoints, with the uninterrupted losses",
+      code == 0 and "resumed from" not in out and losses(out) == full, out[-2000:])
+empty_dir = os.path.join(work, "empty")
+code, out, _ = run(command(empty_dir, ["train.resume=required"]), timeout=120)
+expect("resume required, no checkpoint: named", out, r"train.resume required but train.checkpoint_dir .* holds no "
+                                                     r"complete checkpoint")
+code, out, _ = run(command(empty_dir, ["train.resume=sometimes"]), timeout=120)
+expect("resume 'sometimes': named", out, r"config: train.resume is 'sometimes'; expected one of")
+finish()
