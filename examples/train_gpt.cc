@@ -146,6 +146,8 @@ int main(int argc, char** argv) {
                .pipeline_num_layers = config.layers,
                .virtual_pipeline_size = FLAGS_virtual_pipeline_size,
                .custom_pipeline_stage_ids = StageIds(FLAGS_stage_ids)});
+  if (dist::Rank() == 0)
+    for (const std::string& line : dist::LayoutLines()) LOG(INFO) << line;
   models::GPT gpt(config);
   auto params = gpt.NamedParameters();
   optim::AdamW adamw(params, {.lr = FLAGS_lr, .weight_decay = 0.01});

@@ -146,12 +146,16 @@ void Setup(const Config& in) {
   g_layout = mode.layout;
   delete g_stage_ranks;
   g_stage_ranks = new std::vector<std::vector<int>>(std::move(stage_ranks));
-  // Every layer's stage, stated once: a layer lost between the config and
-  // the stages shows here (and graph mode refuses a layer that built nothing).
-  LOG_IF(INFO, c.pipeline_parallel_size > 1 && CurrentRank() == 0) << "pipeline: " << LayerAssignmentText();
-  LOG_IF(INFO, c.tensor_parallel_mode != "1d" && CurrentRank() == 0)
-      << "tensor_parallel_mode '" << c.tensor_parallel_mode << "' (tensor mesh ["
-      << Join(*g_tensor_mesh, " x ") << "]): " << StageGridText();
+}
+
+std::vector<std::string> LayoutLines() {
+  const Config& c = GetConfig();
+  std::vector<std::string> lines;
+  if (c.pipeline_parallel_size > 1) lines.push_back("pipeline: " + LayerAssignmentText());
+  if (c.tensor_parallel_mode != "1d")
+    lines.push_back("tensor_parallel_mode " + c.tensor_parallel_mode + " (tensor mesh [" +
+                    Join(*g_tensor_mesh, " x ") + "]): " + StageGridText());
+  return lines;
 }
 
 std::string LayerAssignmentText() {

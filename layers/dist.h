@@ -84,10 +84,16 @@ std::vector<std::vector<int>> StageRanks();
 int64_t DataParallelIndex(int rank);
 std::vector<int64_t> LayerStages();
 // "4 layers on 2 stages: stage 0 (ranks 0..1): layers 0..1; stage 1 (ranks
-// 2..3): layers 2..3" — what Setup logs (rank 0, pp > 1).
+// 2..3): layers 2..3".
 std::string LayerAssignmentText();
+// Every layer's stage ("pipeline: " + LayerAssignmentText(), pp > 1) and
+// each stage's grid (modes other than 1d), a line each.
+// Programs print it once their own checks pass (Setup says nothing, so a
+// bad config or dataset found after it is the only thing said): a layer
+// lost between the config and the stages shows here.
+std::vector<std::string> LayoutLines();
 // "stage 0 [dp x tp] = [[0 2] [4 6]]; stage 1 ...": each stage's grid, as
-// the parallel mode formed it (Setup logs it for modes other than 1d).
+// the parallel mode formed it.
 std::string StageGridText();
 // The tensor-parallel mesh inside each tp group (the mode's tensor_mesh:
 // {tp} for 1d, {q, q} for 2d, {depth, q, q} for 2.5d, {q, q, q} for 3d),

@@ -83,10 +83,14 @@ def check_long_runs(train, work, common, min_drop):
 
 def check_bad_inputs(train, work, cases, nproc, common=()):
     """cases: name -> (--set overrides, pattern). Each run on nproc ranks
-    fails, its output matches the pattern, and no iteration ran."""
+    fails, its output matches the pattern, and no iteration ran; the error
+    every rank finds is said once: the launcher's thread line, the error
+    and the launcher's verdict, 3 lines in all."""
     for name, (sets, pattern) in cases.items():
         code, out, _ = train(nproc, list(common) + sets + [f"train.output_dir={os.path.join(work, 'never')}"],
                              timeout=60)
         check(f"{name}: the job fails", code not in (0, None), out)
         expect(f"{name}: the error says so", out, pattern)
         check(f"{name}: before the first iteration", "iteration 1/" not in out, out)
+        lines = [line for line in out.splitlines() if line.strip()]
+        check(f"{name}: said in {len(lines)} lines (at most 3)", len(lines) <= 3, out)

@@ -76,7 +76,7 @@ example = os.path.join(example_build, "custom_parallel")
 custom, custom_losses, custom_dir = train(example, "custom", ["train.save_period=1", "train.keep_last_checkpoints=0"],
                                           extra=["--print_actions"])
 expect("the mode's grids are the stages' ranks", custom,
-       r"tensor_parallel_mode pp_inner: stage 0 \[dp x tp\] = \[\[0 2\]\]; stage 1 \[dp x tp\] = \[\[1 3\]\]")
+       r"tensor_parallel_mode pp_inner \(tensor mesh \[2\]\): stage 0 \[dp x tp\] = \[\[0 2\]\]; stage 1 \[dp x tp\] = \[\[1 3\]\]")
 for rank, stage in ((0, 0), (1, 1), (2, 0), (3, 1)):
     expect(f"rank {rank} runs stage {stage} in gpipe_lifo's order", custom,
            rf"\[rank {rank}\] rank {rank} stage {stage} gpipe_lifo: F0 F1 F2 F3 B3 B2 B1 B0")

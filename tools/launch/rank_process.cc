@@ -82,6 +82,18 @@ void RankProcess::ReadHeartbeats() {
   }
 }
 
+namespace {
+// <what> of a line "tessel: fatal error on rank N: <what>", or nullopt.
+std::optional<std::string_view> FatalErrorOf(std::string_view line) {
+  constexpr std::string_view kPrefix = "tessel: fatal error on rank ";
+  if (line.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
+  size_t i = kPrefix.size();
+  while (i < line.size() && line[i] >= '0' && line[i] <= '9') ++i;
+  if (i == kPrefix.size() || line.substr(i, 2) != ": ") return std::nullopt;
+  return line.substr(i + 2);
+}
+}  // namespace
+
 void RankProcess::Emit(std::string& pending, bool to_stderr, bool flush_tail) {
   const std::string prefix = "[rank " + std::to_string(rank_) + "] ";
   std::string lines;
@@ -89,7 +101,12 @@ void RankProcess::Emit(std::string& pending, bool to_stderr, bool flush_tail) {
   while (start < pending.size()) {
     const size_t nl = pending.find('\n', start);
     if (nl != std::string::npos && nl - start < kMaxLineBytes) {
-      lines.append(prefix).append(pending, start, nl - start + 1);
+      const std::string_view line(pending.data() + start, nl - start);
+      const auto fatal = FatalErrorOf(line);
+      if (fatal && fatal_error_.empty()) fatal_error_ = std::string(*fatal);
+      // Said already by another rank: the launcher's summary names this one.
+      const bool repeated = fatal && fatal_errors_printed_ && !fatal_errors_printed_->emplace(*fatal).second;
+      if (!repeated) lines.append(prefix).append(pending, start, nl - start + 1);
       start = nl + 1;
     } else if (pending.size() - start >= kMaxLineBytes) {
       // A line this long is passed on in pieces, each marked, never held whole.
@@ -105,6 +122,13 @@ void RankProcess::Emit(std::string& pending, bool to_stderr, bool flush_tail) {
     pending.clear();
   }
   if (!lines.empty()) Output().Write(to_stderr ? STDERR_FILENO : STDOUT_FILENO, std::move(lines));
+}
+
+void RankProcess::Drain() {
+  for (int fd : {out_fd_, err_fd_}) {
+    for (int calls = 0; fd >= 0 && calls < 16 && (fd == out_fd_ || fd == err_fd_); ++calls)
+      if (Pump(fd)) break;
+  }
 }
 
 bool RankProcess::Pump(int fd) {

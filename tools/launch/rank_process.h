@@ -7,6 +7,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,16 @@ class RankProcess {
   // away, e.g. `| head`, or one that stopped reading, loses output, not the
   // job). Returns whether it read all there was (EAGAIN or end of file).
   bool Pump(int fd);
+  // Reads what the rank left in its pipes after it exited (bounded: a
+  // grandchild holding them open may go on writing).
+  void Drain();
+  // The set of fatal errors printed so far, shared by a launcher's ranks: a
+  // rank's "tessel: fatal error on rank N: <what>" line is passed on only if
+  // no rank printed the same <what> before (a config mistake every rank
+  // finds is said once). Not owned; may be null (every line passed on).
+  void ShareFatalErrors(std::set<std::string>* printed) { fatal_errors_printed_ = printed; }
+  // The first fatal error the rank printed (<what>), or "".
+  const std::string& fatal_error() const { return fatal_error_; }
   // Writes any unterminated tail and closes both pipes.
   void ClosePipes();
   // Sends `sig` to the rank's whole process group.
@@ -81,6 +92,8 @@ class RankProcess {
   int stopped_sig_ = 0;
   Clock::time_point stopped_at_{};
   Clock::time_point exited_at_{};
+  std::set<std::string>* fatal_errors_printed_ = nullptr;
+  std::string fatal_error_;
 };
 
 }  // namespace tessel::launch

@@ -385,12 +385,14 @@ int main(int argc, char** argv) {
 
   const int first_local = FLAGS_node_rank * FLAGS_nproc_per_node;
   std::vector<std::unique_ptr<RankProcess>> ranks;
+  std::set<std::string> fatal_errors_printed;  // each said once, whichever ranks hit it
   for (int local = 0; local < FLAGS_nproc_per_node; ++local) {
     std::map<std::string, std::string> env = common;
     env["RANK"] = std::to_string(first_local + local);
     env["LOCAL_RANK"] = std::to_string(local);
     try {
       ranks.push_back(std::make_unique<RankProcess>(first_local + local, program, env));
+      ranks.back()->ShareFatalErrors(&fatal_errors_printed);
     } catch (const std::exception& e) {
       for (auto& r : ranks) r->Signal(SIGKILL);
       Fail(std::string("cannot start rank ") + std::to_string(first_local + local) + ": " + e.what());
@@ -406,10 +408,10 @@ int main(int argc, char** argv) {
   bool stopping = false;
   std::set<int> early_reported;  // ranks reported as finishing while others ran
 
-  auto stop_all = [&](const std::string& reason, int grace_s) {
+  auto stop_all = [&](const std::string& reason, int grace_s, bool quiet = false) {
     stopping = true;
     stop_reason = reason;
-    Say("tessel-launch: %s; stopping the other ranks\n", reason.c_str());
+    if (!quiet) Say("tessel-launch: %s; stopping the other ranks\n", reason.c_str());
     // Every rank's process group, also of ranks that ended: what they
     // started (a wrapper script's program, data workers) is stopped too.
     for (auto& r : ranks) {
@@ -491,7 +493,8 @@ int main(int argc, char** argv) {
     auto now = Clock::now();
     if (newly_failed >= 0 && !stopping) {
       failed_rank = newly_failed;
-      const auto& r = by_rank(failed_rank);
+      auto& r = by_rank(failed_rank);
+      r.Drain();  // its last words, a fatal error say, before the launcher's
       std::string reason = "rank " + std::to_string(failed_rank) + " (pid " + std::to_string(r.pid()) + ") " +
                            r.DescribeExit();
       if (const RankProcess* leaver = early_leaver(failed_rank)) {
@@ -503,7 +506,9 @@ int main(int argc, char** argv) {
                   " ran fewer collectives than its peers, the likely root cause";
       }
       diagnose = true;
-      stop_all(reason, FLAGS_kill_grace_s);
+      // A rank that said why it failed: its error is the news, the summary
+      // at the end says the rest.
+      stop_all(reason, FLAGS_kill_grace_s, /*quiet=*/!r.fatal_error().empty());
     }
     // Ranks that finished while others run: said at once, once.
     if (!stopping) {
@@ -580,6 +585,25 @@ int main(int argc, char** argv) {
   EndLeftovers(ranks);
 
   if (stopping) {
+    // Every rank failed with the same error (a config mistake, a missing
+    // file): it was printed once, and one line ends the job.
+    const bool same_error = failed_rank >= 0 && std::all_of(ranks.begin(), ranks.end(), [&](const auto& r) {
+                              return r->failed() && !r->fatal_error().empty() &&
+                                     r->fatal_error() == ranks[0]->fatal_error() &&
+                                     r->wait_status() == ranks[0]->wait_status();
+                            });
+    if (same_error) {
+      Say("tessel-launch: job failed: rank%s %s %s, each after the error above\n",
+          ranks.size() == 1 ? "" : "s",
+          tessel::comm::FormatRanks([&] {
+            std::vector<int> all;
+            for (const auto& r : ranks) all.push_back(r->rank());
+            return all;
+          }())
+              .c_str(),
+          ranks[0]->DescribeExit().c_str());
+      return 1;
+    }
     if (diagnose) Diagnose(ranks);
     // Stopped from outside with every rank ending cleanly (tessel-train
     // saved and stopped): not a failure of the job's own.

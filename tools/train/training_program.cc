@@ -390,9 +390,7 @@ int RunTrainingProgram(int argc, char** argv) {
         static_cast<long>(t.micro_batch_size()), static_cast<long>(dp), micro_batches,
         graph ? "graph mode, " : "eager", graph ? t.graph().pipeline().c_str() : "",
         static_cast<long>(t.train_iter()), task->DataSummary().c_str());
-    if (d.tensor_parallel_mode() != "1d")
-      std::printf("tessel-train: tensor_parallel_mode %s: %s\n", d.tensor_parallel_mode().c_str(),
-                  dist::StageGridText().c_str());
+    for (const std::string& line : dist::LayoutLines()) std::printf("tessel-train: %s\n", line.c_str());
     for (const config::GradientHandlerConfig& h : t.gradient_handler())
       std::printf("tessel-train: gradient handler %s\n", h.ShortDebugString().c_str());
     std::fflush(stdout);
