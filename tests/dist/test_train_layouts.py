@@ -7,7 +7,9 @@ metrics.jsonl; 100 iterations lower the loss by 1.5 nats eagerly, in graph
 mode and under pp2; --fast_dev_run writes nothing. Bad input is named before the
 first iteration: an unknown field (with the closest), inconsistent batch
 sizes, dist sizes that do not divide the world, a dataset prefix missing, a
-truncated .idx, a vocabulary smaller than the data's ids."""
+truncated .idx, a vocabulary smaller than the data's ids, each said in 3
+lines under 4 ranks. --help is short; Megatron's flags get their --set
+equivalent and a misspelt flag the closest one."""
 import json
 import os
 import re
@@ -81,5 +83,20 @@ cases = {
                                                r"holds token id 2047 but model\.vocab_size is 1024"),
 }
 check_bad_inputs(train, work, cases, 4)
+
+# Flags: --help lists tessel-train's own and the runtime's (not the logging
+# library's); another trainer's flag gets tessel-train's way to say it, a
+# near miss the closest flag; both before any work, exit 2.
+code, out, _ = run([args.program, "--help"], timeout=30)
+check(f"--help: exit 0, {len(out.splitlines())} lines (at most 40), the program's flags first",
+      code == 0 and len(out.splitlines()) <= 40 and "--config" in out and "--resume_step" in out and
+      "--comm_timeout_s" in out and "logging.cc" not in out, out)
+code, out, _ = run([args.program, "--tensor-model-parallel-size", "2", "--config", train.config], timeout=30)
+check("Megatron's --tensor-model-parallel-size: exit 2", code == 2, out)
+expect("Megatron's --tensor-model-parallel-size: the --set equivalent", out,
+       r"--tensor-model-parallel-size is not a tessel-train flag .*here: --set train\.dist\.tensor_parallel_size=N")
+code, out, _ = run([args.program, "--config", train.config, "--resum"], timeout=30)
+expect("--resum: the closest flag", out, r"unknown flag --resum \(did you mean --resume\?\)")
+check("--resum: exit 2", code == 2, out)
 shutil.rmtree(work, ignore_errors=True)
 finish()

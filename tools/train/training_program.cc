@@ -22,6 +22,7 @@
 #include <gflags/gflags.h>
 #include <tessel/tessel.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -33,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
@@ -96,6 +98,134 @@ std::vector<std::string> TakeOverrides(int* argc, char** argv) {
   *argc = out;
   argv[out] = nullptr;
   return overrides;
+}
+
+// What users of other trainers type, and tessel-train's way to say it.
+struct ForeignFlag {
+  const char* name;  // dashes as Megatron-LM spells them
+  const char* instead;
+};
+constexpr ForeignFlag kForeignFlags[] = {
+    {"tensor-model-parallel-size", "--set train.dist.tensor_parallel_size=N"},
+    {"pipeline-model-parallel-size", "--set train.dist.pipeline_parallel_size=N"},
+    {"num-layers-per-virtual-pipeline-stage", "--set train.dist.virtual_pipeline_size=CHUNKS_PER_STAGE"},
+    {"sequence-parallel", "--set train.dist.sequence_parallel=true"},
+    {"use-distributed-optimizer", "--set train.zero_optimization.enabled=true"},
+    {"micro-batch-size", "--set train.micro_batch_size=N"},
+    {"global-batch-size", "--set train.global_batch_size=N"},
+    {"train-iters", "--set train.train_iter=N"},
+    {"lr", "--set optim.lr=X"},
+    {"min-lr", "--set scheduler.min_lr=X"},
+    {"lr-warmup-iters", "--set scheduler.warmup_iter=N"},
+    {"lr-decay-style", "--set scheduler.name=warmup_cosine (or warmup_linear, constant)"},
+    {"weight-decay", "--set optim.weight_decay=X"},
+    {"clip-grad", "--set optim.clip_grad_norm=X"},
+    {"adam-beta1", "--set optim.beta1=X"},
+    {"adam-beta2", "--set optim.beta2=X"},
+    {"adam-eps", "--set optim.eps=X"},
+    {"num-layers", "--set model.hidden_layers=N"},
+    {"hidden-size", "--set model.hidden_size=N"},
+    {"ffn-hidden-size", "--set model.ffn_hidden_size=N"},
+    {"num-attention-heads", "--set model.num_attention_heads=N"},
+    {"seq-length", "--set model.max_seq_length=N"},
+    {"max-position-embeddings", "--set model.max_position_embeddings=N"},
+    {"data-path", "--set data.data_prefix=PREFIX"},
+    {"split", "--set data.split=949,50,1"},
+    {"save", "--set train.checkpoint_dir=DIR"},
+    {"load", "--set train.checkpoint_dir=DIR (train.resume auto continues from it)"},
+    {"save-interval", "--set train.save_period=N"},
+    {"log-interval", "--set train.log_period=N"},
+    {"eval-interval", "--set evaluation.eval_period=N"},
+    {"eval-iters", "--set evaluation.eval_iter=N"},
+    {"seed", "--set train.seed=N"},
+    {"bf16", "--set train.amp.enabled=true --set train.amp.dtype=bf16"},
+    {"fp16", "--set train.amp.enabled=true --set train.amp.dtype=f16"},
+    {"recompute-activations", "--set train.activation_checkpoint=true"},
+    {"recompute-granularity", "--set train.activation_checkpoint=true"},
+    {"nproc-per-node", "tessel-launch --nproc_per_node N -- tessel-train ... (a launcher flag)"},
+    {"nnodes", "tessel-launch --nnodes N -- tessel-train ... (a launcher flag)"},
+    {"node-rank", "tessel-launch --node_rank R -- tessel-train ... (a launcher flag)"},
+    {"master-addr", "tessel-launch --master_addr HOST -- tessel-train ... (a launcher flag)"},
+    {"master-port", "tessel-launch --master_port PORT -- tessel-train ... (a launcher flag)"},
+};
+
+// Flags gflags would refuse with a bare "unknown command line flag", told
+// what they are here instead: another trainer's flag (with tessel-train's
+// way), or a near miss of one of its own. Exits 2, before any work.
+void CheckFlagNames(int argc, char** argv) {
+  std::vector<std::string> known;
+  for (const gflags::CommandLineFlagInfo& info : [] {
+         std::vector<gflags::CommandLineFlagInfo> all;
+         gflags::GetAllFlags(&all);
+         return all;
+       }())
+    known.push_back(info.name);
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    arg.remove_prefix(arg[1] == '-' ? 2 : 1);
+    const std::string name(arg.substr(0, arg.find('=')));
+    gflags::CommandLineFlagInfo info;
+    if (name.empty()) continue;
+    if (gflags::GetCommandLineFlagInfo(name.c_str(), &info)) {
+      if (info.type != "bool" && arg.find('=') == std::string_view::npos) ++i;  // its value
+      continue;
+    }
+    if (name.rfind("no", 0) == 0 && gflags::GetCommandLineFlagInfo(name.substr(2).c_str(), &info) &&
+        info.type == "bool")
+      continue;
+    if (name == "help" || name == "helpfull" || name == "helpshort" || name == "version" || name == "h")
+      continue;
+    std::string dashed = name;
+    std::replace(dashed.begin(), dashed.end(), '_', '-');
+    for (const ForeignFlag& f : kForeignFlags) {
+      if (dashed == f.name) {
+        std::fprintf(stderr,
+                     "tessel-train: --%s is not a tessel-train flag (Megatron-LM's or torchrun's); here: %s. "
+                     "The model, data and training settings are config fields (docs/training.md)\n",
+                     name.c_str(), f.instead);
+        std::exit(2);
+      }
+    }
+    const std::string closest = zoo::ClosestName(name, known);
+    std::fprintf(stderr,
+                 "tessel-train: unknown flag --%s%s; --help lists the flags, and config fields are set with "
+                 "--set path=value\n",
+                 name.c_str(), closest.empty() ? "" : (" (did you mean --" + closest + "?)").c_str());
+    std::exit(2);
+  }
+}
+
+// --help (also -h, --helpshort): the program's own flags and the runtime's,
+// not the 140 lines of logging flags (those stay under --helpfull).
+bool PrintHelpIfAsked(int argc, char** argv) {
+  bool asked = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    asked |= arg == "--help" || arg == "-help" || arg == "-h" || arg == "--helpshort" || arg == "-helpshort";
+  }
+  if (!asked) return false;
+  std::vector<gflags::CommandLineFlagInfo> all;
+  gflags::GetAllFlags(&all);
+  std::printf("%s\n", gflags::ProgramUsage());
+  auto section = [&](const char* title, auto wanted) {
+    std::printf("\n%s:\n", title);
+    for (const gflags::CommandLineFlagInfo& f : all) {
+      if (!wanted(f.filename)) continue;
+      std::printf("  --%s (%s) default: %s\n      %s\n", f.name.c_str(), f.type.c_str(),
+                  f.type == "string" ? ("\"" + f.default_value + "\"").c_str() : f.default_value.c_str(),
+                  f.description.c_str());
+    }
+  };
+  auto ours = [](const std::string& file) { return file.find("tools/train/") != std::string::npos; };
+  auto runtime = [](const std::string& file) { return file.find("core/") != std::string::npos; };
+  section("tessel-train", ours);
+  section("tessel's runtime (also as TESSEL_<FLAG> in the environment)", runtime);
+  std::printf(
+      "\nConfig fields (zoo/config.proto) are set with --set path=value, repeatable, e.g. --set "
+      "train.dist.tensor_parallel_size=2. --helpfull lists every flag, the logging library's too.\n");
+  return true;
 }
 
 double PeakResidentMiB() {
@@ -167,6 +297,8 @@ int RunTrainingProgram(int argc, char** argv) {
   gflags::SetUsageMessage(
       "tessel-train --config FILE [--set path.to.field=value ...] [--fast_dev_run]\n"
       "Trains a model of the zoo from a config; run it under tessel-launch for several ranks.");
+  if (PrintHelpIfAsked(argc, argv)) return 0;
+  CheckFlagNames(argc, argv);
   tessel::Init(&argc, &argv);
   TESSEL_CHECK(!FLAGS_config.empty())
       << "tessel-train: --config is required (e.g. configs/gpt2_tiny.prototxt)";
@@ -295,6 +427,8 @@ int RunTrainingProgram(int argc, char** argv) {
   // Where the run starts: the flags ask for a checkpoint; train.resume auto
   // takes one if there is one. A smoke run (--fast_dev_run) starts afresh
   // unless a flag asks.
+  TESSEL_CHECK(FLAGS_resume_step >= -1)
+      << "tessel-train: --resume_step " << FLAGS_resume_step << "; expected the iteration of a checkpoint (0 or more)";
   const bool resume_required = FLAGS_resume || FLAGS_resume_step >= 0 || t.resume() == "required";
   std::filesystem::path resume_from;
   std::string resume_what;
