@@ -538,6 +538,7 @@ void ResolveConfig(config::Config* c, int world_size) {
       << "; expected 0 (keep all) or more";
   if (t.checkpoint_dir().empty()) t.set_checkpoint_dir(t.output_dir() + "/checkpoints");
   CheckOneOf("train.resume", t.resume(), {"auto", "required", "off"});
+  CheckNumber("train.peak_tflops_per_device", t.peak_tflops_per_device(), 0, 1e6);
   MaxDurationSeconds(t);  // checked now, used by the training loop
 
   const config::OptimConfig& o = c->optim();

@@ -19,7 +19,8 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import check, expect, finish, run  # noqa: E402
-from train_checks import Trainer, check_bad_inputs, check_long_runs, check_same_losses, train_args  # noqa: E402
+from train_checks import (Trainer, check_bad_inputs, check_long_runs, check_same_losses, layout_sets,  # noqa: E402
+                          train_args)
 
 args = train_args()
 config = os.path.join(args.source, "configs", "gpt2_tiny.prototxt")
@@ -44,10 +45,46 @@ if os.path.exists(os.path.join(out_dir, "metrics.jsonl")):
 check(f"metrics.jsonl has {ITERS} records", len(records) == ITERS, str(records[:3]))
 check("metrics.jsonl holds the losses printed",
       [round(r.get("loss", -1), 5) for r in records] == [round(v, 5) for v in losses["tp2xpp2"]], str(records[:3]))
-keys = {"iteration", "loss", "lr", "samples_per_s", "tokens_per_s", "time_per_iter_ms", "data_ms", "peak_rss_mib",
-        "eta_s"}
+keys = {"iteration", "loss", "lr", "tokens_seen", "samples_per_s", "tokens_per_s", "tflops_per_device", "mfu",
+        "time_per_iter_ms", "data_ms", "memory_peak_mib", "memory_reserved_mib", "peak_rss_mib", "eta_s"}
 check("metrics.jsonl records carry " + ", ".join(sorted(keys)), bool(records) and keys <= set(records[0]),
       str(records[:1]))
+
+# The figures of a log line, from the records of a run logging every 5
+# iterations under tp2 x pp2: the loss is the mean of the period's (the
+# per-iteration losses of the run above), tokens count 16 x 64 per
+# iteration, TFLOP/s per device are the model FLOPs of Megatron-LM's
+# formula over the time per iteration and the 4 ranks, MFU their share of
+# the peak the run states, memory is positive.
+period_dir = os.path.join(work, "period")
+code, out, _ = train(4, common[:1] + ["train.log_period=5", "evaluation.enabled=false", "scheduler.warmup_iter=5",
+                                      f"train.output_dir={period_dir}"] + layout_sets(2, 2, True))
+peak = re.search(r"tessel-train: ([0-9.]+) GFLOP per iteration \(model FLOPs\); MFU against ([0-9.e+-]+) TFLOP/s",
+                 out)
+check("log period 5: the run states its FLOPs and peak", code == 0 and peak is not None, out[-2000:])
+# Megatron-LM's count (Narayanan et al. 2021, eq. 3, without recomputation's
+# extra forward: 72 instead of 96): 72 B s L h^2 (1 + s / 6h + V / 12hL).
+B, S, L, H, V = 16, 64, 4, 128, 2048
+gflop = 72 * B * S * L * H * H * (1 + S / (6 * H) + V / (12 * H * L)) / 1e9
+check(f"model FLOPs per iteration: {peak.group(1) if peak else None} (expected {gflop:.4g})",
+      peak is not None and abs(float(peak.group(1)) - gflop) <= 1e-3 * gflop)
+rows = [json.loads(line) for line in open(os.path.join(period_dir, "metrics.jsonl"))] if code == 0 else []
+check("log period 5: records at 1, 5, 10, 15, 20", [r["iteration"] for r in rows] == [1, 5, 10, 15, 20], str(rows))
+per_iteration = losses["tp2xpp2"]
+previous = 0
+for r in rows:
+    first, previous = previous + 1, r["iteration"]
+    want = sum(per_iteration[first - 1:r["iteration"]]) / (r["iteration"] - first + 1)
+    check(f"iteration {r['iteration']}: loss {r['loss']:.6f} is the mean of iterations {first}..{r['iteration']} "
+          f"({want:.6f})", abs(r["loss"] - want) <= 1e-5 * abs(want))
+    check(f"iteration {r['iteration']}: tokens_seen {r['tokens_seen']}", r["tokens_seen"] == r["iteration"] * 16 * 64)
+    tflops = gflop * 1e9 / (r["time_per_iter_ms"] / 1e3) / 4 / 1e12
+    check(f"iteration {r['iteration']}: tflops_per_device {r['tflops_per_device']:.4g} = FLOPs / time / ranks "
+          f"({tflops:.4g})", abs(r["tflops_per_device"] - tflops) <= 2e-3 * tflops)
+    check(f"iteration {r['iteration']}: mfu {r['mfu']:.4g} = tflops / the stated peak",
+          peak is not None and abs(r["mfu"] - r["tflops_per_device"] / float(peak.group(2))) <= 2e-3 * r["mfu"])
+    check(f"iteration {r['iteration']}: memory peak {r['memory_peak_mib']} MiB of {r['memory_reserved_mib']} "
+          f"reserved", 0 < r["memory_peak_mib"] <= r["memory_reserved_mib"])
 
 # --fast_dev_run: two iterations, one evaluation batch, nothing written.
 fast_dir = os.path.join(work, "fast")

@@ -45,8 +45,8 @@ for row in metrics:
         expected.setdefault("eval/loss", []).append((row["iteration"], row["eval_loss"]))
         expected.setdefault("eval/perplexity", []).append((row["iteration"], row["eval_perplexity"]))
         continue
-    for key in ("loss", "lr", "grad_norm", "samples_per_s", "tokens_per_s", "time_per_iter_ms", "data_ms",
-                "peak_rss_mib"):
+    for key in ("loss", "lr", "grad_norm", "tokens_seen", "samples_per_s", "tokens_per_s", "tflops_per_device", "mfu",
+                "time_per_iter_ms", "data_ms", "memory_peak_mib", "memory_reserved_mib", "peak_rss_mib"):
         expected.setdefault(f"train/{key}", []).append((row["iteration"], row[key]))
 
 READER = """
@@ -75,7 +75,8 @@ if pip.returncode == 0 and event_files:
           and [s for s, _ in expected.get("eval/loss", [])] == [3, 6], str(expected.get("train/loss")))
     # metrics.jsonl rounds some fields when it prints them: half its last digit.
     rounding = {"train/samples_per_s": 5e-4, "train/tokens_per_s": 0.05, "train/time_per_iter_ms": 5e-4,
-                "train/data_ms": 5e-4, "train/peak_rss_mib": 0.05}
+                "train/data_ms": 5e-4, "train/peak_rss_mib": 0.05, "train/memory_peak_mib": 0.05,
+                "train/memory_reserved_mib": 0.05, "train/tokens_seen": 0.5}
     for tag, rows in sorted(expected.items()):
         got = scalars.get(tag, [])
         same = len(got) == len(rows) and all(

@@ -94,6 +94,15 @@ class BertTask : public Task {
     return fn::add(l.mlm, l.sentence);
   }
   int64_t tokens_per_sample() const override { return seq_; }
+  double TrainFlopsPerSample() const override {
+    const config::ModelConfig& m = c_.model();
+    const double h = static_cast<double>(m.hidden_size());
+    // The masked-LM head (transform and decoder) runs on every position;
+    // the pooler and the sentence head once per sample.
+    const double per_token = static_cast<double>(m.hidden_layers()) * TransformerLayerFlopsPerToken(m, seq_) +
+                             2 * h * h + 2 * h * static_cast<double>(m.vocab_size());
+    return 3 * (per_token * static_cast<double>(seq_) + 2 * h * h + 4 * h);
+  }
   std::map<std::string, int64_t> PaddedRows() const override {
     const int64_t vocab = c_.model().vocab_size();
     return {{"word_embeddings.weight", vocab}, {"mlm_bias", vocab}};

@@ -65,6 +65,12 @@ class GPTTask : public Task {
   nn::Module& model() override { return *gpt_; }
   Tensor Loss(const Graph::Tensors& in) const override { return gpt_->Loss(in.at("ids"), in.at("labels")); }
   int64_t tokens_per_sample() const override { return seq_; }
+  double TrainFlopsPerSample() const override {
+    const config::ModelConfig& m = c_.model();
+    const double per_token = static_cast<double>(m.hidden_layers()) * TransformerLayerFlopsPerToken(m, seq_) +
+                             2.0 * static_cast<double>(m.hidden_size() * m.vocab_size());  // the logits
+    return 3 * per_token * static_cast<double>(seq_);
+  }
   std::map<std::string, int64_t> PaddedRows() const override {
     return {{"wte.weight", c_.model().vocab_size()}};
   }

@@ -53,6 +53,12 @@ void CheckValidationDocuments(const std::vector<zoo::DocumentRange>& splits, siz
       << documents << "; give it a share or set evaluation.enabled false";
 }
 
+double TransformerLayerFlopsPerToken(const config::ModelConfig& m, int64_t seq) {
+  const double h = static_cast<double>(m.hidden_size());
+  const double ffn = static_cast<double>(m.ffn_hidden_size() > 0 ? m.ffn_hidden_size() : 4 * m.hidden_size());
+  return 2 * (4 * h * h + 2 * h * ffn) + 4 * static_cast<double>(seq) * h;
+}
+
 layers::Activation HiddenActivation(const config::ModelConfig& m) {
   return m.hidden_act() == "gelu" ? layers::Activation::kGelu : layers::Activation::kGeluTanh;
 }

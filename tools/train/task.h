@@ -72,6 +72,11 @@ class Task {
   virtual std::vector<Metric> Evaluate(bool graph_mode) = 0;
   // Tokens in a sample, for tokens/s (a sequence's length, a ViT's patches).
   virtual int64_t tokens_per_sample() const = 0;
+  // Model FLOPs of a training step on one sample, forward and backward (3x
+  // the forward's), for TFLOP/s and MFU in the log: the matmuls and
+  // attention's two products, as Megatron-LM and PaLM count them (no causal
+  // halving, no recomputation).
+  virtual double TrainFlopsPerSample() const = 0;
   // One line on the data for the start of the log.
   virtual std::string DataSummary() const = 0;
   // Parameters whose rows past a count are vocabulary padding (name -> the
@@ -91,6 +96,10 @@ struct TaskContext {
 void CheckTokenIds(const zoo::IndexedDataset& corpus, const config::Config& c);
 void CheckValidationDocuments(const std::vector<zoo::DocumentRange>& splits, size_t documents,
                               const config::Config& c);
+// Forward model FLOPs of one transformer layer for one token of a
+// `seq`-long sequence: QKV, the output projection, the MLP (2 FLOPs per
+// multiply-add) and attention's scores and weighted sum over `seq` keys.
+double TransformerLayerFlopsPerToken(const config::ModelConfig& m, int64_t seq);
 // model.hidden_act as the layers' activation.
 layers::Activation HiddenActivation(const config::ModelConfig& m);
 

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "core/allocator.h"
 #include "core/comm/process_group.h"
 #include "graph/autograd.h"
 #include "graph/plan/graph.h"
@@ -226,6 +227,40 @@ bool PrintHelpIfAsked(int argc, char** argv) {
       "\nConfig fields (zoo/config.proto) are set with --set path=value, repeatable, e.g. --set "
       "train.dist.tensor_parallel_size=2. --helpfull lists every flag, the logging library's too.\n");
   return true;
+}
+
+// TFLOP/s of a dense matmul on `device` in `dtype`, timed here: the
+// reference for MFU when the config gives no peak. Large enough that launch
+// costs vanish on a GPU, small enough for a CPU core's second.
+double MeasuredMatmulTflops(const Device& device, DType dtype) {
+  NoGradGuard no_grad;
+  const int64_t n = device.is_cuda() ? 8192 : 512;
+  const Tensor a = full(Shape{n, n}, 0.5, dtype, device), b = full(Shape{n, n}, 0.25, dtype, device);
+  auto finish = [](const Tensor& t) {
+    (void)fn::sum(t, {}).To(Device::CPU()).data<float>();
+  };                         // waits for it
+  finish(fn::matmul(a, b));  // warm up (kernel choice, caches)
+  const int reps = 3;
+  const auto start = std::chrono::steady_clock::now();
+  Tensor c;
+  for (int i = 0; i < reps; ++i) c = fn::matmul(a, b);
+  finish(c);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return 2.0 * static_cast<double>(n * n * n) * reps / seconds / 1e12;
+}
+
+// "1.23M": a count for the log.
+std::string Count(double n) {
+  char text[32];
+  if (n >= 1e9)
+    std::snprintf(text, sizeof(text), "%.3gG", n / 1e9);
+  else if (n >= 1e6)
+    std::snprintf(text, sizeof(text), "%.3gM", n / 1e6);
+  else if (n >= 1e3)
+    std::snprintf(text, sizeof(text), "%.3gK", n / 1e3);
+  else
+    std::snprintf(text, sizeof(text), "%.0f", n);
+  return text;
 }
 
 double PeakResidentMiB() {
@@ -427,8 +462,8 @@ int RunTrainingProgram(int argc, char** argv) {
   // Where the run starts: the flags ask for a checkpoint; train.resume auto
   // takes one if there is one. A smoke run (--fast_dev_run) starts afresh
   // unless a flag asks.
-  TESSEL_CHECK(FLAGS_resume_step >= -1)
-      << "tessel-train: --resume_step " << FLAGS_resume_step << "; expected the iteration of a checkpoint (0 or more)";
+  TESSEL_CHECK(FLAGS_resume_step >= -1) << "tessel-train: --resume_step " << FLAGS_resume_step
+                                        << "; expected the iteration of a checkpoint (0 or more)";
   const bool resume_required = FLAGS_resume || FLAGS_resume_step >= 0 || t.resume() == "required";
   std::filesystem::path resume_from;
   std::string resume_what;
@@ -557,6 +592,27 @@ int RunTrainingProgram(int argc, char** argv) {
   auto period_start = start;
   double period_data_seconds = 0;
   int64_t period_iterations = 0;
+  double period_loss_sum = 0;  // the logged loss is the period's mean
+  // Model FLOPs per iteration, and the device peak they are measured
+  // against: the config's, or a matmul timed now in the compute dtype.
+  const double flops_per_iteration = task->TrainFlopsPerSample() * static_cast<double>(global);
+  const Device device = RankDevice(ParseDeviceType(d.device()));
+  const DType compute_dtype = amp ? ParseDType(t.amp().dtype()) : DType::kFloat32;
+  const double peak_tflops = t.peak_tflops_per_device() > 0 ? t.peak_tflops_per_device()
+                                                            : MeasuredMatmulTflops(device, compute_dtype);
+  if (rank == 0) {
+    std::printf(
+        "tessel-train: %.4g GFLOP per iteration (model FLOPs); MFU against %.4g TFLOP/s per device (%s)\n",
+        flops_per_iteration / 1e9, peak_tflops,
+        t.peak_tflops_per_device() > 0 ? "train.peak_tflops_per_device"
+                                       : ("a matmul in " + std::string(DTypeName(compute_dtype)) +
+                                          " timed on rank 0's device; set "
+                                          "train.peak_tflops_per_device for a datasheet figure")
+                                             .c_str());
+    std::fflush(stdout);
+  }
+  Allocator* allocator = GetAllocator(device);
+  allocator->ResetPeak();
   const bool save = t.save_period() > 0 && !FLAGS_fast_dev_run;
   // Saves the checkpoint of iteration `done` (a collective); `why` says
   // what asked for it when not train.save_period.
@@ -637,6 +693,7 @@ int RunTrainingProgram(int argc, char** argv) {
         << "; training stops at the first non-finite value (lower optim.lr, check the data, or train with a "
            "loss scale: train.amp with f16)";
     ++period_iterations;
+    period_loss_sum += loss;
     const int64_t done = it + 1;
     if (done == 1 || done % t.log_period() == 0 || done == t.train_iter()) {
       const auto now = Clock::now();
@@ -649,31 +706,49 @@ int RunTrainingProgram(int argc, char** argv) {
                    tokens = samples * static_cast<double>(tokens_per_sample);
       const double data_ms = 1e3 * period_data_seconds / static_cast<double>(period_iterations);
       const double peak = PeakResidentMiB();
+      const double mean_loss = period_loss_sum / static_cast<double>(period_iterations);
+      const double tokens_seen = static_cast<double>(done) * static_cast<double>(global * tokens_per_sample);
+      const double tflops = flops_per_iteration / per_iter / world / 1e12, mfu = tflops / peak_tflops;
+      // Rank 0's device memory: the most its tensors held since the last
+      // line, and what the allocator holds from the system (their cache too).
+      const AllocatorStats memory = allocator->stats();
+      const double memory_peak = static_cast<double>(memory.peak_allocated_bytes) / (1 << 20),
+                   memory_reserved =
+                       static_cast<double>(memory.allocated_bytes + memory.cached_bytes) / (1 << 20);
+      allocator->ResetPeak();
       if (rank == 0) {
         std::printf(
-            "iteration %ld/%ld loss %.7f lr %.3e grad_norm %.4f samples/s %.1f tokens/s %.0f "
-            "time/iter %.1f ms data %.2f ms peak_rss %.0f MiB eta %s\n",
-            static_cast<long>(done), static_cast<long>(t.train_iter()), loss, adamw.lr(), grad_norm, samples,
-            tokens, 1e3 * per_iter, data_ms, peak, HoursMinutesSeconds(eta).c_str());
+            "iteration %ld/%ld loss %.7f lr %.3e grad_norm %.4f tokens %s samples/s %.1f tokens/s %.0f "
+            "tflops %.3g mfu %.1f%% time/iter %.1f ms data %.2f ms memory %.0f/%.0f MiB peak_rss %.0f MiB "
+            "eta %s\n",
+            static_cast<long>(done), static_cast<long>(t.train_iter()), mean_loss, adamw.lr(), grad_norm,
+            Count(tokens_seen).c_str(), samples, tokens, tflops, 100 * mfu, 1e3 * per_iter, data_ms,
+            memory_peak, memory_reserved, peak, HoursMinutesSeconds(eta).c_str());
         std::fflush(stdout);
         if (metrics) {
           std::fprintf(
               metrics.get(),
-              "{\"iteration\": %ld, \"loss\": %.7f, \"lr\": %.6e, \"grad_norm\": %.6f, \"samples_per_s\": "
-              "%.3f, \"tokens_per_s\": %.1f, \"time_per_iter_ms\": %.3f, \"data_ms\": %.3f, "
-              "\"peak_rss_mib\": %.1f, \"eta_s\": %.1f}\n",
-              static_cast<long>(done), loss, adamw.lr(), grad_norm, samples, tokens, 1e3 * per_iter, data_ms,
-              peak, eta);
+              "{\"iteration\": %ld, \"loss\": %.7f, \"lr\": %.6e, \"grad_norm\": %.6f, \"tokens_seen\": "
+              "%.0f, \"samples_per_s\": %.3f, \"tokens_per_s\": %.1f, \"tflops_per_device\": %.9g, "
+              "\"mfu\": %.9g, \"time_per_iter_ms\": %.3f, \"data_ms\": %.3f, \"memory_peak_mib\": %.1f, "
+              "\"memory_reserved_mib\": %.1f, \"peak_rss_mib\": %.1f, \"eta_s\": %.1f}\n",
+              static_cast<long>(done), mean_loss, adamw.lr(), grad_norm, tokens_seen, samples, tokens, tflops,
+              mfu, 1e3 * per_iter, data_ms, memory_peak, memory_reserved, peak, eta);
           std::fflush(metrics.get());
         }
         if (events) {
-          for (const auto& [tag, value] : {std::pair<const char*, double>{"train/loss", loss},
+          for (const auto& [tag, value] : {std::pair<const char*, double>{"train/loss", mean_loss},
                                            {"train/lr", adamw.lr()},
                                            {"train/grad_norm", grad_norm},
+                                           {"train/tokens_seen", tokens_seen},
                                            {"train/samples_per_s", samples},
                                            {"train/tokens_per_s", tokens},
+                                           {"train/tflops_per_device", tflops},
+                                           {"train/mfu", mfu},
                                            {"train/time_per_iter_ms", 1e3 * per_iter},
                                            {"train/data_ms", data_ms},
+                                           {"train/memory_peak_mib", memory_peak},
+                                           {"train/memory_reserved_mib", memory_reserved},
                                            {"train/peak_rss_mib", peak}})
             events->AddScalar(tag, done, value);
           events->Flush();
@@ -682,6 +757,7 @@ int RunTrainingProgram(int argc, char** argv) {
       period_start = now;
       period_data_seconds = 0;
       period_iterations = 0;
+      period_loss_sum = 0;
     }
     if (evaluate && (done % c.evaluation().eval_period() == 0 || done == t.train_iter())) {
       evaluate_now(done);

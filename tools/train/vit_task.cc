@@ -87,6 +87,15 @@ class ViTTask : public Task {
     return vit_->Loss(in.at("images"), in.at("labels"));
   }
   int64_t tokens_per_sample() const override { return vit_->num_patches() + 1; }
+  double TrainFlopsPerSample() const override {
+    const config::ModelConfig& m = c_.model();
+    const double h = static_cast<double>(m.hidden_size()), patches = static_cast<double>(vit_->num_patches());
+    const double patch_pixels = static_cast<double>(m.patch_size() * m.patch_size() * m.num_channels());
+    const double forward = (patches + 1) * static_cast<double>(m.hidden_layers()) *
+                               TransformerLayerFlopsPerToken(m, vit_->num_patches() + 1) +
+                           patches * 2 * patch_pixels * h + 2 * h * static_cast<double>(num_classes_);
+    return 3 * forward;
+  }
 
   Graph::Tensors ReadTrain(int64_t iteration, int part, int parts) const override {
     // Sample k of the run is position k % n of epoch k / n's order.
