@@ -120,6 +120,9 @@ class ActorRuntime {
   std::function<Tensors(const ir::Graph&, const Tensors&)> Executor();
 
   const StepReport& last_step() const { return last_; }
+  // Where the next steps write their timelines (RuntimeOptions::timeline_dir;
+  // "" stops them): a trainer traces the iterations it was asked for.
+  void set_timeline_dir(std::string dir) { options_.timeline_dir = std::move(dir); }
   // The last step as Chrome-trace JSON: one track per stream, with each
   // actor's op, stage and micro-batch, and a "schedule" track of the F, B
   // (and W) units named "F3", "B2", "W1".

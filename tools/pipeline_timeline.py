@@ -6,7 +6,9 @@ Chrome-trace JSON of each rank's last step; Perfetto opens them too). Output:
 a PNG with one row per rank, labelled with its stage: forward units (F<k>)
 blue, backward units (B<k>) green, the weight-gradient units of a
 zero-bubble schedule (W<k>) purple, the micro-batch written on each (under an
-interleaved schedule each model chunk a lighter shade, F<k>c<c>), and under
+interleaved schedule each model chunk a lighter shade, F<k>c<c>); the
+stretches of a unit in which the rank computed nothing (an op waiting for
+another stage's data) hatched grey, so a wait shows as a wait; and under
 them a thin row of the rank's communication (layout changes, gradient
 buckets in orange, sends and receives). Gaps in the rows are the bubble.
 
@@ -59,6 +61,38 @@ def busy_time(events, lo, hi):
             total += stop - start
             end = stop
     return total
+
+
+def merged(events):
+    """The events' [start, end) intervals, overlaps joined, in order."""
+    out = []
+    for e in sorted(events, key=lambda e: e["ts"]):
+        start, end = e["ts"], e["ts"] + e["dur"]
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return out
+
+
+def waits(unit, busy, shortest):
+    """The stretches of `unit` in which its rank's compute stream ran nothing
+    (`busy`: merged compute intervals), longer than `shortest`: a unit spans
+    its first op to its last, and an op that needs another stage's data
+    waits for it inside that span."""
+    lo, hi = unit["ts"], unit["ts"] + unit["dur"]
+    gaps, at = [], lo
+    for start, end in busy:
+        if end <= at:
+            continue
+        if start >= hi:
+            break
+        if start - at > shortest:
+            gaps.append((at, start))
+        at = max(at, end)
+    if hi - at > shortest:
+        gaps.append((at, hi))
+    return gaps
 
 
 def span(ranks):
@@ -159,15 +193,25 @@ def main():
 
     order = sorted(ranks, key=lambda k: (ranks[k]["stage"], k))
     fig, ax = plt.subplots(figsize=(12, 0.9 * len(order) + 2.0))
+    shortest = 0.002 * (hi - lo)  # waits shorter than this would not show anyway
     for row, rank in enumerate(order):
         r = ranks[rank]
         y = len(order) - 1 - row
+        busy = merged(r["compute"])
         for u in r["units"]:
             colour = shade({"F": "#4C72B0", "B": "#55A868", "W": "#8172B3"}[u["name"][0]],
                            u["args"].get("chunk", 0), v)
             ax.broken_barh([((u["ts"] - lo) / 1e3, u["dur"] / 1e3)], (y + 0.25, 0.6),
                            facecolors=colour, edgecolor="white", linewidth=0.5)
-            ax.text((u["ts"] - lo + u["dur"] / 2) / 1e3, y + 0.55, str(u["args"]["micro_batch"]), ha="center",
+            gaps = waits(u, busy, shortest)
+            if gaps:
+                ax.broken_barh([((a - lo) / 1e3, (b - a) / 1e3) for a, b in gaps], (y + 0.25, 0.6),
+                               facecolors="#EEEEEE", edgecolor=colour, linewidth=0.5, hatch="///")
+            # The label goes on the longest stretch of work.
+            work = [(a, b) for a, b in zip([u["ts"]] + [b for _, b in gaps], [a for a, _ in gaps] +
+                                           [u["ts"] + u["dur"]]) if b > a]
+            a, b = max(work, key=lambda ab: ab[1] - ab[0]) if work else (u["ts"], u["ts"] + u["dur"])
+            ax.text(((a + b) / 2 - lo) / 1e3, y + 0.55, str(u["args"]["micro_batch"]), ha="center",
                     va="center", fontsize=7, color="white")
         for buckets, colour in ((False, "#C44E52"), (True, "#DD8452")):
             ax.broken_barh([((e["ts"] - lo) / 1e3, max(e["dur"], 1) / 1e3) for e in r["communication"]
@@ -185,7 +229,8 @@ def main():
         handles += [Patch(color=shade("#4C72B0", c, v), label=f"chunk {c}") for c in range(1, v)]
     if split:
         handles.append(Patch(color="#8172B3", label="weight gradients"))
-    handles += [Patch(color="#C44E52", label="communication"), Patch(color="#DD8452", label="gradient buckets")]
+    handles += [Patch(facecolor="#EEEEEE", edgecolor="#4C72B0", hatch="///", label="waiting inside a unit"),
+                Patch(color="#C44E52", label="communication"), Patch(color="#DD8452", label="gradient buckets")]
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=len(handles), fontsize=8,
               frameon=False)
     fig.tight_layout()

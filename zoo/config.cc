@@ -539,6 +539,15 @@ void ResolveConfig(config::Config* c, int world_size) {
   if (t.checkpoint_dir().empty()) t.set_checkpoint_dir(t.output_dir() + "/checkpoints");
   CheckOneOf("train.resume", t.resume(), {"auto", "required", "off"});
   CheckNumber("train.peak_tflops_per_device", t.peak_tflops_per_device(), 0, 1e6);
+  for (int64_t iteration : t.timeline_iterations()) {
+    TESSEL_CHECK(iteration >= 1 && iteration <= t.train_iter())
+        << "config: train.timeline_iterations holds " << iteration
+        << "; expected iterations 1 to train.train_iter (" << t.train_iter() << ")";
+    TESSEL_CHECK(t.graph().enabled() && t.graph().pipeline() != "in_order")
+        << "config: train.timeline_iterations is set but the step runs "
+        << (t.graph().enabled() ? "on the in_order reference executor" : "eagerly")
+        << "; timelines come from the actor runtime (train.graph.enabled true, a pipeline schedule)";
+  }
   MaxDurationSeconds(t);  // checked now, used by the training loop
 
   const config::OptimConfig& o = c->optim();

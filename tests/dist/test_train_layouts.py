@@ -10,6 +10,7 @@ sizes, dist sizes that do not divide the world, a dataset prefix missing, a
 truncated .idx, a vocabulary smaller than the data's ids, each said in 3
 lines under 4 ranks. --help is short; Megatron's flags get their --set
 equivalent and a misspelt flag the closest one."""
+import glob
 import json
 import os
 import re
@@ -58,7 +59,8 @@ check("metrics.jsonl records carry " + ", ".join(sorted(keys)), bool(records) an
 # the peak the run states, memory is positive.
 period_dir = os.path.join(work, "period")
 code, out, _ = train(4, common[:1] + ["train.log_period=5", "evaluation.enabled=false", "scheduler.warmup_iter=5",
-                                      f"train.output_dir={period_dir}"] + layout_sets(2, 2, True))
+                                      f"train.output_dir={period_dir}", "train.timeline_iterations=[10]"] +
+                     layout_sets(2, 2, True))
 peak = re.search(r"tessel-train: ([0-9.]+) GFLOP per iteration \(model FLOPs\); MFU against ([0-9.e+-]+) TFLOP/s",
                  out)
 check("log period 5: the run states its FLOPs and peak", code == 0 and peak is not None, out[-2000:])
@@ -85,6 +87,22 @@ for r in rows:
           peak is not None and abs(r["mfu"] - r["tflops_per_device"] / float(peak.group(2))) <= 2e-3 * r["mfu"])
     check(f"iteration {r['iteration']}: memory peak {r['memory_peak_mib']} MiB of {r['memory_reserved_mib']} "
           f"reserved", 0 < r["memory_peak_mib"] <= r["memory_reserved_mib"])
+
+# train.timeline_iterations: iteration 10's step left each rank's Chrome
+# trace, which tools/pipeline_timeline.py reads: every rank ran the four
+# micro-batches' forward and backward units of its stage.
+sys.path.insert(0, os.path.join(args.source, "tools"))
+from pipeline_timeline import load  # noqa: E402
+timeline_dir = os.path.join(period_dir, "timeline", "iter_0000010")
+expect("timeline: the run says where it is", out, r"the timeline of iteration 10 is in .*iter_0000010")
+traces = sorted(glob.glob(os.path.join(timeline_dir, "timeline_rank*.json")))
+check(f"timeline: one trace per rank ({len(traces)})", len(traces) == 4)
+ranks = load(traces) if len(traces) == 4 else {}
+for rank, r in sorted(ranks.items()):
+    names = sorted(u["name"] for u in r["units"])
+    check(f"timeline: rank {rank} (stage {r['stage']}) ran {names}",
+          names == ["B0", "B1", "B2", "B3", "F0", "F1", "F2", "F3"] and r["stage"] == rank // 2 and r["compute"])
+check("timeline: no other iteration traced", os.listdir(os.path.join(period_dir, "timeline")) == ["iter_0000010"])
 
 # --fast_dev_run: two iterations, one evaluation batch, nothing written.
 fast_dir = os.path.join(work, "fast")
@@ -118,6 +136,10 @@ cases = {
     "truncated .idx": ([f"data.data_prefix={bad_data}/cut"], r"cut\.idx.*truncated"),
     "vocabulary smaller than the data's ids": (["model.vocab_size=1024"],
                                                r"holds token id 2047 but model\.vocab_size is 1024"),
+    "a timeline of an eager run": (["train.graph.enabled=false", "train.timeline_iterations=[3]"],
+                                   r"train\.timeline_iterations is set but the step runs eagerly"),
+    "a timeline past the end": (["train.timeline_iterations=[900]"],
+                                r"train\.timeline_iterations holds 900; expected iterations 1 to train\.train_iter"),
 }
 check_bad_inputs(train, work, cases, 4)
 

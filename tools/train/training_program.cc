@@ -33,6 +33,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -647,14 +648,28 @@ int RunTrainingProgram(int argc, char** argv) {
   // named now rather than at the first save.
   std::optional<checkpoint::DirectoryLock> checkpoint_lock;
   if (save && rank == 0) checkpoint_lock.emplace(t.checkpoint_dir());
+  const std::set<int64_t> timeline_iterations(t.timeline_iterations().begin(), t.timeline_iterations().end());
   for (int64_t it = start_iteration; it < t.train_iter(); ++it) {
     adamw.set_lr(LearningRate(c, it));
+    const bool timeline = timeline_iterations.count(it + 1) > 0 && !FLAGS_fast_dev_run;
+    const std::filesystem::path timeline_dir = out_dir / "timeline" / checkpoint::IterationName(it + 1);
+    if (timeline) actors.set_timeline_dir(timeline_dir.string());
     double loss = 0, grad_norm = 0;
     if (graph) {
       const auto data_start = Clock::now();
       auto in = task->ReadTrain(it, 0, 1);
       period_data_seconds += std::chrono::duration<double>(Clock::now() - data_start).count();
       Graph::Tensors out = train_step(in);
+      if (timeline) {
+        actors.set_timeline_dir("");
+        if (rank == 0) {
+          std::printf(
+              "tessel-train: the timeline of iteration %ld is in %s (draw it: python3 "
+              "tools/pipeline_timeline.py %s --out %s/pipeline.png)\n",
+              static_cast<long>(it + 1), timeline_dir.c_str(), timeline_dir.c_str(), timeline_dir.c_str());
+          std::fflush(stdout);
+        }
+      }
       loss = optim::ScalarValue(out.at("loss"));
       grad_norm = optim::ScalarValue(out.at("grad_norm"));
       if (FLAGS_print_actions && it == start_iteration && !in_order) {
