@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -233,19 +234,54 @@ config::Config ParseConfig(const std::string& text, const std::string& source) {
   return config;
 }
 
-config::Config LoadConfig(const std::string& path) {
+namespace {
+
+void OverrideMessage(pb::Message* base, const pb::Message& over) {
+  const pb::Reflection* r = over.GetReflection();
+  std::vector<const pb::FieldDescriptor*> fields;
+  r->ListFields(over, &fields);
+  for (const pb::FieldDescriptor* f : fields) {
+    if (!f->is_repeated() && f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      OverrideMessage(base->GetReflection()->MutableMessage(base, f), r->GetMessage(over, f));
+    } else {
+      base->GetReflection()->ClearField(base, f);  // a list is replaced whole
+    }
+  }
+  // What is left to copy: lists and plain fields, onto cleared ones.
+  std::unique_ptr<pb::Message> rest(over.New());
+  rest->CopyFrom(over);
+  for (const pb::FieldDescriptor* f : fields)
+    if (!f->is_repeated() && f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE)
+      rest->GetReflection()->ClearField(rest.get(), f);
+  base->MergeFrom(*rest);
+}
+
+constexpr int kMaxIncludeDepth = 16;
+constexpr int kMaxIncludedFiles = 256;  // a file included twice counts twice: no exponential fan-out
+
+struct IncludeState {
+  std::vector<std::filesystem::path> chain;  // the files including the one being read
+  int files = 0;
+};
+
+config::Config LoadConfigFile(const std::filesystem::path& path, IncludeState& state) {
+  std::vector<std::filesystem::path>& chain = state.chain;
+  TESSEL_CHECK(++state.files <= kMaxIncludedFiles)
+      << "config " << path.string() << ": more than " << kMaxIncludedFiles
+      << " files read through includes; expected a handful of bases";
   std::error_code error;
   const auto size = std::filesystem::file_size(path, error);
-  TESSEL_CHECK(!error) << "config " << path << ": cannot read it (" << error.message() << ")";
+  TESSEL_CHECK(!error) << "config " << path.string() << ": cannot read it (" << error.message() << ")"
+                       << (chain.empty() ? "" : "; included by " + chain.back().string());
   TESSEL_CHECK(size <= kMaxConfigBytes)
-      << "config " << path << ": " << size << " bytes; a config is at most " << kMaxConfigBytes;
+      << "config " << path.string() << ": " << size << " bytes; a config is at most " << kMaxConfigBytes;
   std::ifstream in(path, std::ios::binary);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  TESSEL_CHECK(in.good() || in.eof()) << "config " << path << ": read failed";
-  config::Config config = ParseConfig(text, path);
-  // Data paths are relative to the config file.
+  TESSEL_CHECK(in.good() || in.eof()) << "config " << path.string() << ": read failed";
+  config::Config config = ParseConfig(text, path.string());
+  // Paths are relative to the file that gives them.
   auto relative_to_config = [&](const std::string& p) {
-    return (std::filesystem::path(path).parent_path() / p).lexically_normal().string();
+    return (path.parent_path() / p).lexically_normal().string();
   };
   const config::DataConfig& data = config.data();
   if (!data.data_prefix().empty() && std::filesystem::path(data.data_prefix()).is_relative())
@@ -256,7 +292,39 @@ config::Config LoadConfig(const std::string& path) {
   const std::string& weights = config.train().load_weight();
   if (!weights.empty() && std::filesystem::path(weights).is_relative())
     config.mutable_train()->set_load_weight(relative_to_config(weights));
-  return config;
+  if (config.include_size() == 0) return config;
+
+  const std::filesystem::path canonical = std::filesystem::weakly_canonical(path);
+  for (const std::filesystem::path& outer : chain)
+    TESSEL_CHECK(outer != canonical) << "config " << path.string() << " includes itself (through " << [&] {
+      std::string names;
+      for (const auto& p : chain) names += p.string() + " -> ";
+      return names + canonical.string();
+    }() << ")";
+  TESSEL_CHECK(static_cast<int>(chain.size()) < kMaxIncludeDepth)
+      << "config " << path.string() << ": includes nest more than " << kMaxIncludeDepth << " deep";
+  chain.push_back(canonical);
+  config::Config merged;
+  for (const std::string& include : config.include()) {
+    TESSEL_CHECK(!include.empty()) << "config " << path.string() << ": an include is empty; expected a file";
+    const std::filesystem::path base = std::filesystem::path(include).is_relative()
+                                           ? (path.parent_path() / include).lexically_normal()
+                                           : std::filesystem::path(include);
+    OverrideConfig(&merged, LoadConfigFile(base, state));
+  }
+  chain.pop_back();
+  config.clear_include();
+  OverrideConfig(&merged, config);
+  return merged;
+}
+
+}  // namespace
+
+void OverrideConfig(config::Config* base, const config::Config& over) { OverrideMessage(base, over); }
+
+config::Config LoadConfig(const std::string& path) {
+  IncludeState state;
+  return LoadConfigFile(path, state);
 }
 
 namespace {

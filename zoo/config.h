@@ -22,9 +22,16 @@ inline constexpr size_t kMaxConfigBytes = 1 << 20;
 // unknown field is an error naming it, where it is (config path, line and
 // column) and the closest known field.
 config::Config ParseConfig(const std::string& text, const std::string& source);
-// Reads and parses a config file. data.data_prefix, when relative, is made
-// relative to the file's directory.
+// Reads and parses a config file and the files it includes (Config.include:
+// at most 16 deep, no cycles). Relative paths in a file (data.data_prefix,
+// data.image_dataset, train.load_weight) are made relative to that file's
+// directory.
 config::Config LoadConfig(const std::string& path);
+
+// `over`'s set fields written onto `base`: messages field by field, lists
+// replaced whole, other fields overwritten. How an including config
+// overrides what it includes.
+void OverrideConfig(config::Config* base, const config::Config& over);
 
 // Applies one override "path.to.field=value" (e.g.
 // "train.dist.tensor_parallel_size=2", "train.dist.custom_pipeline_stage_id=[0,0,1]",

@@ -314,6 +314,58 @@ TEST(ConfigTest, LoadConfigResolvesTheDataPrefixBesideTheFile) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(ConfigTest, IncludesComposeConfigsAndTheIncluderWins) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("tessel_config_include_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "configs" / "common");
+  std::filesystem::create_directories(dir / "elsewhere");
+  std::ofstream(dir / "configs" / "common" / "base.prototxt")
+      << "model { hidden_layers: 12 hidden_size: 768 num_attention_heads: 12 }\n"
+         "train { dist { custom_pipeline_stage_id: [0, 0, 1] } train_iter: 500 log_period: 7 }\n"
+         "data { data_prefix: \"../../data/corpus\" }\n";
+  std::ofstream(dir / "configs" / "common" / "optim.prototxt") << "optim { lr: 0.5 beta2: 0.95 }\n";
+  std::ofstream(dir / "configs" / "mine.prototxt")
+      << "include: \"common/base.prototxt\"\ninclude: \"common/optim.prototxt\"\n"
+         "model { hidden_size: 1024 }\ntrain { dist { custom_pipeline_stage_id: [0, 1] } }\noptim { lr: 0.25 "
+         "}\n";
+  config::Config c = LoadConfig((dir / "configs" / "mine.prototxt").string());
+  EXPECT_EQ(c.model().hidden_layers(), 12);                        // from the base
+  EXPECT_EQ(c.model().hidden_size(), 1024);                        // the includer's
+  EXPECT_EQ(c.train().train_iter(), 500);                          // from the base
+  EXPECT_EQ(c.train().log_period(), 7);                            // from the base
+  EXPECT_DOUBLE_EQ(c.optim().lr(), 0.25);                          // the includer's over the second include
+  EXPECT_DOUBLE_EQ(c.optim().beta2(), 0.95);                       // the second include's
+  ASSERT_EQ(c.train().dist().custom_pipeline_stage_id_size(), 2);  // a list is replaced, not appended to
+  EXPECT_EQ(c.train().dist().custom_pipeline_stage_id(1), 1);
+  EXPECT_EQ(c.include_size(), 0);
+  // A path is relative to the file that gives it.
+  EXPECT_EQ(c.data().data_prefix(), (dir / "data" / "corpus").string());
+
+  // An included file's mistakes are named with that file; missing files and
+  // cycles are named.
+  std::ofstream(dir / "configs" / "bad_base.prototxt") << "model { hiden_size: 3 }\n";
+  std::ofstream(dir / "configs" / "uses_bad.prototxt") << "include: \"bad_base.prototxt\"\n";
+  std::string e = ErrorOf([&] { LoadConfig((dir / "configs" / "uses_bad.prototxt").string()); });
+  EXPECT_NE(e.find("bad_base.prototxt"), std::string::npos) << e;
+  EXPECT_NE(e.find("hiden_size"), std::string::npos) << e;
+  std::ofstream(dir / "configs" / "missing.prototxt") << "include: \"nowhere.prototxt\"\n";
+  e = ErrorOf([&] { LoadConfig((dir / "configs" / "missing.prototxt").string()); });
+  EXPECT_NE(e.find("nowhere.prototxt: cannot read it"), std::string::npos) << e;
+  EXPECT_NE(e.find("included by"), std::string::npos) << e;
+  std::ofstream(dir / "configs" / "a.prototxt") << "include: \"b.prototxt\"\n";
+  std::ofstream(dir / "configs" / "b.prototxt") << "include: \"a.prototxt\"\n";
+  e = ErrorOf([&] { LoadConfig((dir / "configs" / "a.prototxt").string()); });
+  EXPECT_NE(e.find("includes itself"), std::string::npos) << e;
+  // Each level including the next twice: 2^16 reads, refused early.
+  for (int level = 0; level < 16; ++level)
+    std::ofstream(dir / "configs" / ("fan" + std::to_string(level) + ".prototxt"))
+        << "include: \"fan" << level + 1 << ".prototxt\"\ninclude: \"fan" << level + 1 << ".prototxt\"\n";
+  std::ofstream(dir / "configs" / "fan16.prototxt") << "model { hidden_size: 8 }\n";
+  e = ErrorOf([&] { LoadConfig((dir / "configs" / "fan0.prototxt").string()); });
+  EXPECT_NE(e.find("more than 256 files read through includes"), std::string::npos) << e;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ConfigTest, TheBundledConfigResolvesForFourRanks) {
   config::Config c = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/gpt2_tiny.prototxt");
   ResolveConfig(&c, 4);
