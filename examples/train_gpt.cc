@@ -171,12 +171,12 @@ int main(int argc, char** argv) {
     Tensor ids, labels;
     MakeBatch(step, FLAGS_batch, config.max_seq, config.vocab_size, &ids, &labels);
     adamw.set_lr(optim::WarmupCosineLr(step, FLAGS_lr, 3, FLAGS_steps));
-    Tensor loss;
+    Tensor loss, norm;
     double grad_norm = 0;
     if (FLAGS_graph) {
       Graph::Tensors out = train_step({{"ids", ids}, {"labels", labels}});
       loss = out.at("loss");
-      grad_norm = optim::ScalarValue(out.at("grad_norm"));
+      norm = out.at("grad_norm");  // read with the loss below, in one all-reduce
       if (FLAGS_print_actions && !in_order) {
         const runtime::StepReport& r = actors.last_step();
         std::printf(
@@ -200,7 +200,14 @@ int main(int argc, char** argv) {
       grad_norm = optim::ClipGradNorm(params, 1.0);
       adamw.Step();
     }
-    double value = optim::ScalarValue(loss);
+    double value = 0;
+    if (norm.defined()) {
+      const std::vector<double> scalars = optim::ScalarValues({loss, norm});
+      value = scalars[0];
+      grad_norm = scalars[1];
+    } else {
+      value = optim::ScalarValue(loss);
+    }
     if (dist::Rank() == 0) {
       std::printf("step %ld loss %.7f grad_norm %.5f lr %.6f\n", static_cast<long>(step), value, grad_norm,
                   adamw.lr());

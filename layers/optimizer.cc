@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "core/comm/process_group.h"
 #include "core/error.h"
 #include "graph/autograd.h"
 #include "layers/dist.h"
@@ -67,21 +68,74 @@ Tensor ZerosLike(const Tensor& t) {
 }
 }  // namespace
 
-double ScalarValue(const Tensor& t) {
-  TESSEL_CHECK(t.numel() == 1) << "ScalarValue of a tensor of shape " << t.shape();
-  Tensor v = t.detach();
-  if (v.is_global()) {
-    const Placement& p = v.placement();
-    if (p.size() == CurrentWorldSize()) {
-      // Every rank holds a part: reducing on its own placement is enough.
-      v = v.to_global(p, NdSbp(std::vector<Sbp>(p.ndim(), B()))).to_local();
-    } else {
-      // Replicate it on every rank of the world: ranks outside the tensor's
-      // placement (other pipeline stages) need the value too.
-      v = v.to_global(WorldPlacement(p.device_type()), NdSbp{B()}).to_local();
+namespace {
+double LocalValue(const Tensor& local) {
+  Tensor v = local.To(Device::CPU());
+  if (v.dtype() != DType::kFloat32) v = fn::cast(v, DType::kFloat32);
+  return static_cast<double>(v.data<float>()[0]);
+}
+}  // namespace
+
+double ScalarValue(const Tensor& t) { return ScalarValues({t})[0]; }
+
+std::vector<double> ScalarValues(const std::vector<Tensor>& scalars, std::vector<double>* summed) {
+  NoGradGuard no_grad;
+  const int rank = CurrentRank();
+  std::vector<double> values;
+  std::vector<char> global;
+  for (const Tensor& t : scalars) {
+    TESSEL_CHECK(t.numel() == 1) << "ScalarValue of a tensor of shape " << t.shape();
+    Tensor v = t.detach();
+    global.push_back(v.is_global());
+    if (!v.is_global()) {
+      values.push_back(LocalValue(v));
+      continue;
     }
+    const Placement p = v.placement();
+    auto all = [&](auto predicate) {
+      return std::all_of(v.nd_sbp().sbps().begin(), v.nd_sbp().sbps().end(), predicate);
+    };
+    // A maximum, which a sum cannot combine, is made whole on its placement
+    // first (a collective of its ranks).
+    if (!all([](const Sbp& s) { return s.type() != SbpType::kPartialMax; }))
+      v = v.to_global(p, NdSbp(std::vector<Sbp>(p.ndim(), B())));
+    if (p.size() == CurrentWorldSize() && all([](const Sbp& s) { return s.is_broadcast(); })) {
+      global.back() = 0;  // every rank holds it whole: nothing to exchange
+      values.push_back(LocalValue(v.to_local()));
+      continue;
+    }
+    // This rank's part: its shard along partial-sum axes, the first rank's
+    // along broadcast ones (a one-element tensor has no split).
+    const int index = p.IndexOf(rank);
+    bool contributes = index >= 0;
+    if (contributes) {
+      const std::vector<int64_t> coord = p.Coord(index);
+      for (int axis = 0; axis < p.ndim(); ++axis) {
+        const Sbp& sbp = v.nd_sbp()[static_cast<size_t>(axis)];
+        TESSEL_CHECK(!sbp.is_split()) << "ScalarValue of a one-element tensor split over axis " << axis;
+        if (sbp.is_broadcast() && coord[static_cast<size_t>(axis)] != 0) contributes = false;
+      }
+    }
+    values.push_back(contributes ? LocalValue(v.to_local()) : 0.0);
   }
-  return static_cast<double>(v.To(Device::CPU()).data<float>()[0]);
+  const bool any_global = std::find(global.begin(), global.end(), 1) != global.end();
+  if (CurrentWorldSize() > 1 && (any_global || (summed && !summed->empty()))) {
+    // The parts are f32 values: summed as f32, as the layout change to a
+    // replicated scalar would.
+    std::vector<float> buffer;
+    for (size_t i = 0; i < values.size(); ++i)
+      if (global[i]) buffer.push_back(static_cast<float>(values[i]));
+    if (summed)
+      for (double x : *summed) buffer.push_back(static_cast<float>(x));
+    comm::World().AllReduce(buffer.data(), static_cast<int64_t>(buffer.size()), DType::kFloat32,
+                            comm::ReduceOp::kSum);
+    size_t k = 0;
+    for (size_t i = 0; i < values.size(); ++i)
+      if (global[i]) values[i] = static_cast<double>(buffer[k++]);
+    if (summed)
+      for (double& x : *summed) x = static_cast<double>(buffer[k++]);
+  }
+  return values;
 }
 
 bool WholeOnOneGpu(const Tensor& t) {

@@ -113,8 +113,17 @@ double WarmupLinearLr(int64_t step, double base_lr, int64_t warmup_steps, int64_
                       double min_lr = 0);
 
 // The value of a one-element tensor (local or global, any SBP) on every rank,
-// including ranks outside its placement. Collective over the world.
+// including ranks outside its placement. Collective over the world (a
+// global tensor's); a local tensor is this rank's own value.
 double ScalarValue(const Tensor& t);
+
+// ScalarValue of each of `scalars`, with one world-wide all-reduce for all
+// of them (none on one rank, or with only local tensors): the ranks of a
+// global scalar's placement add their parts (every rank along a partial-sum
+// axis, the first along a broadcast one), in single precision as the tensors are. `summed`,
+// when given, is added over the ranks in the same all-reduce (numbers every
+// rank must agree on, such as a stop request) and holds the sums after.
+std::vector<double> ScalarValues(const std::vector<Tensor>& scalars, std::vector<double>* summed = nullptr);
 
 // True for a tensor on a GPU that this rank holds whole (local, or global on
 // a placement of one rank): where the multi-tensor kernels may take it.

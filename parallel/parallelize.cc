@@ -389,7 +389,8 @@ ParallelModule::StepResult ParallelModule::TrainStep(const Tensors& batch, optim
       << "ParallelModule::TrainStep: the step was captured with another optimizer or max_norm; pass the same "
          "ones at every call";
   const Graph::Tensors out = (*step_)(PlaceInputs(batch));
-  return {optim::ScalarValue(out.at("loss")), optim::ScalarValue(out.at("grad_norm"))};
+  const std::vector<double> scalars = optim::ScalarValues({out.at("loss"), out.at("grad_norm")});
+  return {scalars[0], scalars[1]};
 }
 
 std::unique_ptr<optim::AdamW> build_optimizer(ParallelModule& module, const optim::AdamWConfig& config_in) {

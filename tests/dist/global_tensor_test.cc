@@ -13,6 +13,7 @@
 #include "graph/autograd.h"
 #include "graph/eager_interpreter.h"
 #include "graph/global_tensor_ops.h"
+#include "layers/optimizer.h"
 #include "ops/functional.h"
 #include "tests/testing/test_util.h"
 
@@ -200,6 +201,31 @@ TEST(GlobalTensor, BadShardNamesTheRankThatPassedIt) {
   // With the logical shape given, the rank checks its own shard.
   err = ErrorOf([] { FromLocal(zeros({Me() == 2 ? 3 : 2, 3}), kLine, {S(0)}, Shape{8, 3}); });
   EXPECT_NE(err.find("rank 2 holds a shard of shape [3, 3]"), std::string::npos) << err;
+}
+
+// The values a training loop logs (the loss on the last stage, the gradient
+// norm on the first, partial sums and maxima, a rank's own) reach every
+// rank, those outside the placements included, with the numbers every rank
+// adds (a stop request) in the same all-reduce.
+TEST(GlobalTensor, ScalarValuesOfEveryLayoutReachEveryRankInOneCall) {
+  const Placement first("cpu", {0, 1}), last("cpu", {2, 3});
+  auto scalar = [](double v) { return full({1}, v, DType::kFloat32); };
+  const Tensor on_first = FromLocal(scalar(3), first, {B()}, Shape{1});                  // 3 on ranks 0, 1
+  const Tensor partial_last = FromLocal(scalar(Me()), last, {P()}, Shape{1});            // 2 + 3
+  const Tensor square = FromLocal(scalar(1 + Me() / 2), kSquare, {P(), B()}, Shape{1});  // 1 + 2
+  const Tensor max_line = FromLocal(scalar(2 * Me()), kLine, {Sbp::PartialMax()}, Shape{1});    // 6
+  const Tensor max_first = FromLocal(scalar(10 + Me()), first, {Sbp::PartialMax()}, Shape{1});  // 11
+  const Tensor world = FromLocal(scalar(7), kLine, {B()}, Shape{1});
+  const Tensor own = scalar(Me());
+  std::vector<double> summed = {Me() == 2 ? 1.0 : 0.0, 1.0};
+  const std::vector<double> v =
+      optim::ScalarValues({on_first, partial_last, square, max_line, max_first, world, own}, &summed);
+  EXPECT_EQ(v, (std::vector<double>{3, 5, 3, 6, 11, 7, static_cast<double>(Me())}));
+  EXPECT_EQ(summed, (std::vector<double>{1, 4}));
+  EXPECT_EQ(optim::ScalarValue(partial_last), 5);
+  // Only local tensors and nothing to add: no exchange at all (a rank alone
+  // could not be waited for).
+  EXPECT_EQ(optim::ScalarValues({own}), (std::vector<double>{static_cast<double>(Me())}));
 }
 
 }  // namespace

@@ -299,22 +299,14 @@ void SaveOnSignals() {
   ::sigaction(SIGUSR1, &action, nullptr);
 }
 
-// Why the run stops early, agreed by every rank (so all save the same
-// iteration and stop together): the signal a rank got (0: none) and
-// whether a rank's clock is past train.max_duration. One small all-reduce
-// per iteration; none on one rank.
-struct StopRequest {
-  int32_t signal = 0;
-  int32_t past_duration = 0;
-  explicit operator bool() const { return signal != 0 || past_duration != 0; }
-};
-StopRequest AgreeOnStop(StopRequest local) {
-  if (dist::WorldSize() > 1) {
-    int32_t both[2] = {local.signal, local.past_duration};
-    comm::World().AllReduce(both, 2, DType::kInt32, comm::ReduceOp::kMax);
-    local = {both[0], both[1]};
-  }
-  return local;
+// Why the run stops early, as counts of ranks: signalled with SIGTERM,
+// with SIGUSR1, past train.max_duration. Summed over the ranks in the
+// all-reduce that brings the step's loss and gradient norm to every rank
+// (optim::ScalarValues), so all agree, save the same iteration and stop
+// together at no extra collective.
+std::vector<double> StopCounts(double max_duration_s, double elapsed_s) {
+  return {g_stop_signal == SIGTERM ? 1.0 : 0.0, g_stop_signal == SIGUSR1 ? 1.0 : 0.0,
+          max_duration_s > 0 && elapsed_s > max_duration_s ? 1.0 : 0.0};
 }
 
 double LearningRate(const config::Config& c, int64_t iteration) {
@@ -655,6 +647,11 @@ int RunTrainingProgram(int argc, char** argv) {
     const std::filesystem::path timeline_dir = out_dir / "timeline" / checkpoint::IterationName(it + 1);
     if (timeline) actors.set_timeline_dir(timeline_dir.string());
     double loss = 0, grad_norm = 0;
+    // Why to stop, summed over the ranks with the step's scalars (below).
+    std::vector<double> stop(3, 0.0);
+    auto read_stop_counts = [&] {
+      stop = StopCounts(max_duration_s, std::chrono::duration<double>(Clock::now() - start).count());
+    };
     if (graph) {
       const auto data_start = Clock::now();
       auto in = task->ReadTrain(it, 0, 1);
@@ -670,8 +667,12 @@ int RunTrainingProgram(int argc, char** argv) {
           std::fflush(stdout);
         }
       }
-      loss = optim::ScalarValue(out.at("loss"));
-      grad_norm = optim::ScalarValue(out.at("grad_norm"));
+      // The loss, the gradient norm and the stop counts in one all-reduce.
+      read_stop_counts();
+      const std::vector<double> scalars =
+          optim::ScalarValues({out.at("loss"), out.at("grad_norm")}, stop_on_request ? &stop : nullptr);
+      loss = scalars[0];
+      grad_norm = scalars[1];
       if (FLAGS_print_actions && it == start_iteration && !in_order) {
         const runtime::StepReport& r = actors.last_step();
         std::printf("rank %d stage %d %s: %s\n", rank, r.stage, r.schedule.c_str(),
@@ -680,6 +681,7 @@ int RunTrainingProgram(int argc, char** argv) {
       }
     } else {
       // Eagerly, micro-batches are a loop: each backward adds its share.
+      std::vector<Tensor> part_losses;
       for (int part = 0; part < micro_batches; ++part) {
         const auto data_start = Clock::now();
         auto in = task->ReadTrain(it, part, micro_batches);
@@ -687,8 +689,10 @@ int RunTrainingProgram(int argc, char** argv) {
         Tensor part_loss = task->Loss(in);
         if (micro_batches > 1) part_loss = fn::mul_scalar(part_loss, 1.0 / micro_batches);
         (amp ? amp->ScaleLoss(part_loss) : part_loss).backward();
-        loss += optim::ScalarValue(part_loss);
+        part_losses.push_back(part_loss.detach());
       }
+      read_stop_counts();
+      for (double part : optim::ScalarValues(part_losses, stop_on_request ? &stop : nullptr)) loss += part;
       optim::ApplyGradientHandlers(handlers, params, grad_layouts);
       grad_norm = amp ? amp->UnscaleAndClip(clip) : optim::ClipGradNorm(params, clip, grad_layouts);
       if (!amp || amp->StepIsFinite(grad_norm)) {
@@ -781,13 +785,10 @@ int RunTrainingProgram(int argc, char** argv) {
     const bool saved_now = save && (done % t.save_period() == 0 || done == t.train_iter());
     if (saved_now) save_checkpoint(done, "");
     if (stop_on_request && done < t.train_iter()) {
-      const StopRequest stop = AgreeOnStop(
-          {.signal = g_stop_signal,
-           .past_duration = max_duration_s > 0 &&
-                            std::chrono::duration<double>(Clock::now() - start).count() > max_duration_s});
-      if (stop) {
-        const std::string why = stop.signal != 0 ? std::string("on SIG") + ::sigabbrev_np(stop.signal)
-                                                 : "past train.max_duration " + t.max_duration();
+      if (stop[0] + stop[1] + stop[2] > 0) {
+        const std::string why = stop[0] > 0   ? "on SIGTERM"
+                                : stop[1] > 0 ? "on SIGUSR1"
+                                              : "past train.max_duration " + t.max_duration();
         if (!saved_now) {
           if (rank == 0 && !checkpoint_lock) checkpoint_lock.emplace(t.checkpoint_dir());
           save_checkpoint(done, why);
