@@ -286,6 +286,9 @@ config::Config LoadConfigFile(const std::filesystem::path& path, IncludeState& s
   const config::DataConfig& data = config.data();
   if (!data.data_prefix().empty() && std::filesystem::path(data.data_prefix()).is_relative())
     config.mutable_data()->set_data_prefix(relative_to_config(data.data_prefix()));
+  for (config::WeightedDataset& part : *config.mutable_data()->mutable_blend())
+    if (!part.data_prefix().empty() && std::filesystem::path(part.data_prefix()).is_relative())
+      part.set_data_prefix(relative_to_config(part.data_prefix()));
   if (!data.image_dataset().empty() && data.image_dataset() != "synthetic" &&
       std::filesystem::path(data.image_dataset()).is_relative())
     config.mutable_data()->set_image_dataset(relative_to_config(data.image_dataset()));
@@ -644,9 +647,22 @@ void ResolveConfig(config::Config* c, int world_size) {
         << ") and data.synthetic_samples (" << data.synthetic_samples() << ") positive";
   } else {
     if (m.arch() == "bert") CheckBertData(*c);
-    TESSEL_CHECK(!data.data_prefix().empty()) << "config: data.data_prefix is not set; expected the path "
-                                                 "prefix of an indexed dataset (<prefix>.bin "
-                                                 "and <prefix>.idx)";
+    TESSEL_CHECK(data.blend_size() == 0 || m.arch() == "gpt2")
+        << "config: data.blend is set for model.arch '" << m.arch() << "'; blending is for GPT so far, give "
+        << "data.data_prefix";
+    TESSEL_CHECK(data.blend_size() == 0 || data.data_prefix().empty())
+        << "config: data.data_prefix and data.blend are both set; expected one (blend lists every dataset)";
+    TESSEL_CHECK(data.blend_size() <= 255) << "config: data.blend has " << data.blend_size()
+                                           << " datasets; expected at most 255";
+    for (int i = 0; i < data.blend_size(); ++i) {
+      const std::string field = "data.blend[" + std::to_string(i) + "]";
+      CheckNumber(field + ".weight", data.blend(i).weight(), 0, 1e30, /*low_open=*/true);
+      TESSEL_CHECK(!data.blend(i).data_prefix().empty())
+          << "config: " << field << ".data_prefix is not set; expected the path prefix of an indexed dataset";
+    }
+    TESSEL_CHECK(!data.data_prefix().empty() || data.blend_size() > 0)
+        << "config: data.data_prefix is not set; expected the path prefix of an indexed dataset (<prefix>.bin "
+           "and <prefix>.idx), or data.blend";
   }
   const config::EvaluationConfig& e = c->evaluation();
   CheckSize("evaluation.eval_period", e.eval_period(), kMaxCount);

@@ -56,8 +56,6 @@ std::vector<DocumentRange> SplitDocuments(const std::string& split, size_t num_d
   return ranges;
 }
 
-namespace {
-// MemAvailable from /proc/meminfo (physical pages: 2^62 where it is unknown).
 int64_t AvailableMemoryBytes() {
   std::ifstream meminfo("/proc/meminfo");
   std::string key;
@@ -69,7 +67,6 @@ int64_t AvailableMemoryBytes() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{1} << 62;
 }
-}  // namespace
 
 GPTDataset::GPTDataset(const IndexedDataset& data, DocumentRange range, int64_t seq_length,
                        int64_t num_samples, uint64_t seed, std::string name)

@@ -25,6 +25,10 @@ struct DocumentRange {
 // naming `split` unless it is 1 to 3 non-negative numbers with a positive sum.
 std::vector<DocumentRange> SplitDocuments(const std::string& split, size_t num_documents);
 
+// MemAvailable from /proc/meminfo (the physical memory where it is not
+// given): what a dataset's index may take half of.
+int64_t AvailableMemoryBytes();
+
 class GPTDataset {
  public:
   // At least `num_samples` samples of seq_length + 1 tokens from the

@@ -104,6 +104,23 @@ for rank, r in sorted(ranks.items()):
           names == ["B0", "B1", "B2", "B3", "F0", "F1", "F2", "F3"] and r["stage"] == rank // 2 and r["compute"])
 check("timeline: no other iteration traced", os.listdir(os.path.join(period_dir, "timeline")) == ["iter_0000010"])
 
+# data.blend: two copies of the bundled corpus under other names, weights 1
+# and 3: the 32 samples of two iterations come 8 and 24 from them.
+blend_dir = os.path.join(work, "blend")
+os.makedirs(blend_dir)
+corpus_prefix = os.path.join(args.source, "data", "tiny_corpus", "tiny_corpus_text_document")
+for name in ("web", "books"):
+    for ext in (".bin", ".idx"):
+        shutil.copy(corpus_prefix + ext, os.path.join(blend_dir, name + ext))
+blend = (f'data.blend=[{{weight: 1 data_prefix: "{blend_dir}/web"}}, '
+         f'{{weight: 3 data_prefix: "{blend_dir}/books"}}]')
+code, out, _ = run([args.launcher, "--nproc_per_node", "4", "--master_port", "0", "--", args.program, "--config",
+                    config, "--set", "data.data_prefix=", "--set", blend, "--fast-dev-run"], timeout=120)
+check("blend: trains", code == 0 and "iteration 2/2" in out, out[-2000:])
+expect("blend: 8 samples from the first dataset and 24 from the second", out,
+       r"train 32 samples \(8 from .*/web, 1 epochs of 653 documents; 24 from .*/books, 1 epochs of 653 "
+       r"documents\)")
+
 # --fast_dev_run: two iterations, one evaluation batch, nothing written.
 fast_dir = os.path.join(work, "fast")
 code, out, _ = run([args.launcher, "--nproc_per_node", "2", "--master_port", "0", "--", args.program, "--config",
@@ -136,6 +153,10 @@ cases = {
     "truncated .idx": ([f"data.data_prefix={bad_data}/cut"], r"cut\.idx.*truncated"),
     "vocabulary smaller than the data's ids": (["model.vocab_size=1024"],
                                                r"holds token id 2047 but model\.vocab_size is 1024"),
+    "a blend beside data_prefix": (['data.blend=[{weight: 1 data_prefix: "x"}]'],
+                                   r"data\.data_prefix and data\.blend are both set"),
+    "a blend weight of 0": (['data.data_prefix=', 'data.blend=[{weight: 0 data_prefix: "x"}]'],
+                            r"data\.blend\[0\]\.weight is 0"),
     "a timeline of an eager run": (["train.graph.enabled=false", "train.timeline_iterations=[3]"],
                                    r"train\.timeline_iterations is set but the step runs eagerly"),
     "a timeline past the end": (["train.timeline_iterations=[900]"],

@@ -10,6 +10,8 @@ max_duration, --resume_step) on the tiny GPT under tp2 x pp2:
 - the first launch of that command into an empty directory starts afresh;
 - train.max_duration stops after the first iteration past it with a
   checkpoint (exit 0);
+- a run that resumed saves its end, so the same command once more has
+  nothing left to train;
 - --resume_step N resumes from iter_N, not the latest; one that is not
   there is named; train.keep_last_checkpoints keeps that many;
 - train.resume off starts afresh beside a checkpoint, train.resume required
@@ -116,6 +118,10 @@ check(f"rerun unchanged: the final shards equal the uninterrupted run's byte for
       len(full_shards) == 4 and same == full_shards)
 metrics = [line for line in open(os.path.join(run_dir, "metrics.jsonl")) if '"loss"' in line]
 check(f"rerun unchanged: metrics.jsonl holds both parts ({len(metrics)} lines)", len(metrics) == ITERS)
+code, out, _ = run(cmd, timeout=240)
+expect("a third run of the finished job: nothing left to train", out,
+       r"the checkpoint is at train.train_iter 30: nothing left to train")
+check("a third run: exit 0, no iteration", code == 0 and not losses(out), out[-2000:])
 
 # train.max_duration: stops past it with a checkpoint, exit 0.
 budget_dir = os.path.join(work, "budget")
@@ -125,6 +131,19 @@ check("max_duration 1s: stops early and says why, exit 0", code == 0 and stopped
 if stopped:
     expect("max_duration: its checkpoint is saved", out,
            rf"saved checkpoint .*iter_{int(stopped.group(1)):07d} in [0-9.]+ s \(past train.max_duration 1s\)")
+# Without save_period: the rerun (without the budget) finishes and saves its
+# end, so one more run has nothing to repeat.
+code, out, _ = run(command(budget_dir, ["train.save_period=0"]), timeout=240)
+expect("max_duration: the rerun resumes where the budget stopped", out,
+       rf"resumed from .*iter_{int(stopped.group(1)) if stopped else 0:07d}")
+expect("max_duration: the resumed run saves its end", out,
+       r"saved checkpoint .*iter_0000030 in [0-9.]+ s \(the end of a resumed run\)")
+check("max_duration: the rerun ends with the uninterrupted losses",
+      code == 0 and stopped is not None and losses(out) == {i: full[i] for i in range(int(stopped.group(1)) + 1, 31)},
+      out[-2000:])
+code, out, _ = run(command(budget_dir, ["train.save_period=0"]), timeout=240)
+check("max_duration: once more, nothing is repeated", code == 0 and not losses(out) and
+      "nothing left to train" in out, out[-2000:])
 code, out, _ = run(command(budget_dir, ["train.max_duration=1x"]), timeout=120)
 expect("max_duration '1x': named before the first step", out, r"config: train.max_duration is '1x'; expected a "
                                                              r"positive duration")

@@ -408,17 +408,27 @@ int main(int argc, char** argv) {
   bool stopping = false;
   std::set<int> early_reported;  // ranks reported as finishing while others ran
 
-  auto stop_all = [&](const std::string& reason, int grace_s, bool quiet = false) {
-    stopping = true;
-    stop_reason = reason;
-    if (!quiet) Say("tessel-launch: %s; stopping the other ranks\n", reason.c_str());
+  Clock::time_point term_at{};  // when the pending SIGTERM goes out (stopping)
+  bool term_sent = false;
+  auto terminate_all = [&] {
     // Every rank's process group, also of ranks that ended: what they
     // started (a wrapper script's program, data workers) is stopped too.
     for (auto& r : ranks) {
       r->Signal(SIGTERM);
       r->Signal(SIGCONT);  // a stopped rank only sees SIGTERM once continued
     }
-    kill_at = Clock::now() + std::chrono::seconds(grace_s);
+    term_sent = true;
+  };
+  // `quiet`: the failed rank said why (a fatal error). The others get a
+  // moment to end on their own before SIGTERM, since a mistake in the
+  // config or the data stops every rank with the same error, said once.
+  auto stop_all = [&](const std::string& reason, int grace_s, bool quiet = false) {
+    stopping = true;
+    stop_reason = reason;
+    if (!quiet) Say("tessel-launch: %s; stopping the other ranks\n", reason.c_str());
+    term_at = Clock::now() + (quiet ? std::chrono::milliseconds(2000) : std::chrono::milliseconds(0));
+    if (!quiet) terminate_all();
+    kill_at = term_at + std::chrono::seconds(grace_s);
   };
   auto by_rank = [&](int rank) -> RankProcess& { return *ranks[rank - first_local]; };
   // A rank that finished (exited 0, or reported reaching shutdown) while
@@ -566,6 +576,7 @@ int main(int argc, char** argv) {
     if (FLAGS_max_run_s > 0 && !stopping && now - start > std::chrono::seconds(FLAGS_max_run_s)) {
       stop_all("the job ran past --max_run_s=" + std::to_string(FLAGS_max_run_s), FLAGS_kill_grace_s);
     }
+    if (stopping && !term_sent && now >= term_at) terminate_all();
     if (stopping && now >= kill_at) {
       for (auto& r : ranks) r->Signal(SIGKILL);
     }

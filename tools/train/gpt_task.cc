@@ -1,6 +1,7 @@
-// GPT-2 (models/gpt.h) on a Megatron-format indexed dataset: samples of
-// max_seq_length + 1 tokens (zoo/gpt_dataset.h), ids in and the next
-// tokens as labels; evaluation reports the loss and perplexity.
+// GPT-2 (models/gpt.h) on a Megatron-format indexed dataset, or a blend of
+// several by weight (zoo/blended_dataset.h): samples of max_seq_length + 1
+// tokens (zoo/gpt_dataset.h), ids in and the next tokens as labels;
+// evaluation reports the loss and perplexity.
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -11,30 +12,90 @@
 #include "models/gpt.h"
 #include "ops/functional.h"
 #include "tools/train/task.h"
+#include "zoo/blended_dataset.h"
 #include "zoo/gpt_dataset.h"
 #include "zoo/indexed_dataset.h"
 
 namespace tessel::train {
 namespace {
 
+// An indexed dataset and its documents' train / validation / test ranges.
+struct Corpus {
+  explicit Corpus(const std::string& prefix, const std::string& split)
+      : data(prefix), splits(zoo::SplitDocuments(split, data.num_documents())) {}
+  zoo::IndexedDataset data;
+  std::vector<zoo::DocumentRange> splits;
+};
+
+// The samples of one split: the one corpus's, or the blend's corpora's in
+// the proportions of their weights (each corpus's own samples in its own
+// order, drawn as zoo::Blend says).
+class GPTSamples {
+ public:
+  GPTSamples(const std::vector<std::unique_ptr<Corpus>>& corpora, const std::vector<double>& weights,
+             int split, int64_t seq, int64_t num_samples, uint64_t seed, const std::string& name) {
+    if (corpora.size() == 1) {
+      parts_.push_back(std::make_unique<zoo::GPTDataset>(corpora[0]->data, corpora[0]->splits[split], seq,
+                                                         num_samples, seed, name));
+      return;
+    }
+    blend_ = std::make_unique<zoo::Blend>(weights, num_samples, "data.blend");
+    for (size_t d = 0; d < corpora.size(); ++d)
+      parts_.push_back(std::make_unique<zoo::GPTDataset>(corpora[d]->data, corpora[d]->splits[split], seq,
+                                                         std::max<int64_t>(blend_->count(static_cast<int>(d)), 1),
+                                                         seed + 1000 * d, name));
+  }
+  int64_t size() const { return blend_ ? std::max<int64_t>(blend_->size(), 1) : parts_[0]->size(); }
+  void Sample(int64_t i, std::vector<int64_t>* out) const {
+    if (!blend_ || blend_->size() == 0) return parts_[0]->Sample(i % parts_[0]->size(), out);
+    const auto [d, j] = (*blend_)[i % blend_->size()];
+    parts_[static_cast<size_t>(d)]->Sample(j % parts_[static_cast<size_t>(d)]->size(), out);
+  }
+  // "2399 samples (3 epochs of 653 documents)", or a blend's parts.
+  std::string Summary(const std::vector<std::unique_ptr<Corpus>>& corpora, int split) const {
+    std::string text = std::to_string(size()) + " samples";
+    for (size_t d = 0; d < parts_.size(); ++d) {
+      text += d == 0 ? " (" : "; ";
+      if (blend_)
+        text += std::to_string(blend_->count(static_cast<int>(d))) + " from " + corpora[d]->data.prefix() + ", ";
+      text += std::to_string(parts_[d]->epochs()) + " epochs of " +
+              std::to_string(corpora[d]->splits[static_cast<size_t>(split)].size()) + " documents";
+    }
+    return text + ")";
+  }
+
+ private:
+  std::vector<std::unique_ptr<zoo::GPTDataset>> parts_;
+  std::unique_ptr<zoo::Blend> blend_;
+};
+
 class GPTTask : public Task {
  public:
   explicit GPTTask(const TaskContext& context)
       : c_(context.config),
         micro_batches_(context.micro_batches),
-        corpus_(c_.data().data_prefix()),
-        splits_(zoo::SplitDocuments(c_.data().split(), corpus_.num_documents())),
         seq_(c_.model().max_seq_length()),
         global_(c_.train().global_batch_size()) {
     const config::ModelConfig& m = c_.model();
-    CheckTokenIds(corpus_, c_);
-    CheckValidationDocuments(splits_, corpus_.num_documents(), c_);
+    const config::DataConfig& data = c_.data();
+    std::vector<double> weights;
+    if (data.blend_size() == 0) {
+      corpora_.push_back(std::make_unique<Corpus>(data.data_prefix(), data.split()));
+    } else {
+      for (const config::WeightedDataset& part : data.blend()) {
+        corpora_.push_back(std::make_unique<Corpus>(part.data_prefix(), data.split()));
+        weights.push_back(part.weight());
+      }
+    }
+    for (const auto& corpus : corpora_) {
+      CheckTokenIds(corpus->data, c_);
+      CheckValidationDocuments(corpus->splits, corpus->data.num_documents(), c_);
+    }
     const config::TrainConfig& t = c_.train();
-    train_ = std::make_unique<zoo::GPTDataset>(corpus_, splits_[0], seq_, t.train_iter() * global_, t.seed(),
-                                               "train");
+    train_ = std::make_unique<GPTSamples>(corpora_, weights, 0, seq_, t.train_iter() * global_, t.seed(), "train");
     if (c_.evaluation().enabled()) {
-      eval_ = std::make_unique<zoo::GPTDataset>(
-          corpus_, splits_[1], seq_, c_.evaluation().eval_iter() * global_, t.seed() + 1, "validation");
+      eval_ = std::make_unique<GPTSamples>(corpora_, weights, 1, seq_, c_.evaluation().eval_iter() * global_,
+                                           t.seed() + 1, "validation");
     }
     gpt_ = std::make_unique<models::GPT>(
         models::GPTConfig{.vocab_size = m.vocab_size(),
@@ -101,18 +162,17 @@ class GPTTask : public Task {
 
   std::string DataSummary() const override {
     char line[256];
-    std::snprintf(
-        line, sizeof(line),
-        "vocab %ld, sequence %ld; train %ld samples (%d epochs of %zu documents), validation %zu documents",
-        static_cast<long>(c_.model().vocab_size()), static_cast<long>(seq_),
-        static_cast<long>(train_->size()), train_->epochs(), splits_[0].size(), splits_[1].size());
-    return line;
+    size_t validation = 0;
+    for (const auto& corpus : corpora_) validation += corpus->splits[1].size();
+    std::snprintf(line, sizeof(line), "vocab %ld, sequence %ld; train ", static_cast<long>(c_.model().vocab_size()),
+                  static_cast<long>(seq_));
+    return line + train_->Summary(corpora_, 0) + ", validation " + std::to_string(validation) + " documents";
   }
 
  private:
   // Rows first_sample + FirstRow .. of `data`: ids on the first stage,
   // labels on the last.
-  Graph::Tensors Read(const zoo::GPTDataset& data, int64_t first_sample, int part, int parts) const {
+  Graph::Tensors Read(const GPTSamples& data, int64_t first_sample, int part, int parts) const {
     const BatchLayout layout = BatchLayout::ForWorld(global_);
     const bool needs_ids = layout.ReadsInputs(), needs_labels = layout.ReadsLabels();
     const int64_t local_rows = layout.LocalRows(parts);
@@ -142,10 +202,9 @@ class GPTTask : public Task {
 
   const config::Config& c_;
   int micro_batches_;
-  zoo::IndexedDataset corpus_;
-  std::vector<zoo::DocumentRange> splits_;
+  std::vector<std::unique_ptr<Corpus>> corpora_;
   int64_t seq_, global_;
-  std::unique_ptr<zoo::GPTDataset> train_, eval_;
+  std::unique_ptr<GPTSamples> train_, eval_;
   std::unique_ptr<models::GPT> gpt_;
   std::unique_ptr<Graph> eval_step_;
 };

@@ -41,7 +41,7 @@ Tensor BatchLayout::OnLast(const Tensor& local, const Shape& global_shape) const
 void CheckTokenIds(const zoo::IndexedDataset& corpus, const config::Config& c) {
   const int64_t max_token = corpus.MaxToken();
   TESSEL_CHECK(max_token < c.model().vocab_size())
-      << "tessel-train: dataset " << c.data().data_prefix() << " holds token id " << max_token
+      << "tessel-train: dataset " << corpus.prefix() << " holds token id " << max_token
       << " but model.vocab_size is " << c.model().vocab_size()
       << "; expected a vocabulary larger than every id";
 }

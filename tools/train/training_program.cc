@@ -131,7 +131,7 @@ constexpr ForeignFlag kForeignFlags[] = {
     {"num-attention-heads", "--set model.num_attention_heads=N"},
     {"seq-length", "--set model.max_seq_length=N"},
     {"max-position-embeddings", "--set model.max_position_embeddings=N"},
-    {"data-path", "--set data.data_prefix=PREFIX"},
+    {"data-path", "--set data.data_prefix=PREFIX (several, mixed by weight: data.blend in the config)"},
     {"split", "--set data.split=949,50,1"},
     {"save", "--set train.checkpoint_dir=DIR"},
     {"load", "--set train.checkpoint_dir=DIR (train.resume auto continues from it)"},
@@ -641,6 +641,13 @@ int RunTrainingProgram(int argc, char** argv) {
   std::optional<checkpoint::DirectoryLock> checkpoint_lock;
   if (save && rank == 0) checkpoint_lock.emplace(t.checkpoint_dir());
   const std::set<int64_t> timeline_iterations(t.timeline_iterations().begin(), t.timeline_iterations().end());
+  if (start_iteration == t.train_iter() && rank == 0) {
+    std::printf("tessel-train: the checkpoint is at train.train_iter %ld: nothing left to train (raise "
+                "train.train_iter to go on, or set train.resume off, or use another train.checkpoint_dir, "
+                "to start afresh)\n",
+                static_cast<long>(t.train_iter()));
+    std::fflush(stdout);
+  }
   for (int64_t it = start_iteration; it < t.train_iter(); ++it) {
     adamw.set_lr(LearningRate(c, it));
     const bool timeline = timeline_iterations.count(it + 1) > 0 && !FLAGS_fast_dev_run;
@@ -782,8 +789,17 @@ int RunTrainingProgram(int argc, char** argv) {
       evaluate_now(done);
       period_start = Clock::now();  // evaluation time is not training time
     }
-    const bool saved_now = save && (done % t.save_period() == 0 || done == t.train_iter());
-    if (saved_now) save_checkpoint(done, "");
+    // A run that resumed saves its end as well, whatever save_period is:
+    // `latest` is then the finished iteration, and the same command run
+    // again has nothing left to train (rather than repeating the iterations
+    // after a preemption's checkpoint).
+    const bool finished_resumed_run = resumed && done == t.train_iter() && !FLAGS_fast_dev_run;
+    const bool saved_now =
+        (save && (done % t.save_period() == 0 || done == t.train_iter())) || finished_resumed_run;
+    if (saved_now) {
+      if (rank == 0 && !checkpoint_lock) checkpoint_lock.emplace(t.checkpoint_dir());
+      save_checkpoint(done, save ? "" : "the end of a resumed run");
+    }
     if (stop_on_request && done < t.train_iter()) {
       if (stop[0] + stop[1] + stop[2] > 0) {
         const std::string why = stop[0] > 0   ? "on SIGTERM"
