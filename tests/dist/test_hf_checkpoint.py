@@ -216,6 +216,37 @@ if code == 0:
             check(f"trained and exported: from_pretrained's {label} equal tessel's (max error {err:.2e})",
                   err <= TOLERANCE)
 
+# export-hf --tokenizer: the data's BPE goes with the model, so
+# AutoTokenizer loads the directory, its end-of-text token is config.json's
+# bos/eos id (0 in the bundled vocabulary, not GPT-2's 50256) and greedy
+# generate() gives text that ends there or runs its length.
+with_tokenizer = os.path.join(work, "gpt_trained_hf_tokenizer")
+code, out, _ = tool("export-hf", trained, with_tokenizer, "--tokenizer",
+                    os.path.join(args.source, "data", "tiny_corpus"))
+expect("export-hf --tokenizer: says the end-of-text id", out, r"the tokenizer; <\|endoftext\|> is id 0")
+if code == 0:
+    from transformers import AutoTokenizer  # noqa: E402
+    tokenizer = AutoTokenizer.from_pretrained(with_tokenizer)
+    model = GPT2LMHeadModel.from_pretrained(with_tokenizer).eval()
+    check(f"export-hf --tokenizer: AutoTokenizer loads it ({type(tokenizer).__name__}, eos "
+          f"{tokenizer.eos_token!r} = {tokenizer.eos_token_id}), config eos/bos {model.config.eos_token_id}/"
+          f"{model.config.bos_token_id}",
+          tokenizer.eos_token == "<|endoftext|>" and tokenizer.eos_token_id == 0 and model.config.eos_token_id == 0
+          and model.config.bos_token_id == 0)
+    prompt = tokenizer("The licence grants", return_tensors="pt")
+    with torch.no_grad():
+        generated = model.generate(**prompt, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    text = tokenizer.decode(generated[0])
+    new = generated.shape[1] - prompt.input_ids.shape[1]
+    check(f"export-hf --tokenizer: generate() continues the prompt ({text!r})",
+          text.startswith("The licence grants") and 1 <= new <= 12 and
+          (new == 12 or generated[0, -1].item() == 0))
+code, out, _ = tool("export-hf", trained, os.path.join(work, "bad_tokenizer"), "--tokenizer", work)
+expect("export-hf --tokenizer without vocab.json and merges.txt: named", out,
+       r"does not hold vocab\.json and merges\.txt")
+check("export-hf with a bad --tokenizer writes nothing", code != 0 and not os.path.exists(
+    os.path.join(work, "bad_tokenizer")))
+
 # train.load_weight from an imported GPT-2 of the tiny config's sizes, with
 # 128 positions for sequences of 64, under tp2 x pp2.
 hf = noisy(GPT2LMHeadModel(GPT2Config(vocab_size=2048, n_positions=128, n_embd=128, n_layer=4, n_head=4)), seed=9)
@@ -248,7 +279,7 @@ code, out, _ = train(vit_config, 2, VIT + ["train.train_iter=6", f"train.checkpo
                      flags=["--resume"])
 check("ViT: the run resumed from iteration 5 makes its sixth", code == 0, out[-2000:])
 resumed = dict(LOSS.findall(out))
-code, out, _ = train(vit_config, 4, VIT + ["train.train_iter=1", f"train.load_weight={vit_saved}",
+code, out, _ = train(vit_config, 4, VIT + ["train.train_iter=1", f"train.load_weight={vit_saved}/iter_0000005",
                                            "train.dist.tensor_parallel_size=2", "train.dist.pipeline_parallel_size=2"],
                      "vit_c")
 started = dict(LOSS.findall(out))

@@ -9,8 +9,10 @@
 //   tessel-checkpoint import-hf HF_DIR DIR          a Hugging Face GPT-2, BERT or ViT (save_pretrained's
 //                                                   directory) as a checkpoint in DIR, for
 //                                                   train.load_weight; prints the config's model block
-//   tessel-checkpoint export-hf CHECKPOINT HF_DIR   a checkpoint's model as a Hugging Face directory
-//                                                   (config.json, model.safetensors) for from_pretrained
+//   tessel-checkpoint export-hf CHECKPOINT HF_DIR [--tokenizer DIR]
+//                                                   a checkpoint's model as a Hugging Face directory
+//                                                   (config.json, model.safetensors) for from_pretrained;
+//                                                   with a GPT-2's tokenizer files too, for AutoTokenizer
 //
 // CHECKPOINT is a checkpoint directory (with index.json) or a directory of
 // them (its `latest`). merge keeps the index's metadata (iteration, arch)
@@ -28,11 +30,17 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hugging_face.h"
+#include "checkpoint/hugging_face_tokenizer.h"
 #include "core/error.h"
 #include "zoo/config.h"
 #include "zoo/safetensors.h"
 
 DEFINE_bool(model_only, false, "merge: only the model's tensors (model.*), not the optimizer state");
+DEFINE_string(tokenizer, "",
+              "export-hf of a GPT-2: the directory of the tokenizer the data was made with (vocab.json and "
+              "merges.txt, e.g. data/tiny_corpus): copied beside the model with tokenizer_config.json and "
+              "special_tokens_map.json, and its <|endoftext|> id written as config.json's bos_token_id and "
+              "eos_token_id, so AutoTokenizer and generate() work");
 
 using namespace tessel;
 
@@ -148,10 +156,21 @@ int ExportHf(const std::string& path, const std::string& hf_dir) {
                                  << " model tensor(s) Hugging Face's " << model.arch()
                                  << " has no place for, first '" << (unmapped.empty() ? "" : unmapped[0])
                                  << "' (a BERT sequence classifier?); nothing was written";
+  TESSEL_CHECK(FLAGS_tokenizer.empty() || model.arch() == "gpt2")
+      << "tessel-checkpoint: --tokenizer is for a GPT-2's byte-level BPE; this checkpoint is a " << model.arch();
+  // Read before anything is written: a bad tokenizer leaves no half export.
+  std::optional<checkpoint::Gpt2Tokenizer> tokenizer;
+  if (!FLAGS_tokenizer.empty()) tokenizer = checkpoint::ReadGpt2Tokenizer(FLAGS_tokenizer, model.vocab_size());
   checkpoint::WriteHuggingFace(hf_dir, model,
                                [&](const std::string& name) { return reader.ReadTensor("model." + name); });
-  std::printf("tessel-checkpoint: exported the %s of %s to %s (config.json, model.safetensors)\n",
-              model.arch().c_str(), found.c_str(), hf_dir.c_str());
+  if (tokenizer) checkpoint::WriteGpt2Tokenizer(hf_dir, *tokenizer);
+  std::printf("tessel-checkpoint: exported the %s of %s to %s (config.json, model.safetensors%s)\n",
+              model.arch().c_str(), found.c_str(), hf_dir.c_str(),
+              tokenizer ? (", the tokenizer; <|endoftext|> is id " + std::to_string(tokenizer->end_of_text_id)).c_str()
+                        : "");
+  if (!tokenizer && model.arch() == "gpt2")
+    std::printf("tessel-checkpoint: no --tokenizer given: AutoTokenizer will not load this directory, and "
+                "generate() knows no end-of-text id; pass the directory of the data's vocab.json and merges.txt\n");
   return 0;
 }
 
@@ -160,13 +179,14 @@ int ExportHf(const std::string& path, const std::string& hf_dir) {
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "tessel-checkpoint info CHECKPOINT | merge CHECKPOINT OUT.safetensors [--model_only] | split "
-      "IN.safetensors DIR | import-hf HF_DIR DIR | export-hf CHECKPOINT HF_DIR\n"
+      "IN.safetensors DIR | import-hf HF_DIR DIR | export-hf CHECKPOINT HF_DIR [--tokenizer DIR]\n"
       "  info       the iteration, the saving layout, each tensor's shape, layout and boxes\n"
       "  merge      every tensor whole, in one safetensors file (tessel's names)\n"
       "  split      one safetensors file as a one-shard checkpoint, loadable under any layout\n"
       "  import-hf  a Hugging Face GPT-2, BERT or ViT directory (save_pretrained, safetensors) as a\n"
       "             checkpoint for train.load_weight; prints the model block its config needs\n"
-      "  export-hf  a checkpoint's model as a Hugging Face directory (config.json, model.safetensors)");
+      "  export-hf  a checkpoint's model as a Hugging Face directory (config.json, model.safetensors; with\n"
+      "             --tokenizer, a GPT-2's tokenizer files too)");
   tessel::Init(&argc, &argv);
   const std::vector<std::string> a(argv + 1, argv + argc);
   if (a.size() == 2 && a[0] == "info") return Info(a[1]);
