@@ -5,23 +5,32 @@ import glob
 import json
 import os
 import re
+import signal
 import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 passed = 0
 failed = 0
 
 
-def run(cmd, env=None, timeout=60, **kwargs):
-    """Runs cmd; returns (exit code, combined output, seconds taken). A run
-    past `timeout` is killed and returns exit code None."""
+def job_env(env=None):
+    """The environment for a launch: this one without a rank's variables
+    (a test may itself run under a launcher), plus `env`."""
     full_env = dict(os.environ)
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         full_env.pop(k, None)
     full_env.update(env or {})
+    return full_env
+
+
+def run(cmd, env=None, timeout=60, **kwargs):
+    """Runs cmd; returns (exit code, combined output, seconds taken). A run
+    past `timeout` is killed and returns exit code None."""
+    full_env = job_env(env)
     start = time.monotonic()
     try:
         proc = subprocess.run(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -30,6 +39,62 @@ def run(cmd, env=None, timeout=60, **kwargs):
         out = e.output.decode(errors="replace") if isinstance(e.output, bytes) else (e.output or "")
         return None, out + f"\n[killed: still running after {timeout} s]", time.monotonic() - start
     return proc.returncode, proc.stdout, time.monotonic() - start
+
+
+class Job:
+    """A command (a launcher run, say) whose output is collected in the
+    background while the test acts on it: waits for a line, signals it."""
+
+    def __init__(self, cmd, env=None):
+        self.start = time.monotonic()
+        self.proc = subprocess.Popen(cmd, env=job_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)
+        self.lines = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def output(self):
+        return "".join(self.lines)
+
+    def wait_for(self, pattern, count=1, timeout=60):
+        """The first `count` matches of `pattern` in the output, once there
+        are that many; None if the job ends or `timeout` passes first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [m for m in (re.search(pattern, l) for l in list(self.lines)) if m]
+            if len(found) >= count:
+                return found
+            if self.proc.poll() is not None and not self.reader.is_alive():
+                break
+            time.sleep(0.05)
+        return None
+
+    def pids(self, n, timeout=60):
+        found = self.wait_for(r"\[rank (\d+)\] ready pid=(\d+)", n, timeout)
+        return {int(m.group(1)): int(m.group(2)) for m in found} if found else {}
+
+    def signal(self, sig=signal.SIGTERM):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def wait(self, timeout=120):
+        """(exit code, output, seconds since the start); a job still running
+        after `timeout` is killed and gives None."""
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = None
+        self.reader.join(timeout=5)
+        return code, self.output(), time.monotonic() - self.start
+
+    def stop(self):
+        self.signal(signal.SIGTERM)
+        return self.wait(30)
 
 
 def free_port():

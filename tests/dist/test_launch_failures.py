@@ -22,7 +22,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, expect, finish, run  # noqa: E402
+from harness import Job, check, expect, finish, run  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--launcher", required=True)
@@ -79,32 +79,16 @@ expect("stubborn ranks: the others were SIGKILLed", out, r"rank 3 was killed by 
 # 2b. The launcher signalled from outside (a preemption): ranks that do not
 # end get --signal_grace_s; a second signal ends them at once.
 def signal_launcher(times):
-    cmd = L + ["--nproc_per_node", "4", "--signal_grace_s", "60", "--", args.probe, "--mode=sleep",
-               "--ignore_sigterm"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines, ready = [], 0
-    deadline = time.monotonic() + 60
-    while ready < 4 and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        ready += bool(re.match(r"\[rank \d+\] ready pid=", line))
-    rest = []
-    reader = threading.Thread(target=lambda: rest.append(proc.stdout.read()))
-    reader.start()
-    proc.send_signal(signal.SIGTERM)
+    job = Job(L + ["--nproc_per_node", "4", "--signal_grace_s", "60", "--", args.probe, "--mode=sleep",
+                   "--ignore_sigterm"])
+    job.pids(4)
+    job.signal(signal.SIGTERM)
     time.sleep(2)
     start = time.monotonic()
     for _ in range(times - 1):
-        proc.send_signal(signal.SIGTERM)
-    try:
-        code = proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        code = None
-    reader.join()
-    return code, "".join(lines) + "".join(rest), time.monotonic() - start
+        job.signal(signal.SIGTERM)
+    code, out, _ = job.wait(10)
+    return code, out, time.monotonic() - start
 
 
 code, out, secs = signal_launcher(1)

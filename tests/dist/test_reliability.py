@@ -23,7 +23,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, expect, finish, free_port, run  # noqa: E402
+from harness import Job, check, expect, finish, free_port, run  # noqa: E402
 from store_client import StoreClient  # noqa: E402
 
 parser = argparse.ArgumentParser()
@@ -38,58 +38,6 @@ ONLY = set(filter(None, args.only.split(",")))
 
 def selected(name):
     return not ONLY or name in ONLY
-
-
-class Job:
-    """A launcher run whose output is collected in the background."""
-
-    def __init__(self, launcher_args, program, env=None):
-        full_env = dict(os.environ)
-        for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-            full_env.pop(k, None)
-        full_env.update(env or {})
-        self.start = time.monotonic()
-        self.proc = subprocess.Popen([args.launcher, *launcher_args, "--", *program], env=full_env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def output(self):
-        return "".join(self.lines)
-
-    def wait_for(self, pattern, count=1, timeout=60):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = [m for m in (re.search(pattern, l) for l in list(self.lines)) if m]
-            if len(found) >= count:
-                return found
-            if self.proc.poll() is not None and not self.reader.is_alive():
-                break
-            time.sleep(0.05)
-        return None
-
-    def pids(self, n, timeout=60):
-        found = self.wait_for(r"\[rank (\d+)\] ready pid=(\d+)", n, timeout)
-        return {int(m.group(1)): int(m.group(2)) for m in found} if found else {}
-
-    def wait(self, timeout=120):
-        try:
-            code = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = None
-        self.reader.join(timeout=5)
-        return code, self.output(), time.monotonic() - self.start
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.wait(30)
 
 
 def count(path):
@@ -135,7 +83,7 @@ def settle(pid, fds, threads, timeout=5):
 # ---------------------------------------------------------------- the store of a live job
 if selected("store"):
     port = free_port()
-    job = Job(["--nproc_per_node", "2", "--master_port", str(port)], [args.probe, "--mode=sleep"],
+    job = Job([args.launcher, "--nproc_per_node", "2", "--master_port", str(port), "--", args.probe, "--mode=sleep"],
               env={"TESSEL_JOB_SECRET": SECRET})
     pids = job.pids(2)
     check("store: job started", len(pids) == 2, job.output())
@@ -227,8 +175,8 @@ if selected("silent"):
            r"did not answer within 2 s")
 
 if selected("stopped"):
-    job = Job(["--nproc_per_node", "4", "--master_port", "0", "--heartbeat_timeout_s", "4"],
-              [args.probe, "--mode=loop"])
+    job = Job([args.launcher, "--nproc_per_node", "4", "--master_port", "0", "--heartbeat_timeout_s", "4", "--",
+               args.probe, "--mode=loop"])
     pids = job.pids(4)
     job.wait_for(r"\[rank 3\] iteration 3 ", 1, 30)
     if pids:
@@ -302,7 +250,7 @@ if selected("left"):
     # exit is not handled while the process tears down (rank 0 crashed at
     # exit under a connection flood).
     port = free_port()
-    job = Job(["--nproc_per_node", "2", "--master_port", str(port)], [args.probe, "--mode=left"])
+    job = Job([args.launcher, "--nproc_per_node", "2", "--master_port", str(port), "--", args.probe, "--mode=left"])
     left = job.wait_for(r"\[rank \d\] left pid=", 2, timeout=60)
     check("left: both ranks left after two Shutdown calls", left is not None, job.output())
     check("left: rank 0's store no longer accepts connections", left is not None and not poke(port, b""),
@@ -342,7 +290,8 @@ if selected("gpt"):
 
 # ---------------------------------------------------------------- a stopped rank mid-training (default limit)
 if selected("sigstop_gpt"):
-    job = Job(["--nproc_per_node", "2", "--master_port", "0"], [args.gpt, "--tp", "2", "--steps", "100000"])
+    job = Job([args.launcher, "--nproc_per_node", "2", "--master_port", "0", "--", args.gpt, "--tp", "2", "--steps",
+               "100000"])
     job.wait_for(r"\[rank 0\] step 3 ", 1, 120)
     ps = subprocess.run(["pgrep", "-P", str(job.proc.pid)], stdout=subprocess.PIPE, text=True).stdout.split()
     victim = None

@@ -16,27 +16,19 @@ max_duration, --resume_step) on the tiny GPT under tp2 x pp2:
   there is named; train.keep_last_checkpoints keeps that many;
 - train.resume off starts afresh beside a checkpoint, train.resume required
   fails without one."""
-import argparse
 import glob
 import hashlib
 import os
 import re
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, expect, finish, run  # noqa: E402
-from train_checks import LOSS, layout_sets  # noqa: E402
+from harness import Job, check, expect, finish, run  # noqa: E402
+from train_checks import LOSS, layout_sets, train_args  # noqa: E402
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--launcher", required=True)
-parser.add_argument("--program", required=True)
-parser.add_argument("--source", required=True)
-args = parser.parse_args()
+args = train_args()
 work = tempfile.mkdtemp(prefix="tessel_preemption_")
 config = os.path.join(args.source, "configs", "gpt2_tiny.prototxt")
 ITERS = 30
@@ -64,22 +56,11 @@ def digest(checkpoint):
 def terminated_at(cmd, iteration):
     """Runs `cmd`, sends the launcher SIGTERM once rank 0 logged `iteration`;
     returns (exit code, output)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")))
-    reader.start()
-    deadline = time.monotonic() + 120
-    marker = f"[rank 0] iteration {iteration}/"
-    while time.monotonic() < deadline and not any(marker in line for line in lines) and proc.poll() is None:
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGTERM)
-    try:
-        code = proc.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        code = None
-    reader.join(timeout=10)
-    return code, "".join(lines)
+    job = Job(cmd)
+    job.wait_for(re.escape(f"[rank 0] iteration {iteration}/"), timeout=120)
+    job.signal(signal.SIGTERM)
+    code, out, _ = job.wait(120)
+    return code, out
 
 
 # Uninterrupted.

@@ -125,10 +125,9 @@ void RankProcess::Emit(std::string& pending, bool to_stderr, bool flush_tail) {
 }
 
 void RankProcess::Drain() {
-  for (int fd : {out_fd_, err_fd_}) {
-    for (int calls = 0; fd >= 0 && calls < 16 && (fd == out_fd_ || fd == err_fd_); ++calls)
-      if (Pump(fd)) break;
-  }
+  for (int fd : {out_fd_, err_fd_})
+    for (int calls = 0; fd >= 0 && calls < 16; ++calls)
+      if (Pump(fd)) break;  // all read (or the pipe closed)
 }
 
 bool RankProcess::Pump(int fd) {

@@ -426,8 +426,8 @@ int main(int argc, char** argv) {
     stopping = true;
     stop_reason = reason;
     if (!quiet) Say("tessel-launch: %s; stopping the other ranks\n", reason.c_str());
-    term_at = Clock::now() + (quiet ? std::chrono::milliseconds(2000) : std::chrono::milliseconds(0));
-    if (!quiet) terminate_all();
+    // Sent at the end of this pass of the loop, or 2 s on.
+    term_at = Clock::now() + std::chrono::milliseconds(quiet ? 2000 : 0);
     kill_at = term_at + std::chrono::seconds(grace_s);
   };
   auto by_rank = [&](int rank) -> RankProcess& { return *ranks[rank - first_local]; };

@@ -42,12 +42,12 @@ class GPTSamples {
     blend_ = std::make_unique<zoo::Blend>(weights, num_samples, "data.blend");
     for (size_t d = 0; d < corpora.size(); ++d)
       parts_.push_back(std::make_unique<zoo::GPTDataset>(corpora[d]->data, corpora[d]->splits[split], seq,
-                                                         std::max<int64_t>(blend_->count(static_cast<int>(d)), 1),
-                                                         seed + 1000 * d, name));
+                                                         blend_->count(static_cast<int>(d)), seed + 1000 * d,
+                                                         name));
   }
-  int64_t size() const { return blend_ ? std::max<int64_t>(blend_->size(), 1) : parts_[0]->size(); }
+  int64_t size() const { return blend_ ? blend_->size() : parts_[0]->size(); }
   void Sample(int64_t i, std::vector<int64_t>* out) const {
-    if (!blend_ || blend_->size() == 0) return parts_[0]->Sample(i % parts_[0]->size(), out);
+    if (!blend_) return parts_[0]->Sample(i % parts_[0]->size(), out);
     const auto [d, j] = (*blend_)[i % blend_->size()];
     parts_[static_cast<size_t>(d)]->Sample(j % parts_[static_cast<size_t>(d)]->size(), out);
   }
@@ -57,7 +57,8 @@ class GPTSamples {
     for (size_t d = 0; d < parts_.size(); ++d) {
       text += d == 0 ? " (" : "; ";
       if (blend_)
-        text += std::to_string(blend_->count(static_cast<int>(d))) + " from " + corpora[d]->data.prefix() + ", ";
+        text +=
+            std::to_string(blend_->count(static_cast<int>(d))) + " from " + corpora[d]->data.prefix() + ", ";
       text += std::to_string(parts_[d]->epochs()) + " epochs of " +
               std::to_string(corpora[d]->splits[static_cast<size_t>(split)].size()) + " documents";
     }
@@ -92,7 +93,8 @@ class GPTTask : public Task {
       CheckValidationDocuments(corpus->splits, corpus->data.num_documents(), c_);
     }
     const config::TrainConfig& t = c_.train();
-    train_ = std::make_unique<GPTSamples>(corpora_, weights, 0, seq_, t.train_iter() * global_, t.seed(), "train");
+    train_ =
+        std::make_unique<GPTSamples>(corpora_, weights, 0, seq_, t.train_iter() * global_, t.seed(), "train");
     if (c_.evaluation().enabled()) {
       eval_ = std::make_unique<GPTSamples>(corpora_, weights, 1, seq_, c_.evaluation().eval_iter() * global_,
                                            t.seed() + 1, "validation");
@@ -164,8 +166,8 @@ class GPTTask : public Task {
     char line[256];
     size_t validation = 0;
     for (const auto& corpus : corpora_) validation += corpus->splits[1].size();
-    std::snprintf(line, sizeof(line), "vocab %ld, sequence %ld; train ", static_cast<long>(c_.model().vocab_size()),
-                  static_cast<long>(seq_));
+    std::snprintf(line, sizeof(line), "vocab %ld, sequence %ld; train ",
+                  static_cast<long>(c_.model().vocab_size()), static_cast<long>(seq_));
     return line + train_->Summary(corpora_, 0) + ", validation " + std::to_string(validation) + " documents";
   }
 

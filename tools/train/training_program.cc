@@ -237,9 +237,8 @@ double MeasuredMatmulTflops(const Device& device, DType dtype) {
   NoGradGuard no_grad;
   const int64_t n = device.is_cuda() ? 8192 : 512;
   const Tensor a = full(Shape{n, n}, 0.5, dtype, device), b = full(Shape{n, n}, 0.25, dtype, device);
-  auto finish = [](const Tensor& t) {
-    (void)fn::sum(t, {}).To(Device::CPU()).data<float>();
-  };                         // waits for it
+  // Copying one element to the host waits for the product (in any dtype).
+  auto finish = [](const Tensor& t) { (void)fn::sum(t, {}).To(Device::CPU()); };
   finish(fn::matmul(a, b));  // warm up (kernel choice, caches)
   const int reps = 3;
   const auto start = std::chrono::steady_clock::now();
@@ -609,7 +608,14 @@ int RunTrainingProgram(int argc, char** argv) {
   const bool save = t.save_period() > 0 && !FLAGS_fast_dev_run;
   // Saves the checkpoint of iteration `done` (a collective); `why` says
   // what asked for it when not train.save_period.
+  // The checkpoint directory is claimed before the first step when saves
+  // are periodic (rank 0 writes its index): a path that cannot be one, or
+  // one another job writes, is named now rather than at the first save.
+  // Otherwise at the first save (a signal's, a resumed run's end).
+  std::optional<checkpoint::DirectoryLock> checkpoint_lock;
+  if (save && rank == 0) checkpoint_lock.emplace(t.checkpoint_dir());
   auto save_checkpoint = [&](int64_t done, const std::string& why) {
+    if (rank == 0 && !checkpoint_lock) checkpoint_lock.emplace(t.checkpoint_dir());
     const auto save_start = Clock::now();
     char layout[96];
     std::snprintf(layout, sizeof(layout), "dp %ld x tp %ld x pp %ld", static_cast<long>(dp),
@@ -635,17 +641,13 @@ int RunTrainingProgram(int argc, char** argv) {
   const double max_duration_s = zoo::MaxDurationSeconds(t);
   const bool stop_on_request = !FLAGS_fast_dev_run && (t.save_on_signal() || max_duration_s > 0);
   if (t.save_on_signal() && !FLAGS_fast_dev_run) SaveOnSignals();
-  // The checkpoint directory claimed before the first step (rank 0 writes
-  // its index): a path that cannot be one, or one another job writes, is
-  // named now rather than at the first save.
-  std::optional<checkpoint::DirectoryLock> checkpoint_lock;
-  if (save && rank == 0) checkpoint_lock.emplace(t.checkpoint_dir());
   const std::set<int64_t> timeline_iterations(t.timeline_iterations().begin(), t.timeline_iterations().end());
   if (start_iteration == t.train_iter() && rank == 0) {
-    std::printf("tessel-train: the checkpoint is at train.train_iter %ld: nothing left to train (raise "
-                "train.train_iter to go on, or set train.resume off, or use another train.checkpoint_dir, "
-                "to start afresh)\n",
-                static_cast<long>(t.train_iter()));
+    std::printf(
+        "tessel-train: the checkpoint is at train.train_iter %ld: nothing left to train (raise "
+        "train.train_iter to go on, or set train.resume off, or use another train.checkpoint_dir, "
+        "to start afresh)\n",
+        static_cast<long>(t.train_iter()));
     std::fflush(stdout);
   }
   for (int64_t it = start_iteration; it < t.train_iter(); ++it) {
@@ -654,11 +656,9 @@ int RunTrainingProgram(int argc, char** argv) {
     const std::filesystem::path timeline_dir = out_dir / "timeline" / checkpoint::IterationName(it + 1);
     if (timeline) actors.set_timeline_dir(timeline_dir.string());
     double loss = 0, grad_norm = 0;
-    // Why to stop, summed over the ranks with the step's scalars (below).
-    std::vector<double> stop(3, 0.0);
-    auto read_stop_counts = [&] {
-      stop = StopCounts(max_duration_s, std::chrono::duration<double>(Clock::now() - start).count());
-    };
+    // Why to stop, read after the step and summed over the ranks with its
+    // scalars (below).
+    std::vector<double> stop;
     if (graph) {
       const auto data_start = Clock::now();
       auto in = task->ReadTrain(it, 0, 1);
@@ -675,7 +675,7 @@ int RunTrainingProgram(int argc, char** argv) {
         }
       }
       // The loss, the gradient norm and the stop counts in one all-reduce.
-      read_stop_counts();
+      stop = StopCounts(max_duration_s, std::chrono::duration<double>(Clock::now() - start).count());
       const std::vector<double> scalars =
           optim::ScalarValues({out.at("loss"), out.at("grad_norm")}, stop_on_request ? &stop : nullptr);
       loss = scalars[0];
@@ -698,7 +698,7 @@ int RunTrainingProgram(int argc, char** argv) {
         (amp ? amp->ScaleLoss(part_loss) : part_loss).backward();
         part_losses.push_back(part_loss.detach());
       }
-      read_stop_counts();
+      stop = StopCounts(max_duration_s, std::chrono::duration<double>(Clock::now() - start).count());
       for (double part : optim::ScalarValues(part_losses, stop_on_request ? &stop : nullptr)) loss += part;
       optim::ApplyGradientHandlers(handlers, params, grad_layouts);
       grad_norm = amp ? amp->UnscaleAndClip(clip) : optim::ClipGradNorm(params, clip, grad_layouts);
@@ -751,32 +751,40 @@ int RunTrainingProgram(int argc, char** argv) {
             Count(tokens_seen).c_str(), samples, tokens, tflops, 100 * mfu, 1e3 * per_iter, data_ms,
             memory_peak, memory_reserved, peak, HoursMinutesSeconds(eta).c_str());
         std::fflush(stdout);
+        // One record: metrics.jsonl's keys, and TensorBoard's train/<key>
+        // scalars but for the ETA.
+        struct Field {
+          const char* key;
+          const char* format;
+          double value;
+        };
+        const Field fields[] = {{"loss", "%.7f", mean_loss},
+                                {"lr", "%.6e", adamw.lr()},
+                                {"grad_norm", "%.6f", grad_norm},
+                                {"tokens_seen", "%.0f", tokens_seen},
+                                {"samples_per_s", "%.3f", samples},
+                                {"tokens_per_s", "%.1f", tokens},
+                                {"tflops_per_device", "%.9g", tflops},
+                                {"mfu", "%.9g", mfu},
+                                {"time_per_iter_ms", "%.3f", 1e3 * per_iter},
+                                {"data_ms", "%.3f", data_ms},
+                                {"memory_peak_mib", "%.1f", memory_peak},
+                                {"memory_reserved_mib", "%.1f", memory_reserved},
+                                {"peak_rss_mib", "%.1f", peak},
+                                {"eta_s", "%.1f", eta}};
         if (metrics) {
-          std::fprintf(
-              metrics.get(),
-              "{\"iteration\": %ld, \"loss\": %.7f, \"lr\": %.6e, \"grad_norm\": %.6f, \"tokens_seen\": "
-              "%.0f, \"samples_per_s\": %.3f, \"tokens_per_s\": %.1f, \"tflops_per_device\": %.9g, "
-              "\"mfu\": %.9g, \"time_per_iter_ms\": %.3f, \"data_ms\": %.3f, \"memory_peak_mib\": %.1f, "
-              "\"memory_reserved_mib\": %.1f, \"peak_rss_mib\": %.1f, \"eta_s\": %.1f}\n",
-              static_cast<long>(done), mean_loss, adamw.lr(), grad_norm, tokens_seen, samples, tokens, tflops,
-              mfu, 1e3 * per_iter, data_ms, memory_peak, memory_reserved, peak, eta);
+          std::fprintf(metrics.get(), "{\"iteration\": %ld", static_cast<long>(done));
+          for (const Field& f : fields) {
+            std::fprintf(metrics.get(), ", \"%s\": ", f.key);
+            std::fprintf(metrics.get(), f.format, f.value);
+          }
+          std::fprintf(metrics.get(), "}\n");
           std::fflush(metrics.get());
         }
         if (events) {
-          for (const auto& [tag, value] : {std::pair<const char*, double>{"train/loss", mean_loss},
-                                           {"train/lr", adamw.lr()},
-                                           {"train/grad_norm", grad_norm},
-                                           {"train/tokens_seen", tokens_seen},
-                                           {"train/samples_per_s", samples},
-                                           {"train/tokens_per_s", tokens},
-                                           {"train/tflops_per_device", tflops},
-                                           {"train/mfu", mfu},
-                                           {"train/time_per_iter_ms", 1e3 * per_iter},
-                                           {"train/data_ms", data_ms},
-                                           {"train/memory_peak_mib", memory_peak},
-                                           {"train/memory_reserved_mib", memory_reserved},
-                                           {"train/peak_rss_mib", peak}})
-            events->AddScalar(tag, done, value);
+          for (const Field& f : fields)
+            if (std::strcmp(f.key, "eta_s") != 0)
+              events->AddScalar(std::string("train/") + f.key, done, f.value);
           events->Flush();
         }
       }
@@ -796,19 +804,13 @@ int RunTrainingProgram(int argc, char** argv) {
     const bool finished_resumed_run = resumed && done == t.train_iter() && !FLAGS_fast_dev_run;
     const bool saved_now =
         (save && (done % t.save_period() == 0 || done == t.train_iter())) || finished_resumed_run;
-    if (saved_now) {
-      if (rank == 0 && !checkpoint_lock) checkpoint_lock.emplace(t.checkpoint_dir());
-      save_checkpoint(done, save ? "" : "the end of a resumed run");
-    }
+    if (saved_now) save_checkpoint(done, save ? "" : "the end of a resumed run");
     if (stop_on_request && done < t.train_iter()) {
       if (stop[0] + stop[1] + stop[2] > 0) {
         const std::string why = stop[0] > 0   ? "on SIGTERM"
                                 : stop[1] > 0 ? "on SIGUSR1"
                                               : "past train.max_duration " + t.max_duration();
-        if (!saved_now) {
-          if (rank == 0 && !checkpoint_lock) checkpoint_lock.emplace(t.checkpoint_dir());
-          save_checkpoint(done, why);
-        }
+        if (!saved_now) save_checkpoint(done, why);
         if (rank == 0) {
           std::printf(
               "tessel-train: stopped at iteration %ld of %ld %s; run the same command to continue "
