@@ -23,6 +23,7 @@
 #include "graph/passes/passes.h"
 #include "graph/plan/exec_plan.h"
 #include "graph/plan/in_order_executor.h"
+#include "runtime/rank_schedule.h"
 #include "runtime/worker.h"
 #include "sbp/global_tensor.h"
 
@@ -53,18 +54,9 @@ Tensor OffRankValue(const ir::Value& v) {
 
 // This rank's part of one compiled graph: which ops it runs, on which
 // stream, in which order.
-struct ActorRuntime::Program {
+struct ActorRuntime::Program : RankSchedule {
   size_t num_ops = 0, num_values = 0;  // of the graph it was built for
-  // This rank's stage of `stages`, holding `chunks` model chunks (virtual
-  // stages stage, stage + stages, ...; Op::stage is the virtual stage).
-  int stage = 0, stages = 1, chunks = 1, micro_batches = 1;
-  // The model chunk of an op of `virtual_stage` (0 for local ops).
-  int ChunkOf(int virtual_stage) const { return virtual_stage < 0 ? 0 : virtual_stage / stages; }
-  std::vector<char> runs;  // per op
-  // Per op: a backward op of the weight-gradient (W) part of its
-  // micro-batch, when the schedule lists W units.
-  std::vector<char> weight;
-  std::vector<int> order[2];  // per stream: op ids
+  std::vector<int> stream_order[2];    // per stream: op ids, in RankSchedule::order
   // Per op: ops of the other stream it must follow without reading their
   // results — an in-place update of a variable and the reads of it on either
   // side (the streams otherwise wait only for the values they read).
@@ -72,8 +64,6 @@ struct ActorRuntime::Program {
   std::vector<int> readers;   // per value: this rank's ops reading it
   std::vector<char> keep;     // per value: a named result
   std::vector<int> off_rank;  // values read here and computed on another stage
-  // This rank's ops lowered to instructions (the others are not lowered).
-  plan::ExecPlan exec;
   // Per op: the completion queue of a receive (one per source placement,
   // so a message still on its way from one peer stage does not hold back
   // one that arrived from another); -1 for other ops.
@@ -110,189 +100,22 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   p->num_ops = ops.size();
   p->num_values = graph.values().size();
 
-  // This rank's stage: the one whose ops compute on (or, for sends, read
-  // from) a placement holding it; under an interleaved pipeline, the
-  // virtual stages it holds, one per model chunk.
   const int rank = CurrentRank();
-  int virtual_stages = 0, micro_batches = 1;
-  std::set<int> mine_stages;
-  for (const ir::Op& op : ops) {
-    micro_batches = std::max(micro_batches, op.micro_batch + 1);
-    if (op.stage < 0) continue;
-    virtual_stages = std::max(virtual_stages, op.stage + 1);
-    bool holds = false;
-    for (int o : op.outputs) holds |= graph.value(o).placement.Contains(rank);
-    if (op.name == "send") holds |= graph.value(op.inputs[0]).placement.Contains(rank);
-    if (holds) mine_stages.insert(op.stage);
-  }
-  p->chunks = std::max<int>(static_cast<int>(mine_stages.size()), 1);
-  p->stages = std::max(virtual_stages / p->chunks, 1);
-  // A rank on no stage of a pipeline runs the local ops only (stage -1).
-  p->stage = !mine_stages.empty() ? *mine_stages.begin() : virtual_stages == 0 ? 0 : -1;
-  int expected = p->stage;
-  for (int s : mine_stages) {
-    TESSEL_CHECK_CODE(s == expected && virtual_stages % p->chunks == 0, StatusCode::kInternal)
-        << "graph '" << graph.name() << "': rank " << rank << " computes on stages {"
-        << Join(std::vector<int>(mine_stages.begin(), mine_stages.end())) << "} of " << virtual_stages
-        << "; expected one stage, or one virtual stage in each of its chunks (" << p->stage << ", "
-        << p->stage + p->stages << ", ...)";
-    expected += p->stages;
-  }
-  p->micro_batches = micro_batches;
-  // Every rank checks the whole pipeline's orders, so a schedule whose
-  // stages disagree or would wait on each other fails on every rank before
-  // a step runs.
-  const std::string wrong = CheckSchedule(options_.schedule, p->stages, micro_batches, p->chunks);
-  TESSEL_CHECK(wrong.empty()) << "graph '" << graph.name() << "': " << wrong;
-  if (p->stages > 1 && p->chunks == 1 && options_.schedule == "1f1b" && micro_batches < p->stages) {
+  static_cast<RankSchedule&>(*p) = ScheduleRank(graph, rank, options_.schedule);
+  if (p->stages > 1 && p->chunks == 1 && options_.schedule == "1f1b" && p->micro_batches < p->stages) {
     LOG_IF(WARNING, rank == 0)
-        << "graph '" << graph.name() << "': 1F1B over " << micro_batches << " micro-batches on " << p->stages
-        << " stages: the warm-up of stages 0.." << p->stages - micro_batches
+        << "graph '" << graph.name() << "': 1F1B over " << p->micro_batches << " micro-batches on " << p->stages
+        << " stages: the warm-up of stages 0.." << p->stages - p->micro_batches
         << " covers every micro-batch, so they run GPipe's order (all forwards, then all "
            "backwards) and hold every micro-batch's activations; use at least "
         << p->stages << " micro-batches for 1F1B's memory bound";
   }
-
-  // The schedule's slot of each (pass, micro-batch) on this stage. Ops of
-  // no micro-batch keep their side of the micro-batches: those before
-  // every micro-batch op (hoisted out of the copies) come first. Those a
-  // communication reads (a gradient's average, for its bucket) rank with
-  // their latest input, so a layer's gradient is averaged and its bucket
-  // reduced while the last backward goes on with earlier layers. The
-  // others (the gradient norm, clipping, the optimizer), stage transfers,
-  // ops with no input on this rank and ops reading a communication's
-  // result (placed early, they would stall their stream until it ends)
-  // come after every unit in program order. Every
-  // rank then orders its transfers as its peers do: a receive with no
-  // input here would otherwise be ready at once and wait, first in its
-  // stream, for a send made at the very end, and a send moved ahead would
-  // reach a receive posted for another message.
-  // Slots per micro-batch k of chunk c, u = c m + k: 3u forward, 3u + 1
-  // backward, 3u + 2 its weight-gradient part (the backward's slot when the
-  // schedule lists no W).
-  const size_t units = static_cast<size_t>(micro_batches * p->chunks);
-  auto unit_of = [&](int chunk, int micro_batch) {
-    return static_cast<size_t>(chunk * micro_batches + micro_batch);
-  };
-  std::vector<int64_t> slot_of(3 * units, 0);
-  int first_micro_batch_op = static_cast<int>(ops.size());
-  for (const ir::Op& op : ops)
-    if (op.micro_batch >= 0) first_micro_batch_op = std::min(first_micro_batch_op, op.id);
-  bool split_backward = false;
-  if (p->stage >= 0) {
-    const std::vector<Action> actions =
-        StageActions(options_.schedule, p->stages, p->stage, micro_batches, p->chunks);
-    for (size_t i = 0; i < actions.size(); ++i) {
-      const size_t u = unit_of(actions[i].chunk, actions[i].micro_batch);
-      slot_of[3 * u + (actions[i].weight ? 2 : actions[i].backward ? 1 : 0)] = static_cast<int64_t>(i);
-      split_backward |= actions[i].weight;
-    }
-    if (!split_backward)
-      for (size_t u = 0; u < units; ++u) slot_of[3 * u + 2] = slot_of[3 * u + 1];
-  }
-  p->runs.assign(ops.size(), 0);
-  for (const ir::Op& op : ops)
-    p->runs[op.id] = op.stage < 0 || (p->stage >= 0 && op.stage % p->stages == p->stage);
-  p->exec = plan::ExecPlan::Lower(graph, rank, &p->runs);
-
-  const std::vector<std::vector<int>> all_preds = ir::Predecessors(graph);
-  std::vector<int> mine;  // op ids this rank runs, program order
-  for (const ir::Op& op : ops)
-    if (p->runs[op.id]) mine.push_back(op.id);
-  std::vector<int> index_of(ops.size(), -1);
-  for (size_t i = 0; i < mine.size(); ++i) index_of[static_cast<size_t>(mine[i])] = static_cast<int>(i);
-  std::vector<std::vector<int>> preds(mine.size());
-  std::vector<int64_t> priority(mine.size());
-  const int64_t n = static_cast<int64_t>(ops.size());
-  for (size_t i = 0; i < mine.size(); ++i) {
-    const ir::Op& op = ops[static_cast<size_t>(mine[i])];
-    // Edges from other stages' ops are kept by the transfers themselves.
-    for (int pred : all_preds[op.id])
-      if (index_of[static_cast<size_t>(pred)] >= 0) preds[i].push_back(index_of[static_cast<size_t>(pred)]);
-  }
-  // A split backward: its B part is what the gradient sent to the previous
-  // stage needs (the sends of the micro-batch's backward and everything of
-  // that backward they depend on); the rest, weight gradients and their
-  // accumulation, is its W part. A first stage sends nothing back, so all
-  // of its backward is W. (A chunk's B part is that of its own backward.)
-  p->weight.assign(ops.size(), 0);
-  if (split_backward) {
-    std::vector<char> feeds_send(mine.size(), 0);
-    std::vector<size_t> stack;
-    for (size_t i = 0; i < mine.size(); ++i) {
-      const ir::Op& op = ops[static_cast<size_t>(mine[i])];
-      if (op.name == "send" && op.backward && op.micro_batch >= 0) stack.push_back(i);
-    }
-    while (!stack.empty()) {
-      const size_t i = stack.back();
-      stack.pop_back();
-      if (feeds_send[i]) continue;
-      feeds_send[i] = 1;
-      const ir::Op& op = ops[static_cast<size_t>(mine[i])];
-      for (int pred : preds[i]) {
-        const ir::Op& before = ops[static_cast<size_t>(mine[static_cast<size_t>(pred)])];
-        if (before.backward && before.micro_batch == op.micro_batch &&
-            (before.stage < 0 || op.stage < 0 || before.stage == op.stage))
-          stack.push_back(static_cast<size_t>(pred));
-      }
-    }
-    for (size_t i = 0; i < mine.size(); ++i) {
-      const ir::Op& op = ops[static_cast<size_t>(mine[i])];
-      p->weight[static_cast<size_t>(op.id)] = op.backward && op.micro_batch >= 0 && !feeds_send[i];
-    }
-  }
-  // Communications and the ops whose result one reads (a gradient's
-  // average and the data-parallel bucket reducing it) are worth running
-  // early, beside the last backward, and ops a unit needs (directly or
-  // through others) must. The others after the units (the gradient norm's
-  // squares, the clipping, the optimizer) wait for every unit: ranked with
-  // their input they would run inside the last backward, ahead of its
-  // transfer to the previous stage, which waits for it (tens of
-  // milliseconds of bubble on a 2-stage GPT).
-  std::vector<char> feeds_communication(mine.size(), 0), unit_needs(mine.size(), 0);
-  for (size_t i = mine.size(); i-- > 0;) {
-    const bool unit = ops[static_cast<size_t>(mine[i])].micro_batch >= 0;
-    for (int pred : preds[i]) {
-      feeds_communication[static_cast<size_t>(pred)] |= p->exec.at(mine[i]).communicates;
-      unit_needs[static_cast<size_t>(pred)] |= unit || unit_needs[i];
-    }
-  }
-  for (size_t i = 0; i < mine.size(); ++i) {
-    const ir::Op& op = ops[static_cast<size_t>(mine[i])];
-    const bool after_units = op.micro_batch < 0 && op.id > first_micro_batch_op;
-    bool waits_for_communication = false;  // ranked early, it would stall its stream on the other
-    for (int pred : preds[i])
-      waits_for_communication |= p->exec.at(mine[static_cast<size_t>(pred)]).communicates;
-    const bool early = p->exec.at(mine[i]).communicates || feeds_communication[i] || unit_needs[i];
-    if (after_units && !preds[i].empty() && !waits_for_communication && early && op.name != "send" &&
-        op.name != "recv") {
-      priority[i] = 0;  // with its latest input (preds come first in program order)
-      for (int pred : preds[i]) priority[i] = std::max(priority[i], priority[static_cast<size_t>(pred)]);
-      continue;
-    }
-    // An op of no micro-batch that reads only variables and inputs (a
-    // variable laid out for a backward matmul, say) is ready at the start:
-    // ranked after the units it could hold back a unit that needs it, and
-    // with it the unit's transfers, which the peer stage expects in unit
-    // order. It goes first, with the hoisted ops.
-    const bool reads_only_variables = preds[i].empty() && op.name != "send" && op.name != "recv";
-    const size_t kind = p->weight[static_cast<size_t>(op.id)] ? 2 : op.backward ? 1 : 0;
-    const int64_t slot =
-        op.micro_batch >= 0 ? slot_of[3 * unit_of(p->ChunkOf(op.stage), op.micro_batch) + kind]
-        : after_units && !reads_only_variables ? static_cast<int64_t>(3 * units)  // after every unit
-                                               : -1;
-    priority[i] = (slot + 1) * n + op.id;
-  }
-  const std::vector<int> order = ir::PriorityTopologicalOrder(preds, priority);
-  TESSEL_CHECK_CODE(order.size() == mine.size(), StatusCode::kInternal)
-      << "graph '" << graph.name() << "': this rank's ops depend on each other in a cycle";
+  const std::vector<int>& mine = p->mine;
+  const std::vector<std::vector<int>>& preds = p->preds;
   auto stream_of = [&](const ir::Op& op) {
     return p->exec.at(op.id).communicates ? Stream::kCommunication : Stream::kCompute;
   };
-  for (int i : order) {
-    const ir::Op& op = ops[static_cast<size_t>(mine[static_cast<size_t>(i)])];
-    p->order[static_cast<int>(stream_of(op))].push_back(op.id);
-  }
+  for (int id : p->order) p->stream_order[static_cast<int>(stream_of(ops[static_cast<size_t>(id)]))].push_back(id);
   p->after.assign(ops.size(), {});
   for (size_t i = 0; i < mine.size(); ++i) {
     const ir::Op& op = ops[static_cast<size_t>(mine[i])];
@@ -306,7 +129,7 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
   }
 
   if (VLOG_IS_ON(2)) {  // the communication order, to compare between ranks
-    for (int id : p->order[1]) {
+    for (int id : p->stream_order[1]) {
       const ir::Op& op = ops[static_cast<size_t>(id)];
       VLOG(2) << "graph '" << graph.name() << "': communication " << id << " '" << op.name << "' micro-batch "
               << op.micro_batch << (op.backward ? " backward" : " forward");
@@ -360,13 +183,13 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
     int most = 1;
     for (int s = 0; s < p->stages; ++s)
       most = std::max(most,
-                      MaxInFlight(StageActions(options_.schedule, p->stages, s, micro_batches, p->chunks)));
+                      MaxInFlight(StageActions(options_.schedule, p->stages, s, p->micro_batches, p->chunks)));
     p->send_quota = 2 * most;
   }
   VLOG(1) << "graph '" << graph.name() << "': rank " << rank << " runs " << mine.size() << " of "
-          << ops.size() << " ops on stage " << p->stage << " of " << p->stages << " (" << p->order[0].size()
-          << " compute, " << p->order[1].size() << " communication) in " << p->chunks << " chunk(s), "
-          << options_.schedule << " over " << micro_batches << " micro-batches";
+          << ops.size() << " ops on stage " << p->stage << " of " << p->stages << " (" << p->stream_order[0].size()
+          << " compute, " << p->stream_order[1].size() << " communication) in " << p->chunks << " chunk(s), "
+          << options_.schedule << " over " << p->micro_batches << " micro-batches";
   cached = std::move(p);
   return *cached;
 }
@@ -474,7 +297,7 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
   std::vector<ActorEvent> events[2];
 
   auto run_stream = [&](Stream stream) {
-    const std::vector<int>& order = program.order[static_cast<int>(stream)];
+    const std::vector<int>& order = program.stream_order[static_cast<int>(stream)];
     std::vector<ActorEvent>& log = events[static_cast<int>(stream)];
     log.reserve(order.size());
     std::vector<Tensor> args;  // reused: one allocation per stream, not per actor
@@ -657,7 +480,7 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
     receivers_.push_back(std::make_unique<Worker>());
   // Workers with nothing to do this step stay asleep: waking a thread and
   // waiting for it costs tens of microseconds, a whole small step.
-  const bool communicates = !program.order[static_cast<int>(Stream::kCommunication)].empty();
+  const bool communicates = !program.stream_order[static_cast<int>(Stream::kCommunication)].empty();
   const int64_t start = NowMicros();
   if (program.sends) sends_->Start(complete_sends);
   for (int q = 0; q < program.receive_queues; ++q)

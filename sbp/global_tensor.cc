@@ -175,6 +175,7 @@ Tensor ReplicatedInt64(int64_t value, const Tensor& like) {
 }
 void WriteInt64(const Tensor& scalar, int64_t value) {
   if (scalar.is_global() && !scalar.placement().Contains(CurrentRank())) return;
+  if (InMetaWorld() && scalar.is_lazy()) return;  // a planned job's tensor: metadata, nothing to write
   Tensor local = scalar.is_global() ? scalar.to_local() : scalar;
   local.CopyFrom(Tensor::FromVector<int64_t>({value}, local.shape()));
 }

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -699,6 +701,28 @@ std::string ConfigText(const config::Config& config) {
   std::string text;
   pb::TextFormat::PrintToString(config, &text);
   return text;
+}
+
+std::vector<std::string> TakeSetFlags(int* argc, char** argv, const char* program) {
+  std::vector<std::string> overrides;
+  int out = 1;
+  for (int i = 1; i < *argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--set" || arg == "-set") {
+      if (i + 1 >= *argc) {
+        std::fprintf(stderr, "%s: --set needs a value, e.g. --set train.dist.tensor_parallel_size=2\n", program);
+        std::exit(2);
+      }
+      overrides.push_back(argv[++i]);
+    } else if (arg.rfind("--set=", 0) == 0) {
+      overrides.push_back(arg.substr(6));
+    } else {
+      argv[out++] = argv[i];
+    }
+  }
+  *argc = out;
+  argv[out] = nullptr;
+  return overrides;
 }
 
 }  // namespace tessel::zoo

@@ -43,6 +43,11 @@ void ApplyOverride(config::Config* config, const std::string& assignment);
 // every entry: the first replaces the config's list, the others add to it
 // (--set 'f={key:"a" value:"1"}' --set 'f={key:"b" value:"2"}' gives both).
 void ApplyOverrides(config::Config* config, const std::vector<std::string>& assignments);
+// Takes every `--set path=value` (also --set=path=value; repeatable) out of
+// argv, in order, before gflags parses it (gflags keeps only the last of a
+// repeated flag). A --set with nothing after it prints how to give one,
+// naming `program`, and exits 2.
+std::vector<std::string> TakeSetFlags(int* argc, char** argv, const char* program);
 
 // Fills in every derived size for a job of `world_size` ranks
 // (data_parallel_size, pipeline_num_layers, the batch size among micro /

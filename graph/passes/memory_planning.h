@@ -32,7 +32,8 @@ std::vector<int> LastReaders(const ir::Graph& graph);
 // Bytes `rank` holds of `value`: its shard (a partial value's shard is
 // whole; a local value is whole on every rank) rounded up to the
 // allocator's size class; 0 if the rank lies outside its placement.
-int64_t ShardBytes(const ir::Value& value, int rank);
+// element_bytes > 0 takes the place of the dtype's size.
+int64_t ShardBytes(const ir::Value& value, int rank, int element_bytes = 0);
 
 struct MemoryPlan {
   int rank = 0;
@@ -58,11 +59,24 @@ struct MemoryPlan {
   std::vector<int64_t> live_bytes;
 };
 
+struct MemoryPlanOptions {
+  // The ops the rank runs, by id, in the order it runs them (a pipeline
+  // schedule's: runtime/rank_schedule.h); a result is freed after its last
+  // reader among them, and results of ops not listed are not the rank's.
+  // Empty: every op, in program order (the in-order executor's).
+  std::vector<int> order;
+  // When > 0, the bytes of an element of every floating-point result of a
+  // micro-batch's forward or backward, in place of its dtype's: a graph
+  // traced in f32 planned as mixed precision computes it (2: bf16 or f16).
+  // Variables and what runs once a step (the optimizer) keep their dtype.
+  int compute_element_bytes = 0;
+};
+
 // Plans `rank`'s memory for `graph` as compiled (boxing explicit). The rank
 // need not lie in this process's world.
-MemoryPlan PlanMemory(const ir::Graph& graph, int rank);
+MemoryPlan PlanMemory(const ir::Graph& graph, int rank, const MemoryPlanOptions& options = {});
 
-// "512 B", "1.5 KiB", "2.25 MiB".
+// "512 B", "1.5 KiB", "2.25 MiB", "80.00 GiB".
 std::string FormatBytes(int64_t bytes);
 
 // "peak 1.20 MiB of op results (at op 57 'matmul'), activations at most

@@ -1,6 +1,8 @@
 #include "tools/plan/gpt_plan.h"
 
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <iomanip>
 #include <sstream>
 
@@ -11,7 +13,11 @@
 #include "graph/plan/graph.h"
 #include "graph/plan/rank_plan.h"
 #include "layers/optimizer.h"
+#include "runtime/pipeline_schedule.h"
+#include "runtime/rank_schedule.h"
 #include "sbp/global_tensor.h"
+#include "tools/train/model_config.h"
+#include "zoo/config.h"
 
 namespace tessel::plan {
 namespace {
@@ -69,6 +75,7 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
       << "micro_batch_size " << o.micro_batch_size << " and micro_batches " << o.micro_batches
       << " must be >= 1";
   const int64_t seq = o.seq > 0 ? o.seq : o.model.max_seq;
+  const std::string schedule = o.schedule == "in_order" ? o.schedule : runtime::ParseSchedule(o.schedule);
   GptPlan out;
   out.world_size = static_cast<int>(world);
   const auto start = std::chrono::steady_clock::now();
@@ -114,10 +121,37 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
       t.bytes += c.bytes();
     }
   }
-  for (const auto& [name, p] : params) {
-    if (!p->placement().Contains(o.rank)) continue;
-    out.parameter_bytes += LocalBox(p->shape(), p->placement(), p->nd_sbp(), o.rank).numel() *
-                           static_cast<int64_t>(ElementSize(p->dtype()));
+  auto parameter_bytes_of = [&](int rank) {
+    int64_t bytes = 0;
+    for (const auto& [name, p] : params) {
+      if (!p->placement().Contains(rank)) continue;
+      bytes += LocalBox(p->shape(), p->placement(), p->nd_sbp(), rank).numel() *
+               static_cast<int64_t>(ElementSize(p->dtype()));
+    }
+    return bytes;
+  };
+  out.parameter_bytes = parameter_bytes_of(o.rank);
+  // Memory per stage: the rank at --rank's place in each stage's [dp, tp]
+  // grid, its ops in the order the actor runtime would run them.
+  const bool bf16 = o.precision == GptPlanOptions::Precision::kBf16;
+  for (int64_t stage = 0; stage < o.pipeline_parallel_size; ++stage) {
+    const int rank = static_cast<int>(stage * o.data_parallel_size * o.tensor_parallel_size +
+                                      o.rank % (o.data_parallel_size * o.tensor_parallel_size));
+    passes::MemoryPlanOptions memory_options{.compute_element_bytes = bf16 ? 2 : 0};
+    StageMemory s{.stage = static_cast<int>(stage), .rank = rank};
+    if (schedule != "in_order") {
+      runtime::RankSchedule ranked = runtime::ScheduleRank(graph, rank, schedule);
+      memory_options.order = std::move(ranked.order);
+      s.in_flight = runtime::MaxInFlight(ranked.actions);
+    }
+    const passes::MemoryPlan m = passes::PlanMemory(graph, rank, memory_options);
+    // With bf16 the traced f32 parameters are the masters; the model's bf16
+    // copies come on top.
+    s.variable_bytes = m.variable_bytes + (bf16 ? parameter_bytes_of(rank) / 2 : 0);
+    s.activation_bytes = m.peak_activation_bytes;
+    s.peak_bytes = m.peak_bytes;
+    s.input_bytes = m.input_bytes;
+    out.stages.push_back(s);
   }
   const double p = static_cast<double>(o.pipeline_parallel_size), m = static_cast<double>(o.micro_batches),
                v = static_cast<double>(o.virtual_pipeline_size);
@@ -164,12 +198,45 @@ std::string GptPlanText(const GptPlanOptions& o, const GptPlan& plan) {
     os << "  " << std::left << std::setw(6) << k.first << " " << std::setw(14) << k.second << std::right
        << std::setw(7) << t.count << " ops" << std::setw(16) << t.bytes << " bytes\n";
   }
-  const proto::MemoryProto& m = plan.plan.memory();
   using passes::FormatBytes;
-  os << "memory of rank " << o.rank << ": parameters " << FormatBytes(plan.parameter_bytes)
-     << "; variables (parameters and AdamW state) " << FormatBytes(m.variable_bytes())
-     << "; op results at most " << FormatBytes(m.peak_bytes()) << " (at op " << m.peak_op() << " '"
-     << m.peak_op_name() << "'), activations at most " << FormatBytes(m.peak_activation_bytes()) << "\n";
+  const bool bf16 = o.precision == GptPlanOptions::Precision::kBf16;
+  os << "memory per rank under " << (o.schedule == "in_order" ? "in-order execution" : o.schedule) << ", "
+     << (bf16 ? "bf16 compute with f32 master weights and AdamW state" : "f32")
+     << (o.model.activation_checkpoint ? ", every layer recomputed in backward" : "")
+     << (o.zero_stage > 0 ? ", ZeRO stage " + std::to_string(o.zero_stage) : std::string())
+     << " (one rank of each stage; op results: activations, gradients and temporaries alive at once):\n"
+     << "  stage   rank  in flight     variables   activations    op results         total\n";
+  const StageMemory* most = nullptr;
+  std::vector<int> too_big;
+  for (const StageMemory& s : plan.stages) {
+    os << "  " << std::left << std::setw(5) << s.stage << std::right << std::setw(7) << s.rank << std::setw(11)
+       << (s.in_flight >= 0 ? std::to_string(s.in_flight) : std::string("-")) << std::setw(14)
+       << FormatBytes(s.variable_bytes) << std::setw(14) << FormatBytes(s.activation_bytes) << std::setw(14)
+       << FormatBytes(s.peak_bytes) << std::setw(14) << FormatBytes(s.total_bytes());
+    if (o.device_memory_bytes > 0 && s.total_bytes() > o.device_memory_bytes) {
+      os << "  does not fit";
+      too_big.push_back(s.stage);
+    }
+    os << "\n";
+    if (!most || s.total_bytes() > most->total_bytes()) most = &s;
+  }
+  if (o.device_memory_bytes > 0 && most) {
+    const double share = 100.0 * static_cast<double>(most->total_bytes()) / static_cast<double>(o.device_memory_bytes);
+    os << std::fixed << std::setprecision(0);
+    if (too_big.empty())
+      os << "fits " << FormatBytes(o.device_memory_bytes) << " per device: the most is stage " << most->stage
+         << "'s " << FormatBytes(most->total_bytes()) << " (" << share << "%)\n";
+    else
+      os << "does not fit " << FormatBytes(o.device_memory_bytes) << " per device: stage"
+         << (too_big.size() > 1 ? "s " : " ") << Join(too_big) << " need"
+         << (too_big.size() > 1 ? "" : "s") << " more, the most stage " << most->stage << "'s "
+         << FormatBytes(most->total_bytes()) << " (" << share << "%)"
+         << (o.model.activation_checkpoint ? "" : "; recomputing each layer (train.activation_checkpoint) keeps one "
+                                                   "input per layer and micro-batch instead")
+         << "\n";
+  }
+  os << "not counted: the device runtime's context and library workspaces, allocator fragmentation beyond "
+        "its size classes\n";
   if (o.virtual_pipeline_size > 1)
     os << "pipeline: " << o.pipeline_parallel_size << " stage(s) of " << o.virtual_pipeline_size
        << " chunks, " << o.micro_batches
@@ -180,6 +247,60 @@ std::string GptPlanText(const GptPlanOptions& o, const GptPlan& plan) {
        << " micro-batch(es): bubble (p-1)/(m+p-1) = " << std::setprecision(1) << 100 * plan.bubble_fraction
        << "% of a step (GPipe and 1F1B, equal stages)\n";
   return os.str();
+}
+
+GptPlanOptions GptPlanOptionsFromConfig(const config::Config& config, int world_size) {
+  // The plan is of the graph-mode step on the config's layout. Mixed
+  // precision is CUDA's, graph mode CPU's so far: the config is checked as
+  // a CPU job, and train.amp becomes the plan's precision.
+  config::Config c = config;
+  const bool amp = c.train().amp().enabled();
+  TESSEL_CHECK(!amp || c.train().amp().dtype() == "bf16" || c.train().amp().dtype() == "f16")
+      << "config: train.amp.dtype is '" << c.train().amp().dtype() << "'; expected bf16 or f16";
+  c.mutable_train()->mutable_amp()->set_enabled(false);
+  c.mutable_train()->mutable_dist()->set_device("cpu");
+  zoo::ResolveConfig(&c, world_size);
+  TESSEL_CHECK(c.model().arch() == "gpt2")
+      << "tessel-plan plans GPT jobs; this config's model.arch is '" << c.model().arch() << "'";
+  const config::TrainConfig& t = c.train();
+  const config::DistConfig& d = t.dist();
+  TESSEL_CHECK(d.custom_pipeline_stage_id_size() == 0)
+      << "tessel-plan plans the even split of layers over stages; this config sets "
+         "train.dist.custom_pipeline_stage_id";
+  GptPlanOptions o{.model = train::GptConfigOf(c),
+                   .tensor_parallel_size = d.tensor_parallel_size(),
+                   .pipeline_parallel_size = d.pipeline_parallel_size(),
+                   .data_parallel_size = d.data_parallel_size(),
+                   .virtual_pipeline_size = d.virtual_pipeline_size(),
+                   .micro_batch_size = t.micro_batch_size(),
+                   .micro_batches = t.num_accumulation_steps(),
+                   .seq = c.model().max_seq_length(),
+                   .sequence_parallel = d.sequence_parallel() && !zoo::AllToAllSequenceParallel(d),
+                   .all_to_all_sequence_parallel = zoo::AllToAllSequenceParallel(d),
+                   .zero_stage = t.zero_optimization().enabled() ? t.zero_optimization().stage() : 0,
+                   .tensor_parallel_mode = d.tensor_parallel_mode(),
+                   .schedule = t.graph().pipeline()};
+  for (const auto& [key, value] : d.tensor_parallel_mode_options()) o.tensor_parallel_mode_options[key] = value;
+  if (amp) o.precision = GptPlanOptions::Precision::kBf16;  // f16 holds the same bytes
+  return o;
+}
+
+int64_t ParseByteSize(const std::string& text) {
+  static const std::map<std::string, double> kUnits = {
+      {"", 1},          {"B", 1},          {"KB", 1e3},          {"MB", 1e6},
+      {"GB", 1e9},      {"TB", 1e12},      {"KiB", 1 << 10},     {"MiB", 1 << 20},
+      {"GiB", 1 << 30}, {"TiB", 0x1p40},   {"K", 1 << 10},       {"M", 1 << 20},
+      {"G", 1 << 30},   {"T", 0x1p40}};
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  const double number = std::strtod(begin, &end);
+  std::string unit = end ? std::string(end) : std::string();
+  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+  const auto found = kUnits.find(unit);
+  TESSEL_CHECK(end != begin && found != kUnits.end() && std::isfinite(number) && number > 0 &&
+               number * found->second < 0x1p62)
+      << "memory size '" << text << "'; expected a positive number with a unit, e.g. 80GiB, 40GB, 512MiB";
+  return static_cast<int64_t>(number * found->second);
 }
 
 }  // namespace tessel::plan

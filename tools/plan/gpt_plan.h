@@ -1,19 +1,25 @@
-// What one rank of a GPT training job would run and communicate, compiled
-// without the job: the model, AdamW and the training step are built and
-// traced metadata-only for the job's world (graph/ir/meta.h), compiled by
-// the same passes graph mode uses, and the rank's physical plan is
-// compiled from the result (graph/plan/rank_plan.h). tessel-plan prints
-// it; tests check it against the published communication formulas.
+// What one rank of a GPT training job would run, communicate and hold,
+// compiled without the job: the model, AdamW and the training step are
+// built and traced metadata-only for the job's world (graph/ir/meta.h),
+// compiled by the same passes graph mode uses, and the rank's physical
+// plan is compiled from the result (graph/plan/rank_plan.h). Memory is
+// planned per pipeline stage in the order the actor runtime runs the
+// stage's ops under the chosen schedule (runtime/rank_schedule.h), so the
+// micro-batches a schedule keeps in flight are counted. tessel-plan prints
+// it; tests check it against the published communication and activation
+// formulas.
 #pragma once
 
 #include <compare>
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "graph/plan/rank_plan.pb.h"
 #include "layers/dist.h"
 #include "models/gpt.h"
+#include "zoo/config.pb.h"
 
 namespace tessel::plan {
 
@@ -40,6 +46,33 @@ struct GptPlanOptions {
   // dist::Config::tensor_parallel_mode and its options (e.g. 2.5d's depth).
   std::string tensor_parallel_mode = "1d";
   std::map<std::string, std::string> tensor_parallel_mode_options = {};
+  // The pipeline schedule memory is planned under (runtime/
+  // pipeline_schedule.h), or "in_order" (graph mode's reference executor).
+  std::string schedule = "1f1b";
+  // kBf16: mixed precision as tessel-train's train.amp runs it — forward
+  // and backward compute in bf16 (2 bytes an element), the model keeps a
+  // bf16 copy of each parameter beside the f32 masters the optimizer
+  // updates (whose AdamW state stays f32).
+  enum class Precision { kF32, kBf16 };
+  Precision precision = Precision::kF32;
+  // When > 0: the device memory each rank has, for the verdict.
+  int64_t device_memory_bytes = 0;
+};
+
+// What a rank of one pipeline stage holds at once under the schedule.
+struct StageMemory {
+  int stage = 0;
+  int rank = 0;  // the rank planned: the one of this stage at --rank's place in the [dp, tp] grid
+  // The most micro-batches whose activations the stage holds at once (a
+  // micro-batch held by two chunks counts twice); -1 under in_order.
+  int in_flight = -1;
+  int64_t variable_bytes = 0;    // parameters and AdamW state (with bf16: the bf16 copies too)
+  int64_t activation_bytes = 0;  // the most activations alive at once
+  // The most op results alive at once (activations, gradients, the
+  // optimizer's temporaries, a kernel's declared workspace).
+  int64_t peak_bytes = 0;
+  int64_t input_bytes = 0;  // the batch
+  int64_t total_bytes() const { return variable_bytes + input_bytes + peak_bytes; }
 };
 
 // The parallel group a communication runs in, seen from the job's layout
@@ -76,11 +109,23 @@ struct GptPlan {
   // (p - 1) / (m + p - 1).
   double bubble_fraction = 0;
   std::string dot;  // with want_dot
+  std::vector<StageMemory> stages;  // one rank of each stage, in stage order
 };
 
 // Throws (naming the value) on sizes that do not fit: a rank outside the
-// world, layers fewer than stages, heads or vocabulary tp does not divide.
+// world, layers fewer than stages, heads or vocabulary tp does not divide,
+// an unknown schedule.
 GptPlan PlanGpt(const GptPlanOptions& options);
+
+// The plan of the job a training config describes (model, layout, batch
+// sizes, schedule, recomputation, ZeRO, mixed precision) on `world_size`
+// ranks; throws naming the field on a config tessel-train would refuse or
+// a model other than GPT.
+GptPlanOptions GptPlanOptionsFromConfig(const config::Config& config, int world_size);
+
+// "80GiB", "40 GB", "512MiB", "1.5TiB" or a number of bytes; throws naming
+// the text.
+int64_t ParseByteSize(const std::string& text);
 
 // The per-layer table, the totals by group and the pipeline line, as
 // tessel-plan prints them.

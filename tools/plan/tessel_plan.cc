@@ -1,16 +1,37 @@
-// tessel-plan: what each rank of a GPT training job would run and
-// communicate, without running it (tools/plan/gpt_plan.h).
+// tessel-plan: what each rank of a GPT training job would run, communicate
+// and hold, without running it (tools/plan/gpt_plan.h).
 //
+//   tessel-plan --config configs/gpt3_175b.prototxt --device_memory 80GiB
 //   tessel-plan --tp 4 --layers 24 --hidden 1024 --heads 16 --vocab 50304 --seq 1024 --rank 0
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "graph/plan/rank_plan.h"
 #include "tools/plan/gpt_plan.h"
+#include "zoo/config.h"
+
+DEFINE_string(config, "",
+              "plan the job this training config describes (model, layout, batch sizes, schedule, "
+              "recomputation, ZeRO, train.amp) instead of the model and layout flags; --set path=value "
+              "(repeatable) overrides its fields as for tessel-train");
+DEFINE_int32(world_size, 0,
+             "with --config: the job's ranks (0: tensor x pipeline x the config's data_parallel_size, or 1 "
+             "data-parallel rank when it leaves that to the world)");
+DEFINE_string(schedule, "",
+              "the pipeline schedule memory is planned under: 1f1b, gpipe, zb_h1, interleaved_1f1b or in_order "
+              "(\"\": the config's train.graph.pipeline, else 1f1b)");
+DEFINE_string(precision, "",
+              "f32, or bf16 (compute in bf16 with f32 master weights and AdamW state, as train.amp); \"\": the "
+              "config's train.amp, else f32");
+DEFINE_string(device_memory, "",
+              "each device's memory, e.g. 80GiB: the plan says whether every stage fits");
 
 DEFINE_int64(tp, 1, "tensor parallel size");
 DEFINE_int64(pp, 1, "pipeline parallel size");
@@ -53,37 +74,71 @@ DEFINE_string(plan_out, "", "write the rank's plan (tessel.proto.RankPlanProto, 
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
-      "prints what one rank of a GPT training job (forward, backward, gradient clipping, AdamW) would run "
-      "and communicate, compiled for the job's world on this machine without running it: communication "
-      "per transformer layer and per parallel group, memory, the pipeline bubble");
+      "prints what one rank of a GPT training job (forward, backward, gradient clipping, AdamW) would run, "
+      "communicate and hold, compiled for the job's world on this machine without running it: "
+      "communication per transformer layer and per parallel group, memory of each pipeline stage under "
+      "the schedule (and whether it fits --device_memory), the pipeline bubble");
+  const std::vector<std::string> overrides = tessel::zoo::TakeSetFlags(&argc, argv, "tessel-plan");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;  // the compiler's pass timings go to stderr, the plan to stdout
   google::InitGoogleLogging(argv[0]);
   try {
     tessel::plan::GptPlanOptions o;
-    o.model.layers = FLAGS_layers;
-    o.model.hidden = FLAGS_hidden;
-    o.model.heads = FLAGS_heads;
-    o.model.ffn_hidden = FLAGS_ffn_hidden;
-    o.model.vocab_size = FLAGS_vocab;
-    o.model.max_seq = FLAGS_seq;
-    o.model.activation_checkpoint = FLAGS_activation_checkpoint;
-    o.tensor_parallel_size = FLAGS_tp;
-    o.pipeline_parallel_size = FLAGS_pp;
-    o.data_parallel_size = FLAGS_dp;
-    o.virtual_pipeline_size = FLAGS_virtual_pipeline_size;
+    if (!FLAGS_config.empty()) {
+      // The config gives the model and the layout; their flags would be
+      // silently ignored, so they are refused.
+      for (const char* flag : {"tp", "pp", "dp", "virtual_pipeline_size", "layers", "hidden", "heads",
+                               "ffn_hidden", "vocab", "seq", "micro_batch_size", "micro_batches",
+                               "activation_checkpoint", "sequence_parallel", "sequence_parallel_mode",
+                               "zero_stage", "tensor_parallel_mode", "depth"}) {
+        TESSEL_CHECK(gflags::GetCommandLineFlagInfoOrDie(flag).is_default)
+            << "--" << flag << " with --config: the config sets the model and the layout; override its "
+            << "fields with --set (e.g. --set train.dist.tensor_parallel_size=8)";
+      }
+      tessel::config::Config c = tessel::zoo::LoadConfig(FLAGS_config);
+      tessel::zoo::ApplyOverrides(&c, overrides);
+      int world = FLAGS_world_size;
+      if (world == 0) {
+        const tessel::config::DistConfig& d = c.train().dist();
+        world = static_cast<int>(d.tensor_parallel_size() * d.pipeline_parallel_size() *
+                                 std::max<int64_t>(d.data_parallel_size(), 1));
+      }
+      o = tessel::plan::GptPlanOptionsFromConfig(c, world);
+    } else {
+      TESSEL_CHECK(overrides.empty()) << "--set " << overrides.front() << " needs --config";
+      TESSEL_CHECK(FLAGS_world_size == 0) << "--world_size needs --config (without it the world is tp x pp x dp)";
+      o.model.layers = FLAGS_layers;
+      o.model.hidden = FLAGS_hidden;
+      o.model.heads = FLAGS_heads;
+      o.model.ffn_hidden = FLAGS_ffn_hidden;
+      o.model.vocab_size = FLAGS_vocab;
+      o.model.max_seq = FLAGS_seq;
+      o.model.activation_checkpoint = FLAGS_activation_checkpoint;
+      o.tensor_parallel_size = FLAGS_tp;
+      o.pipeline_parallel_size = FLAGS_pp;
+      o.data_parallel_size = FLAGS_dp;
+      o.virtual_pipeline_size = FLAGS_virtual_pipeline_size;
+      TESSEL_CHECK(FLAGS_sequence_parallel_mode == "megatron" || FLAGS_sequence_parallel_mode == "all_to_all")
+          << "--sequence_parallel_mode=" << FLAGS_sequence_parallel_mode << "; expected megatron or all_to_all";
+      TESSEL_CHECK(FLAGS_sequence_parallel || FLAGS_sequence_parallel_mode == "megatron")
+          << "--sequence_parallel_mode=" << FLAGS_sequence_parallel_mode << " needs --sequence_parallel";
+      o.sequence_parallel = FLAGS_sequence_parallel && FLAGS_sequence_parallel_mode == "megatron";
+      o.all_to_all_sequence_parallel = FLAGS_sequence_parallel && FLAGS_sequence_parallel_mode == "all_to_all";
+      o.zero_stage = FLAGS_zero_stage;
+      o.tensor_parallel_mode = FLAGS_tensor_parallel_mode;
+      if (FLAGS_depth != 0) o.tensor_parallel_mode_options["depth"] = std::to_string(FLAGS_depth);
+      o.micro_batch_size = FLAGS_micro_batch_size;
+      o.micro_batches = FLAGS_micro_batches;
+    }
     o.rank = FLAGS_rank;
-    TESSEL_CHECK(FLAGS_sequence_parallel_mode == "megatron" || FLAGS_sequence_parallel_mode == "all_to_all")
-        << "--sequence_parallel_mode=" << FLAGS_sequence_parallel_mode << "; expected megatron or all_to_all";
-    TESSEL_CHECK(FLAGS_sequence_parallel || FLAGS_sequence_parallel_mode == "megatron")
-        << "--sequence_parallel_mode=" << FLAGS_sequence_parallel_mode << " needs --sequence_parallel";
-    o.sequence_parallel = FLAGS_sequence_parallel && FLAGS_sequence_parallel_mode == "megatron";
-    o.all_to_all_sequence_parallel = FLAGS_sequence_parallel && FLAGS_sequence_parallel_mode == "all_to_all";
-    o.zero_stage = FLAGS_zero_stage;
-    o.tensor_parallel_mode = FLAGS_tensor_parallel_mode;
-    if (FLAGS_depth != 0) o.tensor_parallel_mode_options["depth"] = std::to_string(FLAGS_depth);
-    o.micro_batch_size = FLAGS_micro_batch_size;
-    o.micro_batches = FLAGS_micro_batches;
+    if (!FLAGS_schedule.empty()) o.schedule = FLAGS_schedule;
+    if (!FLAGS_precision.empty()) {
+      TESSEL_CHECK(FLAGS_precision == "f32" || FLAGS_precision == "bf16")
+          << "--precision=" << FLAGS_precision << "; expected f32 or bf16";
+      o.precision = FLAGS_precision == "bf16" ? tessel::plan::GptPlanOptions::Precision::kBf16
+                                              : tessel::plan::GptPlanOptions::Precision::kF32;
+    }
+    if (!FLAGS_device_memory.empty()) o.device_memory_bytes = tessel::plan::ParseByteSize(FLAGS_device_memory);
     o.want_dot = !FLAGS_dot.empty();
     o.want_instructions = FLAGS_instructions;
     const tessel::plan::GptPlan plan = tessel::plan::PlanGpt(o);

@@ -12,6 +12,7 @@
 #include "models/gpt.h"
 #include "ops/functional.h"
 #include "tools/train/task.h"
+#include "tools/train/model_config.h"
 #include "zoo/blended_dataset.h"
 #include "zoo/gpt_dataset.h"
 #include "zoo/indexed_dataset.h"
@@ -99,23 +100,7 @@ class GPTTask : public Task {
       eval_ = std::make_unique<GPTSamples>(corpora_, weights, 1, seq_, c_.evaluation().eval_iter() * global_,
                                            t.seed() + 1, "validation");
     }
-    gpt_ = std::make_unique<models::GPT>(
-        models::GPTConfig{.vocab_size = m.vocab_size(),
-                          .hidden = m.hidden_size(),
-                          .heads = m.num_attention_heads(),
-                          .layers = m.hidden_layers(),
-                          .max_seq = m.max_position_embeddings(),
-                          .ffn_hidden = m.ffn_hidden_size(),
-                          .layernorm_epsilon = m.layernorm_epsilon(),
-                          .init_std = m.initializer_range(),
-                          .seed = t.seed(),
-                          .activation = HiddenActivation(m),
-                          .embedding_dropout = m.embedding_dropout_prob(),
-                          .attention_dropout = m.attention_dropout_prob(),
-                          .hidden_dropout = m.hidden_dropout_prob(),
-                          .fused_attention = m.fused_attention(),
-                          .make_vocab_size_divisible_by = m.make_vocab_size_divisible_by(),
-                          .activation_checkpoint = t.activation_checkpoint()});
+    gpt_ = std::make_unique<models::GPT>(GptConfigOf(c_));
     // Evaluation runs forward only, one op after another.
     eval_step_ = std::make_unique<Graph>(
         "eval_step",

@@ -59,8 +59,4 @@ double TransformerLayerFlopsPerToken(const config::ModelConfig& m, int64_t seq) 
   return 2 * (4 * h * h + 2 * h * ffn) + 4 * static_cast<double>(seq) * h;
 }
 
-layers::Activation HiddenActivation(const config::ModelConfig& m) {
-  return m.hidden_act() == "gelu" ? layers::Activation::kGelu : layers::Activation::kGeluTanh;
-}
-
 }  // namespace tessel::train

@@ -15,6 +15,7 @@
 #include "layers/module.h"
 #include "layers/transformer.h"
 #include "sbp/placement.h"
+#include "tools/train/model_config.h"
 #include "zoo/config.pb.h"
 #include "zoo/gpt_dataset.h"
 #include "zoo/indexed_dataset.h"
@@ -100,8 +101,6 @@ void CheckValidationDocuments(const std::vector<zoo::DocumentRange>& splits, siz
 // `seq`-long sequence: QKV, the output projection, the MLP (2 FLOPs per
 // multiply-add) and attention's scores and weighted sum over `seq` keys.
 double TransformerLayerFlopsPerToken(const config::ModelConfig& m, int64_t seq);
-// model.hidden_act as the layers' activation.
-layers::Activation HiddenActivation(const config::ModelConfig& m);
 
 // Checks the data against the model's config and builds the model, before
 // any training; throws naming the field or file.

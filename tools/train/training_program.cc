@@ -74,31 +74,13 @@ namespace tessel::train {
 
 namespace {
 
-// --set path=value (repeatable; also --set=path=value) and --fast-dev-run are
-// taken out of argv before gflags sees it: gflags keeps only the last of a
-// repeated flag and knows no dashes in names.
+// --set path=value (zoo::TakeSetFlags) and --fast-dev-run are taken out of
+// argv before gflags sees it: gflags keeps only the last of a repeated flag
+// and knows no dashes in names.
 std::vector<std::string> TakeOverrides(int* argc, char** argv) {
-  std::vector<std::string> overrides;
-  int out = 1;
-  for (int i = 1; i < *argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--set" || arg == "-set") {
-      if (i + 1 >= *argc) {
-        std::fprintf(stderr,
-                     "tessel-train: --set needs a value, e.g. --set train.dist.tensor_parallel_size=2\n");
-        std::exit(2);
-      }
-      overrides.push_back(argv[++i]);
-    } else if (arg.rfind("--set=", 0) == 0) {
-      overrides.push_back(arg.substr(6));
-    } else if (arg == "--fast-dev-run") {
-      argv[out++] = const_cast<char*>("--fast_dev_run");
-    } else {
-      argv[out++] = argv[i];
-    }
-  }
-  *argc = out;
-  argv[out] = nullptr;
+  std::vector<std::string> overrides = zoo::TakeSetFlags(argc, argv, "tessel-train");
+  for (int i = 1; i < *argc; ++i)
+    if (std::string(argv[i]) == "--fast-dev-run") argv[i] = const_cast<char*>("--fast_dev_run");
   return overrides;
 }
 

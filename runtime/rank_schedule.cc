@@ -1,0 +1,186 @@
+#include "runtime/rank_schedule.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/error.h"
+#include "core/join.h"
+
+namespace tessel::runtime {
+
+RankSchedule ScheduleRank(const ir::Graph& graph, int rank, const std::string& schedule) {
+  RankSchedule s;
+  const std::vector<ir::Op>& ops = graph.ops();
+  // This rank's stage: the one whose ops compute on (or, for sends, read
+  // from) a placement holding it; under an interleaved pipeline, the
+  // virtual stages it holds, one per model chunk.
+  int virtual_stages = 0, micro_batches = 1;
+  std::set<int> mine_stages;
+  for (const ir::Op& op : ops) {
+    micro_batches = std::max(micro_batches, op.micro_batch + 1);
+    if (op.stage < 0) continue;
+    virtual_stages = std::max(virtual_stages, op.stage + 1);
+    bool holds = false;
+    for (int o : op.outputs) holds |= graph.value(o).placement.Contains(rank);
+    if (op.name == "send") holds |= graph.value(op.inputs[0]).placement.Contains(rank);
+    if (holds) mine_stages.insert(op.stage);
+  }
+  s.chunks = std::max<int>(static_cast<int>(mine_stages.size()), 1);
+  s.stages = std::max(virtual_stages / s.chunks, 1);
+  // A rank on no stage of a pipeline runs the local ops only (stage -1).
+  s.stage = !mine_stages.empty() ? *mine_stages.begin() : virtual_stages == 0 ? 0 : -1;
+  int expected = s.stage;
+  for (int held : mine_stages) {
+    TESSEL_CHECK_CODE(held == expected && virtual_stages % s.chunks == 0, StatusCode::kInternal)
+        << "graph '" << graph.name() << "': rank " << rank << " computes on stages {"
+        << Join(std::vector<int>(mine_stages.begin(), mine_stages.end())) << "} of " << virtual_stages
+        << "; expected one stage, or one virtual stage in each of its chunks (" << s.stage << ", "
+        << s.stage + s.stages << ", ...)";
+    expected += s.stages;
+  }
+  s.micro_batches = micro_batches;
+  // Every rank checks the whole pipeline's orders, so a schedule whose
+  // stages disagree or would wait on each other fails on every rank before
+  // a step runs.
+  const std::string wrong = CheckSchedule(schedule, s.stages, micro_batches, s.chunks);
+  TESSEL_CHECK(wrong.empty()) << "graph '" << graph.name() << "': " << wrong;
+
+  // The schedule's slot of each (pass, micro-batch) on this stage. Ops of
+  // no micro-batch keep their side of the micro-batches: those before
+  // every micro-batch op (hoisted out of the copies) come first. Those a
+  // communication reads (a gradient's average, for its bucket) rank with
+  // their latest input, so a layer's gradient is averaged and its bucket
+  // reduced while the last backward goes on with earlier layers. The
+  // others (the gradient norm, clipping, the optimizer), stage transfers,
+  // ops with no input on this rank and ops reading a communication's
+  // result (placed early, they would stall their stream until it ends)
+  // come after every unit in program order. Every
+  // rank then orders its transfers as its peers do: a receive with no
+  // input here would otherwise be ready at once and wait, first in its
+  // stream, for a send made at the very end, and a send moved ahead would
+  // reach a receive posted for another message.
+  // Slots per micro-batch k of chunk c, u = c m + k: 3u forward, 3u + 1
+  // backward, 3u + 2 its weight-gradient part (the backward's slot when the
+  // schedule lists no W).
+  const size_t units = static_cast<size_t>(micro_batches * s.chunks);
+  auto unit_of = [&](int chunk, int micro_batch) {
+    return static_cast<size_t>(chunk * micro_batches + micro_batch);
+  };
+  std::vector<int64_t> slot_of(3 * units, 0);
+  int first_micro_batch_op = static_cast<int>(ops.size());
+  for (const ir::Op& op : ops)
+    if (op.micro_batch >= 0) first_micro_batch_op = std::min(first_micro_batch_op, op.id);
+  bool& split_backward = s.split_backward;
+  if (s.stage >= 0) {
+    s.actions = StageActions(schedule, s.stages, s.stage, micro_batches, s.chunks);
+    const std::vector<Action>& actions = s.actions;
+    for (size_t i = 0; i < actions.size(); ++i) {
+      const size_t u = unit_of(actions[i].chunk, actions[i].micro_batch);
+      slot_of[3 * u + (actions[i].weight ? 2 : actions[i].backward ? 1 : 0)] = static_cast<int64_t>(i);
+      split_backward |= actions[i].weight;
+    }
+    if (!split_backward)
+      for (size_t u = 0; u < units; ++u) slot_of[3 * u + 2] = slot_of[3 * u + 1];
+  }
+  s.runs.assign(ops.size(), 0);
+  for (const ir::Op& op : ops)
+    s.runs[op.id] = op.stage < 0 || (s.stage >= 0 && op.stage % s.stages == s.stage);
+  s.exec = plan::ExecPlan::Lower(graph, rank, &s.runs);
+
+  const std::vector<std::vector<int>> all_preds = ir::Predecessors(graph);
+  std::vector<int>& mine = s.mine;
+  for (const ir::Op& op : ops)
+    if (s.runs[op.id]) mine.push_back(op.id);
+  std::vector<int> index_of(ops.size(), -1);
+  for (size_t i = 0; i < mine.size(); ++i) index_of[static_cast<size_t>(mine[i])] = static_cast<int>(i);
+  std::vector<std::vector<int>>& preds = s.preds;
+  preds.assign(mine.size(), {});
+  std::vector<int64_t> priority(mine.size());
+  const int64_t n = static_cast<int64_t>(ops.size());
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const ir::Op& op = ops[static_cast<size_t>(mine[i])];
+    // Edges from other stages' ops are kept by the transfers themselves.
+    for (int pred : all_preds[op.id])
+      if (index_of[static_cast<size_t>(pred)] >= 0) preds[i].push_back(index_of[static_cast<size_t>(pred)]);
+  }
+  // A split backward: its B part is what the gradient sent to the previous
+  // stage needs (the sends of the micro-batch's backward and everything of
+  // that backward they depend on); the rest, weight gradients and their
+  // accumulation, is its W part. A first stage sends nothing back, so all
+  // of its backward is W. (A chunk's B part is that of its own backward.)
+  s.weight.assign(ops.size(), 0);
+  if (split_backward) {
+    std::vector<char> feeds_send(mine.size(), 0);
+    std::vector<size_t> stack;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const ir::Op& op = ops[static_cast<size_t>(mine[i])];
+      if (op.name == "send" && op.backward && op.micro_batch >= 0) stack.push_back(i);
+    }
+    while (!stack.empty()) {
+      const size_t i = stack.back();
+      stack.pop_back();
+      if (feeds_send[i]) continue;
+      feeds_send[i] = 1;
+      const ir::Op& op = ops[static_cast<size_t>(mine[i])];
+      for (int pred : preds[i]) {
+        const ir::Op& before = ops[static_cast<size_t>(mine[static_cast<size_t>(pred)])];
+        if (before.backward && before.micro_batch == op.micro_batch &&
+            (before.stage < 0 || op.stage < 0 || before.stage == op.stage))
+          stack.push_back(static_cast<size_t>(pred));
+      }
+    }
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const ir::Op& op = ops[static_cast<size_t>(mine[i])];
+      s.weight[static_cast<size_t>(op.id)] = op.backward && op.micro_batch >= 0 && !feeds_send[i];
+    }
+  }
+  // Communications and the ops whose result one reads (a gradient's
+  // average and the data-parallel bucket reducing it) are worth running
+  // early, beside the last backward, and ops a unit needs (directly or
+  // through others) must. The others after the units (the gradient norm's
+  // squares, the clipping, the optimizer) wait for every unit: ranked with
+  // their input they would run inside the last backward, ahead of its
+  // transfer to the previous stage, which waits for it (tens of
+  // milliseconds of bubble on a 2-stage GPT).
+  std::vector<char> feeds_communication(mine.size(), 0), unit_needs(mine.size(), 0);
+  for (size_t i = mine.size(); i-- > 0;) {
+    const bool unit = ops[static_cast<size_t>(mine[i])].micro_batch >= 0;
+    for (int pred : preds[i]) {
+      feeds_communication[static_cast<size_t>(pred)] |= s.exec.at(mine[i]).communicates;
+      unit_needs[static_cast<size_t>(pred)] |= unit || unit_needs[i];
+    }
+  }
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const ir::Op& op = ops[static_cast<size_t>(mine[i])];
+    const bool after_units = op.micro_batch < 0 && op.id > first_micro_batch_op;
+    bool waits_for_communication = false;  // ranked early, it would stall its stream on the other
+    for (int pred : preds[i])
+      waits_for_communication |= s.exec.at(mine[static_cast<size_t>(pred)]).communicates;
+    const bool early = s.exec.at(mine[i]).communicates || feeds_communication[i] || unit_needs[i];
+    if (after_units && !preds[i].empty() && !waits_for_communication && early && op.name != "send" &&
+        op.name != "recv") {
+      priority[i] = 0;  // with its latest input (preds come first in program order)
+      for (int pred : preds[i]) priority[i] = std::max(priority[i], priority[static_cast<size_t>(pred)]);
+      continue;
+    }
+    // An op of no micro-batch that reads only variables and inputs (a
+    // variable laid out for a backward matmul, say) is ready at the start:
+    // ranked after the units it could hold back a unit that needs it, and
+    // with it the unit's transfers, which the peer stage expects in unit
+    // order. It goes first, with the hoisted ops.
+    const bool reads_only_variables = preds[i].empty() && op.name != "send" && op.name != "recv";
+    const size_t kind = s.weight[static_cast<size_t>(op.id)] ? 2 : op.backward ? 1 : 0;
+    const int64_t slot =
+        op.micro_batch >= 0 ? slot_of[3 * unit_of(s.ChunkOf(op.stage), op.micro_batch) + kind]
+        : after_units && !reads_only_variables ? static_cast<int64_t>(3 * units)  // after every unit
+                                               : -1;
+    priority[i] = (slot + 1) * n + op.id;
+  }
+  const std::vector<int> order = ir::PriorityTopologicalOrder(preds, priority);
+  TESSEL_CHECK_CODE(order.size() == mine.size(), StatusCode::kInternal)
+      << "graph '" << graph.name() << "': this rank's ops depend on each other in a cycle";  s.order.reserve(order.size());
+  for (int i : order) s.order.push_back(mine[static_cast<size_t>(i)]);
+  return s;
+}
+
+}  // namespace tessel::runtime

@@ -1,0 +1,29 @@
+#include "tools/train/model_config.h"
+
+namespace tessel::train {
+
+layers::Activation HiddenActivation(const config::ModelConfig& m) {
+  return m.hidden_act() == "gelu" ? layers::Activation::kGelu : layers::Activation::kGeluTanh;
+}
+
+models::GPTConfig GptConfigOf(const config::Config& c) {
+  const config::ModelConfig& m = c.model();
+  return {.vocab_size = m.vocab_size(),
+          .hidden = m.hidden_size(),
+          .heads = m.num_attention_heads(),
+          .layers = m.hidden_layers(),
+          .max_seq = m.max_position_embeddings(),
+          .ffn_hidden = m.ffn_hidden_size(),
+          .layernorm_epsilon = m.layernorm_epsilon(),
+          .init_std = m.initializer_range(),
+          .seed = c.train().seed(),
+          .activation = HiddenActivation(m),
+          .embedding_dropout = m.embedding_dropout_prob(),
+          .attention_dropout = m.attention_dropout_prob(),
+          .hidden_dropout = m.hidden_dropout_prob(),
+          .fused_attention = m.fused_attention(),
+          .make_vocab_size_divisible_by = m.make_vocab_size_divisible_by(),
+          .activation_checkpoint = c.train().activation_checkpoint()};
+}
+
+}  // namespace tessel::train

@@ -1,0 +1,18 @@
+// The zoo's models as a training config describes them: what tessel-train
+// builds and what tessel-plan plans, from one place.
+#pragma once
+
+#include "layers/transformer.h"
+#include "models/gpt.h"
+#include "zoo/config.pb.h"
+
+namespace tessel::train {
+
+// model.hidden_act as the layers' activation.
+layers::Activation HiddenActivation(const config::ModelConfig& m);
+
+// The GPT of a resolved config (model.*, train.seed,
+// train.activation_checkpoint).
+models::GPTConfig GptConfigOf(const config::Config& c);
+
+}  // namespace tessel::train
