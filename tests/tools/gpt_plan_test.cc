@@ -465,5 +465,73 @@ TEST(GptPlan, MultiAxisTensorParallelLayersMoveWhatTheirPapersSay) {
   }
 }
 
+// Memory per stage follows the schedule: a stage keeps the activations of
+// the micro-batches it holds at once, and the plan walks its ops in the
+// runtime's order, so the published multiples come out of the plan.
+TEST(GptPlan, ActivationsPerStageFollowTheMicroBatchesTheScheduleHolds) {
+  GptPlanOptions o{.model = {.vocab_size = 1024, .hidden = 256, .heads = 4, .layers = 8, .max_seq = 128},
+                   .tensor_parallel_size = 2,
+                   .pipeline_parallel_size = 4,
+                   .micro_batch_size = 1,
+                   .micro_batches = 8};
+  auto stages_under = [&](const std::string& schedule, int64_t chunks = 1) {
+    GptPlanOptions with = o;
+    with.schedule = schedule;
+    with.virtual_pipeline_size = chunks;
+    return PlanGpt(with).stages;
+  };
+  const std::vector<StageMemory> one_f_one_b = stages_under("1f1b"), gpipe = stages_under("gpipe"),
+                                 zero_bubble = stages_under("zb_h1"),
+                                 interleaved = stages_under("interleaved_1f1b", 2);
+  ASSERT_EQ(one_f_one_b.size(), 4u);
+  for (int s = 0; s < 4; ++s) {
+    SCOPED_TRACE("stage " + std::to_string(s));
+    EXPECT_EQ(one_f_one_b[s].rank, 2 * s);
+    EXPECT_EQ(one_f_one_b[s].in_flight, 4 - s);  // min(p - s, m)
+    EXPECT_EQ(gpipe[s].in_flight, 8);
+    // Parameters and AdamW state do not depend on the schedule.
+    EXPECT_EQ(gpipe[s].variable_bytes, one_f_one_b[s].variable_bytes);
+    // GPipe keeps all m micro-batches where 1F1B keeps p - s (the last
+    // stage's loss and logits aside, which neither keeps for long).
+    if (s < 3) {
+      const double ratio = static_cast<double>(gpipe[s].activation_bytes) / one_f_one_b[s].activation_bytes;
+      EXPECT_NEAR(ratio, 8.0 / (4 - s), 0.1 * 8.0 / (4 - s));
+    }
+  }
+  // Interleaving v = 2 chunks: the first stage holds
+  // 1 + (p - 1) / (p v) times 1F1B's activations (Narayanan et al.;
+  // Korthikanti et al., section 4.2.3).
+  EXPECT_EQ(interleaved[0].in_flight, 2 * 3 + 4 + 1);  // 2 (p - 1) + (v - 1) p warm-up chunks, then one more
+  const double interleaving = static_cast<double>(interleaved[0].activation_bytes) / one_f_one_b[0].activation_bytes;
+  EXPECT_NEAR(interleaving, 1 + 3.0 / 8, 0.05);
+  // ZB-H1 keeps at most what 1F1B keeps on its first stage (Qi et al.):
+  // deferred weight gradients hold only the inputs they read.
+  int64_t most_1f1b = 0, most_zero_bubble = 0;
+  for (int s = 0; s < 4; ++s) {
+    most_1f1b = std::max(most_1f1b, one_f_one_b[s].activation_bytes);
+    most_zero_bubble = std::max(most_zero_bubble, zero_bubble[s].activation_bytes);
+    EXPECT_GE(zero_bubble[s].activation_bytes, one_f_one_b[s].activation_bytes) << "stage " << s;
+  }
+  EXPECT_LE(most_zero_bubble, most_1f1b);
+  // bf16: every value of forward and backward takes half the bytes; the
+  // model's bf16 copies add half the f32 parameters to the variables.
+  GptPlanOptions bf16 = o;
+  bf16.precision = GptPlanOptions::Precision::kBf16;
+  const GptPlan half = PlanGpt(bf16);
+  EXPECT_NEAR(static_cast<double>(half.stages[1].activation_bytes) / one_f_one_b[1].activation_bytes, 0.5, 0.02);
+  EXPECT_EQ(half.stages[0].variable_bytes, one_f_one_b[0].variable_bytes + half.parameter_bytes / 2);
+}
+
+TEST(GptPlan, MemorySizesParseWithTheirUnits) {
+  EXPECT_EQ(ParseByteSize("80GiB"), int64_t{80} << 30);
+  EXPECT_EQ(ParseByteSize("80 GiB"), int64_t{80} << 30);
+  EXPECT_EQ(ParseByteSize("40GB"), int64_t{40000000000});
+  EXPECT_EQ(ParseByteSize("1.5TiB"), int64_t{3} << 39);
+  EXPECT_EQ(ParseByteSize("4096"), 4096);
+  for (const char* bad : {"", "GiB", "-1GiB", "80 gigs", "nan", "1e30GiB"}) {
+    EXPECT_THROW(ParseByteSize(bad), Error) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace tessel::plan
