@@ -35,7 +35,7 @@ struct GPTConfig {
   uint64_t seed = 2024;
   layers::Activation activation = layers::Activation::kGelu;
   // Dropout after the embeddings, on the attention probabilities and on
-  // each sublayer's output (training only; eager mode only for now).
+  // each sublayer's output (training only; graph mode too: layers::Dropout).
   double embedding_dropout = 0, attention_dropout = 0, hidden_dropout = 0;
   // On GPUs, attention without the score matrix (layers::AttentionOptions::fused).
   bool fused_attention = true;
