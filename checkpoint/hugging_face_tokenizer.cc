@@ -1,5 +1,6 @@
 #include "checkpoint/hugging_face_tokenizer.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -37,19 +38,66 @@ void WriteFile(const fs::path& path, const std::string& text) {
 
 }  // namespace
 
-int64_t EndOfTextId(std::string_view vocab_json, int64_t vocab_size, const std::string& where) {
+std::vector<std::string> Gpt2Vocabulary(std::string_view vocab_json, int64_t vocab_size, const std::string& where) {
   const nlohmann::json vocab = nlohmann::json::parse(vocab_json, nullptr, /*allow_exceptions=*/false);
   TESSEL_CHECK(vocab.is_object()) << "tokenizer " << where << ": not a JSON object of token ids";
-  int64_t end_of_text = -1;
+  TESSEL_CHECK(vocab_size >= 0) << "tokenizer " << where << ": a vocabulary of " << vocab_size << " tokens";
+  std::vector<std::string> tokens(static_cast<size_t>(vocab_size));
   for (const auto& [token, id] : vocab.items()) {
     TESSEL_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab_size)
         << "tokenizer " << where << ": token '" << token.substr(0, 64) << "' has id " << id.dump().substr(0, 64)
         << "; expected an integer id below the model's vocabulary of " << vocab_size;
-    if (token == "<|endoftext|>") end_of_text = id.get<int64_t>();
+    tokens[static_cast<size_t>(id.get<int64_t>())] = token;
   }
-  TESSEL_CHECK(end_of_text >= 0) << "tokenizer " << where
-                                 << ": no '<|endoftext|>' token; expected GPT-2's end-of-text token";
-  return end_of_text;
+  return tokens;
+}
+
+int64_t EndOfTextId(std::string_view vocab_json, int64_t vocab_size, const std::string& where) {
+  const std::vector<std::string> tokens = Gpt2Vocabulary(vocab_json, vocab_size, where);
+  const auto found = std::find(tokens.begin(), tokens.end(), "<|endoftext|>");
+  TESSEL_CHECK(found != tokens.end()) << "tokenizer " << where
+                                      << ": no '<|endoftext|>' token; expected GPT-2's end-of-text token";
+  return found - tokens.begin();
+}
+
+std::vector<std::string> ReadGpt2Vocabulary(const fs::path& dir, int64_t vocab_size) {
+  const fs::path vocab = dir / "vocab.json";
+  TESSEL_CHECK(fs::is_regular_file(vocab))
+      << "tokenizer: " << dir.string() << " does not hold vocab.json (a GPT-2 byte-level BPE's tokens)";
+  return Gpt2Vocabulary(ReadSmallFile(vocab), vocab_size, vocab.string());
+}
+
+std::string DecodeGpt2(const std::vector<std::string>& vocabulary, const std::vector<int64_t>& ids) {
+  // GPT-2's byte-level alphabet: the printable bytes (! to ~, ¡ to ¬, ® to
+  // ÿ) stand for themselves, the others for code points 256, 257, ... in
+  // byte order.
+  static const std::vector<int> byte_of_code_point = [] {
+    std::vector<int> byte_of(512, -1);
+    int next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      byte_of[static_cast<size_t>(printable ? b : next++)] = b;
+    }
+    return byte_of;
+  }();
+  std::string text;
+  for (const int64_t id : ids) {
+    TESSEL_CHECK(id >= 0 && static_cast<size_t>(id) < vocabulary.size())
+        << "decode: id " << id << " is outside the vocabulary of " << vocabulary.size() << " tokens";
+    const std::string& token = vocabulary[static_cast<size_t>(id)];
+    // UTF-8 code points of the token, each one byte of the text.
+    for (size_t i = 0; i < token.size();) {
+      const unsigned char lead = static_cast<unsigned char>(token[i]);
+      const size_t length = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : 4;
+      uint32_t code_point = length == 1 ? lead : lead & (0x3F >> (length - 1));
+      for (size_t k = 1; k < length && i + k < token.size(); ++k)
+        code_point = (code_point << 6) | (static_cast<unsigned char>(token[i + k]) & 0x3F);
+      i += length;
+      if (code_point < byte_of_code_point.size() && byte_of_code_point[code_point] >= 0)
+        text.push_back(static_cast<char>(byte_of_code_point[code_point]));
+    }
+  }
+  return text;
 }
 
 Gpt2Tokenizer ReadGpt2Tokenizer(const fs::path& dir, int64_t vocab_size) {

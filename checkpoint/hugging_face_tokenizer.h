@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 #include <string_view>
 
 namespace tessel::checkpoint {
@@ -20,10 +21,19 @@ struct Gpt2Tokenizer {
   int64_t end_of_text_id = -1;
 };
 
-// The id of "<|endoftext|>" in the text of a vocab.json. Throws naming
-// `where` unless the text is a JSON object of token ids, every one in
-// [0, vocab_size), holding that token.
+// The tokens of the text of a vocab.json by id (ids it does not name:
+// ""). Throws naming `where` unless the text is a JSON object of token
+// ids, every one in [0, vocab_size).
+std::vector<std::string> Gpt2Vocabulary(std::string_view vocab_json, int64_t vocab_size, const std::string& where);
+// The id of "<|endoftext|>" in the text of a vocab.json. Throws as
+// Gpt2Vocabulary does, and if the token is not there.
 int64_t EndOfTextId(std::string_view vocab_json, int64_t vocab_size, const std::string& where);
+// The vocabulary of vocab.json in `dir` (at most 64 MB), as Gpt2Vocabulary.
+std::vector<std::string> ReadGpt2Vocabulary(const std::filesystem::path& dir, int64_t vocab_size);
+// The text of `ids` under a byte-level BPE's tokens (GPT-2's: each byte
+// stands as one printable character in a token). Bytes no token gives are
+// left out; an id outside the vocabulary throws, naming it.
+std::string DecodeGpt2(const std::vector<std::string>& vocabulary, const std::vector<int64_t>& ids);
 
 // vocab.json and merges.txt in `dir` (each at most 64 MB), checked against
 // a model of `vocab_size` rows. Throws naming the file.

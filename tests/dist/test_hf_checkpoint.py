@@ -12,7 +12,9 @@ bit-identical and the same logits.
 
 A GPT trained by tessel-train under tp2 x pp2 (four shards) exports to a
 model whose logits under from_pretrained equal tessel's own on that
-checkpoint. train.load_weight: tessel-train starts from an imported GPT-2
+checkpoint; tessel-generate on that checkpoint under tp2 and pp2 continues a
+prompt with Hugging Face's greedy tokens exactly and scores text with its
+loss. train.load_weight: tessel-train starts from an imported GPT-2
 under tp2 x pp2, and a ViT started from a checkpoint's weights gives as
 its first loss the loss the saving run's continuation (--resume) gives on
 the same batch. Bad input (another model type, a missing or extra tensor,
@@ -32,6 +34,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--launcher", required=True)
 parser.add_argument("--tool", required=True, help="tessel-checkpoint")
 parser.add_argument("--train", required=True, help="tessel-train")
+parser.add_argument("--generate", required=True, help="tessel-generate")
 parser.add_argument("--source", required=True)
 parser.add_argument("--gpt2_dump", required=True)
 parser.add_argument("--bert_dump", required=True)
@@ -241,6 +244,51 @@ if code == 0:
     check(f"export-hf --tokenizer: generate() continues the prompt ({text!r})",
           text.startswith("The licence grants") and 1 <= new <= 12 and
           (new == 12 or generated[0, -1].item() == 0))
+
+    # tessel-generate on the same checkpoint under tp2 and under pp2: the
+    # greedy continuation is Hugging Face's token for token, top-k 1
+    # sampling is greedy, and --score is from_pretrained's loss.
+    prompt_ids = prompt.input_ids[0].tolist()
+    hf_new = generated[0, len(prompt_ids):].tolist()
+    tiny_corpus = os.path.join(args.source, "data", "tiny_corpus")
+
+    def generate(nproc, *flags):
+        code, out, _ = run([args.launcher, "--nproc_per_node", str(nproc), "--master_port", "0", "--max_run_s",
+                            "200", "--", args.generate, "--checkpoint", trained, *flags], timeout=240)
+        found = re.findall(r"\[rank 0\]   new ids:([ 0-9]*)", out)
+        return code, out, [[int(x) for x in ids.split()] for ids in found]
+
+    for layout in (["--tp", "2"], ["--pp", "2"]):
+        code, out, got = generate(2, *layout, "--prompt_ids", ",".join(map(str, prompt_ids)), "--max_new_tokens",
+                                  "12", "--tokenizer", tiny_corpus)
+        check(f"tessel-generate {' '.join(layout)}: Hugging Face's greedy tokens exactly ({got} vs {hf_new})",
+              code == 0 and got == [hf_new], out[-2000:])
+        expect(f"tessel-generate {' '.join(layout)}: prints the text", out,
+               r"\[rank 0\]   text: The licence grants\|")
+    code, out, got = generate(2, "--tp", "2", "--prompt_ids", ",".join(map(str, prompt_ids)), "--max_new_tokens",
+                              "12", "--eos_id", "-1", "--sample", "--top_k", "1")
+    check("tessel-generate --sample --top_k 1 is greedy (no stop at end-of-text: 12 tokens)",
+          code == 0 and len(got) == 1 and len(got[0]) == 12 and got[0][:len(hf_new)] == hf_new, out[-2000:])
+    sampled = [generate(2, "--tp", "2", "--prompt_ids", "5,17,200", "--max_new_tokens", "16", "--eos_id", "-1",
+                        "--sample", "--temperature", "1.5", "--seed", str(seed))[2] for seed in (7, 7, 8)]
+    check(f"tessel-generate --sample: the same seed draws the same tokens, another seed others ({sampled})",
+          sampled[0] == sampled[1] and len(sampled[0]) == 1 and sampled[0] != sampled[2])
+    scored = [[3, 17, 200, 9, 41, 5], [12, 7, 7, 1000, 2099]]
+    code, out, _ = run([args.launcher, "--nproc_per_node", "2", "--master_port", "0", "--max_run_s", "200", "--",
+                        args.generate, "--checkpoint", trained, "--tp", "2", "--score", "--prompt_ids",
+                        ";".join(",".join(map(str, s)) for s in scored)], timeout=240)
+    losses = [float(x) for x in re.findall(r"loss ([0-9.]+) per predicted token", out)]
+    with torch.no_grad():
+        want = [model(torch.tensor([s]), labels=torch.tensor([s])).loss.item() for s in scored]
+    check(f"tessel-generate --score: per-prompt losses equal from_pretrained's ({losses} vs {want})",
+          code == 0 and len(losses) == 2 and all(abs(a - b) <= 1e-4 * max(1, b) for a, b in zip(losses, want)),
+          out[-2000:])
+    for flags, pattern in ((["--prompt_ids", "1,x"], r"'x' is not a token id"),
+                           (["--prompt_ids", "1,2100"], r"id 2100 of prompt 0 is outside the vocabulary of 2100"),
+                           (["--prompt_ids", "1", "--top_p", "0"], r"--top_p 0; expected 0 < p <= 1")):
+        code, out, _ = run([args.generate, "--checkpoint", trained, *flags], timeout=60)
+        check(f"tessel-generate {' '.join(flags)} is refused, named", code != 0 and re.search(pattern, out) is not None,
+              out[-1500:])
 code, out, _ = tool("export-hf", trained, os.path.join(work, "bad_tokenizer"), "--tokenizer", work)
 expect("export-hf --tokenizer without vocab.json and merges.txt: named", out,
        r"does not hold vocab\.json and merges\.txt")
@@ -249,6 +297,7 @@ check("export-hf with a bad --tokenizer writes nothing", code != 0 and not os.pa
 
 # train.load_weight from an imported GPT-2 of the tiny config's sizes, with
 # 128 positions for sequences of 64, under tp2 x pp2.
+torch.manual_seed(1)  # its initialisation too: a model whose greedy continuation (below) takes 6 different tokens
 hf = noisy(GPT2LMHeadModel(GPT2Config(vocab_size=2048, n_positions=128, n_embd=128, n_layer=4, n_head=4)), seed=9)
 hf_dir = os.path.join(work, "gpt_tiny_hf")
 hf.save_pretrained(hf_dir, safe_serialization=True)
@@ -264,6 +313,24 @@ fresh = [float(v) for _, v in LOSS.findall(train(gpt_config, 4, [], "gpt_fresh")
 loaded = [float(v) for _, v in LOSS.findall(out)]
 check(f"train.load_weight: the first loss ({loaded[0] if loaded else None}) is the imported model's, not a fresh "
       f"start's ({fresh[0] if fresh else None})", loaded and fresh and abs(loaded[0] - fresh[0]) > 1e-3)
+
+# tessel-generate on the imported GPT-2 (its model block is the one
+# import-hf saved), under tp2 and under pp2 with the model given by
+# --config and --set: a noisy model's greedy continuation is Hugging
+# Face's token for token over 40 new tokens.
+prompt_ids = [5, 17, 200, 1999, 64]
+with torch.no_grad():
+    hf_new = hf.generate(torch.tensor([prompt_ids]), attention_mask=torch.ones(1, 5, dtype=torch.long),
+                         max_new_tokens=40, do_sample=False, pad_token_id=0, eos_token_id=None)[0, 5:].tolist()
+for flags in (["--tp", "2"], ["--pp", "2", "--config", gpt_config, "--set", "model.max_position_embeddings=128"]):
+    code, out, _ = run([args.launcher, "--nproc_per_node", "2", "--master_port", "0", "--max_run_s", "200", "--",
+                        args.generate, "--checkpoint", imported, *flags, "--prompt_ids",
+                        ",".join(map(str, prompt_ids)), "--max_new_tokens", "40"], timeout=240)
+    found = re.findall(r"\[rank 0\]   new ids:([ 0-9]*)", out)
+    got = [int(x) for x in found[0].split()] if found else None
+    check(f"tessel-generate {' '.join(flags[:2])} on the imported GPT-2: Hugging Face's greedy tokens exactly, "
+          f"{len(set(hf_new))} different ones ({got} vs {hf_new})",
+          code == 0 and got == hf_new and len(set(hf_new)) >= 5, out[-2000:])
 
 # train.load_weight takes the model's weights and nothing else: a ViT whose
 # every batch is the same 32 synthetic images, started from a checkpoint's
