@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -14,6 +15,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "runtime/pipeline_schedule.h"
 
 namespace tessel::plan {
 namespace {
@@ -531,6 +533,47 @@ TEST(GptPlan, MemorySizesParseWithTheirUnits) {
   for (const char* bad : {"", "GiB", "-1GiB", "80 gigs", "nan", "1e30GiB"}) {
     EXPECT_THROW(ParseByteSize(bad), Error) << bad;
   }
+}
+
+// The pipeline played with unit times gives the published step times:
+// (m + p - 1)(t_F + t_B) for GPipe and 1F1B, (3m + p - 1) t under ZB-H1
+// with F, B and W of one t each, and (m v + p - 1)(t_F + t_B) / v
+// interleaved over v chunks (each chunk 1/v of a stage's work).
+TEST(StepEstimate, PlayingThePipelineGivesThePublishedStepTimes) {
+  auto play = [](const std::string& schedule, int p, int m, int v, double forward, double backward,
+                 double weight) {
+    std::vector<StageTimes> stages(p);
+    for (int s = 0; s < p; ++s) {
+      stages[s].stage = s;
+      stages[s].actions = runtime::StageActions(schedule, p, s, m, v);
+      for (const runtime::Action& a : stages[s].actions)
+        stages[s].unit_s[{a.chunk, a.micro_batch, a.weight ? 2 : a.backward ? 1 : 0}] =
+            (a.weight ? weight : a.backward ? backward : forward) / v;
+    }
+    return PlayPipeline(stages, m, v);
+  };
+  for (int p : {1, 2, 4}) {
+    for (int m : {4, 8}) {
+      SCOPED_TRACE("p " + std::to_string(p) + " m " + std::to_string(m));
+      EXPECT_NEAR(play("gpipe", p, m, 1, 1, 2, 0).step_s, (m + p - 1) * 3.0, 1e-9);
+      EXPECT_NEAR(play("1f1b", p, m, 1, 1, 2, 0).step_s, (m + p - 1) * 3.0, 1e-9);
+      EXPECT_NEAR(play("zb_h1", p, m, 1, 1, 1, 1).step_s, 3.0 * m + p - 1, 1e-9);
+      if (p > 1 && m % p == 0) {
+        EXPECT_NEAR(play("interleaved_1f1b", p, m, 2, 1, 2, 0).step_s, (m * 2 + p - 1) * 3.0 / 2, 1e-9);
+      }
+      const StepEstimate e = play("1f1b", p, m, 1, 1, 2, 0);
+      EXPECT_NEAR(e.busy_s, 3.0 * m, 1e-9);  // each stage's own work; the rest is the bubble
+    }
+  }
+}
+
+TEST(StepEstimate, MatmulThroughputIsInterpolatedBetweenMeasuredSizes) {
+  MachineModel machine;
+  machine.gemm = {{1e6, 1e9}, {1e8, 1e10}};
+  EXPECT_DOUBLE_EQ(machine.GemmSeconds(1e5), 1e5 / 1e9);  // below: the smallest's rate
+  EXPECT_DOUBLE_EQ(machine.GemmSeconds(1e9), 1e9 / 1e10);  // above: the largest's
+  EXPECT_NEAR(machine.GemmSeconds(1e7), 1e7 / std::sqrt(1e9 * 1e10), 1e-12);  // log-linear between
+  EXPECT_EQ(machine.GemmSeconds(0), 0);
 }
 
 }  // namespace

@@ -141,6 +141,11 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
     StageMemory s{.stage = static_cast<int>(stage), .rank = rank};
     if (schedule != "in_order") {
       runtime::RankSchedule ranked = runtime::ScheduleRank(graph, rank, schedule);
+      if (o.machine != nullptr) {
+        proto::RankPlanProto comms;
+        CompileRankPlan(ranked.exec, &comms);
+        out.stage_times.push_back(TimeStage(graph, ranked, comms, *o.machine));
+      }
       memory_options.order = std::move(ranked.order);
       s.in_flight = runtime::MaxInFlight(ranked.actions);
     }
@@ -153,6 +158,11 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
     s.input_bytes = m.input_bytes;
     out.stages.push_back(s);
   }
+  TESSEL_CHECK(o.machine == nullptr || schedule != "in_order")
+      << "a step time is estimated under a pipeline schedule; in_order is the reference executor's";
+  if (o.machine != nullptr)
+    out.estimate = PlayPipeline(out.stage_times, static_cast<int>(o.micro_batches),
+                                static_cast<int>(o.virtual_pipeline_size));
   const double p = static_cast<double>(o.pipeline_parallel_size), m = static_cast<double>(o.micro_batches),
                v = static_cast<double>(o.virtual_pipeline_size);
   out.bubble_fraction = (p - 1) / (v * m + p - 1);
@@ -237,6 +247,18 @@ std::string GptPlanText(const GptPlanOptions& o, const GptPlan& plan) {
   }
   os << "not counted: the device runtime's context and library workspaces, allocator fragmentation beyond "
         "its size classes\n";
+  if (o.machine != nullptr) {
+    const StepEstimate& e = plan.estimate;
+    const StageTimes& critical = plan.stage_times.at(static_cast<size_t>(e.critical_stage));
+    double peak = 0;
+    for (const auto& [flops, rate] : o.machine->gemm) peak = std::max(peak, rate);
+    const double rate = critical.gemm_flops / e.step_s;
+    os << o.machine->Text() << std::fixed << std::setprecision(1) << "step time estimate under " << o.schedule
+       << ": " << 1e3 * e.step_s << " ms (stage " << e.critical_stage << " ends last: busy " << 1e3 * e.busy_s
+       << " ms, of which communication " << 1e3 * e.communication_s << " ms; waiting " << 1e3 * (e.step_s - e.busy_s)
+       << " ms); its matmuls " << std::setprecision(2) << rate / 1e9 << " GFLOP/s, " << std::setprecision(0)
+       << 100 * rate / peak << "% of the fastest measured matmul\n";
+  }
   if (o.virtual_pipeline_size > 1)
     os << "pipeline: " << o.pipeline_parallel_size << " stage(s) of " << o.virtual_pipeline_size
        << " chunks, " << o.micro_batches

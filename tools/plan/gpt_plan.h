@@ -19,6 +19,7 @@
 #include "graph/plan/rank_plan.pb.h"
 #include "layers/dist.h"
 #include "models/gpt.h"
+#include "tools/plan/step_estimate.h"
 #include "zoo/config.pb.h"
 
 namespace tessel::plan {
@@ -57,6 +58,9 @@ struct GptPlanOptions {
   Precision precision = Precision::kF32;
   // When > 0: the device memory each rank has, for the verdict.
   int64_t device_memory_bytes = 0;
+  // When set: the step time is estimated on this machine (not under
+  // in_order).
+  const MachineModel* machine = nullptr;
 };
 
 // What a rank of one pipeline stage holds at once under the schedule.
@@ -110,6 +114,9 @@ struct GptPlan {
   double bubble_fraction = 0;
   std::string dot;  // with want_dot
   std::vector<StageMemory> stages;  // one rank of each stage, in stage order
+  // With options.machine: each stage's ops timed, and the step played.
+  std::vector<StageTimes> stage_times;
+  StepEstimate estimate;
 };
 
 // Throws (naming the value) on sizes that do not fit: a rank outside the

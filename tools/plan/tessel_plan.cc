@@ -13,7 +13,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/comm/process_group.h"
+#include "graph/init.h"
 #include "graph/plan/rank_plan.h"
+#include "layers/dist.h"
 #include "tools/plan/gpt_plan.h"
 #include "zoo/config.h"
 
@@ -32,6 +35,16 @@ DEFINE_string(precision, "",
               "config's train.amp, else f32");
 DEFINE_string(device_memory, "",
               "each device's memory, e.g. 80GiB: the plan says whether every stage fits");
+DEFINE_bool(calibrate, false,
+            "estimate the step time on this machine: under tessel-launch with as many processes as the job "
+            "would run here, every rank measures matmuls, elementwise ops, the runtime's cost per op and the "
+            "collectives at once, and rank 0 prints the plan with the estimate");
+DEFINE_double(gemm_tflops, 0, "estimate the step time on a machine whose f32 matmuls run at this many TFLOP/s "
+              "(with --memory_gbps, --op_overhead_us, --link_gbps, --link_latency_us)");
+DEFINE_double(memory_gbps, 0, "with --gemm_tflops: elementwise ops' GB/s (read and written)");
+DEFINE_double(op_overhead_us, 0, "with --gemm_tflops: the runtime's cost per op, microseconds");
+DEFINE_double(link_gbps, 0, "with --gemm_tflops: each rank's link for collectives and stage transfers, GB/s");
+DEFINE_double(link_latency_us, 0, "with --gemm_tflops: a collective's or transfer's fixed cost, microseconds");
 
 DEFINE_int64(tp, 1, "tensor parallel size");
 DEFINE_int64(pp, 1, "pipeline parallel size");
@@ -79,9 +92,8 @@ int main(int argc, char** argv) {
       "communication per transformer layer and per parallel group, memory of each pipeline stage under "
       "the schedule (and whether it fits --device_memory), the pipeline bubble");
   const std::vector<std::string> overrides = tessel::zoo::TakeSetFlags(&argc, argv, "tessel-plan");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;  // the compiler's pass timings go to stderr, the plan to stdout
-  google::InitGoogleLogging(argv[0]);
+  tessel::Init(&argc, &argv);  // flags, logging and, under tessel-launch, the world (--calibrate)
   try {
     tessel::plan::GptPlanOptions o;
     if (!FLAGS_config.empty()) {
@@ -139,6 +151,32 @@ int main(int argc, char** argv) {
                                               : tessel::plan::GptPlanOptions::Precision::kF32;
     }
     if (!FLAGS_device_memory.empty()) o.device_memory_bytes = tessel::plan::ParseByteSize(FLAGS_device_memory);
+    tessel::plan::MachineModel machine;
+    TESSEL_CHECK(!FLAGS_calibrate || FLAGS_gemm_tflops == 0)
+        << "--calibrate measures this machine; --gemm_tflops states another: give one";
+    if (FLAGS_calibrate) {
+      machine = tessel::plan::CalibrateMachine();
+      o.machine = &machine;
+      if (tessel::dist::Rank() != 0) {  // rank 0 plans and prints; the others wait for it to end together
+        tessel::comm::World().Barrier();
+        return 0;
+      }
+    } else if (FLAGS_gemm_tflops > 0) {
+      TESSEL_CHECK(FLAGS_memory_gbps > 0 && FLAGS_link_gbps > 0 && FLAGS_op_overhead_us >= 0 &&
+                   FLAGS_link_latency_us >= 0)
+          << "--gemm_tflops needs --memory_gbps and --link_gbps (> 0), --op_overhead_us and --link_latency_us "
+             "(>= 0): the machine the estimate is for";
+      machine.source = "given by flags";
+      machine.gemm = {{1.0, FLAGS_gemm_tflops * 1e12}};
+      machine.memory_bytes_per_s = FLAGS_memory_gbps * 1e9;
+      machine.op_overhead_s = FLAGS_op_overhead_us * 1e-6;
+      machine.collective_bytes_per_s = machine.p2p_bytes_per_s = FLAGS_link_gbps * 1e9;
+      machine.collective_latency_s = machine.p2p_latency_s = FLAGS_link_latency_us * 1e-6;
+      o.machine = &machine;
+    } else {
+      TESSEL_CHECK(tessel::dist::WorldSize() == 1)
+          << "tessel-plan under tessel-launch is for --calibrate; without it, run one process";
+    }
     o.want_dot = !FLAGS_dot.empty();
     o.want_instructions = FLAGS_instructions;
     const tessel::plan::GptPlan plan = tessel::plan::PlanGpt(o);
@@ -155,6 +193,8 @@ int main(int argc, char** argv) {
       TESSEL_CHECK(plan.plan.SerializeToOstream(&f) && f.good())
           << "could not write --plan_out=" << FLAGS_plan_out;
     }
+    std::fflush(stdout);
+    if (FLAGS_calibrate) tessel::comm::World().Barrier();
   } catch (const tessel::Error& e) {
     std::fprintf(stderr, "tessel-plan: %s\n", e.what());
     return 1;
