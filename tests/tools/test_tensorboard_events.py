@@ -28,12 +28,18 @@ pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disa
 check("pip installs tensorboard", pip.returncode == 0, pip.stderr[-2000:])
 
 out_dir = os.path.join(work, "run")
-rc, out, _ = run([args.launch, "--nproc_per_node", "2", "--master_port", "0", "--max_run_s", "240", "--",
-                  args.train, "--config", os.path.join(args.source, "configs", "gpt2_tiny.prototxt"),
-                  "--set", "train.dist.tensor_parallel_size=1", "--set", "train.dist.pipeline_parallel_size=2",
-                  "--set", "train.train_iter=6", "--set", "scheduler.warmup_iter=2", "--set", "train.log_period=2",
-                  "--set", "evaluation.eval_period=3", "--set", "evaluation.eval_iter=1",
-                  "--set", f"train.output_dir={out_dir}"], timeout=300)
+
+
+def train(iterations):
+    return run([args.launch, "--nproc_per_node", "2", "--master_port", "0", "--max_run_s", "240", "--",
+                args.train, "--config", os.path.join(args.source, "configs", "gpt2_tiny.prototxt"),
+                "--set", "train.dist.tensor_parallel_size=1", "--set", "train.dist.pipeline_parallel_size=2",
+                "--set", f"train.train_iter={iterations}", "--set", "scheduler.warmup_iter=2", "--set",
+                "train.log_period=2", "--set", "evaluation.eval_period=3", "--set", "evaluation.eval_iter=1",
+                "--set", f"train.output_dir={out_dir}"], timeout=300)
+
+
+rc, out, _ = train(6)
 check("tessel-train runs 6 iterations", rc == 0, out[-3000:])
 event_files = glob.glob(os.path.join(out_dir, "events.out.tfevents.*"))
 check("one event file in the output directory", len(event_files) == 1, str(os.listdir(out_dir) if rc == 0 else ""))
@@ -94,6 +100,27 @@ if pip.returncode == 0 and event_files:
     check("a flipped byte costs the damaged record (checksums are read)",
           sum(len(v) for v in damaged.values()) < sum(len(v) for v in scalars.values()),
           f"{sum(len(v) for v in damaged.values())} scalars from the damaged copy")
+
+# The same output directory again, afresh (no checkpoint to continue
+# from): the first run's log moves to earlier_runs/1, so TensorBoard and
+# metrics.jsonl show the new run alone and the old one is kept whole.
+if rc == 0:
+    first_metrics = open(os.path.join(out_dir, "metrics.jsonl")).read()
+    rc2, out2, _ = train(4)
+    earlier = os.path.join(out_dir, "earlier_runs", "1")
+    check("a second run afresh in the same output directory says it moved the earlier log",
+          rc2 == 0 and f"moved it to {earlier}" in out2, out2[-2000:])
+    check("earlier_runs/1 holds the first run's metrics.jsonl unchanged and its event file",
+          os.path.isfile(os.path.join(earlier, "metrics.jsonl"))
+          and open(os.path.join(earlier, "metrics.jsonl")).read() == first_metrics
+          and len(glob.glob(os.path.join(earlier, "events.out.tfevents.*"))) == 1, str(os.listdir(out_dir)))
+    rows = [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))] if rc2 == 0 else []
+    check("the new metrics.jsonl is the second run's alone (iterations 1, 2, 4)",
+          [r["iteration"] for r in rows if "loss" in r] == [1, 2, 4], str(rows)[:2000])
+    if pip.returncode == 0:
+        again = read_scalars(out_dir)
+        check("TensorBoard on the output directory sees the second run alone",
+              [s for s, _ in again.get("train/loss", [])] == [1, 2, 4], str(again.get("train/loss")))
 
 shutil.rmtree(work, ignore_errors=True)
 finish()

@@ -84,6 +84,32 @@ std::vector<std::string> TakeOverrides(int* argc, char** argv) {
   return overrides;
 }
 
+// Moves what an earlier run wrote into `out_dir` (metrics.jsonl,
+// config.prototxt, TensorBoard event files, timeline/) into
+// <out_dir>/earlier_runs/<n>/ (n one past the last there); returns that
+// folder, or "" if there was nothing to move. Checkpoints stay: they are
+// train.checkpoint_dir's, and train.resume decides about them.
+std::string ArchiveEarlierRun(const std::filesystem::path& out_dir) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> earlier;
+  for (const fs::directory_entry& entry : fs::directory_iterator(out_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "metrics.jsonl" || name == "config.prototxt" || name == "timeline" ||
+        name.rfind("events.out.tfevents.", 0) == 0)
+      earlier.push_back(entry.path());
+  }
+  const bool logged = std::any_of(earlier.begin(), earlier.end(), [](const fs::path& p) {
+    return p.filename() != "config.prototxt";
+  });
+  if (!logged) return "";  // a config alone: a run that stopped before its first log line
+  int n = 1;
+  while (fs::exists(out_dir / "earlier_runs" / std::to_string(n))) ++n;
+  const fs::path to = out_dir / "earlier_runs" / std::to_string(n);
+  fs::create_directories(to);
+  for (const fs::path& p : earlier) fs::rename(p, to / p.filename());
+  return to.string();
+}
+
 // What users of other trainers type, and tessel-train's way to say it.
 struct ForeignFlag {
   const char* name;  // dashes as Megatron-LM spells them
@@ -516,6 +542,15 @@ int RunTrainingProgram(int argc, char** argv) {
   std::unique_ptr<zoo::EventWriter> events;  // TensorBoard scalars, beside metrics.jsonl
   if (rank == 0 && !FLAGS_fast_dev_run) {
     std::filesystem::create_directories(out_dir);
+    // A run that starts afresh where an earlier run wrote its log moves
+    // that log aside first, so the two runs' metrics, TensorBoard scalars
+    // and timelines do not mix and neither is lost.
+    if (!resumed) {
+      const std::string moved = ArchiveEarlierRun(out_dir);
+      if (!moved.empty())
+        std::printf("tessel-train: %s held an earlier run's log; moved it to %s (this run starts afresh)\n",
+                    out_dir.c_str(), moved.c_str());
+    }
     std::ofstream(out_dir / "config.prototxt") << zoo::ConfigText(c);
     // A resumed run adds to the metrics of the run it continues.
     metrics.reset(std::fopen((out_dir / "metrics.jsonl").c_str(), resumed ? "a" : "w"));
