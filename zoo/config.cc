@@ -621,6 +621,14 @@ void ResolveConfig(config::Config* c, int world_size) {
         << (t.graph().enabled() ? "on the in_order reference executor" : "eagerly")
         << "; timelines come from the actor runtime (train.graph.enabled true, a pipeline schedule)";
   }
+  if (!t.best_checkpoint_metric().empty()) {
+    CheckOneOf("train.best_checkpoint_metric", t.best_checkpoint_metric(),
+               vision ? std::vector<std::string>{"eval_loss", "eval_accuracy"}
+                      : std::vector<std::string>{"eval_loss", "eval_perplexity"});
+    TESSEL_CHECK(c->evaluation().enabled())
+        << "config: train.best_checkpoint_metric is " << t.best_checkpoint_metric()
+        << " but evaluation.enabled is false; the best checkpoint is the best evaluation's";
+  }
   MaxDurationSeconds(t);  // checked now, used by the training loop
 
   const config::OptimConfig& o = c->optim();

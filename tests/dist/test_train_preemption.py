@@ -15,7 +15,9 @@ max_duration, --resume_step) on the tiny GPT under tp2 x pp2:
 - --resume_step N resumes from iter_N, not the latest; one that is not
   there is named; train.keep_last_checkpoints keeps that many;
 - train.resume off starts afresh beside a checkpoint, train.resume required
-  fails without one."""
+  fails without one;
+- train.best_checkpoint_metric keeps the checkpoint of the lowest
+  evaluation loss in checkpoints/best, across a resume."""
 import glob
 import hashlib
 import os
@@ -156,4 +158,41 @@ expect("resume required, no checkpoint: named", out, r"train.resume required but
                                                      r"complete checkpoint")
 code, out, _ = run(command(empty_dir, ["train.resume=sometimes"]), timeout=120)
 expect("resume 'sometimes': named", out, r"config: train.resume is 'sometimes'; expected one of")
+
+# train.best_checkpoint_metric: a constant learning rate so high that the
+# loss rises after the first evaluation and stays above it (evaluations
+# every 2 iterations). best/ holds the checkpoint of the lowest evaluation
+# loss of metrics.jsonl, apart from the latest; the run resumed to 8
+# iterations compares with it and keeps iteration 2 (starting anew, it
+# would keep one of 6 and 8).
+best_run = os.path.join(work, "best")
+best_sets = ["evaluation.enabled=true", "evaluation.eval_period=2", "evaluation.eval_iter=1", "optim.lr=0.1",
+             "scheduler.name=constant", "scheduler.warmup_iter=0", "train.best_checkpoint_metric=eval_loss", "train.save_period=4"]
+
+
+def best_state():
+    """(iteration, value) of best/'s checkpoint, and the evaluations of metrics.jsonl."""
+    import json
+    found = glob.glob(os.path.join(best_run, "checkpoints", "best", "iter_*"))
+    meta = json.load(open(os.path.join(found[0], "index.json")))["metadata"] if len(found) == 1 else {}
+    rows = [json.loads(line) for line in open(os.path.join(best_run, "metrics.jsonl"))]
+    evaluations = {r["iteration"]: r["eval_loss"] for r in rows if "eval_loss" in r}
+    return len(found), meta, evaluations
+
+
+for iterations in (4, 8):
+    code, out, _ = run(command(best_run, best_sets + [f"train.train_iter={iterations}"]), timeout=240)
+    count, meta, evaluations = best_state() if code == 0 else (0, {}, {})
+    lowest = min(evaluations, key=evaluations.get) if evaluations else None
+    check(f"best_checkpoint_metric eval_loss after {iterations} iterations: best/ holds one checkpoint, of "
+          f"iteration {lowest}, the lowest of {evaluations} ({meta.get('iteration')}, {meta.get('best_value')})",
+          code == 0 and count == 1 and meta.get("iteration") == str(lowest) and meta.get("best_metric") == "eval_loss"
+          and abs(float(meta.get("best_value", "nan")) - evaluations[lowest]) <= 1e-5 * abs(evaluations[lowest]),
+          out[-2000:])
+    check(f"the loss rose after the first evaluation: best/ is iteration 2's, not the latest ({iterations})",
+          code == 0 and lowest == 2 and
+          os.path.isdir(os.path.join(best_run, "checkpoints", f"iter_{iterations:07d}")), str(evaluations))
+code, out, _ = run(command(best_run, ["train.best_checkpoint_metric=eval_accuracy"]), timeout=120)
+expect("best_checkpoint_metric eval_accuracy for a GPT: named", out,
+       r"train.best_checkpoint_metric is 'eval_accuracy'; expected one of eval_loss, eval_perplexity")
 finish()

@@ -576,7 +576,7 @@ int RunTrainingProgram(int argc, char** argv) {
 
   auto evaluate_now = [&](int64_t iteration) {
     const std::vector<train::Metric> metrics_now = task->Evaluate(graph);
-    if (rank != 0) return;
+    if (rank != 0) return metrics_now;
     std::string line = "evaluation at iteration " + std::to_string(iteration) + ":";
     std::string json = "{\"iteration\": " + std::to_string(iteration);
     char value[64];
@@ -594,6 +594,7 @@ int RunTrainingProgram(int argc, char** argv) {
       std::fflush(metrics.get());
     }
     if (events) events->Flush();
+    return metrics_now;
   };
 
   using Clock = std::chrono::steady_clock;
@@ -652,6 +653,45 @@ int RunTrainingProgram(int argc, char** argv) {
       std::fflush(stdout);
     }
     period_start = Clock::now();  // saving time is not training time
+  };
+  // The best checkpoint by an evaluation metric, in <checkpoint_dir>/best:
+  // a resumed run compares with what its best/ holds, a fresh one starts
+  // anew.
+  const std::string best_metric = t.best_checkpoint_metric();
+  const bool higher_is_better = best_metric == "eval_accuracy";
+  const std::filesystem::path best_dir = std::filesystem::path(t.checkpoint_dir()) / "best";
+  std::optional<double> best_value;
+  if (!best_metric.empty() && resumed && !checkpoint::Find(best_dir).empty()) {
+    const auto meta = checkpoint::ReadIndex(checkpoint::Find(best_dir)).metadata;
+    const auto it = meta.find("best_value");
+    if (meta.count("best_metric") && meta.at("best_metric") == best_metric && it != meta.end())
+      best_value = std::stod(it->second);
+  }
+  auto keep_if_best = [&](int64_t done, const std::vector<train::Metric>& scored) {
+    // Rank 0 read the evaluation; every rank takes its figure, so all
+    // decide alike (the save is collective).
+    double value = 0;
+    for (const train::Metric& metric : scored)
+      if ("eval_" + metric.name == best_metric) value = metric.value;
+    comm::World().Broadcast(&value, 1, DType::kInt64, 0);  // 8 bytes, copied as they are
+    if (!std::isfinite(value)) return;
+    if (best_value && (higher_is_better ? value <= *best_value : value >= *best_value)) return;
+    best_value = value;
+    if (rank == 0 && !checkpoint_lock) checkpoint_lock.emplace(t.checkpoint_dir());
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.9g", value);
+    std::map<std::string, std::string> state = {{"iteration", std::to_string(done)}, {"arch", m.arch()},
+                                                {"best_metric", best_metric}, {"best_value", text}};
+    for (const auto& [name, counter] : rng_counters) state["rng." + name] = std::to_string(counter->Get());
+    checkpoint::SaveOptions options;
+    options.keep_last = 1;
+    options.config_text = zoo::ConfigText(c);
+    const std::filesystem::path where = checkpoint::Save(best_dir, done, saved, state, options);
+    if (rank == 0) {
+      std::printf("saved checkpoint %s (best %s so far: %s)\n", where.c_str(), best_metric.c_str(), text);
+      std::fflush(stdout);
+    }
+    period_start = Clock::now();
   };
   // Stopping early with a checkpoint: on a signal (preemption) or past
   // train.max_duration. Not in a smoke run, which saves nothing.
@@ -811,7 +851,8 @@ int RunTrainingProgram(int argc, char** argv) {
       period_loss_sum = 0;
     }
     if (evaluate && (done % c.evaluation().eval_period() == 0 || done == t.train_iter())) {
-      evaluate_now(done);
+      const std::vector<train::Metric> scored = evaluate_now(done);
+      if (!best_metric.empty() && !FLAGS_fast_dev_run) keep_if_best(done, scored);
       period_start = Clock::now();  // evaluation time is not training time
     }
     // A run that resumed saves its end as well, whatever save_period is:
