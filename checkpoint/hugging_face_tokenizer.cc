@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "zoo/vocabulary.h"
 
 namespace tessel::checkpoint {
 namespace fs = std::filesystem;
@@ -39,16 +40,12 @@ void WriteFile(const fs::path& path, const std::string& text) {
 }  // namespace
 
 std::vector<std::string> Gpt2Vocabulary(std::string_view vocab_json, int64_t vocab_size, const std::string& where) {
-  const nlohmann::json vocab = nlohmann::json::parse(vocab_json, nullptr, /*allow_exceptions=*/false);
-  TESSEL_CHECK(vocab.is_object()) << "tokenizer " << where << ": not a JSON object of token ids";
   TESSEL_CHECK(vocab_size >= 0) << "tokenizer " << where << ": a vocabulary of " << vocab_size << " tokens";
-  std::vector<std::string> tokens(static_cast<size_t>(vocab_size));
-  for (const auto& [token, id] : vocab.items()) {
-    TESSEL_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab_size)
-        << "tokenizer " << where << ": token '" << token.substr(0, 64) << "' has id " << id.dump().substr(0, 64)
-        << "; expected an integer id below the model's vocabulary of " << vocab_size;
-    tokens[static_cast<size_t>(id.get<int64_t>())] = token;
-  }
+  std::vector<std::string> tokens = zoo::ParseVocabJson(vocab_json, "of tokenizer " + where);
+  TESSEL_CHECK(static_cast<int64_t>(tokens.size()) <= vocab_size)
+      << "tokenizer " << where << ": token '" << tokens.back().substr(0, 64) << "' has id " << tokens.size() - 1
+      << "; expected ids below the model's vocabulary of " << vocab_size;
+  tokens.resize(static_cast<size_t>(vocab_size));
   return tokens;
 }
 
@@ -80,7 +77,7 @@ std::string DecodeGpt2(const std::vector<std::string>& vocabulary, const std::ve
     }
     return byte_of;
   }();
-  std::string text;
+  std::string bytes;
   for (const int64_t id : ids) {
     TESSEL_CHECK(id >= 0 && static_cast<size_t>(id) < vocabulary.size())
         << "decode: id " << id << " is outside the vocabulary of " << vocabulary.size() << " tokens";
@@ -94,7 +91,33 @@ std::string DecodeGpt2(const std::vector<std::string>& vocabulary, const std::ve
         code_point = (code_point << 6) | (static_cast<unsigned char>(token[i + k]) & 0x3F);
       i += length;
       if (code_point < byte_of_code_point.size() && byte_of_code_point[code_point] >= 0)
-        text.push_back(static_cast<char>(byte_of_code_point[code_point]));
+        bytes.push_back(static_cast<char>(byte_of_code_point[code_point]));
+    }
+  }
+  // As UTF-8, a byte that starts no valid sequence (a character whose
+  // bytes the ids cut) replaced by U+FFFD, as Hugging Face's decode does.
+  std::string text;
+  for (size_t i = 0; i < bytes.size();) {
+    const unsigned char lead = static_cast<unsigned char>(bytes[i]);
+    const size_t length = lead < 0x80 ? 1 : lead >= 0xC2 && lead <= 0xDF ? 2 : lead >= 0xE0 && lead <= 0xEF ? 3
+                                                                         : lead >= 0xF0 && lead <= 0xF4 ? 4
+                                                                                                        : 0;
+    bool valid = length > 0 && i + length <= bytes.size();
+    for (size_t k = 1; valid && k < length; ++k) valid = (static_cast<unsigned char>(bytes[i + k]) & 0xC0) == 0x80;
+    if (valid && length == 3) {  // no overlong forms, no surrogates
+      const unsigned char second = static_cast<unsigned char>(bytes[i + 1]);
+      valid = !(lead == 0xE0 && second < 0xA0) && !(lead == 0xED && second >= 0xA0);
+    }
+    if (valid && length == 4) {
+      const unsigned char second = static_cast<unsigned char>(bytes[i + 1]);
+      valid = !(lead == 0xF0 && second < 0x90) && !(lead == 0xF4 && second >= 0x90);
+    }
+    if (valid) {
+      text.append(bytes, i, length);
+      i += length;
+    } else {
+      text.append("\xEF\xBF\xBD");
+      ++i;
     }
   }
   return text;

@@ -31,8 +31,10 @@ int64_t EndOfTextId(std::string_view vocab_json, int64_t vocab_size, const std::
 // The vocabulary of vocab.json in `dir` (at most 64 MB), as Gpt2Vocabulary.
 std::vector<std::string> ReadGpt2Vocabulary(const std::filesystem::path& dir, int64_t vocab_size);
 // The text of `ids` under a byte-level BPE's tokens (GPT-2's: each byte
-// stands as one printable character in a token). Bytes no token gives are
-// left out; an id outside the vocabulary throws, naming it.
+// stands as one printable character in a token), as UTF-8: a byte that
+// starts no valid sequence (a character the ids cut) becomes U+FFFD, as
+// Hugging Face's decode gives it. An id outside the vocabulary throws,
+// naming it.
 std::string DecodeGpt2(const std::vector<std::string>& vocabulary, const std::vector<int64_t>& ids);
 
 // vocab.json and merges.txt in `dir` (each at most 64 MB), checked against

@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "core/join.h"
+#include "zoo/vocabulary.h"
 
 namespace tessel::zoo {
 
@@ -294,6 +295,8 @@ config::Config LoadConfigFile(const std::filesystem::path& path, IncludeState& s
   if (!data.image_dataset().empty() && data.image_dataset() != "synthetic" &&
       std::filesystem::path(data.image_dataset()).is_relative())
     config.mutable_data()->set_image_dataset(relative_to_config(data.image_dataset()));
+  if (!data.vocab_file().empty() && std::filesystem::path(data.vocab_file()).is_relative())
+    config.mutable_data()->set_vocab_file(relative_to_config(data.vocab_file()));
   const std::string& weights = config.train().load_weight();
   if (!weights.empty() && std::filesystem::path(weights).is_relative())
     config.mutable_train()->set_load_weight(relative_to_config(weights));
@@ -393,6 +396,54 @@ void ApplyOverrides(config::Config* config, const std::vector<std::string>& assi
 namespace {
 // BERT's sample options against the model: probabilities in range, the
 // special tokens distinct ids of the vocabulary, room for [CLS] A [SEP] B [SEP].
+// data.vocab_file: the model's vocabulary size and BERT's special tokens
+// from the tokenizer's own file, where the config leaves them out; checked
+// against it where the config gives them.
+void ApplyVocabularyFile(config::Config* c) {
+  config::DataConfig& data = *c->mutable_data();
+  if (data.vocab_file().empty()) return;
+  config::ModelConfig& m = *c->mutable_model();
+  TESSEL_CHECK(m.arch() != "vit") << "config: data.vocab_file is set for model.arch vit, which reads no tokens";
+  const std::vector<std::string> tokens = ReadVocabulary(data.vocab_file());
+  const int64_t count = static_cast<int64_t>(tokens.size());
+  if (!m.has_vocab_size()) m.set_vocab_size(count);
+  TESSEL_CHECK(m.vocab_size() >= count)
+      << "config: model.vocab_size is " << m.vocab_size() << " but data.vocab_file " << data.vocab_file()
+      << " holds " << count << " tokens; leave model.vocab_size out to take the file's count";
+  if (m.arch() != "bert") return;
+  struct Special {
+    const char* field;
+    const char* token;
+    bool given;
+    int64_t id;
+    void (config::DataConfig::*set)(int64_t);
+  };
+  for (const Special& s : {Special{"cls_token_id", "[CLS]", data.has_cls_token_id(), data.cls_token_id(),
+                                   &config::DataConfig::set_cls_token_id},
+                           Special{"sep_token_id", "[SEP]", data.has_sep_token_id(), data.sep_token_id(),
+                                   &config::DataConfig::set_sep_token_id},
+                           Special{"mask_token_id", "[MASK]", data.has_mask_token_id(), data.mask_token_id(),
+                                   &config::DataConfig::set_mask_token_id},
+                           Special{"pad_token_id", "[PAD]", data.has_pad_token_id(), data.pad_token_id(),
+                                   &config::DataConfig::set_pad_token_id}}) {
+    if (s.given) {
+      TESSEL_CHECK(s.id >= 0 && s.id < count && tokens[static_cast<size_t>(s.id)] == s.token)
+          << "config: data." << s.field << " is " << s.id << " but " << s.token << " is "
+          << (std::find(tokens.begin(), tokens.end(), s.token) == tokens.end()
+                  ? std::string("not in ")
+                  : "id " + std::to_string(std::find(tokens.begin(), tokens.end(), s.token) - tokens.begin()) +
+                        " in ")
+          << data.vocab_file() << "; leave data." << s.field << " out to take the file's";
+      continue;
+    }
+    const auto found = std::find(tokens.begin(), tokens.end(), s.token);
+    TESSEL_CHECK(found != tokens.end()) << "config: data.vocab_file " << data.vocab_file() << " has no " << s.token
+                                        << " token; set data." << s.field;
+    (data.*s.set)(found - tokens.begin());
+  }
+  if (!m.has_pad_token_id()) m.set_pad_token_id(data.pad_token_id());
+}
+
 void CheckBertData(const config::Config& c) {
   const config::DataConfig& data = c.data();
   const config::ModelConfig& m = c.model();
@@ -450,6 +501,7 @@ void ResolveConfig(config::Config* c, int world_size) {
   CheckOneOf("model.arch", m.arch(), {"gpt2", "gpt", "bert", "vit"});
   m.set_arch(CanonicalArch(m.arch()));
   const bool vision = m.arch() == "vit";
+  ApplyVocabularyFile(c);
   CheckOneOf("model.hidden_act", m.hidden_act(), {"gelu_tanh", "gelu"});
   for (const auto& [field, p] :
        {std::pair<const char*, double>{"embedding_dropout_prob", m.embedding_dropout_prob()},

@@ -24,6 +24,10 @@ TEST(Gpt2Tokenizer, VocabularyByIdAndDecodedBytes) {
   EXPECT_EQ(EndOfTextId(json, 8, "test"), 0);
   EXPECT_EQ(DecodeGpt2(vocabulary, {1, 2, 7, 3, 4, 5}), "Hello world!\ncaf\xc3\xa9");
   EXPECT_EQ(DecodeGpt2(vocabulary, {}), "");
+  // 'é' cut after its first byte: U+FFFD, then the rest.
+  std::vector<std::string> cut = vocabulary;
+  cut[6] = "\xc3\x83";  // "Ã": the byte 0xC3 alone
+  EXPECT_EQ(DecodeGpt2(cut, {4, 6, 7}), "caf\xef\xbf\xbd!");
   EXPECT_THROW(DecodeGpt2(vocabulary, {8}), Error);
   EXPECT_THROW(DecodeGpt2(vocabulary, {-1}), Error);
   EXPECT_THROW(Gpt2Vocabulary(json, 6, "test"), Error);  // "!" is id 7

@@ -34,7 +34,7 @@ def run(cmd, env=None, timeout=60, **kwargs):
     start = time.monotonic()
     try:
         proc = subprocess.run(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              timeout=timeout, text=True, start_new_session=True, **kwargs)
+                              timeout=timeout, text=True, errors="replace", start_new_session=True, **kwargs)
     except subprocess.TimeoutExpired as e:
         out = e.output.decode(errors="replace") if isinstance(e.output, bytes) else (e.output or "")
         return None, out + f"\n[killed: still running after {timeout} s]", time.monotonic() - start
@@ -48,7 +48,7 @@ class Job:
     def __init__(self, cmd, env=None):
         self.start = time.monotonic()
         self.proc = subprocess.Popen(cmd, env=job_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True)
+                                     text=True, errors="replace")
         self.lines = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()

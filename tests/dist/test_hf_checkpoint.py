@@ -325,7 +325,7 @@ with torch.no_grad():
 for flags in (["--tp", "2"], ["--pp", "2", "--config", gpt_config, "--set", "model.max_position_embeddings=128"]):
     code, out, _ = run([args.launcher, "--nproc_per_node", "2", "--master_port", "0", "--max_run_s", "200", "--",
                         args.generate, "--checkpoint", imported, *flags, "--prompt_ids",
-                        ",".join(map(str, prompt_ids)), "--max_new_tokens", "40"], timeout=240)
+                        ",".join(map(str, prompt_ids)), "--max_new_tokens", "40", "--eos_id", "-1"], timeout=240)
     found = re.findall(r"\[rank 0\]   new ids:([ 0-9]*)", out)
     got = [int(x) for x in found[0].split()] if found else None
     check(f"tessel-generate {' '.join(flags[:2])} on the imported GPT-2: Hugging Face's greedy tokens exactly, "

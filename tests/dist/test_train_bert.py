@@ -57,12 +57,19 @@ cases = {
                                   r"no document has two sentences of at most 512 tokens \(\d+ hold a longer one\); "
                                   r"BERT's samples pair sentences \(preprocess the text with "
                                   r"tools/preprocess_data\.py --split-sentences\)"),
-    "a special token outside the vocabulary": (["data.mask_token_id=5000"],
+    "a special token the vocabulary file names otherwise": (["data.mask_token_id=5"],
+                                                            r"data\.mask_token_id is 5 but \[MASK\] is id 103 in "
+                                                            r".*bert-vocab\.txt"),
+    "a vocabulary smaller than the vocabulary file": (["model.vocab_size=1000"],
+                                                      r"model\.vocab_size is 1000 but data\.vocab_file "
+                                                      r".*bert-vocab\.txt holds 2048 tokens"),
+    "a special token outside the vocabulary": (["data.vocab_file=", "model.vocab_size=2048",
+                                                "data.mask_token_id=5000"],
                                                r"data\.mask_token_id is 5000; expected an id below "
                                                r"model\.vocab_size 2048"),
-    "two special tokens the same": (["data.pad_token_id=101"],
+    "two special tokens the same": (["data.vocab_file=", "model.vocab_size=2048", "data.pad_token_id=101"],
                                     r"data\.cls_token_id and data\.pad_token_id are both 101"),
-    "a vocabulary smaller than the data": (["model.vocab_size=1000"],
+    "a vocabulary smaller than the data": (["data.vocab_file=", "model.vocab_size=1000"],
                                            r"holds token id 2047 but model\.vocab_size is 1000"),
     "a sequence too short for a pair": (["model.max_seq_length=4"],
                                         r"model\.max_seq_length is 4; BERT needs at least 5"),

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 
 #include "core/error.h"
@@ -374,6 +375,57 @@ TEST(ConfigTest, TheBundledConfigResolvesForFourRanks) {
   EXPECT_TRUE(std::filesystem::exists(c.data().data_prefix() + ".idx")) << c.data().data_prefix();
 }
 
+// data.vocab_file: the size and BERT's special ids from the tokenizer's
+// file where the config leaves them out, checked where it gives them.
+TEST(ConfigTest, TheVocabularyFileGivesTheSizeAndTheSpecialTokens) {
+  config::Config gpt = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/gpt2_tiny.prototxt");
+  EXPECT_FALSE(gpt.model().has_vocab_size());
+  ResolveConfig(&gpt, 4);
+  EXPECT_EQ(gpt.model().vocab_size(), 2048);  // vocab.json's tokens
+  config::Config bert = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/bert_tiny.prototxt");
+  ResolveConfig(&bert, 4);
+  EXPECT_EQ(bert.model().vocab_size(), 2048);  // bert-vocab.txt's lines
+  EXPECT_EQ(bert.data().cls_token_id(), 101);
+  EXPECT_EQ(bert.data().sep_token_id(), 102);
+  EXPECT_EQ(bert.data().mask_token_id(), 103);
+  EXPECT_EQ(bert.data().pad_token_id(), 0);
+
+  // A WordPiece file with the special tokens elsewhere: their ids follow it.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "tessel_vocab_file_test";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "vocab.txt") << "[UNK]\nhello\n[SEP]\n[PAD]\n[CLS]\nworld\n[MASK]\n";
+  config::Config moved = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/bert_tiny.prototxt");
+  moved.mutable_data()->set_vocab_file((dir / "vocab.txt").string());
+  ResolveConfig(&moved, 4);
+  EXPECT_EQ(moved.model().vocab_size(), 7);
+  EXPECT_EQ(moved.data().cls_token_id(), 4);
+  EXPECT_EQ(moved.data().sep_token_id(), 2);
+  EXPECT_EQ(moved.data().mask_token_id(), 6);
+  EXPECT_EQ(moved.data().pad_token_id(), 3);
+  EXPECT_EQ(moved.model().pad_token_id(), 3);  // the embedding's padding row goes with it
+
+  auto error_with = [&](const std::function<void(config::Config*)>& change) {
+    config::Config c = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/bert_tiny.prototxt");
+    c.mutable_data()->set_vocab_file((dir / "vocab.txt").string());
+    change(&c);
+    return ErrorOf([&] { ResolveConfig(&c, 4); });
+  };
+  std::string e = error_with([](config::Config* c) { c->mutable_model()->set_vocab_size(5); });
+  EXPECT_NE(e.find("model.vocab_size is 5 but data.vocab_file"), std::string::npos) << e;
+  EXPECT_NE(e.find("holds 7 tokens"), std::string::npos) << e;
+  e = error_with([](config::Config* c) { c->mutable_data()->set_cls_token_id(101); });
+  EXPECT_NE(e.find("data.cls_token_id is 101 but [CLS] is id 4 in"), std::string::npos) << e;
+  std::ofstream(dir / "no_mask.txt") << "[UNK]\n[SEP]\n[PAD]\n[CLS]\n";
+  e = error_with([&](config::Config* c) { c->mutable_data()->set_vocab_file((dir / "no_mask.txt").string()); });
+  EXPECT_NE(e.find("has no [MASK] token; set data.mask_token_id"), std::string::npos) << e;
+  std::ofstream(dir / "bad.json") << R"({"a": 0, "b": 0})";
+  config::Config twice = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/gpt2_tiny.prototxt");
+  twice.mutable_data()->set_vocab_file((dir / "bad.json").string());
+  e = ErrorOf([&] { ResolveConfig(&twice, 4); });
+  EXPECT_NE(e.find("id 0 is given to 'a' and to 'b'"), std::string::npos) << e;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ConfigTest, TheStandardSizeConfigsResolveForEightRanks) {
   struct Expected {
     const char* file;
@@ -469,6 +521,8 @@ TEST(ConfigTest, BertFieldsAreChecked) {
   EXPECT_NE(e.find("model.pad_token_id is 5 and data.pad_token_id 0"), std::string::npos) << e;
   // -1: no padding row, whatever the data's padding token.
   config::Config no_padding_row = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/bert_tiny.prototxt");
+  no_padding_row.mutable_data()->clear_vocab_file();  // whose [PAD] is 0
+  no_padding_row.mutable_model()->set_vocab_size(2048);
   no_padding_row.mutable_model()->set_pad_token_id(-1);
   no_padding_row.mutable_data()->set_pad_token_id(7);
   EXPECT_NO_THROW(ResolveConfig(&no_padding_row, 4));

@@ -33,6 +33,7 @@
 #include "models/gpt.h"
 #include "tools/train/model_config.h"
 #include "zoo/config.h"
+#include "zoo/vocabulary.h"
 
 DEFINE_string(checkpoint, "",
               "a checkpoint directory (with index.json) or a directory of them (its `latest`) of a GPT");
@@ -51,10 +52,11 @@ DEFINE_int64(top_k, 0, "with --sample: draw among the k most likely tokens only 
 DEFINE_double(top_p, 1.0, "with --sample: draw among the fewest most likely tokens whose probability reaches p");
 DEFINE_uint64(seed, 1234, "with --sample: the random stream's seed");
 DEFINE_int64(eos_id, -2,
-             "stop a prompt's continuation after this id (-1: never; -2: the tokenizer's <|endoftext|> with "
-             "--tokenizer, else never)");
+             "stop a prompt's continuation after this id (-1: never; -2: the vocabulary's <|endoftext|> when "
+             "--tokenizer or the config's data.vocab_file gives one, else never)");
 DEFINE_string(tokenizer, "",
-              "a directory with the GPT-2 byte-level BPE's vocab.json (the data's): the output also as text");
+              "a directory with the GPT-2 byte-level BPE's vocab.json (the data's): the output also as text "
+              "(by default the config's data.vocab_file, when it has one)");
 DEFINE_bool(score, false,
             "score each prompt instead of continuing it: its mean next-token loss and perplexity");
 
@@ -173,7 +175,19 @@ int Main(const std::vector<std::string>& overrides) {
   const int64_t vocab = m.vocab_size(), positions = m.max_position_embeddings();
   std::vector<std::string> vocabulary;
   int64_t eos = FLAGS_eos_id == -2 ? -1 : FLAGS_eos_id;
-  if (!FLAGS_tokenizer.empty()) {
+  if (FLAGS_tokenizer.empty() && !c->data().vocab_file().empty() &&
+      std::filesystem::path(c->data().vocab_file()).extension() == ".json" &&
+      std::filesystem::is_regular_file(c->data().vocab_file())) {
+    // The data's vocabulary, as the training config named it.
+    vocabulary = zoo::ReadVocabulary(c->data().vocab_file());
+    TESSEL_CHECK(static_cast<int64_t>(vocabulary.size()) <= vocab)
+        << "data.vocab_file " << c->data().vocab_file() << " holds ids beyond the model's vocabulary of " << vocab;
+    vocabulary.resize(static_cast<size_t>(vocab));
+    if (FLAGS_eos_id == -2) {
+      const auto it = std::find(vocabulary.begin(), vocabulary.end(), "<|endoftext|>");
+      if (it != vocabulary.end()) eos = it - vocabulary.begin();
+    }
+  } else if (!FLAGS_tokenizer.empty()) {
     vocabulary = checkpoint::ReadGpt2Vocabulary(FLAGS_tokenizer, vocab);
     if (FLAGS_eos_id == -2) {
       const auto it = std::find(vocabulary.begin(), vocabulary.end(), "<|endoftext|>");

@@ -1,0 +1,27 @@
+// Tokenizer vocabularies as the data's preprocessing took them
+// (tools/preprocess_data.py): a GPT-2 byte-level BPE's vocab.json
+// ({"token": id, ...}) and a WordPiece vocab.txt (one token per line, its
+// id the line's number). A config's data.vocab_file gives the model its
+// vocabulary size and BERT its special tokens' ids from the same file.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessel::zoo {
+
+// The tokens of a vocab.json by id (ids no token has: ""). Throws naming
+// `where` unless the text is a JSON object of distinct integer ids from 0,
+// at most twice as many ids as tokens (plus 1,024): sparse beyond that is
+// not a vocabulary, and what it would allocate is bounded so.
+std::vector<std::string> ParseVocabJson(std::string_view text, const std::string& where);
+// The tokens of a vocab.txt by id: its lines (a trailing "\r" dropped).
+// Throws naming `where` on an empty file or a token line longer than 1 KiB.
+std::vector<std::string> ParseVocabTxt(std::string_view text, const std::string& where);
+// A vocabulary file (at most 64 MB): vocab.json by its ".json" extension,
+// else vocab.txt. Throws naming the file.
+std::vector<std::string> ReadVocabulary(const std::filesystem::path& file);
+
+}  // namespace tessel::zoo
