@@ -35,6 +35,7 @@ parser.add_argument("--launcher", required=True)
 parser.add_argument("--tool", required=True, help="tessel-checkpoint")
 parser.add_argument("--train", required=True, help="tessel-train")
 parser.add_argument("--generate", required=True, help="tessel-generate")
+parser.add_argument("--dataset", required=True, help="tessel-dataset")
 parser.add_argument("--source", required=True)
 parser.add_argument("--gpt2_dump", required=True)
 parser.add_argument("--bert_dump", required=True)
@@ -197,8 +198,10 @@ def train(config, nproc, sets, out_name, flags=()):
 
 
 trained = os.path.join(work, "gpt_trained")
-code, out, secs = train(gpt_config, 4, ["train.save_period=8", f"train.checkpoint_dir={trained}",
-                                        "model.vocab_size=2100"], "gpt_trained_out")
+EVAL_SETS = ["model.vocab_size=2100", "evaluation.enabled=true", "evaluation.eval_period=8", "evaluation.eval_iter=2"]
+code, out, secs = train(gpt_config, 4, ["train.save_period=8", f"train.checkpoint_dir={trained}"] + EVAL_SETS,
+                        "gpt_trained_out")
+trained_eval = re.search(r"\[rank 0\] evaluation at iteration 8: loss ([0-9.]+)", out)
 check(f"tessel-train: the tiny GPT (vocabulary 2,100) trains under tp2 x pp2 and saves ({secs:.1f} s)", code == 0,
       out[-3000:])
 exported = os.path.join(work, "gpt_trained_hf")
@@ -210,6 +213,27 @@ if code == 0:
           cfg["model_type"] == "gpt2" and cfg["vocab_size"] == 2100 and cfg["n_layer"] == 4 and cfg["n_embd"] == 128,
           json.dumps(cfg))
     back = GPT2LMHeadModel.from_pretrained(exported).eval()
+    # tessel-dataset samples gives the validation samples as the run's
+    # evaluation read them: from_pretrained's loss over them is the
+    # evaluation loss tessel-train logged at iteration 8.
+    sample_sets = []
+    for s in COMMON + EVAL_SETS:
+        sample_sets += ["--set", s]
+    code, listed, _ = run([args.dataset, "samples", gpt_config, "--split", "validation", "--count", "32",
+                           "--world_size", "4"] + sample_sets, timeout=120)
+    rows = [[int(x) for x in m.split()] for m in re.findall(r"^sample \d+ \(batch \d+, row \d+\):([ 0-9]+)$",
+                                                              listed, re.M)]
+    check("tessel-dataset samples --split validation lists 2 batches of 16 samples of 65 tokens, with text",
+          code == 0 and len(rows) == 32 and all(len(r) == 65 for r in rows) and "  text: " in listed, listed[-2000:])
+    if len(rows) == 32 and trained_eval:
+        with torch.no_grad():
+            batches = [torch.tensor(rows[16 * b:16 * b + 16]) for b in range(2)]
+            losses = [torch.nn.functional.cross_entropy(back(batch[:, :-1]).logits.reshape(-1, 2100),
+                                                        batch[:, 1:].reshape(-1)).item() for batch in batches]
+        hf_eval = sum(losses) / 2
+        logged = float(trained_eval.group(1))
+        check(f"from_pretrained's loss on tessel-dataset's validation samples is tessel-train's evaluation loss "
+              f"({hf_eval:.6f} vs {logged:.6f})", abs(hf_eval - logged) <= 2e-6 * max(1.0, logged) + 1e-6)
     tensors, text = dump(args.gpt2_dump, 1, ["--vocab=2100", "--hidden=128", "--heads=4", "--layers=4", "--seq=64",
                                             f"--load={trained}"], os.path.join(work, "gpt_trained.safetensors"))
     check("tessel's GPT loads the trained checkpoint on one rank", tensors is not None, text[-2000:])

@@ -5,15 +5,26 @@
 //   tessel-dataset dump PREFIX            one line per sequence: its token ids
 //   tessel-dataset write PREFIX DTYPE     one document per stdin line of ids
 //                                         (DTYPE: uint8 int8 int16 uint16 int32 int64)
+//   tessel-dataset samples CONFIG [--split train|validation] [--first N] [--count K]
+//                          [--world_size W] [--set path=value ...]
+//                                         a GPT config's samples as training (or
+//                                         evaluation) reads them: index, iteration, row,
+//                                         ids, and the text with data.vocab_file
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "checkpoint/hugging_face_tokenizer.h"
 #include "core/error.h"
+#include "zoo/config.h"
+#include "zoo/gpt_samples.h"
 #include "zoo/indexed_dataset.h"
+#include "zoo/vocabulary.h"
 
 using namespace tessel;
 
@@ -27,12 +38,99 @@ const std::map<std::string, zoo::TokenDType> kDTypes = {
 int Usage() {
   std::fprintf(
       stderr,
-      "usage: tessel-dataset info PREFIX | dump PREFIX | write PREFIX DTYPE < ids\n"
-      "  info   counts, dtype and the largest token id of <PREFIX>.bin/.idx\n"
-      "  dump   one line per sequence: its token ids, space-separated\n"
-      "  write  one document per stdin line of token ids; DTYPE is uint8, int8, int16, uint16, int32 "
-      "or int64\n");
+      "usage: tessel-dataset info PREFIX | dump PREFIX | write PREFIX DTYPE < ids | samples CONFIG [options]\n"
+      "  info     counts, dtype and the largest token id of <PREFIX>.bin/.idx\n"
+      "  dump     one line per sequence: its token ids, space-separated\n"
+      "  write    one document per stdin line of token ids; DTYPE is uint8, int8, int16, uint16, int32 "
+      "or int64\n"
+      "  samples  a GPT training config's samples as tessel-train reads them, one per line: its index, "
+      "iteration and row of the global batch, its seq + 1 token ids (the text too with data.vocab_file);\n"
+      "           --split train|validation (train; validation: evaluation's, \"iteration\" its batch), "
+      "--first N (0), --count K (the first global batch), --world_size W (the config's ranks), --set "
+      "path=value (repeatable)\n");
   return 2;
+}
+
+// A number given to a `samples` option; throws naming the option.
+int64_t Count(const std::string& option, const std::string& text, int64_t low) {
+  size_t used = 0;
+  int64_t value = -1;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  TESSEL_CHECK(used == text.size() && used > 0 && value >= low)
+      << "tessel-dataset samples: " << option << " '" << text << "'; expected an integer >= " << low;
+  return value;
+}
+
+int Samples(int argc, char** argv) {
+  if (argc < 3) return Usage();
+  std::string split = "train";
+  int64_t first = 0, count = -1, world = 0;
+  std::vector<std::string> overrides;
+  for (int i = 3; i < argc; ++i) {
+    const std::string option = argv[i];
+    TESSEL_CHECK(i + 1 < argc) << "tessel-dataset samples: " << option << " needs a value";
+    const std::string value = argv[++i];
+    if (option == "--split") {
+      split = value;
+    } else if (option == "--first") {
+      first = Count(option, value, 0);
+    } else if (option == "--count") {
+      count = Count(option, value, 0);
+    } else if (option == "--world_size") {
+      world = Count(option, value, 1);
+    } else if (option == "--set") {
+      overrides.push_back(value);
+    } else {
+      TESSEL_CHECK(false) << "tessel-dataset samples: unknown option '" << option
+                          << "'; expected --split, --first, --count, --world_size or --set";
+    }
+  }
+  TESSEL_CHECK(split == "train" || split == "validation")
+      << "tessel-dataset samples: --split '" << split << "'; expected train or validation";
+  config::Config c = zoo::LoadConfig(argv[2]);
+  zoo::ApplyOverrides(&c, overrides);
+  if (world == 0) {
+    const config::DistConfig& d = c.train().dist();
+    world = d.tensor_parallel_size() * d.pipeline_parallel_size() * std::max<int64_t>(d.data_parallel_size(), 1);
+  }
+  zoo::ResolveConfig(&c, static_cast<int>(world));
+  TESSEL_CHECK(c.model().arch() == "gpt2")
+      << "tessel-dataset samples: GPT configs so far; this one's model.arch is '" << c.model().arch() << "'";
+  const bool validation = split == "validation";
+  TESSEL_CHECK(!validation || c.evaluation().enabled())
+      << "tessel-dataset samples: --split validation, but the config's evaluation.enabled is false";
+  const int64_t global = c.train().global_batch_size(), seq = c.model().max_seq_length();
+  std::vector<double> weights;
+  const auto corpora = zoo::OpenCorpora(c.data(), &weights);
+  const zoo::GPTSamples samples(corpora, weights, validation ? 1 : 0, seq,
+                                (validation ? c.evaluation().eval_iter() : c.train().train_iter()) * global,
+                                c.train().seed() + (validation ? 1 : 0), split);
+  std::vector<std::string> vocabulary;
+  if (!c.data().vocab_file().empty() && std::filesystem::path(c.data().vocab_file()).extension() == ".json")
+    vocabulary = zoo::ReadVocabulary(c.data().vocab_file());
+  if (count < 0) count = global;
+  std::printf("%s samples of %s: %s; global batch %ld, %ld tokens each (ids: the first %ld, labels: the last %ld)\n",
+              split.c_str(), argv[2], samples.Summary(corpora, validation ? 1 : 0).c_str(),
+              static_cast<long>(global), static_cast<long>(seq + 1), static_cast<long>(seq), static_cast<long>(seq));
+  std::vector<int64_t> tokens;
+  for (int64_t i = first; i < first + count; ++i) {
+    tokens.clear();
+    samples.Sample(i % samples.size(), &tokens);
+    std::printf("sample %ld (%s %ld, row %ld):", static_cast<long>(i), validation ? "batch" : "iteration",
+                static_cast<long>(i / global + (validation ? 0 : 1)), static_cast<long>(i % global));
+    for (int64_t id : tokens) std::printf(" %ld", static_cast<long>(id));
+    std::printf("\n");
+    if (!vocabulary.empty()) {
+      bool known = true;
+      for (int64_t id : tokens) known &= id >= 0 && static_cast<size_t>(id) < vocabulary.size();
+      if (known) std::printf("  text: %s\n", checkpoint::DecodeGpt2(vocabulary, tokens).c_str());
+    }
+  }
+  return 0;
 }
 
 int Run(int argc, char** argv) {
@@ -61,6 +159,7 @@ int Run(int argc, char** argv) {
     }
     return 0;
   }
+  if (command == "samples") return Samples(argc, argv);
   if (command == "write" && argc == 4) {
     auto dtype = kDTypes.find(argv[3]);
     TESSEL_CHECK(dtype != kDTypes.end()) << "tessel-dataset write: dtype '" << argv[3]

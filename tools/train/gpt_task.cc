@@ -13,63 +13,14 @@
 #include "ops/functional.h"
 #include "tools/train/task.h"
 #include "tools/train/model_config.h"
-#include "zoo/blended_dataset.h"
-#include "zoo/gpt_dataset.h"
+#include "zoo/gpt_samples.h"
 #include "zoo/indexed_dataset.h"
 
 namespace tessel::train {
 namespace {
 
-// An indexed dataset and its documents' train / validation / test ranges.
-struct Corpus {
-  explicit Corpus(const std::string& prefix, const std::string& split)
-      : data(prefix), splits(zoo::SplitDocuments(split, data.num_documents())) {}
-  zoo::IndexedDataset data;
-  std::vector<zoo::DocumentRange> splits;
-};
-
-// The samples of one split: the one corpus's, or the blend's corpora's in
-// the proportions of their weights (each corpus's own samples in its own
-// order, drawn as zoo::Blend says).
-class GPTSamples {
- public:
-  GPTSamples(const std::vector<std::unique_ptr<Corpus>>& corpora, const std::vector<double>& weights,
-             int split, int64_t seq, int64_t num_samples, uint64_t seed, const std::string& name) {
-    if (corpora.size() == 1) {
-      parts_.push_back(std::make_unique<zoo::GPTDataset>(corpora[0]->data, corpora[0]->splits[split], seq,
-                                                         num_samples, seed, name));
-      return;
-    }
-    blend_ = std::make_unique<zoo::Blend>(weights, num_samples, "data.blend");
-    for (size_t d = 0; d < corpora.size(); ++d)
-      parts_.push_back(std::make_unique<zoo::GPTDataset>(corpora[d]->data, corpora[d]->splits[split], seq,
-                                                         blend_->count(static_cast<int>(d)), seed + 1000 * d,
-                                                         name));
-  }
-  int64_t size() const { return blend_ ? blend_->size() : parts_[0]->size(); }
-  void Sample(int64_t i, std::vector<int64_t>* out) const {
-    if (!blend_) return parts_[0]->Sample(i % parts_[0]->size(), out);
-    const auto [d, j] = (*blend_)[i % blend_->size()];
-    parts_[static_cast<size_t>(d)]->Sample(j % parts_[static_cast<size_t>(d)]->size(), out);
-  }
-  // "2399 samples (3 epochs of 653 documents)", or a blend's parts.
-  std::string Summary(const std::vector<std::unique_ptr<Corpus>>& corpora, int split) const {
-    std::string text = std::to_string(size()) + " samples";
-    for (size_t d = 0; d < parts_.size(); ++d) {
-      text += d == 0 ? " (" : "; ";
-      if (blend_)
-        text +=
-            std::to_string(blend_->count(static_cast<int>(d))) + " from " + corpora[d]->data.prefix() + ", ";
-      text += std::to_string(parts_[d]->epochs()) + " epochs of " +
-              std::to_string(corpora[d]->splits[static_cast<size_t>(split)].size()) + " documents";
-    }
-    return text + ")";
-  }
-
- private:
-  std::vector<std::unique_ptr<zoo::GPTDataset>> parts_;
-  std::unique_ptr<zoo::Blend> blend_;
-};
+using zoo::Corpus;
+using zoo::GPTSamples;
 
 class GPTTask : public Task {
  public:
@@ -81,14 +32,7 @@ class GPTTask : public Task {
     const config::ModelConfig& m = c_.model();
     const config::DataConfig& data = c_.data();
     std::vector<double> weights;
-    if (data.blend_size() == 0) {
-      corpora_.push_back(std::make_unique<Corpus>(data.data_prefix(), data.split()));
-    } else {
-      for (const config::WeightedDataset& part : data.blend()) {
-        corpora_.push_back(std::make_unique<Corpus>(part.data_prefix(), data.split()));
-        weights.push_back(part.weight());
-      }
-    }
+    corpora_ = zoo::OpenCorpora(data, &weights);
     for (const auto& corpus : corpora_) {
       CheckTokenIds(corpus->data, c_);
       CheckValidationDocuments(corpus->splits, corpus->data.num_documents(), c_);
