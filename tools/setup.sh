@@ -17,6 +17,7 @@ packages=(
   python3-matplotlib                   # tools/pipeline_timeline.py and plot_metrics.py draw PNGs
   python3-pip                          # the data tests install Hugging Face tokenizers into a temp dir
   clang-format
+  doxygen                              # the C++ API reference (docs/Doxyfile; test api_reference)
 )
 
 missing=()
