@@ -2,6 +2,7 @@
 # Fuzzes every reader of outside bytes with libFuzzer + ASan + UBSan.
 #
 #   bash tools/fuzz.sh [SECONDS] [TARGET...]     (default: 30 s each, all targets)
+#   TESSEL_FUZZ_RUNS=1000000 bash tools/fuzz.sh 600   (each target until 1 M executions, at most 600 s)
 #
 # Builds build-fuzz/ with Debian's clang (TESSEL_FUZZ=ON), then runs each
 # target for SECONDS on a working copy of its seed corpus (tests/fuzz/corpus/
@@ -35,7 +36,9 @@ for t in "${targets[@]}"; do
   seeds="$PWD/tests/fuzz/corpus/$t"
   mkdir -p "$work/corpus"
   log="$work/log.txt"
-  if (cd "$work" && ASAN_OPTIONS=detect_leaks=1 "../../tests/fuzz/fuzz_$t" -max_total_time="$seconds" \
+  runs=()
+  [[ -n "${TESSEL_FUZZ_RUNS:-}" ]] && runs=(-runs="$TESSEL_FUZZ_RUNS")
+  if (cd "$work" && ASAN_OPTIONS=detect_leaks=1 "../../tests/fuzz/fuzz_$t" -max_total_time="$seconds" "${runs[@]}" \
         -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 corpus "$seeds") > "$log" 2>&1; then
     result=ok
   else
