@@ -76,6 +76,8 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
       << " must be >= 1";
   const int64_t seq = o.seq > 0 ? o.seq : o.model.max_seq;
   const std::string schedule = o.schedule == "in_order" ? o.schedule : runtime::ParseSchedule(o.schedule);
+  TESSEL_CHECK(o.machine == nullptr || schedule != "in_order")
+      << "a step time is estimated under a pipeline schedule; in_order is the reference executor's";
   GptPlan out;
   out.world_size = static_cast<int>(world);
   const auto start = std::chrono::steady_clock::now();
@@ -158,8 +160,6 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
     s.input_bytes = m.input_bytes;
     out.stages.push_back(s);
   }
-  TESSEL_CHECK(o.machine == nullptr || schedule != "in_order")
-      << "a step time is estimated under a pipeline schedule; in_order is the reference executor's";
   if (o.machine != nullptr)
     out.estimate = PlayPipeline(out.stage_times, static_cast<int>(o.micro_batches),
                                 static_cast<int>(o.virtual_pipeline_size));
@@ -234,12 +234,12 @@ std::string GptPlanText(const GptPlanOptions& o, const GptPlan& plan) {
     const double share = 100.0 * static_cast<double>(most->total_bytes()) / static_cast<double>(o.device_memory_bytes);
     os << std::fixed << std::setprecision(0);
     if (too_big.empty())
-      os << "fits " << FormatBytes(o.device_memory_bytes) << " per device: the most is stage " << most->stage
-         << "'s " << FormatBytes(most->total_bytes()) << " (" << share << "%)\n";
+      os << "fits " << FormatBytes(o.device_memory_bytes) << " per device: the largest, stage " << most->stage
+         << ", needs " << FormatBytes(most->total_bytes()) << " (" << share << "%)\n";
     else
       os << "does not fit " << FormatBytes(o.device_memory_bytes) << " per device: stage"
          << (too_big.size() > 1 ? "s " : " ") << Join(too_big) << " need"
-         << (too_big.size() > 1 ? "" : "s") << " more, the most stage " << most->stage << "'s "
+         << (too_big.size() > 1 ? "" : "s") << " more; the largest, stage " << most->stage << ", needs "
          << FormatBytes(most->total_bytes()) << " (" << share << "%)"
          << (o.model.activation_checkpoint ? "" : "; recomputing each layer (train.activation_checkpoint) keeps one "
                                                    "input per layer and micro-batch instead")
