@@ -27,6 +27,10 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <unistd.h>
+#include <pthread.h>
+#include <thread>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -287,23 +291,42 @@ std::string HoursMinutesSeconds(double seconds) {
 
 // A request to save and stop: SIGTERM or SIGUSR1 (preemption notices),
 // recorded here and acted on between iterations. A second one ends the
-// process at once (the default action).
+// process at once (the default action), as does one before the training
+// loop is armed to save (or with train.save_on_signal false).
+//
+// The two signals are blocked in every thread from the program's start
+// (threads inherit the mask) and taken by one thread in sigwait, so no
+// thread has a system call interrupted by them: delivered to an arbitrary
+// thread, a SIGTERM could interrupt a communication thread's wait, and a
+// rank aborted with a corrupted heap right after one (1 run in 3 under
+// load).
 volatile std::sig_atomic_t g_stop_signal = 0;
-void OnStopSignal(int sig) {
-  if (g_stop_signal != 0) {
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-  }
-  g_stop_signal = sig;
+std::atomic<bool> g_save_on_signal{false};
+
+void EndOnSignal(int sig) {
+  std::signal(sig, SIG_DFL);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, sig);
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);  // in this thread: the default action ends the process
+  ::kill(::getpid(), sig);
+  ::pause();
 }
 
-void SaveOnSignals() {
-  struct sigaction action {};
-  action.sa_handler = OnStopSignal;
-  action.sa_flags = SA_RESTART;  // a collective's reads and writes go on
-  sigemptyset(&action.sa_mask);
-  ::sigaction(SIGTERM, &action, nullptr);
-  ::sigaction(SIGUSR1, &action, nullptr);
+void TakeStopSignalsInOneThread() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set] {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) != 0) continue;
+      if (!g_save_on_signal.load() || g_stop_signal != 0) EndOnSignal(sig);
+      g_stop_signal = sig;
+    }
+  }).detach();
 }
 
 // Why the run stops early, as counts of ranks: signalled with SIGTERM,
@@ -328,6 +351,7 @@ double LearningRate(const config::Config& c, int64_t iteration) {
 }  // namespace
 
 int RunTrainingProgram(int argc, char** argv) {
+  TakeStopSignalsInOneThread();  // before any other thread starts
   std::vector<std::string> overrides = TakeOverrides(&argc, argv);
   gflags::SetUsageMessage(
       "tessel-train --config FILE [--set path.to.field=value ...] [--fast_dev_run]\n"
@@ -697,7 +721,7 @@ int RunTrainingProgram(int argc, char** argv) {
   // train.max_duration. Not in a smoke run, which saves nothing.
   const double max_duration_s = zoo::MaxDurationSeconds(t);
   const bool stop_on_request = !FLAGS_fast_dev_run && (t.save_on_signal() || max_duration_s > 0);
-  if (t.save_on_signal() && !FLAGS_fast_dev_run) SaveOnSignals();
+  if (t.save_on_signal() && !FLAGS_fast_dev_run) g_save_on_signal = true;
   const std::set<int64_t> timeline_iterations(t.timeline_iterations().begin(), t.timeline_iterations().end());
   if (start_iteration == t.train_iter() && rank == 0) {
     std::printf(
