@@ -57,13 +57,6 @@ int64_t EndOfTextId(std::string_view vocab_json, int64_t vocab_size, const std::
   return found - tokens.begin();
 }
 
-std::vector<std::string> ReadGpt2Vocabulary(const fs::path& dir, int64_t vocab_size) {
-  const fs::path vocab = dir / "vocab.json";
-  TESSEL_CHECK(fs::is_regular_file(vocab))
-      << "tokenizer: " << dir.string() << " does not hold vocab.json (a GPT-2 byte-level BPE's tokens)";
-  return Gpt2Vocabulary(ReadSmallFile(vocab), vocab_size, vocab.string());
-}
-
 std::string DecodeGpt2(const std::vector<std::string>& vocabulary, const std::vector<int64_t>& ids) {
   // GPT-2's byte-level alphabet: the printable bytes (! to ~, ¡ to ¬, ® to
   // ÿ) stand for themselves, the others for code points 256, 257, ... in

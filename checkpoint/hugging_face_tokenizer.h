@@ -28,8 +28,6 @@ std::vector<std::string> Gpt2Vocabulary(std::string_view vocab_json, int64_t voc
 // The id of "<|endoftext|>" in the text of a vocab.json. Throws as
 // Gpt2Vocabulary does, and if the token is not there.
 int64_t EndOfTextId(std::string_view vocab_json, int64_t vocab_size, const std::string& where);
-// The vocabulary of vocab.json in `dir` (at most 64 MB), as Gpt2Vocabulary.
-std::vector<std::string> ReadGpt2Vocabulary(const std::filesystem::path& dir, int64_t vocab_size);
 // The text of `ids` under a byte-level BPE's tokens (GPT-2's: each byte
 // stands as one printable character in a token), as UTF-8: a byte that
 // starts no valid sequence (a character the ids cut) becomes U+FFFD, as

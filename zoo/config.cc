@@ -763,6 +763,17 @@ std::string ConfigText(const config::Config& config) {
   return text;
 }
 
+int WorldSizeOf(const config::DistConfig& d) {
+  constexpr int64_t kMost = int64_t{1} << 20;
+  const int64_t tp = d.tensor_parallel_size(), pp = d.pipeline_parallel_size(),
+                dp = std::max<int64_t>(d.data_parallel_size(), 1);
+  TESSEL_CHECK(tp >= 1 && pp >= 1 && tp <= kMost && pp <= kMost && dp <= kMost && tp * pp <= kMost &&
+               tp * pp * dp <= kMost)
+      << "config: train.dist tensor_parallel_size " << tp << " x pipeline_parallel_size " << pp
+      << " x data_parallel_size " << dp << "; expected a world of 1 to " << kMost << " ranks";
+  return static_cast<int>(tp * pp * dp);
+}
+
 std::vector<std::string> TakeSetFlags(int* argc, char** argv, const char* program) {
   std::vector<std::string> overrides;
   int out = 1;

@@ -49,6 +49,12 @@ void ApplyOverrides(config::Config* config, const std::vector<std::string>& assi
 // naming `program`, and exits 2.
 std::vector<std::string> TakeSetFlags(int* argc, char** argv, const char* program);
 
+// The ranks a config lays out when no launch says: tensor x pipeline x
+// data_parallel_size (1 when the config leaves dp to the world). For tools
+// that plan or read a job without running it (tessel-plan, tessel-dataset).
+// Throws naming the sizes if the product is below 1 or above 2^20.
+int WorldSizeOf(const config::DistConfig& dist);
+
 // Fills in every derived size for a job of `world_size` ranks
 // (data_parallel_size, pipeline_num_layers, the batch size among micro /
 // global / accumulation left out, the defaults of the sub-messages) and

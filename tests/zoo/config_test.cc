@@ -375,6 +375,18 @@ TEST(ConfigTest, TheBundledConfigResolvesForFourRanks) {
   EXPECT_TRUE(std::filesystem::exists(c.data().data_prefix() + ".idx")) << c.data().data_prefix();
 }
 
+TEST(ConfigTest, TheWorldAConfigLaysOutWithoutALaunch) {
+  config::DistConfig d;
+  d.set_tensor_parallel_size(8);
+  d.set_pipeline_parallel_size(16);
+  EXPECT_EQ(WorldSizeOf(d), 128);  // dp left to the world: 1
+  d.set_data_parallel_size(8);
+  EXPECT_EQ(WorldSizeOf(d), 1024);
+  d.set_tensor_parallel_size(int64_t{1} << 40);
+  const std::string e = ErrorOf([&] { WorldSizeOf(d); });
+  EXPECT_NE(e.find("expected a world of 1 to 1048576 ranks"), std::string::npos) << e;
+}
+
 // data.vocab_file: the size and BERT's special ids from the tokenizer's
 // file where the config leaves them out, checked where it gives them.
 TEST(ConfigTest, TheVocabularyFileGivesTheSizeAndTheSpecialTokens) {

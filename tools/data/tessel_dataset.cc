@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -51,8 +52,9 @@ int Usage() {
   return 2;
 }
 
-// A number given to a `samples` option; throws naming the option.
-int64_t Count(const std::string& option, const std::string& text, int64_t low) {
+// A number given to a `samples` option, in [low, high]; throws naming the option.
+int64_t Count(const std::string& option, const std::string& text, int64_t low,
+              int64_t high = std::numeric_limits<int64_t>::max()) {
   size_t used = 0;
   int64_t value = -1;
   try {
@@ -60,8 +62,9 @@ int64_t Count(const std::string& option, const std::string& text, int64_t low) {
   } catch (const std::exception&) {
     used = 0;
   }
-  TESSEL_CHECK(used == text.size() && used > 0 && value >= low)
-      << "tessel-dataset samples: " << option << " '" << text << "'; expected an integer >= " << low;
+  TESSEL_CHECK(used == text.size() && used > 0 && value >= low && value <= high)
+      << "tessel-dataset samples: " << option << " '" << text << "'; expected an integer from " << low
+      << (high == std::numeric_limits<int64_t>::max() ? std::string(" up") : " to " + std::to_string(high));
   return value;
 }
 
@@ -81,7 +84,7 @@ int Samples(int argc, char** argv) {
     } else if (option == "--count") {
       count = Count(option, value, 0);
     } else if (option == "--world_size") {
-      world = Count(option, value, 1);
+      world = Count(option, value, 1, int64_t{1} << 20);
     } else if (option == "--set") {
       overrides.push_back(value);
     } else {
@@ -93,10 +96,7 @@ int Samples(int argc, char** argv) {
       << "tessel-dataset samples: --split '" << split << "'; expected train or validation";
   config::Config c = zoo::LoadConfig(argv[2]);
   zoo::ApplyOverrides(&c, overrides);
-  if (world == 0) {
-    const config::DistConfig& d = c.train().dist();
-    world = d.tensor_parallel_size() * d.pipeline_parallel_size() * std::max<int64_t>(d.data_parallel_size(), 1);
-  }
+  if (world == 0) world = zoo::WorldSizeOf(c.train().dist());
   zoo::ResolveConfig(&c, static_cast<int>(world));
   TESSEL_CHECK(c.model().arch() == "gpt2")
       << "tessel-dataset samples: GPT configs so far; this one's model.arch is '" << c.model().arch() << "'";

@@ -173,26 +173,23 @@ int Main(const std::vector<std::string>& overrides) {
     checkpoint::Load(found, weights, options);
   }
   const int64_t vocab = m.vocab_size(), positions = m.max_position_embeddings();
+  // The vocabulary for text: --tokenizer's vocab.json, else the config's
+  // data.vocab_file when it is a GPT-2 vocab.json that is still there.
+  std::filesystem::path vocab_json;
+  if (!FLAGS_tokenizer.empty())
+    vocab_json = std::filesystem::path(FLAGS_tokenizer) / "vocab.json";
+  else if (std::filesystem::path(c->data().vocab_file()).extension() == ".json" &&
+           std::filesystem::is_regular_file(c->data().vocab_file()))
+    vocab_json = c->data().vocab_file();
   std::vector<std::string> vocabulary;
   int64_t eos = FLAGS_eos_id == -2 ? -1 : FLAGS_eos_id;
-  if (FLAGS_tokenizer.empty() && !c->data().vocab_file().empty() &&
-      std::filesystem::path(c->data().vocab_file()).extension() == ".json" &&
-      std::filesystem::is_regular_file(c->data().vocab_file())) {
-    // The data's vocabulary, as the training config named it.
-    vocabulary = zoo::ReadVocabulary(c->data().vocab_file());
+  if (!vocab_json.empty()) {
+    vocabulary = zoo::ReadVocabulary(vocab_json);
     TESSEL_CHECK(static_cast<int64_t>(vocabulary.size()) <= vocab)
-        << "data.vocab_file " << c->data().vocab_file() << " holds ids beyond the model's vocabulary of " << vocab;
+        << vocab_json.string() << " holds ids beyond the model's vocabulary of " << vocab;
     vocabulary.resize(static_cast<size_t>(vocab));
-    if (FLAGS_eos_id == -2) {
-      const auto it = std::find(vocabulary.begin(), vocabulary.end(), "<|endoftext|>");
-      if (it != vocabulary.end()) eos = it - vocabulary.begin();
-    }
-  } else if (!FLAGS_tokenizer.empty()) {
-    vocabulary = checkpoint::ReadGpt2Vocabulary(FLAGS_tokenizer, vocab);
-    if (FLAGS_eos_id == -2) {
-      const auto it = std::find(vocabulary.begin(), vocabulary.end(), "<|endoftext|>");
-      if (it != vocabulary.end()) eos = it - vocabulary.begin();
-    }
+    const auto it = std::find(vocabulary.begin(), vocabulary.end(), "<|endoftext|>");
+    if (FLAGS_eos_id == -2 && it != vocabulary.end()) eos = it - vocabulary.begin();
   }
   const bool rank0 = dist::Rank() == 0;
   if (rank0)

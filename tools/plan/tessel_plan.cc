@@ -110,11 +110,7 @@ int main(int argc, char** argv) {
       tessel::config::Config c = tessel::zoo::LoadConfig(FLAGS_config);
       tessel::zoo::ApplyOverrides(&c, overrides);
       int world = FLAGS_world_size;
-      if (world == 0) {
-        const tessel::config::DistConfig& d = c.train().dist();
-        world = static_cast<int>(d.tensor_parallel_size() * d.pipeline_parallel_size() *
-                                 std::max<int64_t>(d.data_parallel_size(), 1));
-      }
+      if (world == 0) world = tessel::zoo::WorldSizeOf(c.train().dist());
       o = tessel::plan::GptPlanOptionsFromConfig(c, world);
     } else {
       TESSEL_CHECK(overrides.empty()) << "--set " << overrides.front() << " needs --config";

@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <unistd.h>
 #include <pthread.h>
 #include <thread>
@@ -656,27 +657,35 @@ int RunTrainingProgram(int argc, char** argv) {
   // Otherwise at the first save (a signal's, a resumed run's end).
   std::optional<checkpoint::DirectoryLock> checkpoint_lock;
   if (save && rank == 0) checkpoint_lock.emplace(t.checkpoint_dir());
-  auto save_checkpoint = [&](int64_t done, const std::string& why) {
+  // Saves the model, optimizer state and dropout counters of iteration
+  // `done` as a checkpoint in `dir` (a collective), with `extra` metadata,
+  // keeping the last `keep_last`; `what` ends rank 0's line.
+  auto save_into = [&](const std::filesystem::path& dir, int64_t done,
+                       const std::map<std::string, std::string>& extra, int64_t keep_last,
+                       const std::string& what) {
     if (rank == 0 && !checkpoint_lock) checkpoint_lock.emplace(t.checkpoint_dir());
     const auto save_start = Clock::now();
     char layout[96];
     std::snprintf(layout, sizeof(layout), "dp %ld x tp %ld x pp %ld", static_cast<long>(dp),
                   static_cast<long>(d.tensor_parallel_size()), static_cast<long>(d.pipeline_parallel_size()));
-    std::map<std::string, std::string> state = {
-        {"iteration", std::to_string(done)}, {"arch", m.arch()}, {"layout", layout}};
+    std::map<std::string, std::string> state = extra;
+    state.insert({{"iteration", std::to_string(done)}, {"arch", m.arch()}, {"layout", layout}});
     // Read on every rank: a counter on another pipeline stage comes by broadcast.
     for (const auto& [name, counter] : rng_counters) state["rng." + name] = std::to_string(counter->Get());
     checkpoint::SaveOptions options;
-    options.keep_last = t.keep_last_checkpoints();
+    options.keep_last = keep_last;
     options.config_text = zoo::ConfigText(c);
-    const std::filesystem::path where = checkpoint::Save(t.checkpoint_dir(), done, saved, state, options);
+    const std::filesystem::path where = checkpoint::Save(dir, done, saved, state, options);
     if (rank == 0) {
       std::printf("saved checkpoint %s in %.2f s%s\n", where.c_str(),
                   std::chrono::duration<double>(Clock::now() - save_start).count(),
-                  why.empty() ? "" : (" (" + why + ")").c_str());
+                  what.empty() ? "" : (" (" + what + ")").c_str());
       std::fflush(stdout);
     }
     period_start = Clock::now();  // saving time is not training time
+  };
+  auto save_checkpoint = [&](int64_t done, const std::string& why) {
+    save_into(t.checkpoint_dir(), done, {}, t.keep_last_checkpoints(), why);
   };
   // The best checkpoint by an evaluation metric, in <checkpoint_dir>/best:
   // a resumed run compares with what its best/ holds, a fresh one starts
@@ -686,10 +695,17 @@ int RunTrainingProgram(int argc, char** argv) {
   const std::filesystem::path best_dir = std::filesystem::path(t.checkpoint_dir()) / "best";
   std::optional<double> best_value;
   if (!best_metric.empty() && resumed && !checkpoint::Find(best_dir).empty()) {
-    const auto meta = checkpoint::ReadIndex(checkpoint::Find(best_dir)).metadata;
+    const std::filesystem::path found = checkpoint::Find(best_dir);
+    const auto meta = checkpoint::ReadIndex(found).metadata;
     const auto it = meta.find("best_value");
-    if (meta.count("best_metric") && meta.at("best_metric") == best_metric && it != meta.end())
-      best_value = std::stod(it->second);
+    if (meta.count("best_metric") && meta.at("best_metric") == best_metric && it != meta.end()) {
+      char* end = nullptr;
+      const double value = std::strtod(it->second.c_str(), &end);
+      TESSEL_CHECK(end != it->second.c_str() && *end == '\0')
+          << "tessel-train: checkpoint " << found.string() << ": 'best_value' is '" << it->second.substr(0, 64)
+          << "'; expected a number";
+      best_value = value;
+    }
   }
   auto keep_if_best = [&](int64_t done, const std::vector<train::Metric>& scored) {
     // Rank 0 read the evaluation; every rank takes its figure, so all
@@ -701,21 +717,10 @@ int RunTrainingProgram(int argc, char** argv) {
     if (!std::isfinite(value)) return;
     if (best_value && (higher_is_better ? value <= *best_value : value >= *best_value)) return;
     best_value = value;
-    if (rank == 0 && !checkpoint_lock) checkpoint_lock.emplace(t.checkpoint_dir());
     char text[32];
     std::snprintf(text, sizeof(text), "%.9g", value);
-    std::map<std::string, std::string> state = {{"iteration", std::to_string(done)}, {"arch", m.arch()},
-                                                {"best_metric", best_metric}, {"best_value", text}};
-    for (const auto& [name, counter] : rng_counters) state["rng." + name] = std::to_string(counter->Get());
-    checkpoint::SaveOptions options;
-    options.keep_last = 1;
-    options.config_text = zoo::ConfigText(c);
-    const std::filesystem::path where = checkpoint::Save(best_dir, done, saved, state, options);
-    if (rank == 0) {
-      std::printf("saved checkpoint %s (best %s so far: %s)\n", where.c_str(), best_metric.c_str(), text);
-      std::fflush(stdout);
-    }
-    period_start = Clock::now();
+    save_into(best_dir, done, {{"best_metric", best_metric}, {"best_value", text}}, 1,
+              "best " + best_metric + " so far: " + text);
   };
   // Stopping early with a checkpoint: on a signal (preemption) or past
   // train.max_duration. Not in a smoke run, which saves nothing.
