@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/comm/gloo_communicator.h"
+#include "core/comm/gloo_pair_guard.h"
 #include "core/comm/heartbeat.h"
 #include "core/comm/job_secret.h"
 #include "core/comm/socket.h"
@@ -116,6 +117,9 @@ void InitWorld(const DistEnv& env, const WorldOptions& options) {
         << " never joined (store at " << store.address() << ")";
   }
 
+  PairGuardOptions guard;
+  guard.connect_timeout = options.comm_timeout;
+  GuardGlooPairs(secret, guard);
   state->device = CreateGlooTcpDevice(options.hostname.empty() ? DefaultHostname(env) : options.hostname);
   std::vector<int> all(env.world_size);
   for (int r = 0; r < env.world_size; ++r) all[r] = r;

@@ -201,6 +201,13 @@ std::string PeerAddress(int fd) {
   return Format(reinterpret_cast<sockaddr*>(&ss));
 }
 
+std::string LocalAddress(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
+  return Format(reinterpret_cast<sockaddr*>(&ss));
+}
+
 bool IsLoopbackHost(const std::string& host) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

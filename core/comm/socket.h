@@ -27,6 +27,8 @@ IoResult WriteFull(int fd, const void* buf, size_t n, SteadyTime deadline);
 void CloseSocket(int fd);
 // "127.0.0.1:5000" for the peer of a connected socket ("?" if unknown).
 std::string PeerAddress(int fd);
+// The same for the socket's own address ("0.0.0.0:5000" for a listener on all).
+std::string LocalAddress(int fd);
 // Whether `host` resolves only to loopback addresses.
 bool IsLoopbackHost(const std::string& host);
 

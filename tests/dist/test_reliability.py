@@ -9,7 +9,10 @@
   sets OMP_NUM_THREADS, leaves program arguments to the program, and
   reports descriptor exhaustion before starting anything;
 - while the small GPT trains, a bounded loop of malformed and
-  unauthenticated connections to its store changes none of its losses.
+  unauthenticated connections to its store changes none of its losses;
+- up to 200 stray connections to every socket the job listens on during
+  start-up (the store and each Gloo pair's own listener) leave its losses
+  unchanged: Gloo only ever sees connections that proved the job's secret.
 """
 import argparse
 import os
@@ -31,6 +34,8 @@ parser.add_argument("--launcher", required=True)
 parser.add_argument("--probe", required=True)
 parser.add_argument("--gpt", required=True)
 parser.add_argument("--only", default="", help="comma-separated test names to run (default: all)")
+parser.add_argument("--listener_jobs", type=int, default=2,
+                    help="jobs the 'listeners' test starts under attack (the hardening issue asks for 20)")
 args = parser.parse_args()
 SECRET = "reliability-test-secret-0123456789"
 ONLY = set(filter(None, args.only.split(",")))
@@ -287,6 +292,165 @@ if selected("gpt"):
           code == 0 and sent[0] > 0, noisy)
     check("gpt: the losses are unchanged", losses(noisy) == losses(clean) and len(losses(clean)) == 10,
           f"clean {losses(clean)}\nnoisy {losses(noisy)}")
+
+# ---------------------------------------------------------------- every listener of a starting job
+def process_tree(root):
+    """The pids of `root` and its descendants."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    pids, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        pids.append(pid)
+        todo.extend(children.get(pid, []))
+    return pids
+
+
+class JobListeners:
+    """The TCP sockets a job's processes listen on, found fast enough to see
+    a Gloo pair's listener, which lives for milliseconds: /proc/net/tcp is
+    read on every call, and only sockets not seen before are looked up among
+    the job's descriptors."""
+
+    def __init__(self, root):
+        self.root = root
+        self.pids = []
+        self.owner = {}  # inode -> pid (None: not the job's)
+        self.calls = 0
+
+    def ports(self):
+        """{port: pid} of the job's sockets in LISTEN state."""
+        if self.calls % 64 == 0 or len(self.pids) < 2:
+            self.pids = process_tree(self.root)
+        self.calls += 1
+        listening = {}
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            try:
+                with open(table) as f:
+                    next(f)
+                    for line in f:
+                        fields = line.split()
+                        if fields[3] == "0A":  # LISTEN
+                            listening[fields[9]] = int(fields[1].rsplit(":", 1)[1], 16)
+            except OSError:
+                continue
+        if any(inode not in self.owner for inode in listening):
+            for pid in self.pids:
+                try:
+                    for fd in os.listdir(f"/proc/{pid}/fd"):
+                        try:
+                            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                        except OSError:
+                            continue
+                        if target.startswith("socket:[") and target[8:-1] in listening:
+                            self.owner[target[8:-1]] = pid
+                except OSError:
+                    continue
+            for inode in listening:
+                self.owner.setdefault(inode, None)
+        return {port: self.owner[inode] for inode, port in listening.items() if self.owner[inode] is not None}
+
+
+if selected("listeners"):
+    def losses(output):
+        return re.findall(r"\[rank 0\] step (\d+) loss (\S+)", output)
+
+    # dp2 x tp2 on 4 ranks: the world, tensor- and data-parallel groups each
+    # connect their own Gloo pairs, some of them only at the first step.
+    gpt = [args.gpt, "--tp", "2", "--steps", "4"]
+    launch = [args.launcher, "--nproc_per_node", "4", "--master_port", "0", "--"]
+    code, clean, _ = run(launch + gpt, timeout=300)
+    check("listeners: clean run", code == 0 and len(losses(clean)) == 4, clean)
+    rng = random.Random(7)
+    kinds = [lambda: bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 64))),
+             lambda: b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n", lambda: b"",
+             lambda: b"TSLPAIR1" + bytes(rng.getrandbits(8) for _ in range(32)), "hold"]
+    passed = 0
+    for attempt in range(args.listener_jobs):
+        job = Job(launch + gpt)
+        hits, held = {}, []
+        listeners = JobListeners(job.proc.pid)
+
+        def hit(port):
+            kind = rng.choice(kinds)
+            try:
+                s = socket.create_connection(("127.0.0.1", port), timeout=0.5)
+            except OSError:
+                return False
+            hits[port] = hits.get(port, 0) + 1
+            if kind == "hold":
+                held.append(s)
+                return True
+            try:
+                data = kind()
+                if data:
+                    s.sendall(data)
+            except OSError:
+                pass
+            s.close()
+            return True
+
+        # Until the first step: scan the job's listeners and hit each one up
+        # to 200 times (garbage, HTTP, connect-and-close, a forged proof, a
+        # connection held open without a word). Gloo's listeners live for
+        # milliseconds, so the ranks are stopped in turn (each until the
+        # others' listeners took their 200, at most 1.5 s): the listeners
+        # waiting for the stopped rank stay open meanwhile.
+        turn, store_port = 0, None
+        while job.proc.poll() is None and not re.search(r"\[rank 0\] step 1 ", job.output()):
+            ports = listeners.ports()
+            if store_port is None and len(ports) == 1:
+                store_port = next(iter(ports))
+            ranks = [p for p in listeners.pids if p != job.proc.pid]
+            if len(ranks) == 4:
+                stopped = ranks[turn % 4]
+                turn += 1
+                try:
+                    os.kill(stopped, signal.SIGSTOP)
+                except ProcessLookupError:
+                    continue
+                until = time.monotonic() + 1.5
+                while time.monotonic() < until:
+                    waiting = [port for port, owner in listeners.ports().items()
+                               if owner != stopped and hits.get(port, 0) < 200]
+                    if not waiting:
+                        break
+                    for port in waiting:
+                        hit(port)
+                os.kill(stopped, signal.SIGCONT)
+            for port in ports:
+                for _ in range(4):
+                    if hits.get(port, 0) >= 200 or not hit(port):
+                        break
+            if len(held) > 32:
+                for s in held[:16]:
+                    s.close()
+                del held[:16]
+        for s in held:
+            s.close()
+        code, out, _ = job.wait(300)
+        refused = len(re.findall(r"refused a connection to communication listener", out))
+        ok = code == 0 and losses(out) == losses(clean) and len(losses(out)) == 4
+        passed += ok
+        pairs = {port: n for port, n in hits.items() if port != store_port}
+        full = sum(1 for n in pairs.values() if n >= 200)
+        print(f"listeners: job {attempt + 1}: {hits.get(store_port, 0)} connections to the store, "
+              f"{sum(pairs.values())} to {len(pairs)} Gloo pair listeners ({full} of them took 200), "
+              f"refused by the pair guard (logged, at most 16 per rank): {refused}, "
+              f"losses {'unchanged' if ok else 'CHANGED'}", flush=True)
+        check(f"listeners: job {attempt + 1} trained with unchanged losses under "
+              f"{sum(hits.values())} stray connections", ok, out[-4000:])
+        check(f"listeners: job {attempt + 1}: Gloo pairs' listeners were hit and refused strangers",
+              len(pairs) >= 1 and refused > 0, str(hits))
+    print(f"listeners: {passed}/{args.listener_jobs} jobs trained with bit-identical losses", flush=True)
 
 # ---------------------------------------------------------------- a stopped rank mid-training (default limit)
 if selected("sigstop_gpt"):

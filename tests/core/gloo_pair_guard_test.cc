@@ -1,0 +1,121 @@
+#include "core/comm/gloo_pair_guard.h"
+
+#include <arpa/inet.h>
+#include <gloo/allreduce.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/hash_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace tessel::comm {
+namespace {
+
+sockaddr_storage Loopback(int port) {
+  sockaddr_storage ss{};
+  auto* in = reinterpret_cast<sockaddr_in*>(&ss);
+  in->sin_family = AF_INET;
+  in->sin_port = htons(static_cast<uint16_t>(port));
+  in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return ss;
+}
+
+TEST(GlooPairGuard, AProofNamesTheSecretAndBothEnds) {
+  PairProof proof = MakePairProof("secret-one-0123456789", Loopback(5000), Loopback(40000));
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(proof.data()), 8), "TSLPAIR1");
+  EXPECT_EQ(proof, MakePairProof("secret-one-0123456789", Loopback(5000), Loopback(40000)));
+  EXPECT_NE(proof, MakePairProof("secret-two-0123456789", Loopback(5000), Loopback(40000)));
+  EXPECT_NE(proof, MakePairProof("secret-one-0123456789", Loopback(5001), Loopback(40000)));
+  EXPECT_NE(proof, MakePairProof("secret-one-0123456789", Loopback(5000), Loopback(40001)));
+}
+
+// The TCP ports this process listens on.
+std::set<int> OwnListeningPorts() {
+  std::set<std::string> inodes;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    std::string target = std::filesystem::read_symlink(entry.path(), ec).string();
+    if (!ec && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  std::set<int> ports;
+  std::ifstream table("/proc/self/net/tcp");
+  std::string line;
+  std::getline(table, line);
+  while (std::getline(table, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state, skip, inode;
+    fields >> slot >> local >> remote >> state;
+    for (int i = 0; i < 5; ++i) fields >> skip;
+    fields >> inode;
+    if (state == "0A" && inodes.count(inode))
+      ports.insert(std::stoi(local.substr(local.find(':') + 1), nullptr, 16));
+  }
+  return ports;
+}
+
+void Poke(int port, const std::string& bytes) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_storage ss = Loopback(port);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&ss), sizeof(sockaddr_in)) == 0 && !bytes.empty())
+    (void)!::write(fd, bytes.data(), bytes.size());
+  ::close(fd);
+}
+
+// Two ranks in this process connect a Gloo pair through the guard while a
+// stranger sends garbage, an HTTP request, a forged proof and bare
+// connections to every listening socket: the pair connects to the right
+// peer and an all-reduce gives the right sum. Rank 1 arrives late, so rank
+// 0's listener waits for it under the stranger's connections.
+TEST(GlooPairGuard, APairConnectsToItsPeerWhileAStrangerHitsItsListener) {
+  GuardGlooPairs("guard-test-secret-0123456789");
+  ASSERT_TRUE(GlooPairsGuarded());
+  const int64_t refused_before = GlooPairConnectionsRefused();
+  gloo::rendezvous::HashStore store;
+  gloo::transport::tcp::attr attr;
+  attr.hostname = "127.0.0.1";
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  const std::set<int> before = OwnListeningPorts();
+
+  std::atomic<bool> done{false};
+  std::thread stranger([&] {
+    const std::string forged = "TSLPAIR1" + std::string(32, 'x');
+    const std::string kinds[] = {"\x01\x00\x00\x00\x00\x00\x00\x00garbage", "GET / HTTP/1.1\r\n\r\n", forged,
+                                 ""};
+    int n = 0;
+    while (!done) {
+      for (int port : OwnListeningPorts())
+        if (!before.count(port)) Poke(port, kinds[n++ % 4]);
+    }
+  });
+  float sums[2] = {1.0f, 2.0f};
+  auto rank = [&](int r) {
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    auto context = std::make_shared<gloo::rendezvous::Context>(r, 2);
+    context->setTimeout(std::chrono::seconds(30));
+    context->connectFullMesh(store, device);
+    gloo::AllreduceOptions opts(context);
+    opts.setOutput(&sums[r], 1);
+    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    gloo::allreduce(opts);
+  };
+  std::thread rank0(rank, 0), rank1(rank, 1);
+  rank0.join();
+  rank1.join();
+  done = true;
+  stranger.join();
+  EXPECT_FLOAT_EQ(sums[0], 3.0f);
+  EXPECT_FLOAT_EQ(sums[1], 3.0f);
+  EXPECT_GT(GlooPairConnectionsRefused(), refused_before);
+}
+
+}  // namespace
+}  // namespace tessel::comm
