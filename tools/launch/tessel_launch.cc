@@ -235,33 +235,60 @@ std::string RankList(const std::vector<int>& ranks) {
   return out;
 }
 
-// After a failure: what each rank was doing, and which one diverged. A rank
-// that timed out in a collective names the members of that group that were
-// not in the same call (same op and sequence number).
-void Diagnose(const std::vector<std::unique_ptr<RankProcess>>& ranks) {
-  std::map<int, const RankProcess*> by_rank;
-  for (const auto& r : ranks) by_rank[r->rank()] = r.get();
-  Say("tessel-launch: what each rank last reported:\n");
+// What a rank had reported, and whether it still ran, when the launcher
+// decided the job failed. Later heartbeats (ranks keep reporting while they
+// are being stopped) describe the shutdown, not the failure.
+struct RankAtFailure {
+  int rank = -1;
+  std::optional<tessel::comm::Heartbeat> heartbeat;
+  Clock::time_point received{};  // when that heartbeat arrived
+  bool killed = false;           // ended by a signal by then (its exit is the failure)
+};
+
+std::vector<RankAtFailure> SnapshotRanks(const std::vector<std::unique_ptr<RankProcess>>& ranks) {
+  std::vector<RankAtFailure> out;
   for (const auto& r : ranks) {
-    const auto& hb = r->heartbeat();
-    Say("tessel-launch:   rank %d: %s\n", r->rank(),
-        hb ? tessel::comm::DescribeHeartbeat(*hb).c_str()
-           : "no heartbeat (not a tessel program, or "
-             "it never reached tessel::Init)");
+    out.push_back(
+        {r->rank(), r->heartbeat(), r->last_heartbeat(), !r->running() && WIFSIGNALED(r->wait_status())});
+  }
+  return out;
+}
+
+// After a failure: what each rank was doing when it happened, and which one
+// diverged. A rank that was in a collective names the members of that group
+// that were not in the same call (same op and sequence number) — only those
+// whose own report is newer than the waiter's entry into the call (an older
+// one says nothing about whether they reached it since), and never a rank
+// killed by a signal (its death is the failure, reported on its own).
+void Diagnose(const std::vector<RankAtFailure>& at_failure, Clock::time_point failed_at) {
+  std::map<int, const RankAtFailure*> by_rank;
+  for (const auto& r : at_failure) by_rank[r.rank] = &r;
+  Say("tessel-launch: what each rank last reported before the failure:\n");
+  for (const auto& r : at_failure) {
+    std::string when;
+    if (r.heartbeat) when = " (reported " + Seconds(failed_at - r.received) + " before the failure)";
+    Say("tessel-launch:   rank %d: %s%s\n", r.rank,
+        r.heartbeat ? tessel::comm::DescribeHeartbeat(*r.heartbeat).c_str()
+                    : "no heartbeat (not a tessel program, or "
+                      "it never reached tessel::Init)",
+        when.c_str());
   }
   // Collectives some ranks are stuck in, and the members not in them.
   std::set<std::string> said;
-  for (const auto& r : ranks) {
-    const auto& hb = r->heartbeat();
-    if (!hb || !hb->in_op || hb->op.rfind("post_", 0) == 0 || hb->op == "send" || hb->op == "recv") continue;
+  for (const auto& r : at_failure) {
+    const auto& hb = r.heartbeat;
+    if (r.killed || !hb || !hb->in_op || hb->op.rfind("post_", 0) == 0 || hb->op == "send" ||
+        hb->op == "recv")
+      continue;
+    const Clock::time_point entered = r.received - std::chrono::milliseconds(hb->age_ms);
     std::vector<int> waiting, absent;
     for (int member : hb->group) {
       auto it = by_rank.find(member);
       if (it == by_rank.end()) continue;  // on another node: its launcher reports it
-      const auto& other = it->second->heartbeat();
-      if (other && other->in_op && tessel::comm::SameCollective(*hb, *other)) {
+      const RankAtFailure& other = *it->second;
+      if (other.heartbeat && other.heartbeat->in_op && tessel::comm::SameCollective(*hb, *other.heartbeat)) {
         waiting.push_back(member);
-      } else {
+      } else if (!other.killed && other.heartbeat && other.received > entered) {
         absent.push_back(member);
       }
     }
@@ -422,7 +449,13 @@ int main(int argc, char** argv) {
   // `quiet`: the failed rank said why (a fatal error). The others get a
   // moment to end on their own before SIGTERM, since a mistake in the
   // config or the data stops every rank with the same error, said once.
+  std::vector<RankAtFailure> at_failure;  // the ranks' reports when the job was stopped
+  Clock::time_point failed_at{};
   auto stop_all = [&](const std::string& reason, int grace_s, bool quiet = false) {
+    if (!stopping) {
+      at_failure = SnapshotRanks(ranks);
+      failed_at = Clock::now();
+    }
     stopping = true;
     stop_reason = reason;
     if (!quiet) Say("tessel-launch: %s; stopping the other ranks\n", reason.c_str());
@@ -615,7 +648,7 @@ int main(int argc, char** argv) {
           ranks[0]->DescribeExit().c_str());
       return 1;
     }
-    if (diagnose) Diagnose(ranks);
+    if (diagnose) Diagnose(at_failure, failed_at);
     // Stopped from outside with every rank ending cleanly (tessel-train
     // saved and stopped): not a failure of the job's own.
     const bool clean_stop =
