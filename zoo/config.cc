@@ -202,20 +202,30 @@ void ResolveBatchSizes(config::TrainConfig* t, int64_t dp) {
 std::string ClosestName(const std::string& name, const std::vector<std::string>& candidates) {
   std::string best;
   size_t best_distance = std::max<size_t>(2, name.size() / 3) + 1;  // farther is not a typo
+  std::vector<size_t> row;
   for (const std::string& c : candidates) {
-    // Levenshtein distance, one row at a time.
-    std::vector<size_t> row(c.size() + 1);
+    // The distance is at least the difference in length: such a candidate
+    // is skipped unread (a long mistyped name costs nothing per candidate).
+    const size_t longer = std::max(name.size(), c.size()), shorter = std::min(name.size(), c.size());
+    if (longer - shorter >= best_distance) continue;
+    // Levenshtein distance, one row at a time; a row whose every entry is
+    // already too far ends the candidate.
+    row.resize(c.size() + 1);
     for (size_t j = 0; j <= c.size(); ++j) row[j] = j;
-    for (size_t i = 1; i <= name.size(); ++i) {
+    bool too_far = false;
+    for (size_t i = 1; i <= name.size() && !too_far; ++i) {
       size_t diagonal = row[0];
       row[0] = i;
+      size_t row_min = row[0];
       for (size_t j = 1; j <= c.size(); ++j) {
         const size_t above = row[j];
         row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (name[i - 1] == c[j - 1] ? 0 : 1)});
         diagonal = above;
+        row_min = std::min(row_min, row[j]);
       }
+      too_far = row_min >= best_distance;
     }
-    if (row[c.size()] < best_distance) {
+    if (!too_far && row[c.size()] < best_distance) {
       best_distance = row[c.size()];
       best = c;
     }

@@ -513,6 +513,12 @@ TEST(ConfigTest, ClosestNameIsATypoDistanceAway) {
   EXPECT_EQ(ClosestName("lr", {"lr", "eps"}), "lr");
   EXPECT_EQ(ClosestName("learning_rate", {"lr", "eps", "name"}), "");
   EXPECT_EQ(ClosestName("x", {}), "");
+  // The nearer of two candidates wins whichever comes first; a long name
+  // near nothing is answered without reading it against each candidate.
+  EXPECT_EQ(ClosestName("micro_batch_sise", {"micro_batch_size_x", "micro_batch_size"}), "micro_batch_size");
+  EXPECT_EQ(ClosestName("micro_batch_sise", {"micro_batch_size", "micro_batch_size_x"}), "micro_batch_size");
+  EXPECT_EQ(ClosestName(std::string(8000, 'q') + "lr", {"lr", "eps", "tensor_parallel_size"}), "");
+  EXPECT_EQ(ClosestName(std::string(30, 'q'), {std::string(24, 'q'), std::string(20, 'q')}), std::string(24, 'q'));
 }
 
 TEST(ConfigTest, BertFieldsAreChecked) {
