@@ -143,24 +143,29 @@ bool ReadProof(Guard& g, Candidate& c, GuardedListener& l) {
            n == 0 ? "closed before sending a proof" : std::string("read: ") + std::strerror(errno));
     return true;
   }
-  const size_t before = c.got;
   c.got += static_cast<size_t>(n);
-  const size_t magic_seen = std::min(c.got, sizeof(kPairProofMagic));
-  if (before < magic_seen && std::memcmp(c.bytes.data(), kPairProofMagic, magic_seen) != 0) {
-    Refuse(g, c, l.address_text,
-           "sent " + Preview(c.bytes.data(), std::min<size_t>(c.got, 16)) + ", not a tessel pair proof");
-    return true;
-  }
-  if (c.got < c.bytes.size()) return false;
+  // The MAC names the listener and the connecting side (its address here).
   sockaddr_storage peer{};
-  if (!SockName(c.fd, &peer, /*peer=*/true)) {
-    Refuse(g, c, l.address_text, "its address is unknown");
-    return true;
+  PairProof expected{};
+  if (c.got == c.bytes.size()) {
+    if (!SockName(c.fd, &peer, /*peer=*/true)) {
+      Refuse(g, c, l.address_text, "its address is unknown");
+      return true;
+    }
+    expected = MakePairProof(g.secret, l.address, peer);
   }
-  PairProof expected = MakePairProof(g.secret, l.address, peer);
-  if (CRYPTO_memcmp(expected.data(), c.bytes.data(), expected.size()) != 0) {
-    Refuse(g, c, l.address_text, "wrong proof (a process with another job's secret?)");
-    return true;
+  switch (CheckPairProof(c.bytes.data(), c.got, expected)) {
+    case ProofCheck::kNeedMore:
+      return false;
+    case ProofCheck::kNotAProof:
+      Refuse(g, c, l.address_text,
+             "sent " + Preview(c.bytes.data(), std::min<size_t>(c.got, 16)) + ", not a tessel pair proof");
+      return true;
+    case ProofCheck::kWrongProof:
+      Refuse(g, c, l.address_text, "wrong proof (a process with another job's secret?)");
+      return true;
+    case ProofCheck::kProven:
+      break;
   }
   l.proven_fd = c.fd;
   c.fd = -1;
@@ -530,6 +535,15 @@ PairProof MakePairProof(const std::string& secret, const sockaddr_storage& liste
              reinterpret_cast<const unsigned char*>(message.data()), message.size(), proof.data() + 8, &len);
   TESSEL_CHECK_CODE(ok != nullptr && len == 32, StatusCode::kInternal) << "HMAC-SHA256 failed";
   return proof;
+}
+
+ProofCheck CheckPairProof(const uint8_t* bytes, size_t size, const PairProof& expected) {
+  if (size > kPairProofBytes) return ProofCheck::kNotAProof;
+  const size_t magic = std::min(size, sizeof(kPairProofMagic));
+  if (std::memcmp(bytes, kPairProofMagic, magic) != 0) return ProofCheck::kNotAProof;
+  if (size < kPairProofBytes) return ProofCheck::kNeedMore;
+  return CRYPTO_memcmp(bytes, expected.data(), kPairProofBytes) == 0 ? ProofCheck::kProven
+                                                                     : ProofCheck::kWrongProof;
 }
 
 void GuardGlooPairs(const std::string& secret, const PairGuardOptions& options) {

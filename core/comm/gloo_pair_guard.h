@@ -39,6 +39,12 @@ using PairProof = std::array<uint8_t, kPairProofBytes>;
 PairProof MakePairProof(const std::string& secret, const sockaddr_storage& listener,
                         const sockaddr_storage& connector);
 
+// What the bytes a connection sent so far (at most kPairProofBytes; more is
+// never read) say, against the proof it must carry: the magic is checked as
+// it arrives, the MAC only whole and in constant time.
+enum class ProofCheck { kNeedMore, kNotAProof, kWrongProof, kProven };
+ProofCheck CheckPairProof(const uint8_t* bytes, size_t size, const PairProof& expected);
+
 struct PairGuardOptions {
   // How long a connecting rank waits for its TCP connection (and its proof
   // to be written), and a listener for a connection with the right proof.

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -32,6 +33,15 @@ sockaddr_storage Loopback(int port) {
 TEST(GlooPairGuard, AProofNamesTheSecretAndBothEnds) {
   PairProof proof = MakePairProof("secret-one-0123456789", Loopback(5000), Loopback(40000));
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(proof.data()), 8), "TSLPAIR1");
+  // HMAC-SHA256(secret, "tessel-gloo-pair" + (family u16 LE, port, IPv4) of
+  // listener then connector), computed with Python's hmac.
+  std::string mac;
+  for (size_t i = 8; i < proof.size(); ++i) {
+    char hex[3];
+    std::snprintf(hex, sizeof(hex), "%02x", proof[i]);
+    mac += hex;
+  }
+  EXPECT_EQ(mac, "d30a0abfe3e02621197c94475d9e6378ba096ec76e233a05e32f09d87a972c1f");
   EXPECT_EQ(proof, MakePairProof("secret-one-0123456789", Loopback(5000), Loopback(40000)));
   EXPECT_NE(proof, MakePairProof("secret-two-0123456789", Loopback(5000), Loopback(40000)));
   EXPECT_NE(proof, MakePairProof("secret-one-0123456789", Loopback(5001), Loopback(40000)));
@@ -75,6 +85,18 @@ void Poke(int port, const std::string& bytes) {
 // connections to every listening socket: the pair connects to the right
 // peer and an all-reduce gives the right sum. Rank 1 arrives late, so rank
 // 0's listener waits for it under the stranger's connections.
+TEST(GlooPairGuard, OnlyTheWholeRightProofIsAccepted) {
+  const PairProof expected = MakePairProof("secret-one-0123456789", Loopback(5000), Loopback(40000));
+  EXPECT_EQ(CheckPairProof(expected.data(), 0, expected), ProofCheck::kNeedMore);
+  EXPECT_EQ(CheckPairProof(expected.data(), 20, expected), ProofCheck::kNeedMore);
+  EXPECT_EQ(CheckPairProof(expected.data(), expected.size(), expected), ProofCheck::kProven);
+  PairProof wrong = expected;
+  wrong.back() ^= 1;
+  EXPECT_EQ(CheckPairProof(wrong.data(), wrong.size(), expected), ProofCheck::kWrongProof);
+  const uint8_t http[] = {'G', 'E', 'T', ' '};
+  EXPECT_EQ(CheckPairProof(http, 1, expected), ProofCheck::kNotAProof);  // decided at the first byte
+}
+
 TEST(GlooPairGuard, APairConnectsToItsPeerWhileAStrangerHitsItsListener) {
   GuardGlooPairs("guard-test-secret-0123456789");
   ASSERT_TRUE(GlooPairsGuarded());
