@@ -373,8 +373,11 @@ if selected("listeners"):
     kinds = [lambda: bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 64))),
              lambda: b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n", lambda: b"",
              lambda: b"TSLPAIR1" + bytes(rng.getrandbits(8) for _ in range(32)), "hold"]
-    passed = 0
-    for attempt in range(args.listener_jobs):
+    # A job whose pairs connected before the scanner saw them is run again
+    # (the scan sometimes misses the first milliseconds): up to 3 more jobs.
+    passed, attacked, attempt = 0, 0, 0
+    while attacked < args.listener_jobs and attempt < args.listener_jobs + 3:
+        attempt += 1
         job = Job(launch + gpt)
         hits, held = {}, []
         listeners = JobListeners(job.proc.pid)
@@ -402,7 +405,7 @@ if selected("listeners"):
         # to 200 times (garbage, HTTP, connect-and-close, a forged proof, a
         # connection held open without a word). Gloo's listeners live for
         # milliseconds, so the ranks are stopped in turn (each until the
-        # others' listeners took their 200, at most 1.5 s): the listeners
+        # others' listeners took their 200, at most 5 s): the listeners
         # waiting for the stopped rank stay open meanwhile.
         turn, store_port = 0, None
         while job.proc.poll() is None and not re.search(r"\[rank 0\] step 1 ", job.output()):
@@ -417,7 +420,7 @@ if selected("listeners"):
                     os.kill(stopped, signal.SIGSTOP)
                 except ProcessLookupError:
                     continue
-                until = time.monotonic() + 1.5
+                until = time.monotonic() + 5
                 while time.monotonic() < until:
                     waiting = [port for port, owner in listeners.ports().items()
                                if owner != stopped and hits.get(port, 0) < 200]
@@ -442,15 +445,16 @@ if selected("listeners"):
         passed += ok
         pairs = {port: n for port, n in hits.items() if port != store_port}
         full = sum(1 for n in pairs.values() if n >= 200)
-        print(f"listeners: job {attempt + 1}: {hits.get(store_port, 0)} connections to the store, "
+        attacked += len(pairs) >= 1 and refused > 0
+        print(f"listeners: job {attempt}: {hits.get(store_port, 0)} connections to the store, "
               f"{sum(pairs.values())} to {len(pairs)} Gloo pair listeners ({full} of them took 200), "
               f"refused by the pair guard (logged, at most 16 per rank): {refused}, "
               f"losses {'unchanged' if ok else 'CHANGED'}", flush=True)
-        check(f"listeners: job {attempt + 1} trained with unchanged losses under "
+        check(f"listeners: job {attempt} trained with unchanged losses under "
               f"{sum(hits.values())} stray connections", ok, out[-4000:])
-        check(f"listeners: job {attempt + 1}: Gloo pairs' listeners were hit and refused strangers",
-              len(pairs) >= 1 and refused > 0, str(hits))
-    print(f"listeners: {passed}/{args.listener_jobs} jobs trained with bit-identical losses", flush=True)
+    check(f"listeners: {attacked} jobs had their Gloo pair listeners hit and refusing strangers "
+          f"(wanted {args.listener_jobs})", attacked >= args.listener_jobs)
+    print(f"listeners: {passed}/{attempt} jobs trained with bit-identical losses", flush=True)
 
 # ---------------------------------------------------------------- a rank SIGKILLed mid-training
 # The launcher's diagnosis describes the ranks when the failure happened: a
