@@ -7,6 +7,8 @@
 #include <glog/logging.h>
 #include <tessel/tessel.h>
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 DEFINE_int64(rows, 7, "Rows of the logical matrix");
 DEFINE_int64(cols, 5, "Columns of the logical matrix");
 

@@ -4,6 +4,8 @@
 //   tessel-launch --nproc_per_node 2 -- linear_col_parallel
 #include <tessel/tessel.h>
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 using namespace tessel;
 
 int main(int argc, char** argv) {

@@ -6,6 +6,8 @@
 //   tessel-launch --nproc_per_node 4 -- mlp_2d
 #include <tessel/tessel.h>
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 using namespace tessel;
 
 int main(int argc, char** argv) {

@@ -14,6 +14,8 @@
 #include "graph/boxing_executor.h"
 #include "ops/functional.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel {
 
 namespace {

@@ -12,6 +12,8 @@
 #include "sbp/layout_key.h"
 #include "sbp/slice.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel {
 
 std::string NdSignature::ToString() const {

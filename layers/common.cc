@@ -3,6 +3,8 @@
 #include "graph/global_tensor_ops.h"
 #include "layers/dist.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel::layers {
 
 Tensor ToHidden(const Tensor& x, const Placement& placement) {

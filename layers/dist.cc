@@ -12,6 +12,8 @@
 #include "sbp/global_tensor.h"
 #include "sbp/slice.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel::dist {
 
 namespace {

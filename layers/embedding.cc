@@ -12,6 +12,8 @@
 #include "ops/functional.h"
 #include "sbp/global_tensor.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel::layers {
 
 namespace {

@@ -3,6 +3,8 @@
 #include "core/error.h"
 #include "sbp/global_tensor.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel::nn {
 
 Tensor& Module::RegisterParameter(const std::string& name, Tensor& t) {

@@ -14,6 +14,8 @@
 #ifdef TESSEL_HAS_CUDA
 #include "ops/cuda/multi_tensor.h"
 #include "ops/interpreter.h"
+
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
 #endif
 
 namespace tessel::optim {

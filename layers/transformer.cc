@@ -11,6 +11,8 @@
 #include "layers/dist.h"
 #include "ops/functional.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel::layers {
 
 namespace {

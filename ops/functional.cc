@@ -5,6 +5,8 @@
 #include "ops/interpreter.h"
 #include "sbp/global_tensor.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel {
 
 std::vector<Tensor> ApplyOp(const std::string& name, const std::vector<Tensor>& inputs, const Attrs& attrs) {

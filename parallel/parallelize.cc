@@ -18,6 +18,8 @@
 #include "parallel/stage_placer.h"
 #include "sbp/global_tensor.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel::parallel {
 
 namespace {

@@ -11,6 +11,8 @@
 #include "core/error.h"
 #include "parallel/plan.pb.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel::parallel {
 
 namespace {

@@ -4,6 +4,8 @@
 #include "graph/autograd.h"
 #include "graph/global_tensor_ops.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel::parallel {
 
 namespace {

@@ -5,6 +5,8 @@
 #include "core/error.h"
 #include "parallel/plan.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel::parallel {
 
 namespace {

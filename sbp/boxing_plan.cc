@@ -9,6 +9,8 @@
 #include "sbp/slice.h"
 #include "sbp/slice_transfer.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel {
 
 const char* BoxingOpName(BoxingOp op) {

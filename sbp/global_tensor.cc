@@ -4,6 +4,8 @@
 #include "core/error.h"
 #include "core/philox.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel {
 
 const Placement& Tensor::placement() const {

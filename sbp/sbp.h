@@ -49,11 +49,16 @@ class Sbp {
   int axis_ = -1;
 };
 
-// The short forms users write: S(0), B(), P().
+// The short forms, S(0), B(), P(), PMax(), in a namespace of their own so
+// that one-letter names never collide with a user's: opt in with
+// `using namespace tessel::sbp_shorthand;` (in a .cc file, not a header),
+// or write Sbp::Split(0), Sbp::Broadcast(), Sbp::PartialSum().
+namespace sbp_shorthand {
 inline Sbp S(int axis) { return Sbp::Split(axis); }
 inline Sbp B() { return Sbp::Broadcast(); }
 inline Sbp P() { return Sbp::PartialSum(); }
 inline Sbp PMax() { return Sbp::PartialMax(); }
+}  // namespace sbp_shorthand
 
 class NdSbp {
  public:

@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel {
 
 proto::SbpProto ToProto(const Sbp& sbp) {

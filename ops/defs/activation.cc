@@ -6,6 +6,8 @@
 
 #ifdef TESSEL_HAS_CUDA
 #include "ops/cuda/elementwise.h"
+
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
 #endif
 
 namespace tessel {

@@ -7,6 +7,8 @@
 #include "ops/functional.h"
 #ifdef TESSEL_HAS_CUDA
 #include "ops/cuda/cross_entropy.h"
+
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
 #endif
 
 namespace tessel {

@@ -10,7 +10,8 @@
 namespace tessel::defs {
 
 // OpDef::grad_unsupported of the ops that compute another op's gradient.
-inline constexpr const char* kGradientOp = "it computes another op's gradient, and tessel has no double backward";
+inline constexpr const char* kGradientOp =
+    "it computes another op's gradient, and tessel has no double backward";
 
 inline std::vector<TensorSpec> SameAsInput(const std::vector<TensorSpec>& in, const Attrs&) {
   return {in[0]};
@@ -19,14 +20,14 @@ inline std::vector<TensorSpec> SameAsInput(const std::vector<TensorSpec>& in, co
 // Elementwise unary: split on any dimension stays split there.
 inline std::vector<SbpSignature> SplitAnyDim(const std::vector<TensorSpec>& in, const Attrs&) {
   std::vector<SbpSignature> out;
-  for (int d = 0; d < in[0].shape.ndim(); ++d) out.push_back({{S(d)}, {S(d)}});
+  for (int d = 0; d < in[0].shape.ndim(); ++d) out.push_back({{Sbp::Split(d)}, {Sbp::Split(d)}});
   return out;
 }
 
 // As SplitAnyDim, plus P -> P for ops linear in their input.
 inline std::vector<SbpSignature> SplitAnyDimOrPartial(const std::vector<TensorSpec>& in, const Attrs& a) {
   std::vector<SbpSignature> out = SplitAnyDim(in, a);
-  out.push_back({{P()}, {P()}});
+  out.push_back({{Sbp::PartialSum()}, {Sbp::PartialSum()}});
   return out;
 }
 
@@ -36,7 +37,7 @@ inline std::vector<SbpSignature> AllSplitAlike(int64_t ndim, size_t inputs, size
   std::vector<SbpSignature> out;
   for (int d = 0; d < ndim; ++d) {
     if (d == except) continue;
-    out.push_back({std::vector<Sbp>(inputs, S(d)), std::vector<Sbp>(outputs, S(d))});
+    out.push_back({std::vector<Sbp>(inputs, Sbp::Split(d)), std::vector<Sbp>(outputs, Sbp::Split(d))});
   }
   return out;
 }
@@ -47,11 +48,11 @@ inline std::vector<SbpSignature> AllSplitAlike(int64_t ndim, size_t inputs, size
 inline std::vector<SbpSignature> BroadcastSplits(const std::vector<TensorSpec>& in, const Shape& out) {
   std::vector<SbpSignature> sigs;
   for (int64_t d = 0; d < out.ndim(); ++d) {
-    SbpSignature s{{}, {S(static_cast<int>(d))}};
+    SbpSignature s{{}, {Sbp::Split(static_cast<int>(d))}};
     for (const TensorSpec& t : in) {
       int64_t td = d - (out.ndim() - t.shape.ndim());
       bool has = td >= 0 && t.shape.dims()[td] == out.dims()[d];
-      s.inputs.push_back(has ? S(static_cast<int>(td)) : B());
+      s.inputs.push_back(has ? Sbp::Split(static_cast<int>(td)) : Sbp::Broadcast());
     }
     sigs.push_back(s);
   }

@@ -5,6 +5,8 @@
 #include "ops/functional.h"
 #ifdef TESSEL_HAS_CUDA
 #include "ops/cuda/gemm.h"
+
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
 #endif
 
 namespace tessel {

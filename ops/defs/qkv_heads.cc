@@ -9,6 +9,8 @@
 #include "ops/functional.h"
 #ifdef TESSEL_HAS_CUDA
 #include "ops/cuda/qkv_heads.h"
+
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
 #endif
 
 namespace tessel {

@@ -13,6 +13,8 @@
 #ifdef TESSEL_HAS_CUDA
 #include "ops/cuda/elementwise.h"
 #include "ops/cuda/reduce.h"
+
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
 #endif
 
 namespace tessel {

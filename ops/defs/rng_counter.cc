@@ -13,6 +13,8 @@
 #include "ops/functional.h"
 #ifdef TESSEL_HAS_CUDA
 #include "ops/cuda/nn_kernels.h"
+
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
 #endif
 
 namespace tessel {

@@ -4,6 +4,8 @@
 #include "ops/functional.h"
 #ifdef TESSEL_HAS_CUDA
 #include "ops/cuda/tensor_ops.h"
+
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
 #endif
 
 namespace tessel {

@@ -17,6 +17,8 @@
 #include "graph/init.h"
 #include "sbp/global_tensor.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 DEFINE_string(sizes_mib, "1,64", "Tensor sizes in MiB (f32, square-ish 2-D)");
 DEFINE_double(seconds_per_case, 1.0, "Target time spent measuring each case");
 

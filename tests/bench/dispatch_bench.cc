@@ -17,6 +17,8 @@
 #include "graph/sbp_inference.h"
 #include "runtime/actor_runtime.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 DEFINE_int64(iterations, 200000, "ops per case");
 DEFINE_int64(graph_ops, 512, "tiny ops in the graph whose executed instructions are timed");
 DEFINE_int64(graph_steps, 0, "runs of that graph per executor (0: --iterations / --graph_ops, at least 10)");

@@ -19,6 +19,8 @@
 #include "runtime/actor_runtime.h"
 #include "sbp/global_tensor.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel {
 namespace {
 

@@ -34,7 +34,8 @@ struct DumpOutputs {
     std::vector<int> all_ranks(dist::WorldSize());
     for (int r = 0; r < dist::WorldSize(); ++r) all_ranks[r] = r;
     const Placement world(DeviceType::kCPU, all_ranks);
-    Tensor full = t.is_global() ? GatherLogical(t.detach().to_global(world, NdSbp({B()}))) : t.detach();
+    Tensor full =
+        t.is_global() ? GatherLogical(t.detach().to_global(world, NdSbp({Sbp::Broadcast()}))) : t.detach();
     if (dist::Rank() == 0) tensors.emplace_back(name, full.Clone());
   }
 };

@@ -18,6 +18,8 @@
 #include "layers/transformer.h"
 #include "ops/functional.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 DEFINE_int64(tp, 1, "tensor parallel size");
 DEFINE_string(out, "", "file to write (rank 0)");
 

@@ -25,6 +25,8 @@
 #include "ops/functional.h"
 #include "tests/testing/test_util.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 DEFINE_int64(tp, 1, "tensor parallel size (dp is the rest of the world)");
 DEFINE_int64(layers, 2, "GPT layers");
 DEFINE_int64(hidden, 128, "GPT hidden size");
@@ -43,8 +45,11 @@ int64_t LocalBytes(const Tensor& t) { return t.defined() ? static_cast<int64_t>(
 
 Held TrainOneStep(int64_t stage) {
   dist::Setup({.tensor_parallel_size = FLAGS_tp, .pipeline_num_layers = FLAGS_layers, .zero_stage = stage});
-  models::GPT gpt(
-      {.vocab_size = FLAGS_vocab, .hidden = FLAGS_hidden, .heads = FLAGS_heads, .layers = FLAGS_layers, .max_seq = 32});
+  models::GPT gpt({.vocab_size = FLAGS_vocab,
+                   .hidden = FLAGS_hidden,
+                   .heads = FLAGS_heads,
+                   .layers = FLAGS_layers,
+                   .max_seq = 32});
   auto params = gpt.NamedParameters();
   optim::AdamW adamw(params, {.zero_stage = stage});
   const Placement p = dist::GetLayerPlacement(0);
@@ -55,7 +60,8 @@ Held TrainOneStep(int64_t stage) {
   }
   const NdSbp rows = dist::GetHiddenSbp();
   const Tensor ids_t = Tensor::FromVector<int64_t>(ids, {8, 32}).to_global(p, dist::GetNdSbp({B(), B()}));
-  const Tensor labels_t = Tensor::FromVector<int64_t>(labels, {8, 32}).to_global(p, dist::GetNdSbp({B(), B()}));
+  const Tensor labels_t =
+      Tensor::FromVector<int64_t>(labels, {8, 32}).to_global(p, dist::GetNdSbp({B(), B()}));
   gpt.Loss(ids_t.to_global(p, rows), labels_t.to_global(dist::GetLayerPlacement(-1), rows)).backward();
   Held held;
   for (auto& [name, t] : params) {
@@ -84,16 +90,20 @@ TEST(Zero, MemoryPerRankMatchesTheFormulasAndTheStepIsTheSame) {
     const double total = static_cast<double>(h.params + h.grads + h.state);
     const double want = expected[stage][0] + expected[stage][1] + expected[stage][2];
     if (CurrentRank() == 0)
-      std::printf("ZeRO stage %ld, dp %.0f, tp %ld: parameters %.3f MB, gradients %.3f MB, optimizer %.3f MB; "
-                  "total %.3f MB, formula %.3f MB (%.2f%%)\n",
-                  static_cast<long>(stage), dp, static_cast<long>(FLAGS_tp), h.params / 1e6, h.grads / 1e6,
-                  h.state / 1e6, total / 1e6, want / 1e6, 100.0 * (total - want) / want);
+      std::printf(
+          "ZeRO stage %ld, dp %.0f, tp %ld: parameters %.3f MB, gradients %.3f MB, optimizer %.3f MB; "
+          "total %.3f MB, formula %.3f MB (%.2f%%)\n",
+          static_cast<long>(stage), dp, static_cast<long>(FLAGS_tp), h.params / 1e6, h.grads / 1e6,
+          h.state / 1e6, total / 1e6, want / 1e6, 100.0 * (total - want) / want);
     EXPECT_NEAR(total, want, 0.05 * want) << "stage " << stage;
-    EXPECT_NEAR(static_cast<double>(h.params), expected[stage][0], 0.05 * expected[stage][0]) << "stage " << stage;
-    EXPECT_NEAR(static_cast<double>(h.grads), expected[stage][1], 0.05 * expected[stage][1]) << "stage " << stage;
+    EXPECT_NEAR(static_cast<double>(h.params), expected[stage][0], 0.05 * expected[stage][0])
+        << "stage " << stage;
+    EXPECT_NEAR(static_cast<double>(h.grads), expected[stage][1], 0.05 * expected[stage][1])
+        << "stage " << stage;
     ASSERT_EQ(h.after_step.size(), off.after_step.size());
     for (size_t i = 0; i < h.after_step.size(); ++i)
-      EXPECT_LE(testing::RelError(h.after_step[i], off.after_step[i]), 1e-3) << "stage " << stage << " param " << i;
+      EXPECT_LE(testing::RelError(h.after_step[i], off.after_step[i]), 1e-3)
+          << "stage " << stage << " param " << i;
   }
 }
 

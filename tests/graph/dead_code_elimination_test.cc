@@ -9,6 +9,8 @@
 #include "ops/functional.h"
 #include "tests/graph/small_graph.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel {
 namespace {
 

@@ -10,6 +10,8 @@
 #include "graph/passes/passes.h"
 #include "tests/graph/small_graph.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel {
 namespace {
 

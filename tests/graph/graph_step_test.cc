@@ -20,6 +20,8 @@
 #include "tests/testing/test_util.h"
 #include "tests/testing/tiny_mlp.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel {
 namespace {
 

@@ -17,6 +17,8 @@
 #include "sbp/global_tensor.h"
 #include "tests/testing/test_util.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel {
 namespace {
 

@@ -12,6 +12,8 @@
 #include "graph/plan/rank_plan.pb.h"
 #include "tests/graph/small_graph.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel {
 namespace {
 

@@ -21,6 +21,8 @@
 #include "sbp/global_tensor.h"
 #include "tests/testing/test_util.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel {
 namespace {
 
@@ -94,12 +96,14 @@ TEST(ParallelModes, TheModesGridIsTheStagesRanks) {
   // A mode's options reach it; Setup keeps the grid it gives.
   // Shared with the registered mode, which outlives this test.
   auto seen = std::make_shared<std::vector<std::string>>();
-  dist::RegisterParallelMode("test_single",
-                             {.check = nullptr, .stage_ranks = [seen](const dist::ParallelModeSizes& s) {
-                                for (const auto& [k, v] : s.options) seen->push_back(k + "=" + v);
-                                return std::vector<std::vector<int>>{{0}};
-                              },
-                              .tensor_mesh = {}});
+  dist::RegisterParallelMode("test_single", {.check = nullptr,
+                                             .stage_ranks =
+                                                 [seen](const dist::ParallelModeSizes& s) {
+                                                   for (const auto& [k, v] : s.options)
+                                                     seen->push_back(k + "=" + v);
+                                                   return std::vector<std::vector<int>>{{0}};
+                                                 },
+                                             .tensor_mesh = {}});
   dist::Setup(
       {.tensor_parallel_mode = "test_single", .tensor_parallel_mode_options = {{"order", "reversed"}}});
   EXPECT_EQ(*seen, std::vector<std::string>{"order=reversed"});
@@ -139,7 +143,9 @@ TEST(ParallelModes, GridsThatAreNotAPartitionAndRefusedSizesAreNamed) {
   EXPECT_NE(e.find("tensor_parallel_mode '4d' is not registered; registered: 1d, 2.5d, 2d, 3d, test_"),
             std::string::npos)
       << e;
-  e = ErrorOf([] { dist::RegisterParallelMode("1d", {.check = nullptr, .stage_ranks = nullptr, .tensor_mesh = {}}); });
+  e = ErrorOf([] {
+    dist::RegisterParallelMode("1d", {.check = nullptr, .stage_ranks = nullptr, .tensor_mesh = {}});
+  });
   EXPECT_NE(e.find("no stage_ranks given"), std::string::npos) << e;
   dist::Setup({});
 }

@@ -5,6 +5,8 @@
 #include "core/error.h"
 #include "tests/testing/test_util.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel {
 namespace {
 

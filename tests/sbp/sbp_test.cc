@@ -6,6 +6,8 @@
 #include "sbp/sbp_proto.h"
 #include "tests/testing/test_util.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel {
 namespace {
 

@@ -4,6 +4,8 @@
 
 #include "sbp/slice_transfer.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 namespace tessel {
 namespace {
 

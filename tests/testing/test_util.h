@@ -25,8 +25,8 @@ inline std::string ErrorOf(const std::function<void()>& fn) {
 
 // Every NdSbp of `mesh_ndim` entries over {B, P, S(0) .. S(tensor_ndim-1)}.
 inline std::vector<NdSbp> AllNdSbps(int mesh_ndim, int64_t tensor_ndim) {
-  std::vector<Sbp> one = {B(), P()};
-  for (int d = 0; d < tensor_ndim; ++d) one.push_back(S(d));
+  std::vector<Sbp> one = {Sbp::Broadcast(), Sbp::PartialSum()};
+  for (int d = 0; d < tensor_ndim; ++d) one.push_back(Sbp::Split(d));
   std::vector<NdSbp> out = {NdSbp{}};
   for (int a = 0; a < mesh_ndim; ++a) {
     std::vector<NdSbp> next;

@@ -35,6 +35,8 @@
 #include "zoo/config.h"
 #include "zoo/vocabulary.h"
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 DEFINE_string(checkpoint, "",
               "a checkpoint directory (with index.json) or a directory of them (its `latest`) of a GPT");
 DEFINE_string(config, "",
@@ -43,13 +45,16 @@ DEFINE_string(config, "",
               "config the checkpoint was saved with");
 DEFINE_int64(tp, 1, "tensor parallel size (the launch's ranks are tp x pp)");
 DEFINE_int64(pp, 1, "pipeline parallel size");
-DEFINE_string(prompt_ids, "",
-              "the prompts as token ids: comma-separated ids, prompts separated by ';' (e.g. \"464,3290;50,7\")");
-DEFINE_int64(max_new_tokens, 20, "tokens to add to each prompt (fewer if --eos_id comes or the positions end)");
+DEFINE_string(
+    prompt_ids, "",
+    "the prompts as token ids: comma-separated ids, prompts separated by ';' (e.g. \"464,3290;50,7\")");
+DEFINE_int64(max_new_tokens, 20,
+             "tokens to add to each prompt (fewer if --eos_id comes or the positions end)");
 DEFINE_bool(sample, false, "draw each token (temperature, top-k, top-p) instead of taking the most likely");
 DEFINE_double(temperature, 1.0, "with --sample: logits are divided by this (> 0)");
 DEFINE_int64(top_k, 0, "with --sample: draw among the k most likely tokens only (0: all)");
-DEFINE_double(top_p, 1.0, "with --sample: draw among the fewest most likely tokens whose probability reaches p");
+DEFINE_double(top_p, 1.0,
+              "with --sample: draw among the fewest most likely tokens whose probability reaches p");
 DEFINE_uint64(seed, 1234, "with --sample: the random stream's seed");
 DEFINE_int64(eos_id, -2,
              "stop a prompt's continuation after this id (-1: never; -2: the vocabulary's <|endoftext|> when "
@@ -93,7 +98,8 @@ int64_t NextToken(std::vector<float> logits, std::mt19937_64& random) {
   std::vector<double> probability(order.size());
   const double top = logits[order[0]] / FLAGS_temperature;
   double sum = 0;
-  for (size_t i = 0; i < order.size(); ++i) sum += probability[i] = std::exp(logits[order[i]] / FLAGS_temperature - top);
+  for (size_t i = 0; i < order.size(); ++i)
+    sum += probability[i] = std::exp(logits[order[i]] / FLAGS_temperature - top);
   size_t keep = order.size();
   double reached = 0;
   for (size_t i = 0; i < order.size(); ++i) {
@@ -117,15 +123,17 @@ std::vector<float> WholeOnEveryRank(const Tensor& t) {
 
 int Main(const std::vector<std::string>& overrides) {
   TESSEL_CHECK(!FLAGS_checkpoint.empty()) << "--checkpoint is required: a checkpoint of a GPT (see --help)";
-  TESSEL_CHECK(!FLAGS_prompt_ids.empty()) << "--prompt_ids is required: token ids, e.g. --prompt_ids 464,3290";
+  TESSEL_CHECK(!FLAGS_prompt_ids.empty())
+      << "--prompt_ids is required: token ids, e.g. --prompt_ids 464,3290";
   TESSEL_CHECK(FLAGS_max_new_tokens >= 0) << "--max_new_tokens " << FLAGS_max_new_tokens << "; expected >= 0";
   TESSEL_CHECK(FLAGS_temperature > 0) << "--temperature " << FLAGS_temperature << "; expected > 0";
   TESSEL_CHECK(FLAGS_top_k >= 0) << "--top_k " << FLAGS_top_k << "; expected >= 0 (0: every token)";
   TESSEL_CHECK(FLAGS_top_p > 0 && FLAGS_top_p <= 1) << "--top_p " << FLAGS_top_p << "; expected 0 < p <= 1";
   const std::vector<std::vector<int64_t>> prompts = ParsePrompts(FLAGS_prompt_ids);
   const std::filesystem::path found = checkpoint::Find(FLAGS_checkpoint);
-  TESSEL_CHECK(!found.empty()) << "--checkpoint " << FLAGS_checkpoint
-                               << " holds no complete checkpoint (a directory with index.json, or `latest` naming one)";
+  TESSEL_CHECK(!found.empty())
+      << "--checkpoint " << FLAGS_checkpoint
+      << " holds no complete checkpoint (a directory with index.json, or `latest` naming one)";
   std::optional<config::Config> c;
   if (!FLAGS_config.empty()) {
     c = zoo::LoadConfig(FLAGS_config);
@@ -207,8 +215,8 @@ int Main(const std::vector<std::string>& overrides) {
     std::vector<int64_t> ids = prompts[p];
     TESSEL_CHECK(!ids.empty()) << "--prompt_ids: prompt " << p << " is empty";
     for (int64_t id : ids)
-      TESSEL_CHECK(id < vocab) << "--prompt_ids: id " << id << " of prompt " << p << " is outside the vocabulary of "
-                               << vocab;
+      TESSEL_CHECK(id < vocab) << "--prompt_ids: id " << id << " of prompt " << p
+                               << " is outside the vocabulary of " << vocab;
     TESSEL_CHECK(static_cast<int64_t>(ids.size()) <= positions)
         << "--prompt_ids: prompt " << p << " has " << ids.size() << " tokens; the model has " << positions
         << " positions";
@@ -217,7 +225,8 @@ int Main(const std::vector<std::string>& overrides) {
       const int64_t n = static_cast<int64_t>(ids.size());
       std::vector<int64_t> labels(ids.begin() + 1, ids.end());
       labels.push_back(-100);
-      const Tensor loss = gpt.Loss(Tensor::FromVector<int64_t>(ids, {1, n}), Tensor::FromVector<int64_t>(labels, {1, n}));
+      const Tensor loss =
+          gpt.Loss(Tensor::FromVector<int64_t>(ids, {1, n}), Tensor::FromVector<int64_t>(labels, {1, n}));
       const double value = WholeOnEveryRank(loss)[0];
       if (rank0)
         std::printf("prompt %zu: %ld tokens, loss %.6f per predicted token, perplexity %.4f\n", p,
@@ -228,7 +237,8 @@ int Main(const std::vector<std::string>& overrides) {
     while (static_cast<int64_t>(added.size()) < FLAGS_max_new_tokens &&
            static_cast<int64_t>(ids.size()) < positions) {
       const int64_t n = static_cast<int64_t>(ids.size());
-      const Tensor logits = gpt.Logits(Tensor::FromVector<int64_t>(ids, {1, n}));  // [1, n, padded vocabulary]
+      const Tensor logits =
+          gpt.Logits(Tensor::FromVector<int64_t>(ids, {1, n}));  // [1, n, padded vocabulary]
       std::vector<float> last = WholeOnEveryRank(fn::slice(logits, 1, n - 1, n));
       last.resize(static_cast<size_t>(vocab));  // the padded columns are never drawn
       const int64_t next = NextToken(std::move(last), random);

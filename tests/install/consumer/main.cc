@@ -4,6 +4,8 @@
 
 #include <iostream>
 
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
+
 using namespace tessel;
 
 int main(int argc, char** argv) {
