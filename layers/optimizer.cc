@@ -14,9 +14,9 @@
 #ifdef TESSEL_HAS_CUDA
 #include "ops/cuda/multi_tensor.h"
 #include "ops/interpreter.h"
+#endif
 
 using namespace tessel::sbp_shorthand;  // S(d), B(), P()
-#endif
 
 namespace tessel::optim {
 

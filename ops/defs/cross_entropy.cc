@@ -7,9 +7,9 @@
 #include "ops/functional.h"
 #ifdef TESSEL_HAS_CUDA
 #include "ops/cuda/cross_entropy.h"
+#endif
 
 using namespace tessel::sbp_shorthand;  // S(d), B(), P()
-#endif
 
 namespace tessel {
 namespace {

@@ -7,9 +7,9 @@
 
 #ifdef TESSEL_HAS_CUDA
 #include "ops/cuda/elementwise.h"
+#endif
 
 using namespace tessel::sbp_shorthand;  // S(d), B(), P()
-#endif
 
 namespace tessel {
 namespace {

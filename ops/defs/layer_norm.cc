@@ -5,9 +5,9 @@
 #include "ops/functional.h"
 #ifdef TESSEL_HAS_CUDA
 #include "ops/cuda/layer_norm.h"
+#endif
 
 using namespace tessel::sbp_shorthand;  // S(d), B(), P()
-#endif
 
 namespace tessel {
 

@@ -13,9 +13,9 @@
 #ifdef TESSEL_HAS_CUDA
 #include "ops/cuda/elementwise.h"
 #include "ops/cuda/reduce.h"
+#endif
 
 using namespace tessel::sbp_shorthand;  // S(d), B(), P()
-#endif
 
 namespace tessel {
 namespace {
