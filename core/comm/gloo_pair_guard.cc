@@ -78,6 +78,9 @@ struct GuardedListener {
   sockaddr_storage address{};
   std::string address_text;
   int proven_fd = -1;  // the connection for Gloo, once one proved the secret
+  // Out of descriptors: the listener stays readable but nothing can be
+  // accepted, so it rests instead of spinning the gatekeeper.
+  Clock::time_point rest_until{};
 };
 
 struct Candidate {
@@ -195,8 +198,13 @@ void RunGatekeeper(Guard& g) {
       std::lock_guard<std::mutex> lock(g.mu);
       fds.push_back({g.control_fd, POLLIN, 0});
       owners.push_back({Kind::kControl, -1});
+      const Clock::time_point now = Clock::now();
       for (auto& [gloo_fd, l] : g.listeners) {
         if (l.own_fd < 0 || l.proven_fd >= 0) continue;
+        if (now < l.rest_until) {
+          next_deadline = std::min(next_deadline, l.rest_until);
+          continue;
+        }
         fds.push_back({l.own_fd, POLLIN, 0});
         owners.push_back({Kind::kListener, gloo_fd});
       }
@@ -225,10 +233,16 @@ void RunGatekeeper(Guard& g) {
       if (kind == Kind::kListener) {
         auto it = g.listeners.find(which);
         if (it == g.listeners.end() || it->second.own_fd != fds[k].fd || it->second.proven_fd >= 0) continue;
-        // Take every connection waiting (the kernel's queue stays short).
-        for (;;) {
+        // Take the connections waiting (the kernel's queue stays short), a
+        // bounded number per pass so that one flooded listener cannot hold
+        // the others' readers back.
+        for (int taken = 0; taken < 256; ++taken) {
           int fd = ::accept4(it->second.own_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-          if (fd < 0) break;
+          if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+              it->second.rest_until = now + std::chrono::milliseconds(100);
+            break;
+          }
           Candidate c;
           c.fd = fd;
           c.listener = it->first;

@@ -8,6 +8,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -137,6 +138,64 @@ TEST(GlooPairGuard, APairConnectsToItsPeerWhileAStrangerHitsItsListener) {
   EXPECT_FLOAT_EQ(sums[0], 3.0f);
   EXPECT_FLOAT_EQ(sums[1], 3.0f);
   EXPECT_GT(GlooPairConnectionsRefused(), refused_before);
+}
+
+// With the process out of descriptors the gatekeeper cannot accept: the
+// listener rests instead of spinning, and the pair still connects once
+// descriptors are back.
+TEST(GlooPairGuard, OutOfDescriptorsDoesNotSpin) {
+  GuardGlooPairs("guard-test-secret-0123456789");
+  gloo::rendezvous::HashStore store;
+  gloo::transport::tcp::attr attr;
+  attr.hostname = "127.0.0.1";
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  const std::set<int> before = OwnListeningPorts();
+  float sums[2] = {1.0f, 2.0f};
+  auto rank = [&](int r) {
+    auto context = std::make_shared<gloo::rendezvous::Context>(r, 2);
+    context->setTimeout(std::chrono::seconds(30));
+    context->connectFullMesh(store, device);
+    gloo::AllreduceOptions opts(context);
+    opts.setOutput(&sums[r], 1);
+    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    gloo::allreduce(opts);
+  };
+  std::thread rank0(rank, 0);
+  std::set<int> listeners;
+  for (int i = 0; i < 500 && listeners.empty(); ++i) {
+    for (int port : OwnListeningPorts())
+      if (!before.count(port)) listeners.insert(port);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_FALSE(listeners.empty());
+  std::vector<int> held;
+  for (int i = 0; i < 8; ++i) held.push_back(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  rlimit old{};
+  ::getrlimit(RLIMIT_NOFILE, &old);
+  rlimit tight = old;
+  tight.rlim_cur = static_cast<rlim_t>(std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                                                     std::filesystem::directory_iterator{}));
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &tight), 0);
+  for (int fd : held) {
+    sockaddr_storage ss = Loopback(*listeners.begin());
+    ::connect(fd, reinterpret_cast<sockaddr*>(&ss), sizeof(sockaddr_in));
+  }
+  auto cpu_seconds = [] {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+  };
+  const double cpu_before = cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const double spent = cpu_seconds() - cpu_before;
+  ::setrlimit(RLIMIT_NOFILE, &old);
+  for (int fd : held) ::close(fd);
+  EXPECT_LT(spent, 0.25) << "the process used " << spent << " s of CPU in 0.5 s while out of descriptors";
+  std::thread rank1(rank, 1);
+  rank0.join();
+  rank1.join();
+  EXPECT_FLOAT_EQ(sums[0], 3.0f);
+  EXPECT_FLOAT_EQ(sums[1], 3.0f);
 }
 
 }  // namespace
