@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "core/join.h"
+#include "zoo/foreign_settings.h"
 #include "zoo/vocabulary.h"
 
 namespace tessel::zoo {
@@ -57,7 +58,12 @@ std::string UnknownFieldText(const std::string& field, const pb::Descriptor* d, 
   out << "unknown field '" << field << "' in " << where;
   const std::vector<std::string> names = FieldNames(d);
   const std::string closest = ClosestName(field, names);
-  if (!closest.empty()) {
+  const std::string foreign = ForeignSettingInstead(field);
+  if (!foreign.empty()) {
+    std::string dashed = field;
+    std::replace(dashed.begin(), dashed.end(), '_', '-');
+    out << "; that is another trainer's setting (Megatron-LM's --" << dashed << "), here: " << foreign;
+  } else if (!closest.empty()) {
     out << "; did you mean '" << closest << "'?";
   } else {
     out << "; its fields are " << Join(names);
@@ -413,7 +419,8 @@ void ApplyVocabularyFile(config::Config* c) {
   config::DataConfig& data = *c->mutable_data();
   if (data.vocab_file().empty()) return;
   config::ModelConfig& m = *c->mutable_model();
-  TESSEL_CHECK(m.arch() != "vit") << "config: data.vocab_file is set for model.arch vit, which reads no tokens";
+  TESSEL_CHECK(m.arch() != "vit")
+      << "config: data.vocab_file is set for model.arch vit, which reads no tokens";
   const std::vector<std::string> tokens = ReadVocabulary(data.vocab_file());
   const int64_t count = static_cast<int64_t>(tokens.size());
   if (!m.has_vocab_size()) m.set_vocab_size(count);
@@ -441,14 +448,15 @@ void ApplyVocabularyFile(config::Config* c) {
           << "config: data." << s.field << " is " << s.id << " but " << s.token << " is "
           << (std::find(tokens.begin(), tokens.end(), s.token) == tokens.end()
                   ? std::string("not in ")
-                  : "id " + std::to_string(std::find(tokens.begin(), tokens.end(), s.token) - tokens.begin()) +
+                  : "id " +
+                        std::to_string(std::find(tokens.begin(), tokens.end(), s.token) - tokens.begin()) +
                         " in ")
           << data.vocab_file() << "; leave data." << s.field << " out to take the file's";
       continue;
     }
     const auto found = std::find(tokens.begin(), tokens.end(), s.token);
-    TESSEL_CHECK(found != tokens.end()) << "config: data.vocab_file " << data.vocab_file() << " has no " << s.token
-                                        << " token; set data." << s.field;
+    TESSEL_CHECK(found != tokens.end()) << "config: data.vocab_file " << data.vocab_file() << " has no "
+                                        << s.token << " token; set data." << s.field;
     (data.*s.set)(found - tokens.begin());
   }
   if (!m.has_pad_token_id()) m.set_pad_token_id(data.pad_token_id());
@@ -724,8 +732,8 @@ void ResolveConfig(config::Config* c, int world_size) {
         << "data.data_prefix";
     TESSEL_CHECK(data.blend_size() == 0 || data.data_prefix().empty())
         << "config: data.data_prefix and data.blend are both set; expected one (blend lists every dataset)";
-    TESSEL_CHECK(data.blend_size() <= 255) << "config: data.blend has " << data.blend_size()
-                                           << " datasets; expected at most 255";
+    TESSEL_CHECK(data.blend_size() <= 255)
+        << "config: data.blend has " << data.blend_size() << " datasets; expected at most 255";
     for (int i = 0; i < data.blend_size(); ++i) {
       const std::string field = "data.blend[" + std::to_string(i) + "]";
       CheckNumber(field + ".weight", data.blend(i).weight(), 0, 1e30, /*low_open=*/true);
@@ -733,7 +741,8 @@ void ResolveConfig(config::Config* c, int world_size) {
           << "config: " << field << ".data_prefix is not set; expected the path prefix of an indexed dataset";
     }
     TESSEL_CHECK(!data.data_prefix().empty() || data.blend_size() > 0)
-        << "config: data.data_prefix is not set; expected the path prefix of an indexed dataset (<prefix>.bin "
+        << "config: data.data_prefix is not set; expected the path prefix of an indexed dataset "
+           "(<prefix>.bin "
            "and <prefix>.idx), or data.blend";
   }
   const config::EvaluationConfig& e = c->evaluation();
@@ -791,7 +800,8 @@ std::vector<std::string> TakeSetFlags(int* argc, char** argv, const char* progra
     const std::string arg = argv[i];
     if (arg == "--set" || arg == "-set") {
       if (i + 1 >= *argc) {
-        std::fprintf(stderr, "%s: --set needs a value, e.g. --set train.dist.tensor_parallel_size=2\n", program);
+        std::fprintf(stderr, "%s: --set needs a value, e.g. --set train.dist.tensor_parallel_size=2\n",
+                     program);
         std::exit(2);
       }
       overrides.push_back(argv[++i]);

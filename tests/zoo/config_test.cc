@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "tests/testing/test_util.h"
+#include "zoo/foreign_settings.h"
 
 namespace tessel::zoo {
 namespace {
@@ -519,6 +520,22 @@ TEST(ConfigTest, ClosestNameIsATypoDistanceAway) {
   EXPECT_EQ(ClosestName("micro_batch_sise", {"micro_batch_size", "micro_batch_size_x"}), "micro_batch_size");
   EXPECT_EQ(ClosestName(std::string(8000, 'q') + "lr", {"lr", "eps", "tensor_parallel_size"}), "");
   EXPECT_EQ(ClosestName(std::string(30, 'q'), {std::string(24, 'q'), std::string(20, 'q')}), std::string(24, 'q'));
+}
+
+// Another trainer's setting names tessel's instead of a far-off typo
+// guess, in a config file and in --set alike.
+TEST(ConfigTest, AMegatronSettingNamesTesselsField) {
+  try {
+    ParseConfig("train { log_interval: 10 }", "m.prototxt");
+    FAIL() << "log_interval parsed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Megatron-LM's --log-interval), here: --set train.log_period=N"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(ForeignSettingInstead("save-interval"), "--set train.save_period=N");
+  EXPECT_EQ(ForeignSettingInstead("save_interval"), "--set train.save_period=N");
+  EXPECT_EQ(ForeignSettingInstead("log_period"), "");
 }
 
 TEST(ConfigTest, BertFieldsAreChecked) {

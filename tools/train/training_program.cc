@@ -20,19 +20,18 @@
 #include "tools/train/training_program.h"
 
 #include <gflags/gflags.h>
+#include <pthread.h>
 #include <tessel/tessel.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <csignal>
-#include <cstdlib>
-#include <unistd.h>
-#include <pthread.h>
-#include <thread>
-#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -41,6 +40,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
@@ -57,6 +57,7 @@
 #include "tools/train/task.h"
 #include "zoo/config.h"
 #include "zoo/event_writer.h"
+#include "zoo/foreign_settings.h"
 
 DEFINE_string(
     config, "",
@@ -103,9 +104,8 @@ std::string ArchiveEarlierRun(const std::filesystem::path& out_dir) {
         name.rfind("events.out.tfevents.", 0) == 0)
       earlier.push_back(entry.path());
   }
-  const bool logged = std::any_of(earlier.begin(), earlier.end(), [](const fs::path& p) {
-    return p.filename() != "config.prototxt";
-  });
+  const bool logged = std::any_of(earlier.begin(), earlier.end(),
+                                  [](const fs::path& p) { return p.filename() != "config.prototxt"; });
   if (!logged) return "";  // a config alone: a run that stopped before its first log line
   int n = 1;
   while (fs::exists(out_dir / "earlier_runs" / std::to_string(n))) ++n;
@@ -114,55 +114,6 @@ std::string ArchiveEarlierRun(const std::filesystem::path& out_dir) {
   for (const fs::path& p : earlier) fs::rename(p, to / p.filename());
   return to.string();
 }
-
-// What users of other trainers type, and tessel-train's way to say it.
-struct ForeignFlag {
-  const char* name;  // dashes as Megatron-LM spells them
-  const char* instead;
-};
-constexpr ForeignFlag kForeignFlags[] = {
-    {"tensor-model-parallel-size", "--set train.dist.tensor_parallel_size=N"},
-    {"pipeline-model-parallel-size", "--set train.dist.pipeline_parallel_size=N"},
-    {"num-layers-per-virtual-pipeline-stage", "--set train.dist.virtual_pipeline_size=CHUNKS_PER_STAGE"},
-    {"sequence-parallel", "--set train.dist.sequence_parallel=true"},
-    {"use-distributed-optimizer", "--set train.zero_optimization.enabled=true"},
-    {"micro-batch-size", "--set train.micro_batch_size=N"},
-    {"global-batch-size", "--set train.global_batch_size=N"},
-    {"train-iters", "--set train.train_iter=N"},
-    {"lr", "--set optim.lr=X"},
-    {"min-lr", "--set scheduler.min_lr=X"},
-    {"lr-warmup-iters", "--set scheduler.warmup_iter=N"},
-    {"lr-decay-style", "--set scheduler.name=warmup_cosine (or warmup_linear, constant)"},
-    {"weight-decay", "--set optim.weight_decay=X"},
-    {"clip-grad", "--set optim.clip_grad_norm=X"},
-    {"adam-beta1", "--set optim.beta1=X"},
-    {"adam-beta2", "--set optim.beta2=X"},
-    {"adam-eps", "--set optim.eps=X"},
-    {"num-layers", "--set model.hidden_layers=N"},
-    {"hidden-size", "--set model.hidden_size=N"},
-    {"ffn-hidden-size", "--set model.ffn_hidden_size=N"},
-    {"num-attention-heads", "--set model.num_attention_heads=N"},
-    {"seq-length", "--set model.max_seq_length=N"},
-    {"max-position-embeddings", "--set model.max_position_embeddings=N"},
-    {"data-path", "--set data.data_prefix=PREFIX (several, mixed by weight: data.blend in the config)"},
-    {"split", "--set data.split=949,50,1"},
-    {"save", "--set train.checkpoint_dir=DIR"},
-    {"load", "--set train.checkpoint_dir=DIR (train.resume auto continues from it)"},
-    {"save-interval", "--set train.save_period=N"},
-    {"log-interval", "--set train.log_period=N"},
-    {"eval-interval", "--set evaluation.eval_period=N"},
-    {"eval-iters", "--set evaluation.eval_iter=N"},
-    {"seed", "--set train.seed=N"},
-    {"bf16", "--set train.amp.enabled=true --set train.amp.dtype=bf16"},
-    {"fp16", "--set train.amp.enabled=true --set train.amp.dtype=f16"},
-    {"recompute-activations", "--set train.activation_checkpoint=true"},
-    {"recompute-granularity", "--set train.activation_checkpoint=true"},
-    {"nproc-per-node", "tessel-launch --nproc_per_node N -- tessel-train ... (a launcher flag)"},
-    {"nnodes", "tessel-launch --nnodes N -- tessel-train ... (a launcher flag)"},
-    {"node-rank", "tessel-launch --node_rank R -- tessel-train ... (a launcher flag)"},
-    {"master-addr", "tessel-launch --master_addr HOST -- tessel-train ... (a launcher flag)"},
-    {"master-port", "tessel-launch --master_port PORT -- tessel-train ... (a launcher flag)"},
-};
 
 // Flags gflags would refuse with a bare "unknown command line flag", told
 // what they are here instead: another trainer's flag (with tessel-train's
@@ -192,16 +143,13 @@ void CheckFlagNames(int argc, char** argv) {
       continue;
     if (name == "help" || name == "helpfull" || name == "helpshort" || name == "version" || name == "h")
       continue;
-    std::string dashed = name;
-    std::replace(dashed.begin(), dashed.end(), '_', '-');
-    for (const ForeignFlag& f : kForeignFlags) {
-      if (dashed == f.name) {
-        std::fprintf(stderr,
-                     "tessel-train: --%s is not a tessel-train flag (Megatron-LM's or torchrun's); here: %s. "
-                     "The model, data and training settings are config fields (docs/training.md)\n",
-                     name.c_str(), f.instead);
-        std::exit(2);
-      }
+    const std::string instead = zoo::ForeignSettingInstead(name);
+    if (!instead.empty()) {
+      std::fprintf(stderr,
+                   "tessel-train: --%s is not a tessel-train flag (Megatron-LM's or torchrun's); here: %s. "
+                   "The model, data and training settings are config fields (docs/training.md)\n",
+                   name.c_str(), instead.c_str());
+      std::exit(2);
     }
     const std::string closest = zoo::ClosestName(name, known);
     std::fprintf(stderr,
@@ -702,8 +650,8 @@ int RunTrainingProgram(int argc, char** argv) {
       char* end = nullptr;
       const double value = std::strtod(it->second.c_str(), &end);
       TESSEL_CHECK(end != it->second.c_str() && *end == '\0')
-          << "tessel-train: checkpoint " << found.string() << ": 'best_value' is '" << it->second.substr(0, 64)
-          << "'; expected a number";
+          << "tessel-train: checkpoint " << found.string() << ": 'best_value' is '"
+          << it->second.substr(0, 64) << "'; expected a number";
       best_value = value;
     }
   }
