@@ -6,8 +6,6 @@
 #include <link.h>
 #include <netinet/in.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -24,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/comm/job_secret.h"
 #include "core/comm/socket.h"
 #include "core/error.h"
 
@@ -100,7 +99,6 @@ struct Guard {
   std::vector<Candidate> candidates;
   int control_fd = -1;  // eventfd: the listener set changed
   std::atomic<int64_t> refused{0};
-  std::thread gatekeeper;
 };
 
 Guard* g_guard = nullptr;  // never destroyed: Gloo may call in until exit
@@ -119,22 +117,6 @@ void Refuse(Guard& g, Candidate& c, const std::string& listener, const std::stri
                            << " (it did not prove the job's secret; Gloo never saw it)";
   ::close(c.fd);
   c.fd = -1;
-}
-
-std::string Preview(const uint8_t* bytes, size_t n) {
-  std::string out = "\"";
-  for (size_t i = 0; i < n; ++i) {
-    unsigned char ch = bytes[i];
-    if (ch >= 0x20 && ch < 0x7f) {
-      out += static_cast<char>(ch);
-    } else {
-      static const char* hex = "0123456789abcdef";
-      out += "\\x";
-      out += hex[ch >> 4];
-      out += hex[ch & 15];
-    }
-  }
-  return out + "\"";
 }
 
 // Reads what a candidate sent; true when it is decided (proven or refused).
@@ -162,7 +144,9 @@ bool ReadProof(Guard& g, Candidate& c, GuardedListener& l) {
       return false;
     case ProofCheck::kNotAProof:
       Refuse(g, c, l.address_text,
-             "sent " + Preview(c.bytes.data(), std::min<size_t>(c.got, 16)) + ", not a tessel pair proof");
+             "sent " +
+                 PrintableBytes(std::string_view(reinterpret_cast<const char*>(c.bytes.data()), c.got)) +
+                 ", not a tessel pair proof");
       return true;
     case ProofCheck::kWrongProof:
       Refuse(g, c, l.address_text, "wrong proof (a process with another job's secret?)");
@@ -543,11 +527,8 @@ PairProof MakePairProof(const std::string& secret, const sockaddr_storage& liste
   AppendAddress(message, connector);
   PairProof proof{};
   std::memcpy(proof.data(), kPairProofMagic, sizeof(kPairProofMagic));
-  unsigned int len = 32;
-  const unsigned char* ok =
-      ::HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-             reinterpret_cast<const unsigned char*>(message.data()), message.size(), proof.data() + 8, &len);
-  TESSEL_CHECK_CODE(ok != nullptr && len == 32, StatusCode::kInternal) << "HMAC-SHA256 failed";
+  const std::array<uint8_t, 32> mac = SecretMac(secret, message);
+  std::memcpy(proof.data() + sizeof(kPairProofMagic), mac.data(), mac.size());
   return proof;
 }
 
@@ -574,7 +555,6 @@ void GuardGlooPairs(const std::string& secret, const PairGuardOptions& options) 
   guard->options = options;
   guard->control_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   TESSEL_CHECK_CODE(guard->control_fd >= 0, StatusCode::kUnavailable) << "eventfd: " << std::strerror(errno);
-  g_guard = guard.release();  // set before any redirected call can arrive
 
   std::vector<Redirect> redirects = {{"epoll_ctl", reinterpret_cast<void*>(&GuardedEpollCtl)},
                                      {"accept", reinterpret_cast<void*>(&GuardedAccept)},
@@ -592,13 +572,15 @@ void GuardGlooPairs(const std::string& secret, const PairGuardOptions& options) 
       << "cannot guard Gloo's connections in " << search.object << ": "
       << (search.error.empty() ? "it does not call " + missing + " through its relocation table"
                                : search.error);
+  // Every slot is there: only now is the guard installed (set before any
+  // redirected call can arrive), so a refusal above leaves nothing behind.
+  g_guard = guard.release();
   for (Redirect& r : redirects) r.patched = 0;
   search.apply = true;
   ::dl_iterate_phdr(&PatchObject, &search);
   TESSEL_CHECK_CODE(search.error.empty(), StatusCode::kUnavailable)
       << "cannot guard Gloo's connections in " << search.object << ": " << search.error;
-  g_guard->gatekeeper = std::thread(RunGatekeeper, std::ref(*g_guard));
-  g_guard->gatekeeper.detach();
+  std::thread(RunGatekeeper, std::ref(*g_guard)).detach();  // lives as the process does
 }
 
 bool GlooPairsGuarded() {

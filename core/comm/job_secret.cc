@@ -1,6 +1,8 @@
 #include "core/comm/job_secret.h"
 
 #include <fcntl.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -79,6 +81,16 @@ std::string ReadJobSecret() {
     if (const char* v = std::getenv(name)) vars[name] = v;
   }
   return JobSecretFrom(vars);
+}
+
+std::array<uint8_t, 32> SecretMac(const std::string& secret, std::string_view message) {
+  std::array<uint8_t, 32> mac{};
+  unsigned int len = static_cast<unsigned int>(mac.size());
+  const unsigned char* ok =
+      ::HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+             reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac.data(), &len);
+  TESSEL_CHECK_CODE(ok != nullptr && len == mac.size(), StatusCode::kInternal) << "HMAC-SHA256 failed";
+  return mac;
 }
 
 }  // namespace tessel::comm

@@ -6,8 +6,11 @@
 // TESSEL_JOB_SECRET_FILE (readable by its owner only).
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 
 namespace tessel::comm {
 
@@ -24,5 +27,8 @@ std::string JobSecretFrom(const std::map<std::string, std::string>& vars);
 std::string ReadJobSecret();  // from the process environment
 // Reads and checks a secret file (as above).
 std::string ReadSecretFile(const std::string& path);
+// HMAC-SHA256 of `message` keyed by the secret: how a process proves it
+// knows the secret without sending it (the store's handshake, Gloo pairs).
+std::array<uint8_t, 32> SecretMac(const std::string& secret, std::string_view message);
 
 }  // namespace tessel::comm

@@ -208,6 +208,22 @@ std::string LocalAddress(int fd) {
   return Format(reinterpret_cast<sockaddr*>(&ss));
 }
 
+std::string PrintableBytes(std::string_view bytes, size_t max) {
+  std::string out = "\"";
+  for (size_t i = 0; i < std::min(bytes.size(), max); ++i) {
+    const unsigned char ch = static_cast<unsigned char>(bytes[i]);
+    if (ch >= 0x20 && ch < 0x7f) {
+      out += static_cast<char>(ch);
+    } else {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[ch >> 4];
+      out += hex[ch & 15];
+    }
+  }
+  return out + "\"";
+}
+
 bool IsLoopbackHost(const std::string& host) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace tessel::comm {
 
@@ -29,6 +30,9 @@ void CloseSocket(int fd);
 std::string PeerAddress(int fd);
 // The same for the socket's own address ("0.0.0.0:5000" for a listener on all).
 std::string LocalAddress(int fd);
+// The first `max` bytes a stranger sent, quoted and printable (others as
+// \xNN), for a log line that says why a connection was dropped.
+std::string PrintableBytes(std::string_view bytes, size_t max = 16);
 // Whether `host` resolves only to loopback addresses.
 bool IsLoopbackHost(const std::string& host);
 

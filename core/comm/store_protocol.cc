@@ -1,14 +1,14 @@
 #include "core/comm/store_protocol.h"
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <sys/random.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include "core/comm/job_secret.h"
+#include "core/comm/socket.h"
 #include "core/error.h"
 
 namespace tessel::comm::store {
@@ -26,31 +26,9 @@ Mac ComputeMac(const char* label, const std::string& secret, const Nonce& server
   msg.append(reinterpret_cast<const char*>(server_nonce.data()), server_nonce.size());
   msg.append(reinterpret_cast<const char*>(client_nonce.data()), client_nonce.size());
   msg.append(reinterpret_cast<const char*>(&rank), sizeof(rank));
-  Mac mac{};
-  unsigned int len = static_cast<unsigned int>(mac.size());
-  const unsigned char* ok =
-      ::HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-             reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), mac.data(), &len);
-  TESSEL_CHECK_CODE(ok != nullptr && len == mac.size(), StatusCode::kInternal) << "HMAC-SHA256 failed";
-  return mac;
+  return SecretMac(secret, msg);
 }
 
-// The first bytes of a rejected message, printable, for the log.
-std::string Preview(const std::string& bytes) {
-  std::string out;
-  for (size_t i = 0; i < std::min<size_t>(bytes.size(), 16); ++i) {
-    unsigned char ch = static_cast<unsigned char>(bytes[i]);
-    if (ch >= 0x20 && ch < 0x7f) {
-      out += static_cast<char>(ch);
-    } else {
-      static const char* hex = "0123456789abcdef";
-      out += "\\x";
-      out += hex[ch >> 4];
-      out += hex[ch & 15];
-    }
-  }
-  return "\"" + out + "\"";
-}
 }  // namespace
 
 Mac ClientMac(const std::string& secret, const Nonce& server_nonce, const Nonce& client_nonce, int32_t rank) {
@@ -163,7 +141,7 @@ bool StoreServerCore::Feed(int id, const char* data, size_t n, Clock::time_point
     // at once rather than after the handshake timeout.
     size_t have = std::min<size_t>(c.in.size(), 8);
     if (std::memcmp(c.in.data(), kClientHelloMagic, have) != 0) {
-      c.reason = "not a tessel store client (first bytes " + Preview(c.in) + ")";
+      c.reason = "not a tessel store client (first bytes " + PrintableBytes(c.in) + ")";
       return false;
     }
     if (c.in.size() < kClientHelloBytes) return true;

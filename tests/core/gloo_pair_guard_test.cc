@@ -73,6 +73,18 @@ std::set<int> OwnListeningPorts() {
   return ports;
 }
 
+// Rank r of 2 connects its Gloo pair through `store` and all-reduces *value.
+void ConnectAndSum(gloo::rendezvous::Store& store, std::shared_ptr<gloo::transport::Device>& device, int r,
+                   float* value) {
+  auto context = std::make_shared<gloo::rendezvous::Context>(r, 2);
+  context->setTimeout(std::chrono::seconds(30));
+  context->connectFullMesh(store, device);
+  gloo::AllreduceOptions opts(context);
+  opts.setOutput(value, 1);
+  opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+  gloo::allreduce(opts);
+}
+
 void Poke(int port, const std::string& bytes) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_storage ss = Loopback(port);
@@ -122,13 +134,7 @@ TEST(GlooPairGuard, APairConnectsToItsPeerWhileAStrangerHitsItsListener) {
   float sums[2] = {1.0f, 2.0f};
   auto rank = [&](int r) {
     if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    auto context = std::make_shared<gloo::rendezvous::Context>(r, 2);
-    context->setTimeout(std::chrono::seconds(30));
-    context->connectFullMesh(store, device);
-    gloo::AllreduceOptions opts(context);
-    opts.setOutput(&sums[r], 1);
-    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-    gloo::allreduce(opts);
+    ConnectAndSum(store, device, r, &sums[r]);
   };
   std::thread rank0(rank, 0), rank1(rank, 1);
   rank0.join();
@@ -151,15 +157,7 @@ TEST(GlooPairGuard, OutOfDescriptorsDoesNotSpin) {
   auto device = gloo::transport::tcp::CreateDevice(attr);
   const std::set<int> before = OwnListeningPorts();
   float sums[2] = {1.0f, 2.0f};
-  auto rank = [&](int r) {
-    auto context = std::make_shared<gloo::rendezvous::Context>(r, 2);
-    context->setTimeout(std::chrono::seconds(30));
-    context->connectFullMesh(store, device);
-    gloo::AllreduceOptions opts(context);
-    opts.setOutput(&sums[r], 1);
-    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-    gloo::allreduce(opts);
-  };
+  auto rank = [&](int r) { ConnectAndSum(store, device, r, &sums[r]); };
   std::thread rank0(rank, 0);
   std::set<int> listeners;
   for (int i = 0; i < 500 && listeners.empty(); ++i) {

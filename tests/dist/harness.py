@@ -77,6 +77,18 @@ class Job:
         found = self.wait_for(r"\[rank (\d+)\] ready pid=(\d+)", n, timeout)
         return {int(m.group(1)): int(m.group(2)) for m in found} if found else {}
 
+    def rank_pid(self, rank):
+        """The pid of the launcher's child with RANK=`rank` (None if gone)."""
+        children = subprocess.run(["pgrep", "-P", str(self.proc.pid)], stdout=subprocess.PIPE, text=True).stdout
+        for pid in children.split():
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if f"RANK={rank}".encode() in f.read().split(b"\0"):
+                        return int(pid)
+            except OSError:
+                continue
+        return None
+
     def signal(self, sig=signal.SIGTERM):
         if self.proc.poll() is None:
             self.proc.send_signal(sig)

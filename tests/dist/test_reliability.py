@@ -467,11 +467,7 @@ if selected("kill_gpt"):
                    "--steps", "100000"])
         job.wait_for(r"\[rank 0\] step 5 ", 1, 120)
         time.sleep(0.1 * attempt)
-        victim = None
-        for p in subprocess.run(["pgrep", "-P", str(job.proc.pid)], stdout=subprocess.PIPE, text=True).stdout.split():
-            with open(f"/proc/{p}/environ", "rb") as f:
-                if b"RANK=1" in f.read().split(b"\0"):
-                    victim = int(p)
+        victim = job.rank_pid(1)
         if victim is None:
             job.stop()
             check("kill_gpt: found rank 1", False)
@@ -488,13 +484,8 @@ if selected("sigstop_gpt"):
     job = Job([args.launcher, "--nproc_per_node", "2", "--master_port", "0", "--", args.gpt, "--tp", "2", "--steps",
                "100000"])
     job.wait_for(r"\[rank 0\] step 3 ", 1, 120)
-    ps = subprocess.run(["pgrep", "-P", str(job.proc.pid)], stdout=subprocess.PIPE, text=True).stdout.split()
-    victim = None
-    for p in ps:
-        with open(f"/proc/{p}/environ", "rb") as f:
-            if b"RANK=1" in f.read().split(b"\0"):
-                victim = int(p)
-    check("sigstop: found rank 1", victim is not None, str(ps))
+    victim = job.rank_pid(1)
+    check("sigstop: found rank 1", victim is not None)
     if victim:
         os.kill(victim, signal.SIGSTOP)
         t0 = time.monotonic()
