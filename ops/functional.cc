@@ -52,6 +52,23 @@ Tensor softmax(const Tensor& x) { return One("softmax", {x}); }
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
   return One("layer_norm", {x, gamma, beta}, {{"eps", eps}});
 }
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  return One("rms_norm", {x, weight}, {{"eps", eps}});
+}
+Tensor rotary(const Tensor& x, const Tensor& positions, const RotaryOptions& o) {
+  Attrs attrs{{"theta", o.theta}, {"inverse", false}};
+  if (o.scaling_factor > 0) {
+    attrs.Set("scaling_factor", o.scaling_factor)
+        .Set("low_freq_factor", o.low_freq_factor)
+        .Set("high_freq_factor", o.high_freq_factor)
+        .Set("original_max_positions", o.original_max_positions);
+  }
+  return One("rotary", {x, positions}, attrs);
+}
+Tensor swiglu(const Tensor& gate, const Tensor& up) { return One("swiglu", {gate, up}); }
+Tensor expand(const Tensor& x, const Shape& shape, const std::vector<int64_t>& new_axes) {
+  return One("expand", {x}, {{"shape", shape.dims()}, {"axes", new_axes}});
+}
 namespace {
 bool ClassesSplit(const Tensor& logits) {
   if (!logits.is_global()) return false;

@@ -44,6 +44,24 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim = fa
 Tensor sum_to(const Tensor& x, const Shape& shape);
 Tensor softmax(const Tensor& x);  // over the last dimension
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps = 1e-5);
+// x / sqrt(mean(x^2) + eps) * weight over the last dimension (Llama's RMSNorm).
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
+// The frequencies of rotary position embeddings: theta^(-2j/head_dim), and
+// optionally Llama 3's scaling of the long wavelengths (scaling_factor > 0).
+struct RotaryOptions {
+  double theta = 10000;
+  double scaling_factor = 0;  // 0: none
+  double low_freq_factor = 1, high_freq_factor = 4;
+  int64_t original_max_positions = 8192;
+};
+// x [batch, seq, heads, head_dim] rotated by positions ([batch, seq] or
+// [seq], i64) in the "rotate half" layout of Hugging Face's Llama.
+Tensor rotary(const Tensor& x, const Tensor& positions, const RotaryOptions& options = {});
+// silu(gate) * up (Llama's MLP), gate and up of one shape.
+Tensor swiglu(const Tensor& gate, const Tensor& up);
+// x broadcast to `shape`, with size-1 axes inserted at `new_axes` (positions
+// in `shape`) first; dimensions of size 1 stretch.
+Tensor expand(const Tensor& x, const Shape& shape, const std::vector<int64_t>& new_axes = {});
 // Mean over rows whose label is not ignore_index of the per-row loss.
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index = -100);
 // Per-row loss (reduction none).

@@ -14,9 +14,12 @@ void RegisterNnOps();
 void RegisterQkvAttentionOps();
 void RegisterQkvHeadsOps();
 void RegisterReduceOps();
+void RegisterRmsNormOps();
 void RegisterRngCounterOps();
+void RegisterRotaryOps();
 void RegisterShapeOps();
 void RegisterSoftmaxOps();
+void RegisterSwigluOps();
 void RegisterWhereCastOps();
 
 void RegisterAllOps() {
@@ -32,9 +35,12 @@ void RegisterAllOps() {
   RegisterQkvAttentionOps();
   RegisterQkvHeadsOps();
   RegisterReduceOps();
+  RegisterRmsNormOps();
   RegisterRngCounterOps();
+  RegisterRotaryOps();
   RegisterShapeOps();
   RegisterSoftmaxOps();
+  RegisterSwigluOps();
   RegisterWhereCastOps();
 }
 

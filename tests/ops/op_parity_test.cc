@@ -404,6 +404,37 @@ std::vector<Case> MakeCases() {
                        {{"patch", int64_t{2}}, {"image_shape", std::vector<int64_t>{2, 3, 4, 6}}})
             .at(0);
       });
+  // Llama's ops: RMSNorm (a row of 33 and one of 5), SwiGLU, and rotary
+  // embeddings at positions per row and shared, with and without Llama 3's
+  // frequency scaling (a short original context so every band is used).
+  for (const Shape& s : {Shape{7, 5}, Shape{2, 3, 33}}) {
+    add("rms_norm", "{\"eps\": 1e-06}", {{Scale(Randn(s), 3.0), true}, {Rand({s[-1]}, 0.5f, 1.5f), true}},
+        [](const std::vector<Tensor>& in) { return fn::rms_norm(in[0], in[1], 1e-6); });
+  }
+  add("swiglu", "{}", {{Scale(Randn({3, 4, 6}), 3.0), true}, {Randn({3, 4, 6}), true}},
+      [](const std::vector<Tensor>& in) { return fn::swiglu(in[0], in[1]); });
+  {
+    std::vector<int64_t> rows(2 * 5), shared(5);
+    for (int64_t i = 0; i < 10; ++i) rows[i] = (i * 37) % 61;
+    for (int64_t i = 0; i < 5; ++i) shared[i] = 3 * i;
+    const Tensor per_row = Tensor::FromVector<int64_t>(rows, {2, 5});
+    const Tensor one_row = Tensor::FromVector<int64_t>(shared, {5});
+    add("rotary", "{\"theta\": 10000.0}", {{Randn({2, 5, 3, 8}), true}, {per_row, false}},
+        [](const std::vector<Tensor>& in) { return fn::rotary(in[0], in[1]); });
+    add("rotary", "{\"theta\": 500000.0}", {{Randn({2, 5, 2, 16}), true}, {one_row, false}},
+        [](const std::vector<Tensor>& in) { return fn::rotary(in[0], in[1], {.theta = 500000.0}); });
+    add("rotary",
+        "{\"theta\": 500000.0, \"scaling_factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+        "\"original_max_positions\": 64}",
+        {{Randn({2, 5, 2, 16}), true}, {per_row, false}}, [](const std::vector<Tensor>& in) {
+          return fn::rotary(in[0], in[1],
+                            {.theta = 500000.0,
+                             .scaling_factor = 8.0,
+                             .low_freq_factor = 1.0,
+                             .high_freq_factor = 4.0,
+                             .original_max_positions = 64});
+        });
+  }
   return cases;
 }
 

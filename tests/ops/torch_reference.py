@@ -10,6 +10,7 @@ default) and the results are copied back for the comparison.
 """
 import argparse
 import json
+import math
 import os
 
 import numpy as np
@@ -48,7 +49,35 @@ def softmax(x, a):
     return F.softmax(s.masked_fill(~keep, float("-inf")), dim=-1)
 
 
+def rotary(x, positions, a):
+    """Hugging Face's Llama rotary embeddings (rotate half), with Llama 3's
+    frequency scaling (transformers' _compute_llama3_parameters) when asked."""
+    d = x.shape[-1]
+    inv_freq = 1.0 / (a["theta"] ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    if a.get("scaling_factor", 0) > 0:
+        factor, low, high = a["scaling_factor"], a["low_freq_factor"], a["high_freq_factor"]
+        context = a["original_max_positions"]
+        wavelen = 2 * math.pi / inv_freq
+        smooth = (context / wavelen - low) / (high - low)
+        blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+        inv_freq = torch.where(wavelen < context / high, inv_freq,
+                               torch.where(wavelen > context / low, inv_freq / factor, blended))
+    pos = positions if positions.dim() == 2 else positions[None, :]
+    freqs = pos.float()[..., None] * inv_freq.to(x.device)[None, None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos()[:, :, None, :], emb.sin()[:, :, None, :]
+    half = torch.cat((-x[..., d // 2:], x[..., :d // 2]), dim=-1)
+    return x * cos + half * sin
+
+
 def run(op, ins, a):
+    if op == "rms_norm":
+        x, w = ins
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + a["eps"]))
+    if op == "swiglu":
+        return F.silu(ins[0]) * ins[1]
+    if op == "rotary":
+        return rotary(ins[0], ins[1], a)
     if op == "matmul":
         x, y = ins
         return torch.matmul(x.mT if a["ta"] else x, y.mT if a["tb"] else y)
