@@ -13,8 +13,8 @@ void CheckArgs(const char* op, const Tensor& x, const Tensor& weight) {
   TESSEL_CHECK(x.dtype() == DType::kFloat32 && x.ndim() >= 1)
       << op << " needs an f32 tensor of rank >= 1; got " << x.dtype() << " " << x.shape();
   TESSEL_CHECK(weight.dtype() == DType::kFloat32 && weight.shape() == Shape{x.shape()[-1]})
-      << op << ": weight " << weight.dtype() << " " << weight.shape() << " for x " << x.shape() << "; expected f32 ["
-      << x.shape()[-1] << "]";
+      << op << ": weight " << weight.dtype() << " " << weight.shape() << " for x " << x.shape()
+      << "; expected f32 [" << x.shape()[-1] << "]";
 }
 
 // 1 / sqrt(mean(x^2) + eps) of one row, summed in double.
@@ -63,8 +63,7 @@ RmsNormGrads RmsNormGrad(const Tensor& dy, const Tensor& x, const Tensor& weight
       dweight[c] += static_cast<double>(gr[c]) * xr[c] * rstd;
     }
     const double k = rstd * rstd * rstd * dot / static_cast<double>(d);
-    for (int64_t c = 0; c < d; ++c)
-      dx[i * d + c] = static_cast<float>(rstd * gr[c] * w[c] - xr[c] * k);
+    for (int64_t c = 0; c < d; ++c) dx[i * d + c] = static_cast<float>(rstd * gr[c] * w[c] - xr[c] * k);
   }
   float* dw = out.dweight.data<float>();
   for (int64_t c = 0; c < d; ++c) dw[c] = static_cast<float>(dweight[c]);

@@ -29,7 +29,8 @@ __global__ void RmsNormKernel(const T* __restrict__ x, const T* __restrict__ w, 
   const T* xr = x + static_cast<int64_t>(blockIdx.x) * d;
   T* yr = y + static_cast<int64_t>(blockIdx.x) * d;
   const float rstd = RowRstd(xr, d, eps);
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) yr[c] = FromF32<T>(ToF32(w[c]) * (ToF32(xr[c]) * rstd));
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+    yr[c] = FromF32<T>(ToF32(w[c]) * (ToF32(xr[c]) * rstd));
 }
 
 // dx = rstd (dy w) - x rstd^3 mean(dy w x); the row's rstd is kept for the
@@ -95,7 +96,8 @@ Tensor RmsNorm(const Tensor& x, const Tensor& weight, float eps) {
 RmsNormGrads RmsNormGrad(const Tensor& dy, const Tensor& x, const Tensor& weight, float eps) {
   CheckArgs("rms_norm_grad", x, weight);
   TESSEL_CHECK(dy.dtype() == x.dtype() && dy.shape() == x.shape())
-      << "rms_norm_grad: dy " << dy.dtype() << " " << dy.shape() << " for x " << x.dtype() << " " << x.shape();
+      << "rms_norm_grad: dy " << dy.dtype() << " " << dy.shape() << " for x " << x.dtype() << " "
+      << x.shape();
   CheckOnDevice("rms_norm_grad", x.device(), {dy, x, weight});
   SetDevice(x.device());
   const Device device = x.device();

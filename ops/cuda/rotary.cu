@@ -13,9 +13,9 @@ struct Frequencies {
 
 // One thread per (row, head, j < d/2) pair of features.
 template <typename T>
-__global__ void RotaryKernel(const T* __restrict__ x, const int64_t* __restrict__ positions, T* __restrict__ y,
-                             Frequencies freq, int64_t pairs, int64_t s, int64_t n, int64_t half, bool per_row,
-                             float sign) {
+__global__ void RotaryKernel(const T* __restrict__ x, const int64_t* __restrict__ positions,
+                             T* __restrict__ y, Frequencies freq, int64_t pairs, int64_t s, int64_t n,
+                             int64_t half, bool per_row, float sign) {
   TESSEL_CUDA_GRID_LOOP(i, pairs) {
     const int64_t j = i % half;
     const int64_t head_row = i / half;  // (row, head)
@@ -50,7 +50,8 @@ Tensor Rotary(const Tensor& x, const Tensor& positions, const std::vector<float>
     using T = typename decltype(type)::type;
     RotaryKernel<T><<<Blocks(pairs), kThreads, 0, CurrentStream()>>>(
         static_cast<const T*>(x.raw_data()), static_cast<const int64_t*>(positions.raw_data()),
-        static_cast<T*>(y.raw_data()), freq, pairs, s, n, half, positions.ndim() == 2, inverse ? -1.0f : 1.0f);
+        static_cast<T*>(y.raw_data()), freq, pairs, s, n, half, positions.ndim() == 2,
+        inverse ? -1.0f : 1.0f);
   });
   CheckLaunch("rotary kernel");
   return y;

@@ -8,7 +8,8 @@ namespace {
 __device__ __forceinline__ float Sigmoid(float g) { return 1.0f / (1.0f + __expf(-g)); }
 
 template <typename T>
-__global__ void SwigluKernel(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ y, int64_t n) {
+__global__ void SwigluKernel(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ y,
+                             int64_t n) {
   TESSEL_CUDA_GRID_LOOP(i, n) {
     const float g = ToF32(gate[i]);
     y[i] = FromF32<T>(g * Sigmoid(g) * ToF32(up[i]));
@@ -16,8 +17,9 @@ __global__ void SwigluKernel(const T* __restrict__ gate, const T* __restrict__ u
 }
 
 template <typename T>
-__global__ void SwigluGradKernel(const T* __restrict__ dy, const T* __restrict__ gate, const T* __restrict__ up,
-                                 T* __restrict__ dgate, T* __restrict__ dup, int64_t n) {
+__global__ void SwigluGradKernel(const T* __restrict__ dy, const T* __restrict__ gate,
+                                 const T* __restrict__ up, T* __restrict__ dgate, T* __restrict__ dup,
+                                 int64_t n) {
   TESSEL_CUDA_GRID_LOOP(i, n) {
     const float g = ToF32(gate[i]), u = ToF32(up[i]), d = ToF32(dy[i]);
     const float sig = Sigmoid(g);
@@ -44,8 +46,8 @@ Tensor Swiglu(const Tensor& gate, const Tensor& up) {
   VisitFloat("swiglu", gate.dtype(), [&](auto type) {
     using T = typename decltype(type)::type;
     SwigluKernel<T><<<Blocks(n), kThreads, 0, CurrentStream()>>>(static_cast<const T*>(gate.raw_data()),
-                                                                  static_cast<const T*>(up.raw_data()),
-                                                                  static_cast<T*>(y.raw_data()), n);
+                                                                 static_cast<const T*>(up.raw_data()),
+                                                                 static_cast<T*>(y.raw_data()), n);
   });
   CheckLaunch("swiglu kernel");
   return y;

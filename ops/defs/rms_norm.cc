@@ -69,7 +69,8 @@ void RegisterRmsNormOps() {
   };
   grad.kernels[DeviceType::kCPU] = [](const KernelContext& ctx) {
     const std::vector<Tensor>& in = ctx.inputs;
-    cpu::RmsNormGrads g = cpu::RmsNormGrad(in[0], in[1], in[2], static_cast<float>(ctx.attrs.Get<double>("eps")));
+    cpu::RmsNormGrads g =
+        cpu::RmsNormGrad(in[0], in[1], in[2], static_cast<float>(ctx.attrs.Get<double>("eps")));
     return std::vector<Tensor>{g.dx, g.dweight};
   };
 #ifdef TESSEL_HAS_CUDA

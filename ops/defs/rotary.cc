@@ -58,8 +58,7 @@ void RegisterRotaryOps() {
     TESSEL_CHECK(x.ndim() == 4 && x[3] % 2 == 0)
         << "rotary: x must be [batch, seq, heads, head_dim] with an even head_dim; got " << x;
     const Shape& p = in[1].shape;
-    TESSEL_CHECK(in[1].dtype == DType::kInt64 &&
-                 (p == Shape{x[1]} || p == Shape{x[0], x[1]}))
+    TESSEL_CHECK(in[1].dtype == DType::kInt64 && (p == Shape{x[1]} || p == Shape{x[0], x[1]}))
         << "rotary: positions must be i64 [seq] or [batch, seq] for x " << x << "; got " << in[1].dtype << " "
         << p;
     const double factor = a.Has("scaling_factor") ? a.Get<double>("scaling_factor") : 0.0;
