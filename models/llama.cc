@@ -187,12 +187,9 @@ Llama::Llama(const LlamaConfig& c)
   }
   RegisterModule("norm", norm_);
   if (!c.tie_word_embeddings) {
-    lm_head_ = std::make_unique<layers::Linear>(c.hidden, padded_vocab_,
-                                                layers::LinearOptions{.parallel = layers::Parallel::kCol,
-                                                                      .bias = false,
-                                                                      .layer_idx = -1,
-                                                                      .seed = c.seed + 1,
-                                                                      .init_std = c.init_std});
+    lm_head_ = std::make_unique<layers::VocabEmbedding>(
+        padded_vocab_, c.hidden,
+        layers::EmbeddingOptions{.layer_idx = -1, .seed = c.seed + 1, .init_std = c.init_std});
     RegisterModule("lm_head", *lm_head_);
   }
 }
@@ -217,9 +214,8 @@ Tensor Llama::Logits(const Tensor& ids, const Tensor& position_ids, const Tensor
   const Tensor mask = attention_mask.defined() ? fn::reshape(attention_mask, {batch, 1, 1, seq}) : Tensor();
   for (const auto& layer : layers_) h = (*layer)(h, positions, mask);
   h = norm_(h);
-  const Tensor logits =
-      lm_head_ ? (*lm_head_)(h) : layers::LMLogits(h, layers::ForCompute(embed_tokens_.weight));
-  return layers::MaskPaddedLogits(logits, config_.vocab_size);
+  const Tensor& table = lm_head_ ? lm_head_->weight : embed_tokens_.weight;
+  return layers::MaskPaddedLogits(layers::LMLogits(h, layers::ForCompute(table)), config_.vocab_size);
 }
 
 Tensor Llama::Loss(const Tensor& ids, const Tensor& labels, const Tensor& position_ids,

@@ -3,7 +3,10 @@
 // grouped-query attention, a SwiGLU MLP), a final RMSNorm and an untied
 // output projection (or logits tied to the embedding); no biases. The same
 // function as Hugging Face's LlamaForCausalLM, under the same parameter
-// names but for the model. prefix and Linear weights stored [in, out].
+// names but for the "model." prefix and "layers<i>" for "layers.<i>";
+// Linear weights are stored [in, out], the output projection [vocab,
+// hidden] like the embedding (split on the vocabulary over tp, so that
+// checkpoints of any tp load into any other: padded rows differ).
 //
 // Tensor parallelism is Megatron's: q, k and v are column-parallel with
 // whole heads per rank, so key/value heads (grouped-query attention: fewer
@@ -110,7 +113,9 @@ class Llama : public nn::Module {
   layers::VocabEmbedding embed_tokens_;
   std::vector<std::unique_ptr<LlamaDecoderLayer>> layers_;
   layers::RMSNorm norm_;
-  std::unique_ptr<layers::Linear> lm_head_;  // absent when tied to the embedding
+  // The output projection's table [padded vocab, hidden] on the last stage,
+  // laid out as an embedding's; absent when tied to the embedding.
+  std::unique_ptr<layers::VocabEmbedding> lm_head_;
 };
 
 }  // namespace tessel::models

@@ -10,7 +10,8 @@ losses within 1e-4, Hugging Face in float64 (hf_training.py).
 llama_hf_dump writes the weights it drew and its outputs as safetensors;
 this test installs transformers 4.40 from PyPI into a temporary directory
 and maps tessel's parameters onto Hugging Face's names (Linear weights
-transposed: tessel stores them [in, out])."""
+transposed: tessel stores them [in, out]; the output projection is
+[vocab, hidden] in both)."""
 import argparse
 import os
 import sys
@@ -39,7 +40,7 @@ def hf_state(tensors, layers, vocab, tied):
     p = {k[len("param."):]: v for k, v in tensors.items() if k.startswith("param.")}
     state = {"model.embed_tokens.weight": p["embed_tokens.weight"][:vocab], "model.norm.weight": p["norm.weight"]}
     if not tied:
-        state["lm_head.weight"] = p["lm_head.weight"][:, :vocab].t()
+        state["lm_head.weight"] = p["lm_head.weight"][:vocab]
     for i in range(layers):
         t, h = f"layers{i}.", f"model.layers.{i}."
         for proj in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
