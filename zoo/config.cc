@@ -410,6 +410,42 @@ void ApplyOverrides(config::Config* config, const std::vector<std::string>& assi
 }
 
 namespace {
+// Llama's own fields: key/value heads that divide the query heads, even
+// head dimensions for the rotation, a valid Llama 3 scaling.
+void ResolveLlama(config::ModelConfig* m) {
+  CheckSize("model.num_attention_heads", m->num_attention_heads(), kMaxWidth);
+  TESSEL_CHECK(m->num_key_value_heads() >= 0 && m->num_key_value_heads() <= m->num_attention_heads())
+      << "config: model.num_key_value_heads is " << m->num_key_value_heads()
+      << "; expected 0 (num_attention_heads) "
+      << "to num_attention_heads (" << m->num_attention_heads() << ")";
+  if (m->num_key_value_heads() == 0) m->set_num_key_value_heads(m->num_attention_heads());
+  TESSEL_CHECK(m->num_attention_heads() % m->num_key_value_heads() == 0)
+      << "config: model.num_attention_heads " << m->num_attention_heads()
+      << " is not divisible by model.num_key_value_heads " << m->num_key_value_heads();
+  TESSEL_CHECK(m->hidden_size() % m->num_attention_heads() == 0 &&
+               (m->hidden_size() / m->num_attention_heads()) % 2 == 0)
+      << "config: model.hidden_size " << m->hidden_size() << " / num_attention_heads "
+      << m->num_attention_heads()
+      << " must be a whole, even head dimension (rotary embeddings turn pairs of features)";
+  for (const auto& [field, p] :
+       {std::pair<const char*, double>{"embedding_dropout_prob", m->embedding_dropout_prob()},
+        {"attention_dropout_prob", m->attention_dropout_prob()},
+        {"hidden_dropout_prob", m->hidden_dropout_prob()}})
+    TESSEL_CHECK(p == 0)
+        << "config: model." << field << " is " << p
+        << " but tessel's Llama has no dropout (as Meta's and Hugging Face's train it); leave it out";
+  CheckNumber("model.rope_theta", m->rope_theta(), 1, 1e12, /*low_open=*/false);
+  if (!m->has_rope_scaling()) return;
+  const config::RopeScaling& r = m->rope_scaling();
+  CheckNumber("model.rope_scaling.factor", r.factor(), 1, 1e6, /*low_open=*/false);
+  TESSEL_CHECK(r.low_freq_factor() > 0 && r.high_freq_factor() > r.low_freq_factor() &&
+               std::isfinite(r.high_freq_factor()))
+      << "config: model.rope_scaling low_freq_factor " << r.low_freq_factor() << " and high_freq_factor "
+      << r.high_freq_factor() << "; expected 0 < low < high";
+  CheckSize("model.rope_scaling.original_max_position_embeddings", r.original_max_position_embeddings(),
+            kMaxTable);
+}
+
 // BERT's sample options against the model: probabilities in range, the
 // special tokens distinct ids of the vocabulary, room for [CLS] A [SEP] B [SEP].
 // data.vocab_file: the model's vocabulary size and BERT's special tokens
@@ -516,11 +552,24 @@ void ResolveConfig(config::Config* c, int world_size) {
   config::ModelConfig& m = *c->mutable_model();
   config::TrainConfig& t = *c->mutable_train();
   config::DistConfig& d = *t.mutable_dist();
-  CheckOneOf("model.arch", m.arch(), {"gpt2", "gpt", "bert", "vit"});
+  CheckOneOf("model.arch", m.arch(), {"gpt2", "gpt", "llama", "bert", "vit"});
   m.set_arch(CanonicalArch(m.arch()));
-  const bool vision = m.arch() == "vit";
+  const bool vision = m.arch() == "vit", llama = m.arch() == "llama";
   ApplyVocabularyFile(c);
-  CheckOneOf("model.hidden_act", m.hidden_act(), {"gelu_tanh", "gelu"});
+  if (llama) {
+    if (!m.has_hidden_act()) m.set_hidden_act("silu");
+    CheckOneOf("model.hidden_act", m.hidden_act(), {"silu"});
+    ResolveLlama(&m);
+  } else {
+    CheckOneOf("model.hidden_act", m.hidden_act(), {"gelu_tanh", "gelu"});
+    for (const auto& [field, set] :
+         {std::pair<const char*, bool>{"num_key_value_heads", m.has_num_key_value_heads()},
+          {"rope_theta", m.has_rope_theta()},
+          {"rope_scaling", m.has_rope_scaling()},
+          {"tie_word_embeddings", m.has_tie_word_embeddings()}})
+      TESSEL_CHECK(!set) << "config: model." << field << " is a Llama setting, but model.arch is '"
+                         << m.arch() << "'; leave it out";
+  }
   for (const auto& [field, p] :
        {std::pair<const char*, double>{"embedding_dropout_prob", m.embedding_dropout_prob()},
         {"attention_dropout_prob", m.attention_dropout_prob()},
@@ -548,7 +597,8 @@ void ResolveConfig(config::Config* c, int world_size) {
   TESSEL_CHECK(m.ffn_hidden_size() >= 0 && m.ffn_hidden_size() <= kMaxTable)
       << "config: model.ffn_hidden_size is " << m.ffn_hidden_size() << "; expected 0 (4 x hidden_size) to "
       << kMaxTable;
-  if (m.ffn_hidden_size() == 0) m.set_ffn_hidden_size(4 * m.hidden_size());
+  if (m.ffn_hidden_size() == 0)
+    m.set_ffn_hidden_size(llama ? (2 * (4 * m.hidden_size()) / 3 + 255) / 256 * 256 : 4 * m.hidden_size());
   TESSEL_CHECK(m.max_position_embeddings() >= 0 && m.max_position_embeddings() <= kMaxTable)
       << "config: model.max_position_embeddings is " << m.max_position_embeddings()
       << "; expected 0 (max_seq_length) to " << kMaxTable;
@@ -627,6 +677,12 @@ void ResolveConfig(config::Config* c, int world_size) {
   TESSEL_CHECK(!one_d || m.num_attention_heads() % tp == 0)
       << "config: model.num_attention_heads " << m.num_attention_heads()
       << " is not divisible by train.dist.tensor_parallel_size " << tp;
+  TESSEL_CHECK(!llama || m.num_key_value_heads() % tp == 0)
+      << "config: model.num_key_value_heads " << m.num_key_value_heads()
+      << " is not divisible by train.dist.tensor_parallel_size " << tp
+      << " (each rank holds whole key/value heads, as in Megatron-LM)";
+  TESSEL_CHECK(!llama || one_d) << "config: model.arch llama trains under tensor_parallel_mode 1d only; got '"
+                                << d.tensor_parallel_mode() << "'";
   TESSEL_CHECK(!one_d || m.ffn_hidden_size() % tp == 0)
       << "config: model.ffn_hidden_size " << m.ffn_hidden_size()
       << " is not divisible by train.dist.tensor_parallel_size " << tp;
@@ -727,8 +783,9 @@ void ResolveConfig(config::Config* c, int world_size) {
         << ") and data.synthetic_samples (" << data.synthetic_samples() << ") positive";
   } else {
     if (m.arch() == "bert") CheckBertData(*c);
-    TESSEL_CHECK(data.blend_size() == 0 || m.arch() == "gpt2")
-        << "config: data.blend is set for model.arch '" << m.arch() << "'; blending is for GPT so far, give "
+    TESSEL_CHECK(data.blend_size() == 0 || m.arch() == "gpt2" || m.arch() == "llama")
+        << "config: data.blend is set for model.arch '" << m.arch()
+        << "'; blending is for GPT and Llama so far, give "
         << "data.data_prefix";
     TESSEL_CHECK(data.blend_size() == 0 || data.data_prefix().empty())
         << "config: data.data_prefix and data.blend are both set; expected one (blend lists every dataset)";

@@ -26,4 +26,31 @@ models::GPTConfig GptConfigOf(const config::Config& c) {
           .activation_checkpoint = c.train().activation_checkpoint()};
 }
 
+models::LlamaConfig LlamaConfigOf(const config::Config& c) {
+  const config::ModelConfig& m = c.model();
+  fn::RotaryOptions rope{.theta = m.rope_theta()};
+  if (m.has_rope_scaling()) {
+    const config::RopeScaling& r = m.rope_scaling();
+    rope.scaling_factor = r.factor();
+    rope.low_freq_factor = r.low_freq_factor();
+    rope.high_freq_factor = r.high_freq_factor();
+    rope.original_max_positions = r.original_max_position_embeddings();
+  }
+  return {.vocab_size = m.vocab_size(),
+          .hidden = m.hidden_size(),
+          .heads = m.num_attention_heads(),
+          .kv_heads = m.num_key_value_heads(),
+          .layers = m.hidden_layers(),
+          .ffn_hidden = m.ffn_hidden_size(),
+          .max_seq = m.max_position_embeddings(),
+          .rms_norm_eps = m.layernorm_epsilon(),
+          .rope = rope,
+          .tie_word_embeddings = m.tie_word_embeddings(),
+          .init_std = m.initializer_range(),
+          .seed = c.train().seed(),
+          .make_vocab_size_divisible_by = m.make_vocab_size_divisible_by(),
+          .fused_attention = m.fused_attention(),
+          .activation_checkpoint = c.train().activation_checkpoint()};
+}
+
 }  // namespace tessel::train

@@ -4,6 +4,7 @@
 
 #include "layers/transformer.h"
 #include "models/gpt.h"
+#include "models/llama.h"
 #include "zoo/config.pb.h"
 
 namespace tessel::train {
@@ -14,5 +15,8 @@ layers::Activation HiddenActivation(const config::ModelConfig& m);
 // The GPT of a resolved config (model.*, train.seed,
 // train.activation_checkpoint).
 models::GPTConfig GptConfigOf(const config::Config& c);
+// The Llama of a resolved config (model.*, with layernorm_epsilon as the
+// RMSNorm's epsilon; train.seed, train.activation_checkpoint).
+models::LlamaConfig LlamaConfigOf(const config::Config& c);
 
 }  // namespace tessel::train

@@ -98,13 +98,16 @@ void CheckTokenIds(const zoo::IndexedDataset& corpus, const config::Config& c);
 void CheckValidationDocuments(const std::vector<zoo::DocumentRange>& splits, size_t documents,
                               const config::Config& c);
 // Forward model FLOPs of one transformer layer for one token of a
-// `seq`-long sequence: QKV, the output projection, the MLP (2 FLOPs per
-// multiply-add) and attention's scores and weighted sum over `seq` keys.
+// `seq`-long sequence: QKV (Llama's narrower key/value projections under
+// grouped-query attention), the output projection, the MLP (Llama's three
+// matrices; 2 FLOPs per multiply-add) and attention's scores and weighted
+// sum over `seq` keys.
 double TransformerLayerFlopsPerToken(const config::ModelConfig& m, int64_t seq);
 
 // Checks the data against the model's config and builds the model, before
 // any training; throws naming the field or file.
-std::unique_ptr<Task> MakeGPTTask(const TaskContext& context);
+// GPT-2 and Llama (model.arch gpt2, llama).
+std::unique_ptr<Task> MakeCausalLMTask(const TaskContext& context);
 std::unique_ptr<Task> MakeBertTask(const TaskContext& context);
 std::unique_ptr<Task> MakeViTTask(const TaskContext& context);
 

@@ -359,7 +359,7 @@ int RunTrainingProgram(int argc, char** argv) {
                                    .micro_batches = micro_batches};
   std::unique_ptr<train::Task> task = m.arch() == "vit"    ? train::MakeViTTask(context)
                                       : m.arch() == "bert" ? train::MakeBertTask(context)
-                                                           : train::MakeGPTTask(context);
+                                                           : train::MakeCausalLMTask(context);
   const int64_t global = t.global_batch_size(), tokens_per_sample = task->tokens_per_sample();
   const bool evaluate = c.evaluation().enabled();
   auto params = task->model().NamedParameters();

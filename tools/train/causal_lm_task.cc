@@ -1,18 +1,21 @@
-// GPT-2 (models/gpt.h) on a Megatron-format indexed dataset, or a blend of
-// several by weight (zoo/blended_dataset.h): samples of max_seq_length + 1
-// tokens (zoo/gpt_dataset.h), ids in and the next tokens as labels;
-// evaluation reports the loss and perplexity.
+// Causal language models — GPT-2 (models/gpt.h) and Llama (models/llama.h)
+// — on a Megatron-format indexed dataset, or a blend of several by weight
+// (zoo/blended_dataset.h): samples of max_seq_length + 1 tokens
+// (zoo/gpt_dataset.h), ids in and the next tokens as labels; evaluation
+// reports the loss and perplexity.
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 
 #include "graph/autograd.h"
 #include "layers/dist.h"
 #include "layers/optimizer.h"
 #include "models/gpt.h"
+#include "models/llama.h"
 #include "ops/functional.h"
-#include "tools/train/task.h"
 #include "tools/train/model_config.h"
+#include "tools/train/task.h"
 #include "zoo/gpt_samples.h"
 #include "zoo/indexed_dataset.h"
 
@@ -22,14 +25,13 @@ namespace {
 using zoo::Corpus;
 using zoo::GPTSamples;
 
-class GPTTask : public Task {
+class CausalLMTask : public Task {
  public:
-  explicit GPTTask(const TaskContext& context)
+  explicit CausalLMTask(const TaskContext& context)
       : c_(context.config),
         micro_batches_(context.micro_batches),
         seq_(c_.model().max_seq_length()),
         global_(c_.train().global_batch_size()) {
-    const config::ModelConfig& m = c_.model();
     const config::DataConfig& data = c_.data();
     std::vector<double> weights;
     corpora_ = zoo::OpenCorpora(data, &weights);
@@ -44,7 +46,22 @@ class GPTTask : public Task {
       eval_ = std::make_unique<GPTSamples>(corpora_, weights, 1, seq_, c_.evaluation().eval_iter() * global_,
                                            t.seed() + 1, "validation");
     }
-    gpt_ = std::make_unique<models::GPT>(GptConfigOf(c_));
+    if (c_.model().arch() == "llama") {
+      auto llama = std::make_unique<models::Llama>(LlamaConfigOf(c_));
+      loss_ = [model = llama.get()](const Tensor& ids, const Tensor& labels) {
+        return model->Loss(ids, labels);
+      };
+      padded_rows_ = {{"embed_tokens.weight", c_.model().vocab_size()}};
+      if (!c_.model().tie_word_embeddings()) padded_rows_["lm_head.weight"] = c_.model().vocab_size();
+      model_ = std::move(llama);
+    } else {
+      auto gpt = std::make_unique<models::GPT>(GptConfigOf(c_));
+      loss_ = [model = gpt.get()](const Tensor& ids, const Tensor& labels) {
+        return model->Loss(ids, labels);
+      };
+      padded_rows_ = {{"wte.weight", c_.model().vocab_size()}};
+      model_ = std::move(gpt);
+    }
     // Evaluation runs forward only, one op after another.
     eval_step_ = std::make_unique<Graph>(
         "eval_step",
@@ -54,8 +71,8 @@ class GPTTask : public Task {
         context.eval_graph);
   }
 
-  nn::Module& model() override { return *gpt_; }
-  Tensor Loss(const Graph::Tensors& in) const override { return gpt_->Loss(in.at("ids"), in.at("labels")); }
+  nn::Module& model() override { return *model_; }
+  Tensor Loss(const Graph::Tensors& in) const override { return loss_(in.at("ids"), in.at("labels")); }
   int64_t tokens_per_sample() const override { return seq_; }
   double TrainFlopsPerSample() const override {
     const config::ModelConfig& m = c_.model();
@@ -63,9 +80,7 @@ class GPTTask : public Task {
                              2.0 * static_cast<double>(m.hidden_size() * m.vocab_size());  // the logits
     return 3 * per_token * static_cast<double>(seq_);
   }
-  std::map<std::string, int64_t> PaddedRows() const override {
-    return {{"wte.weight", c_.model().vocab_size()}};
-  }
+  std::map<std::string, int64_t> PaddedRows() const override { return padded_rows_; }
 
   Graph::Tensors ReadTrain(int64_t iteration, int part, int parts) const override {
     return Read(*train_, iteration * global_, part, parts);
@@ -80,12 +95,12 @@ class GPTTask : public Task {
         continue;
       }
       NoGradGuard no_grad;
-      gpt_->Eval();  // no dropout
+      model_->Eval();  // no dropout
       double batch = 0;
       for (int part = 0; part < micro_batches_; ++part)
         batch += optim::ScalarValue(Loss(Read(*eval_, k * global_, part, micro_batches_)));
       total += batch / micro_batches_;
-      gpt_->Train();
+      model_->Train();
     }
     const double loss = total / static_cast<double>(batches);
     return {{"loss", loss}, {"perplexity", std::exp(loss)}};
@@ -136,12 +151,16 @@ class GPTTask : public Task {
   std::vector<std::unique_ptr<Corpus>> corpora_;
   int64_t seq_, global_;
   std::unique_ptr<GPTSamples> train_, eval_;
-  std::unique_ptr<models::GPT> gpt_;
+  std::unique_ptr<nn::Module> model_;
+  std::function<Tensor(const Tensor& ids, const Tensor& labels)> loss_;
+  std::map<std::string, int64_t> padded_rows_;
   std::unique_ptr<Graph> eval_step_;
 };
 
 }  // namespace
 
-std::unique_ptr<Task> MakeGPTTask(const TaskContext& context) { return std::make_unique<GPTTask>(context); }
+std::unique_ptr<Task> MakeCausalLMTask(const TaskContext& context) {
+  return std::make_unique<CausalLMTask>(context);
+}
 
 }  // namespace tessel::train
