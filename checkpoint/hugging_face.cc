@@ -103,6 +103,40 @@ std::vector<Rule> Rules(const config::ModelConfig& m) {
       linear(t + "mlp.fc2", hf + "mlp.c_proj", ffn, h, false);
     }
     norm("ln_f", base + "ln_f");
+  } else if (m.arch() == "llama") {
+    // nn.Linear weights without biases; RMSNorm weights; the output table
+    // [vocab, hidden] as tessel keeps it.
+    const int64_t kv = h / m.num_attention_heads() *
+                       (m.num_key_value_heads() > 0 ? m.num_key_value_heads() : m.num_attention_heads());
+    auto weight = [&](const std::string& t, const std::string& hf, int64_t in, int64_t out) {
+      rules.push_back({t + ".weight", {hf + ".weight"}, Layout::kTranspose, {in, out}, {{out, in}}});
+    };
+    rules.push_back({"embed_tokens.weight",
+                     {"model.embed_tokens.weight"},
+                     Layout::kSame,
+                     {m.vocab_size(), h},
+                     {{m.vocab_size(), h}},
+                     true});
+    for (int64_t i = 0; i < layers; ++i) {
+      const std::string t = Numbered("layers", i), hf = Numbered("model.layers.", i);
+      same(t + "input_layernorm.weight", hf + "input_layernorm.weight", {h});
+      weight(t + "self_attn.q_proj", hf + "self_attn.q_proj", h, h);
+      weight(t + "self_attn.k_proj", hf + "self_attn.k_proj", h, kv);
+      weight(t + "self_attn.v_proj", hf + "self_attn.v_proj", h, kv);
+      weight(t + "self_attn.o_proj", hf + "self_attn.o_proj", h, h);
+      same(t + "post_attention_layernorm.weight", hf + "post_attention_layernorm.weight", {h});
+      weight(t + "mlp.gate_proj", hf + "mlp.gate_proj", h, ffn);
+      weight(t + "mlp.up_proj", hf + "mlp.up_proj", h, ffn);
+      weight(t + "mlp.down_proj", hf + "mlp.down_proj", ffn, h);
+    }
+    same("norm.weight", "model.norm.weight", {h});
+    if (!m.tie_word_embeddings())
+      rules.push_back({"lm_head.weight",
+                       {"lm_head.weight"},
+                       Layout::kSame,
+                       {m.vocab_size(), h},
+                       {{m.vocab_size(), h}},
+                       true});
   } else if (m.arch() == "bert") {
     const std::string e = "bert.embeddings.";
     rules.push_back({"word_embeddings.weight",
@@ -160,7 +194,7 @@ std::vector<Rule> Rules(const config::ModelConfig& m) {
     linear("head", "classifier", h, m.num_classes(), true);
   } else {
     TESSEL_THROW(StatusCode::kInvalidArgument)
-        << "Hugging Face mapping: model.arch '" << m.arch() << "'; expected gpt2, bert or vit";
+        << "Hugging Face mapping: model.arch '" << m.arch() << "'; expected gpt2, llama, bert or vit";
   }
   return rules;
 }
@@ -378,6 +412,50 @@ config::ModelConfig ModelFromHuggingFaceConfig(const std::string& config_json, c
     m.set_max_position_embeddings(integer("n_positions"));
     m.set_hidden_act(Activation(text("activation_function", "gelu_new"), where));
     m.set_layernorm_epsilon(number("layer_norm_epsilon", 1e-5));
+  } else if (type == "llama") {
+    require("hidden_act", "silu");
+    require("attention_bias", false);
+    require("mlp_bias", false);
+    m.set_arch("llama");
+    m.set_vocab_size(integer("vocab_size"));
+    m.set_hidden_size(integer("hidden_size"));
+    m.set_hidden_layers(integer("num_hidden_layers"));
+    m.set_num_attention_heads(integer("num_attention_heads"));
+    m.set_num_key_value_heads(integer("num_key_value_heads", m.num_attention_heads()));
+    m.set_ffn_hidden_size(integer("intermediate_size"));
+    m.set_max_position_embeddings(integer("max_position_embeddings"));
+    m.set_hidden_act("silu");
+    m.set_layernorm_epsilon(number("rms_norm_eps", 1e-6));
+    m.set_rope_theta(number("rope_theta", 10000));
+    m.set_tie_word_embeddings(j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() &&
+                              j["tie_word_embeddings"].get<bool>());
+    TESSEL_CHECK(m.num_attention_heads() > 0 && m.hidden_size() % m.num_attention_heads() == 0)
+        << "Hugging Face config " << where << ": hidden size " << m.hidden_size() << " is not divisible by "
+        << m.num_attention_heads() << " heads";
+    require("head_dim", m.hidden_size() / m.num_attention_heads());
+    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+      const nlohmann::json& r = j["rope_scaling"];
+      const std::string kind = r.is_object() && r.contains("rope_type") && r["rope_type"].is_string()
+                                   ? r["rope_type"].get<std::string>()
+                               : r.is_object() && r.contains("type") && r["type"].is_string()
+                                   ? r["type"].get<std::string>()
+                                   : "";
+      TESSEL_CHECK(kind == "llama3") << "Hugging Face config " << where << ": \"rope_scaling\" is "
+                                     << r.dump()
+                                     << "; tessel's Llama supports none (null) or rope_type \"llama3\"";
+      auto scaling = [&](const char* key) {
+        TESSEL_CHECK(r.contains(key) && r[key].is_number())
+            << "Hugging Face config " << where << ": \"rope_scaling\" has no number \"" << key << "\"";
+        return r[key].get<double>();
+      };
+      config::RopeScaling& out = *m.mutable_rope_scaling();
+      out.set_rope_type("llama3");
+      out.set_factor(scaling("factor"));
+      out.set_low_freq_factor(scaling("low_freq_factor"));
+      out.set_high_freq_factor(scaling("high_freq_factor"));
+      out.set_original_max_position_embeddings(
+          static_cast<int64_t>(scaling("original_max_position_embeddings")));
+    }
   } else if (type == "bert") {
     require("position_embedding_type", "absolute");
     require("is_decoder", false);
@@ -424,8 +502,8 @@ config::ModelConfig ModelFromHuggingFaceConfig(const std::string& config_json, c
         << "Hugging Face config " << where << ": image_size " << m.image_size()
         << " is not a multiple of patch_size " << m.patch_size();
   } else {
-    TESSEL_THROW(StatusCode::kInvalidArgument)
-        << "Hugging Face config " << where << ": model_type '" << type << "'; expected gpt2, bert or vit";
+    TESSEL_THROW(StatusCode::kInvalidArgument) << "Hugging Face config " << where << ": model_type '" << type
+                                               << "'; expected gpt2, llama, bert or vit";
   }
   TESSEL_CHECK(m.hidden_size() % m.num_attention_heads() == 0)
       << "Hugging Face config " << where << ": hidden size " << m.hidden_size() << " is not divisible by "
@@ -457,6 +535,33 @@ std::string HuggingFaceConfigJson(const config::ModelConfig& m) {
          {"embd_pdrop", m.embedding_dropout_prob()},
          {"attn_pdrop", m.attention_dropout_prob()},
          {"tie_word_embeddings", true}};
+  } else if (m.arch() == "llama") {
+    j = {{"model_type", "llama"},
+         {"architectures", {"LlamaForCausalLM"}},
+         {"vocab_size", m.vocab_size()},
+         {"hidden_size", m.hidden_size()},
+         {"intermediate_size", ffn},
+         {"num_hidden_layers", m.hidden_layers()},
+         {"num_attention_heads", m.num_attention_heads()},
+         {"num_key_value_heads",
+          m.num_key_value_heads() > 0 ? m.num_key_value_heads() : m.num_attention_heads()},
+         {"max_position_embeddings", positions},
+         {"hidden_act", "silu"},
+         {"rms_norm_eps", m.layernorm_epsilon()},
+         {"rope_theta", m.rope_theta()},
+         {"rope_scaling", nullptr},
+         {"attention_bias", false},
+         {"mlp_bias", false},
+         {"tie_word_embeddings", m.tie_word_embeddings()}};
+    if (m.rope_scaling().rope_type() == "llama3") {
+      // The form transformers reads since 4.43 (4.40 knows linear and dynamic only).
+      const config::RopeScaling& r = m.rope_scaling();
+      j["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", r.factor()},
+                           {"low_freq_factor", r.low_freq_factor()},
+                           {"high_freq_factor", r.high_freq_factor()},
+                           {"original_max_position_embeddings", r.original_max_position_embeddings()}};
+    }
   } else if (m.arch() == "bert") {
     j = {{"model_type", "bert"},
          {"architectures", {"BertForPreTraining"}},
@@ -497,7 +602,7 @@ std::string HuggingFaceConfigJson(const config::ModelConfig& m) {
          {"attention_probs_dropout_prob", m.attention_dropout_prob()}};
   } else {
     TESSEL_THROW(StatusCode::kInvalidArgument)
-        << "Hugging Face export: model.arch '" << m.arch() << "'; expected gpt2, bert or vit";
+        << "Hugging Face export: model.arch '" << m.arch() << "'; expected gpt2, llama, bert or vit";
   }
   j["initializer_range"] = m.initializer_range();
   j["torch_dtype"] = "float32";
@@ -548,7 +653,7 @@ HuggingFaceImport ReadHuggingFace(const fs::path& dir) {
   auto find = [&](const std::string& name, const std::vector<std::string>& aliases) -> std::string {
     std::vector<std::string> candidates = {name};
     candidates.insert(candidates.end(), aliases.begin(), aliases.end());
-    for (const char* base : {"transformer.", "bert.", "vit."})
+    for (const char* base : {"transformer.", "bert.", "vit.", "model."})
       if (name.rfind(base, 0) == 0) candidates.push_back(name.substr(std::strlen(base)));
     for (const std::string& c : candidates)
       if (where.count(c)) return c;
@@ -577,7 +682,7 @@ HuggingFaceImport ReadHuggingFace(const fs::path& dir) {
   // Everything else must be a tied copy (equal to what tessel ties it to)
   // or a buffer derived from the config.
   const std::map<std::string, std::string> tied = {
-      {"lm_head.weight", "wte.weight"},
+      {"lm_head.weight", m.arch() == "llama" ? "embed_tokens.weight" : "wte.weight"},
       {"cls.predictions.decoder.weight", "word_embeddings.weight"},
       {"cls.predictions.decoder.bias", "mlm_bias"}};
   std::vector<std::string> unknown;
@@ -596,7 +701,7 @@ HuggingFaceImport ReadHuggingFace(const fs::path& dir) {
       continue;
     }
     const bool buffer = name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") ||
-                        name.ends_with("embeddings.position_ids");
+                        name.ends_with("embeddings.position_ids") || name.ends_with("rotary_emb.inv_freq");
     if (!buffer) unknown.push_back(name);
   }
   if (!unknown.empty()) {

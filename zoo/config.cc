@@ -435,8 +435,9 @@ void ResolveLlama(config::ModelConfig* m) {
         << "config: model." << field << " is " << p
         << " but tessel's Llama has no dropout (as Meta's and Hugging Face's train it); leave it out";
   CheckNumber("model.rope_theta", m->rope_theta(), 1, 1e12, /*low_open=*/false);
-  if (!m->has_rope_scaling()) return;
   const config::RopeScaling& r = m->rope_scaling();
+  CheckOneOf("model.rope_scaling.rope_type", r.rope_type(), {"", "llama3"});
+  if (r.rope_type().empty()) return;
   CheckNumber("model.rope_scaling.factor", r.factor(), 1, 1e6, /*low_open=*/false);
   TESSEL_CHECK(r.low_freq_factor() > 0 && r.high_freq_factor() > r.low_freq_factor() &&
                std::isfinite(r.high_freq_factor()))
@@ -562,11 +563,13 @@ void ResolveConfig(config::Config* c, int world_size) {
     ResolveLlama(&m);
   } else {
     CheckOneOf("model.hidden_act", m.hidden_act(), {"gelu_tanh", "gelu"});
+    // Compared with the defaults, not by presence: a resolved config (saved
+    // with every field) is read again on resume.
     for (const auto& [field, set] :
-         {std::pair<const char*, bool>{"num_key_value_heads", m.has_num_key_value_heads()},
-          {"rope_theta", m.has_rope_theta()},
-          {"rope_scaling", m.has_rope_scaling()},
-          {"tie_word_embeddings", m.has_tie_word_embeddings()}})
+         {std::pair<const char*, bool>{"num_key_value_heads", m.num_key_value_heads() != 0},
+          {"rope_theta", m.rope_theta() != 10000},
+          {"rope_scaling.rope_type", !m.rope_scaling().rope_type().empty()},
+          {"tie_word_embeddings", m.tie_word_embeddings()}})
       TESSEL_CHECK(!set) << "config: model." << field << " is a Llama setting, but model.arch is '"
                          << m.arch() << "'; leave it out";
   }

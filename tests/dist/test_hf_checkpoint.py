@@ -1,7 +1,8 @@
 """Hugging Face models in and out of tessel (checkpoint/hugging_face.h,
 tessel-checkpoint import-hf / export-hf, train.load_weight).
 
-For GPT2LMHeadModel, BertForPreTraining and ViTForImageClassification:
+For GPT2LMHeadModel, LlamaForCausalLM (grouped-query attention, untied
+output), BertForPreTraining and ViTForImageClassification:
 a randomly initialised model (every parameter then moved by noise, so no
 weight is 0 or 1 and a mapping mistake cannot hide), saved with
 save_pretrained (safetensors), is imported as a tessel checkpoint; tessel's
@@ -40,6 +41,7 @@ parser.add_argument("--source", required=True)
 parser.add_argument("--gpt2_dump", required=True)
 parser.add_argument("--bert_dump", required=True)
 parser.add_argument("--vit_dump", required=True)
+parser.add_argument("--llama_dump", required=True)
 args = parser.parse_args()
 
 TOLERANCE = 1e-5
@@ -47,8 +49,8 @@ work = tempfile.mkdtemp(prefix="tessel_hf_checkpoint_")
 install_transformers(work)
 import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402
-from transformers import (BertConfig, BertForPreTraining, GPT2Config, GPT2LMHeadModel, ViTConfig,  # noqa: E402
-                          ViTForImageClassification)
+from transformers import (BertConfig, BertForPreTraining, GPT2Config, GPT2LMHeadModel, LlamaConfig,  # noqa: E402
+                          LlamaForCausalLM, ViTConfig, ViTForImageClassification)
 
 LOSS = re.compile(r"\[rank 0\] iteration (\d+)/\d+ loss ([0-9.]+)")
 
@@ -114,6 +116,12 @@ def vit_outputs(model, t, vocab):
 MODELS = {
     "gpt2": (GPT2LMHeadModel, GPT2Config(vocab_size=1100, n_positions=16, n_embd=32, n_layer=2, n_head=4),
              args.gpt2_dump, ["--vocab=1100", "--hidden=32", "--heads=4", "--layers=2", "--seq=16"], gpt2_outputs),
+    "llama": (LlamaForCausalLM, LlamaConfig(vocab_size=1100, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                            num_attention_heads=8, num_key_value_heads=2,
+                                            max_position_embeddings=16, rms_norm_eps=1e-5,
+                                            attn_implementation="eager"),
+              args.llama_dump, ["--vocab=1100", "--hidden=64", "--heads=8", "--kv_heads=2", "--ffn=96", "--layers=2",
+                                "--seq=16"], gpt2_outputs),
     "bert": (BertForPreTraining, BertConfig(vocab_size=1100, hidden_size=32, num_hidden_layers=2,
                                             num_attention_heads=4, intermediate_size=128,
                                             max_position_embeddings=16),
@@ -380,14 +388,14 @@ check("ViT: loaded under tp2 x pp2, the first loss equals the resumed run's sixt
       max(1.0, abs(float(resumed["6"]))), out[-2000:])
 
 # Bad input, named.
-bad = os.path.join(work, "llama_hf")
+bad = os.path.join(work, "bad_hf")
 shutil.copytree(os.path.join(work, "gpt2_hf"), bad)
 cfg = json.load(open(os.path.join(bad, "config.json")))
-cfg["model_type"] = "llama"
+cfg["model_type"] = "mistral"
 json.dump(cfg, open(os.path.join(bad, "config.json"), "w"))
 code, out, _ = tool("import-hf", bad, os.path.join(work, "x1"))
 check("another model type is refused", code not in (0, None), out[-1000:])
-expect("... naming it", out, r"model_type 'llama'; expected gpt2, bert or vit")
+expect("... naming it", out, r"model_type 'mistral'; expected gpt2, llama, bert or vit")
 cfg["model_type"], cfg["n_layer"] = "gpt2", 3
 json.dump(cfg, open(os.path.join(bad, "config.json"), "w"))
 code, out, _ = tool("import-hf", bad, os.path.join(work, "x2"))

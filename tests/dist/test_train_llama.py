@@ -64,7 +64,7 @@ check_bad_inputs(train, work, {
         ["model.num_key_value_heads=3"], r"model.num_attention_heads 8 is not divisible by model.num_key_value_heads 3"),
     "another activation": (["model.hidden_act=\"gelu\""], r"model.hidden_act is 'gelu'"),
     "dropout": (["model.hidden_dropout_prob=0.1"], r"model.hidden_dropout_prob is 0.1 but tessel's Llama has no dropout"),
-    "a Llama setting on GPT-2": (["model.arch=\"gpt2\"", "model.num_key_value_heads=0"],
+    "a Llama setting on GPT-2": (["model.arch=\"gpt2\"", "model.num_key_value_heads=2"],
                                  r"model.num_key_value_heads is a Llama setting, but model.arch is 'gpt2'"),
 }, nproc=2)
 

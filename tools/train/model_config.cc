@@ -29,7 +29,7 @@ models::GPTConfig GptConfigOf(const config::Config& c) {
 models::LlamaConfig LlamaConfigOf(const config::Config& c) {
   const config::ModelConfig& m = c.model();
   fn::RotaryOptions rope{.theta = m.rope_theta()};
-  if (m.has_rope_scaling()) {
+  if (m.rope_scaling().rope_type() == "llama3") {
     const config::RopeScaling& r = m.rope_scaling();
     rope.scaling_factor = r.factor();
     rope.low_freq_factor = r.low_freq_factor();
