@@ -29,6 +29,11 @@ enum class Layout {
   kFusedQkv,     // GPT-2's c_attn: [q|k|v][head][head dim] columns for tessel's [head][q|k|v][head dim]
   kSeparateQkv,  // three nn.Linear (query, key, value) for tessel's fused head-major QKV
   kPatchConv,    // Conv2d [hidden, C, p, p] for tessel's Linear [C p p, hidden]
+  // Llama's q_proj, k_proj, v_proj (nn.Linear) for tessel's fused [in][key/
+  // value group][its query heads | k | v][head dim]
+  kGroupedQkv,
+  // Llama's gate_proj, up_proj (nn.Linear) for tessel's [in][ffn][gate | up]
+  kInterleavedPair,
 };
 
 struct Rule {
@@ -111,6 +116,11 @@ std::vector<Rule> Rules(const config::ModelConfig& m) {
     auto weight = [&](const std::string& t, const std::string& hf, int64_t in, int64_t out) {
       rules.push_back({t + ".weight", {hf + ".weight"}, Layout::kTranspose, {in, out}, {{out, in}}});
     };
+    auto names = [](const std::string& prefix, std::initializer_list<const char*> parts) {
+      std::vector<std::string> out;
+      for (const char* part : parts) out.push_back(prefix + part + ".weight");
+      return out;
+    };
     rules.push_back({"embed_tokens.weight",
                      {"model.embed_tokens.weight"},
                      Layout::kSame,
@@ -120,13 +130,18 @@ std::vector<Rule> Rules(const config::ModelConfig& m) {
     for (int64_t i = 0; i < layers; ++i) {
       const std::string t = Numbered("layers", i), hf = Numbered("model.layers.", i);
       same(t + "input_layernorm.weight", hf + "input_layernorm.weight", {h});
-      weight(t + "self_attn.q_proj", hf + "self_attn.q_proj", h, h);
-      weight(t + "self_attn.k_proj", hf + "self_attn.k_proj", h, kv);
-      weight(t + "self_attn.v_proj", hf + "self_attn.v_proj", h, kv);
+      rules.push_back({t + "self_attn.qkv_proj.weight",
+                       names(hf + "self_attn.", {"q_proj", "k_proj", "v_proj"}),
+                       Layout::kGroupedQkv,
+                       {h, h + 2 * kv},
+                       {{h, h}, {kv, h}, {kv, h}}});
       weight(t + "self_attn.o_proj", hf + "self_attn.o_proj", h, h);
       same(t + "post_attention_layernorm.weight", hf + "post_attention_layernorm.weight", {h});
-      weight(t + "mlp.gate_proj", hf + "mlp.gate_proj", h, ffn);
-      weight(t + "mlp.up_proj", hf + "mlp.up_proj", h, ffn);
+      rules.push_back({t + "mlp.gate_up_proj.weight",
+                       names(hf + "mlp.", {"gate_proj", "up_proj"}),
+                       Layout::kInterleavedPair,
+                       {h, 2 * ffn},
+                       {{ffn, h}, {ffn, h}}});
       weight(t + "mlp.down_proj", hf + "mlp.down_proj", ffn, h);
     }
     same("norm.weight", "model.norm.weight", {h});
@@ -253,6 +268,16 @@ Tensor FirstRows(const Tensor& t, int64_t rows) {
   return out;
 }
 
+// The sizes of a grouped q|k|v rule: its input features, key/value groups,
+// query heads per group and head dimension.
+struct GroupedQkvSizes {
+  int64_t in, kv, group, hd;
+  static GroupedQkvSizes Of(const Rule& r, int64_t heads) {
+    const int64_t hd = r.hf_shapes[0][0] / heads, kv = r.hf_shapes[1][0] / hd;
+    return {r.hf_shapes[0][1], kv, heads / kv, hd};
+  }
+};
+
 // Hugging Face's tensors of a rule -> tessel's.
 Tensor ToTessel(const Rule& r, const std::vector<Tensor>& hf, int64_t heads) {
   const std::vector<int64_t>& ts = r.tessel_shape;
@@ -285,6 +310,29 @@ Tensor ToTessel(const Rule& r, const std::vector<Tensor>& hf, int64_t heads) {
     }
     case Layout::kPatchConv:
       return Transposed(hf[0], ts[1], ts[0]);  // [hidden, C p p] -> [C p p, hidden]
+    case Layout::kGroupedQkv: {
+      const GroupedQkvSizes g = GroupedQkvSizes::Of(r, heads);
+      // [kv][group + 2][hd][in]: each group's query rows, then its k and v rows.
+      Tensor rows = Tensor::Empty(Shape({g.kv, g.group + 2, g.hd, g.in}), hf[0].dtype());
+      const size_t element = ElementSize(rows.dtype()), row = static_cast<size_t>(g.hd * g.in) * element;
+      auto* dst = static_cast<uint8_t*>(rows.raw_data());
+      for (int64_t j = 0; j < g.kv; ++j) {
+        std::memcpy(dst + j * (g.group + 2) * row,
+                    static_cast<const uint8_t*>(hf[0].raw_data()) + j * g.group * row, g.group * row);
+        for (int part = 1; part < 3; ++part)
+          std::memcpy(dst + (j * (g.group + 2) + g.group + part - 1) * row,
+                      static_cast<const uint8_t*>(hf[part].raw_data()) + j * row, row);
+      }
+      return Permuted(rows, {g.kv * (g.group + 2) * g.hd, g.in}, {1, 0});
+    }
+    case Layout::kInterleavedPair: {
+      const int64_t ffn = r.hf_shapes[0][0], in = r.hf_shapes[0][1];
+      Tensor both = Tensor::Empty(Shape({2, ffn, in}), hf[0].dtype());
+      const size_t bytes = hf[0].nbytes();
+      std::memcpy(both.raw_data(), hf[0].raw_data(), bytes);
+      std::memcpy(static_cast<uint8_t*>(both.raw_data()) + bytes, hf[1].raw_data(), bytes);
+      return Permuted(both, {2, ffn, in}, {2, 1, 0}).Reshape(Shape(ts));  // [in][ffn][gate | up]
+    }
   }
   TESSEL_THROW(StatusCode::kInternal) << "Hugging Face mapping: unknown layout";
 }
@@ -318,6 +366,27 @@ Tensor ToHuggingFace(const Rule& r, const Tensor& t, size_t part, int64_t heads)
     }
     case Layout::kPatchConv:
       return Transposed(t, ts[0], ts[1]).Reshape(Shape(hs));
+    case Layout::kGroupedQkv: {
+      const GroupedQkvSizes g = GroupedQkvSizes::Of(r, heads);
+      const Tensor rows =
+          Permuted(t, {g.in, g.kv * (g.group + 2) * g.hd}, {1, 0});  // [kv][group + 2][hd][in]
+      const int64_t per_group = part == 0 ? g.group : 1, first = part == 0 ? 0 : g.group + part - 1;
+      Tensor out = Tensor::Empty(Shape(hs), t.dtype());
+      const size_t element = ElementSize(t.dtype()), row = static_cast<size_t>(g.hd * g.in) * element;
+      for (int64_t j = 0; j < g.kv; ++j)
+        std::memcpy(static_cast<uint8_t*>(out.raw_data()) + j * per_group * row,
+                    static_cast<const uint8_t*>(rows.raw_data()) + (j * (g.group + 2) + first) * row,
+                    per_group * row);
+      return out;
+    }
+    case Layout::kInterleavedPair: {
+      const int64_t ffn = hs[0], in = hs[1];
+      const Tensor both = Permuted(t, {in, ffn, 2}, {2, 1, 0});  // [gate | up][ffn][in]
+      Tensor out = Tensor::Empty(Shape(hs), t.dtype());
+      std::memcpy(out.raw_data(), static_cast<const uint8_t*>(both.raw_data()) + part * out.nbytes(),
+                  out.nbytes());
+      return out;
+    }
   }
   TESSEL_THROW(StatusCode::kInternal) << "Hugging Face mapping: unknown layout";
 }
@@ -433,6 +502,9 @@ config::ModelConfig ModelFromHuggingFaceConfig(const std::string& config_json, c
         << "Hugging Face config " << where << ": hidden size " << m.hidden_size() << " is not divisible by "
         << m.num_attention_heads() << " heads";
     require("head_dim", m.hidden_size() / m.num_attention_heads());
+    TESSEL_CHECK(m.num_attention_heads() % m.num_key_value_heads() == 0)
+        << "Hugging Face config " << where << ": num_attention_heads " << m.num_attention_heads()
+        << " is not divisible by num_key_value_heads " << m.num_key_value_heads();
     if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
       const nlohmann::json& r = j["rope_scaling"];
       const std::string kind = r.is_object() && r.contains("rope_type") && r["rope_type"].is_string()
@@ -453,8 +525,14 @@ config::ModelConfig ModelFromHuggingFaceConfig(const std::string& config_json, c
       out.set_factor(scaling("factor"));
       out.set_low_freq_factor(scaling("low_freq_factor"));
       out.set_high_freq_factor(scaling("high_freq_factor"));
-      out.set_original_max_position_embeddings(
-          static_cast<int64_t>(scaling("original_max_position_embeddings")));
+      const nlohmann::json& context = r.contains("original_max_position_embeddings")
+                                          ? r["original_max_position_embeddings"]
+                                          : nlohmann::json(nullptr);
+      TESSEL_CHECK(context.is_number_integer() && context.get<int64_t>() > 0 &&
+                   context.get<int64_t>() <= kMaxSize)
+          << "Hugging Face config " << where << ": \"rope_scaling\" \"original_max_position_embeddings\" is "
+          << context.dump() << "; expected a positive integer up to " << kMaxSize;
+      out.set_original_max_position_embeddings(context.get<int64_t>());
     }
   } else if (type == "bert") {
     require("position_embedding_type", "absolute");

@@ -53,24 +53,12 @@ int64_t LlamaConfig::ffn_size() const {
 }
 
 LlamaAttention::LlamaAttention(const LlamaConfig& c, int64_t layer_idx)
-    : q_proj(CheckLlama(c), c.hidden,
-             {.parallel = layers::Parallel::kCol,
-              .bias = false,
-              .layer_idx = layer_idx,
-              .seed = c.seed + 100 * static_cast<uint64_t>(layer_idx + 1),
-              .init_std = c.init_std}),
-      k_proj(c.hidden, c.key_value_heads() * (c.hidden / c.heads),
-             {.parallel = layers::Parallel::kCol,
-              .bias = false,
-              .layer_idx = layer_idx,
-              .seed = c.seed + 100 * static_cast<uint64_t>(layer_idx + 1) + 1,
-              .init_std = c.init_std}),
-      v_proj(c.hidden, c.key_value_heads() * (c.hidden / c.heads),
-             {.parallel = layers::Parallel::kCol,
-              .bias = false,
-              .layer_idx = layer_idx,
-              .seed = c.seed + 100 * static_cast<uint64_t>(layer_idx + 1) + 2,
-              .init_std = c.init_std}),
+    : qkv_proj(CheckLlama(c), (c.heads + 2 * c.key_value_heads()) * (c.hidden / c.heads),
+               {.parallel = layers::Parallel::kCol,
+                .bias = false,
+                .layer_idx = layer_idx,
+                .seed = c.seed + 100 * static_cast<uint64_t>(layer_idx + 1),
+                .init_std = c.init_std}),
       o_proj(c.hidden, c.hidden,
              {.parallel = layers::Parallel::kRow,
               .bias = false,
@@ -82,20 +70,22 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c, int64_t layer_idx)
       head_dim_(c.hidden / c.heads),
       rope_(c.rope),
       fused_(c.fused_attention) {
-  RegisterModule("q_proj", q_proj);
-  RegisterModule("k_proj", k_proj);
-  RegisterModule("v_proj", v_proj);
+  RegisterModule("qkv_proj", qkv_proj);
   RegisterModule("o_proj", o_proj);
 }
 
 Tensor LlamaAttention::operator()(const Tensor& x, const Tensor& positions, const Tensor& mask,
                                   const Tensor& residual) const {
   const int64_t b = x.shape()[0], s = x.shape()[1], group = heads_ / kv_heads_;
-  // [b, s, heads, head_dim]: the column split over tp hands each rank whole
-  // heads, which the rotation keeps where they are.
-  const Tensor q = fn::rotary(fn::reshape(q_proj(x), {b, s, heads_, head_dim_}), positions, rope_);
-  const Tensor k = fn::rotary(fn::reshape(k_proj(x), {b, s, kv_heads_, head_dim_}), positions, rope_);
-  const Tensor v = fn::reshape(v_proj(x), {b, s, kv_heads_, head_dim_});
+  // [b, s, kv_heads, group + 2, head_dim]: the column split over tp hands
+  // each rank whole key/value groups, which the slices and the rotation
+  // keep where they are.
+  const Tensor t = fn::reshape(qkv_proj(x), {b, s, kv_heads_, group + 2, head_dim_});
+  const Tensor q =
+      fn::rotary(fn::reshape(fn::slice(t, 3, 0, group), {b, s, heads_, head_dim_}), positions, rope_);
+  const Tensor k = fn::rotary(fn::reshape(fn::slice(t, 3, group, group + 1), {b, s, kv_heads_, head_dim_}),
+                              positions, rope_);
+  const Tensor v = fn::reshape(fn::slice(t, 3, group + 1, group + 2), {b, s, kv_heads_, head_dim_});
   // Each key/value head serves `group` query heads side by side (Hugging
   // Face's repeat_kv): on each rank its own query heads' groups, as tp
   // splits key/value heads and query heads alike.
@@ -119,31 +109,34 @@ Tensor LlamaAttention::operator()(const Tensor& x, const Tensor& positions, cons
 }
 
 LlamaMLP::LlamaMLP(const LlamaConfig& c, int64_t layer_idx)
-    : gate_proj(c.hidden, c.ffn_size(),
-                {.parallel = layers::Parallel::kCol,
-                 .bias = false,
-                 .layer_idx = layer_idx,
-                 .seed = c.seed + 100 * static_cast<uint64_t>(layer_idx + 1) + 10,
-                 .init_std = c.init_std}),
-      up_proj(c.hidden, c.ffn_size(),
-              {.parallel = layers::Parallel::kCol,
-               .bias = false,
-               .layer_idx = layer_idx,
-               .seed = c.seed + 100 * static_cast<uint64_t>(layer_idx + 1) + 11,
-               .init_std = c.init_std}),
+    : gate_up_proj(c.hidden, 2 * c.ffn_size(),
+                   {.parallel = layers::Parallel::kCol,
+                    .bias = false,
+                    .layer_idx = layer_idx,
+                    .seed = c.seed + 100 * static_cast<uint64_t>(layer_idx + 1) + 10,
+                    .init_std = c.init_std}),
       down_proj(c.ffn_size(), c.hidden,
                 {.parallel = layers::Parallel::kRow,
                  .bias = false,
                  .layer_idx = layer_idx,
                  .seed = c.seed + 100 * static_cast<uint64_t>(layer_idx + 1) + 12,
-                 .init_std = c.init_std}) {
-  RegisterModule("gate_proj", gate_proj);
-  RegisterModule("up_proj", up_proj);
+                 .init_std = c.init_std}),
+      ffn_(c.ffn_size()) {
+  RegisterModule("gate_up_proj", gate_up_proj);
   RegisterModule("down_proj", down_proj);
 }
 
 Tensor LlamaMLP::operator()(const Tensor& x, const Tensor& residual) const {
-  return down_proj(fn::swiglu(gate_proj(x), up_proj(x)), layers::LinearActivation::kNone, residual);
+  // [..., ffn, 2]: gate and up of each inner feature side by side.
+  std::vector<int64_t> dims = x.shape().dims();
+  dims.back() = ffn_;
+  std::vector<int64_t> pairs = dims;
+  pairs.push_back(2);
+  const Tensor both = fn::reshape(gate_up_proj(x), Shape(pairs));
+  const int64_t last = static_cast<int64_t>(pairs.size()) - 1;
+  const Tensor gate = fn::reshape(fn::slice(both, last, 0, 1), Shape(dims));
+  const Tensor up = fn::reshape(fn::slice(both, last, 1, 2), Shape(dims));
+  return down_proj(fn::swiglu(gate, up), layers::LinearActivation::kNone, residual);
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, int64_t layer_idx)

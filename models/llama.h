@@ -3,16 +3,21 @@
 // grouped-query attention, a SwiGLU MLP), a final RMSNorm and an untied
 // output projection (or logits tied to the embedding); no biases. The same
 // function as Hugging Face's LlamaForCausalLM, under the same parameter
-// names but for the "model." prefix and "layers<i>" for "layers.<i>";
-// Linear weights are stored [in, out], the output projection [vocab,
-// hidden] like the embedding (split on the vocabulary over tp, so that
-// checkpoints of any tp load into any other: padded rows differ).
+// names but for the "model." prefix, "layers<i>" for "layers.<i>" and the
+// fused projections (qkv_proj, gate_up_proj); Linear weights are stored
+// [in, out], the output projection [vocab, hidden] like the embedding (split on the vocabulary over tp, so
+// that checkpoints of any tp load into any other: padded rows differ).
 //
-// Tensor parallelism is Megatron's: q, k and v are column-parallel with
-// whole heads per rank, so key/value heads (grouped-query attention: fewer
-// than the query heads, each serving heads / kv_heads of them) must divide
-// by tp; the output projection and the MLP's down projection are
-// row-parallel; gate and up projections column-parallel. A vocabulary that
+// Tensor parallelism is Megatron's: q, k and v are one column-parallel
+// projection laid out by key/value group ([group][its query heads | k |
+// v][head_dim], as Megatron-LM lays out grouped-query attention), so a
+// column split hands each rank whole groups and key/value heads
+// (grouped-query attention: fewer than the query heads, each serving
+// heads / kv_heads of them) must divide by tp; gate and up are one
+// column-parallel projection with their columns interleaved ([ffn][gate |
+// up]), so each rank holds matching halves; the output projection and the
+// MLP's down projection are row-parallel. One product and one all-reduce of
+// the input gradient each, as Megatron's formulas count. A vocabulary that
 // 128 x tp does not divide is padded (as GPT's; the padded logits masked).
 #pragma once
 
@@ -60,7 +65,7 @@ class LlamaAttention : public nn::Module {
   // masked; residual (optional) added in the output projection's op.
   Tensor operator()(const Tensor& x, const Tensor& positions, const Tensor& mask,
                     const Tensor& residual) const;
-  layers::Linear q_proj, k_proj, v_proj, o_proj;
+  layers::Linear qkv_proj, o_proj;
 
  private:
   int64_t heads_, kv_heads_, head_dim_;
@@ -73,7 +78,10 @@ class LlamaMLP : public nn::Module {
   LlamaMLP(const LlamaConfig& config, int64_t layer_idx);
   // down(silu(gate(x)) * up(x)) + residual (optional).
   Tensor operator()(const Tensor& x, const Tensor& residual) const;
-  layers::Linear gate_proj, up_proj, down_proj;
+  layers::Linear gate_up_proj, down_proj;
+
+ private:
+  int64_t ffn_;
 };
 
 class LlamaDecoderLayer : public nn::Module {

@@ -10,8 +10,9 @@ losses within 1e-4, Hugging Face in float64 (hf_training.py).
 llama_hf_dump writes the weights it drew and its outputs as safetensors;
 this test installs transformers 4.40 from PyPI into a temporary directory
 and maps tessel's parameters onto Hugging Face's names (Linear weights
-transposed: tessel stores them [in, out]; the output projection is
-[vocab, hidden] in both)."""
+transposed: tessel stores them [in, out]; q, k and v fused by key/value
+group, gate and up interleaved; the output projection is [vocab, hidden]
+in both)."""
 import argparse
 import os
 import sys
@@ -35,16 +36,26 @@ from safetensors import safe_open  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 
-def hf_state(tensors, layers, vocab, tied):
-    """tessel's parameters under Hugging Face's names and layouts."""
+def hf_state(tensors, layers, vocab, tied, heads, kv_heads):
+    """tessel's parameters under Hugging Face's names and layouts: the fused
+    q|k|v projection is [hidden][key/value group][its query heads | k | v]
+    [head_dim], gate|up is [hidden][ffn][gate | up]; Linear weights [in, out]."""
     p = {k[len("param."):]: v for k, v in tensors.items() if k.startswith("param.")}
     state = {"model.embed_tokens.weight": p["embed_tokens.weight"][:vocab], "model.norm.weight": p["norm.weight"]}
     if not tied:
         state["lm_head.weight"] = p["lm_head.weight"][:vocab]
+    hidden = p["norm.weight"].shape[0]
+    head_dim, group = hidden // heads, heads // kv_heads
     for i in range(layers):
         t, h = f"layers{i}.", f"model.layers.{i}."
-        for proj in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                     "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
+        qkv = p[t + "self_attn.qkv_proj.weight"].reshape(hidden, kv_heads, group + 2, head_dim)
+        state[h + "self_attn.q_proj.weight"] = qkv[:, :, :group].reshape(hidden, -1).t()
+        state[h + "self_attn.k_proj.weight"] = qkv[:, :, group].reshape(hidden, -1).t()
+        state[h + "self_attn.v_proj.weight"] = qkv[:, :, group + 1].reshape(hidden, -1).t()
+        gate_up = p[t + "mlp.gate_up_proj.weight"].reshape(hidden, -1, 2)
+        state[h + "mlp.gate_proj.weight"] = gate_up[..., 0].t()
+        state[h + "mlp.up_proj.weight"] = gate_up[..., 1].t()
+        for proj in ("self_attn.o_proj", "mlp.down_proj"):
             state[h + proj + ".weight"] = p[t + proj + ".weight"].t()
         for norm in ("input_layernorm", "post_attention_layernorm"):
             state[h + norm + ".weight"] = p[t + norm + ".weight"]
@@ -84,7 +95,9 @@ for name, (nproc, flags) in layouts.items():
                          rms_norm_eps=float(meta["rms_norm_eps"]), rope_theta=float(meta["rope_theta"]),
                          tie_word_embeddings=tied, attn_implementation="eager")
     model = LlamaForCausalLM(config).eval()
-    missing, unexpected = model.load_state_dict(hf_state(tensors, layers, vocab, tied), strict=False)
+    heads, kv_heads = int(meta["num_attention_heads"]), int(meta["num_key_value_heads"])
+    missing, unexpected = model.load_state_dict(hf_state(tensors, layers, vocab, tied, heads, kv_heads),
+                                                strict=False)
     check(f"{name}: every Hugging Face parameter comes from tessel",
           not unexpected and all(k == "lm_head.weight" and tied or k.endswith("rotary_emb.inv_freq")
                                  for k in missing), f"missing {missing} unexpected {unexpected}")
@@ -111,7 +124,8 @@ for name, (nproc, flags) in layouts.items():
     # Training: every gradient and 5 AdamW steps, in float64.
     model.double()
     loss_fn = lambda: model(input_ids=ids, labels=ids).loss  # noqa: E731
-    compare_gradients(name, model, loss_fn, hf_state(tessel_gradients(tensors), layers, vocab, tied))
+    compare_gradients(name, model, loss_fn,
+                      hf_state(tessel_gradients(tensors), layers, vocab, tied, heads, kv_heads))
     compare_steps(name, model, loss_fn, tensors)
 
 work.cleanup()

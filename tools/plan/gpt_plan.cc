@@ -3,7 +3,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <iomanip>
+#include <memory>
 #include <sstream>
 
 #include "core/error.h"
@@ -92,12 +94,29 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
                .all_to_all_sequence_parallel = o.all_to_all_sequence_parallel,
                .tensor_parallel_mode = o.tensor_parallel_mode,
                .tensor_parallel_mode_options = o.tensor_parallel_mode_options});
-  models::GPT gpt(o.model);
-  auto params = gpt.NamedParameters();
+  std::unique_ptr<nn::Module> model;
+  std::function<Tensor(const Tensor&, const Tensor&)> loss;
+  if (o.llama) {
+    auto llama = std::make_unique<models::Llama>(*o.llama);
+    loss = [m = llama.get()](const Tensor& ids, const Tensor& labels) { return m->Loss(ids, labels); };
+    model = std::move(llama);
+  } else {
+    auto gpt = std::make_unique<models::GPT>(o.model);
+    loss = [m = gpt.get()](const Tensor& ids, const Tensor& labels) { return m->Loss(ids, labels); };
+    model = std::move(gpt);
+  }
+  auto params = model->NamedParameters();
   optim::AdamW adamw(params, {.zero_stage = o.zero_stage});
-  // The step train_gpt --graph runs.
+  // The step tessel-train runs in graph mode: the mean loss, backward,
+  // gradients clipped to norm 1, AdamW.
   Graph step("train_step",
-             [&](const Graph::Tensors& in) { return models::TrainStep(gpt, params, adamw, in); },
+             [&](const Graph::Tensors& in) {
+               Tensor l = loss(in.at("ids"), in.at("labels"));
+               l.backward();
+               Tensor grad_norm = optim::ClipGradNormTensor(params, 1.0, adamw.GradientLayouts());
+               adamw.Step();
+               return Graph::Tensors{{"loss", l}, {"grad_norm", grad_norm}};
+             },
              {.micro_batches = static_cast<int>(o.micro_batches),
               .stage_ranks = dist::StageRanks(),
               .layer_stages = dist::LayerStages()});
@@ -172,8 +191,10 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
 std::string GptPlanText(const GptPlanOptions& o, const GptPlan& plan) {
   std::ostringstream os;
   const int64_t seq = o.seq > 0 ? o.seq : o.model.max_seq;
-  os << "GPT: " << o.model.layers << " layers, hidden " << o.model.hidden << ", " << o.model.heads
-     << " heads, vocabulary " << o.model.vocab_size << ", sequence " << seq << "\n"
+  os << (o.llama ? "Llama: " : "GPT: ") << o.model.layers << " layers, hidden " << o.model.hidden << ", "
+     << o.model.heads << " heads"
+     << (o.llama ? " on " + std::to_string(o.llama->key_value_heads()) + " key/value heads" : std::string())
+     << ", vocabulary " << o.model.vocab_size << ", sequence " << seq << "\n"
      << "world " << plan.world_size << " = pp " << o.pipeline_parallel_size << " x dp "
      << o.data_parallel_size << " x tp " << o.tensor_parallel_size;
   if (o.tensor_parallel_mode != "1d")
@@ -219,10 +240,10 @@ std::string GptPlanText(const GptPlanOptions& o, const GptPlan& plan) {
   const StageMemory* most = nullptr;
   std::vector<int> too_big;
   for (const StageMemory& s : plan.stages) {
-    os << "  " << std::left << std::setw(5) << s.stage << std::right << std::setw(7) << s.rank << std::setw(11)
-       << (s.in_flight >= 0 ? std::to_string(s.in_flight) : std::string("-")) << std::setw(14)
-       << FormatBytes(s.variable_bytes) << std::setw(14) << FormatBytes(s.activation_bytes) << std::setw(14)
-       << FormatBytes(s.peak_bytes) << std::setw(14) << FormatBytes(s.total_bytes());
+    os << "  " << std::left << std::setw(5) << s.stage << std::right << std::setw(7) << s.rank
+       << std::setw(11) << (s.in_flight >= 0 ? std::to_string(s.in_flight) : std::string("-"))
+       << std::setw(14) << FormatBytes(s.variable_bytes) << std::setw(14) << FormatBytes(s.activation_bytes)
+       << std::setw(14) << FormatBytes(s.peak_bytes) << std::setw(14) << FormatBytes(s.total_bytes());
     if (o.device_memory_bytes > 0 && s.total_bytes() > o.device_memory_bytes) {
       os << "  does not fit";
       too_big.push_back(s.stage);
@@ -231,18 +252,21 @@ std::string GptPlanText(const GptPlanOptions& o, const GptPlan& plan) {
     if (!most || s.total_bytes() > most->total_bytes()) most = &s;
   }
   if (o.device_memory_bytes > 0 && most) {
-    const double share = 100.0 * static_cast<double>(most->total_bytes()) / static_cast<double>(o.device_memory_bytes);
+    const double share =
+        100.0 * static_cast<double>(most->total_bytes()) / static_cast<double>(o.device_memory_bytes);
     os << std::fixed << std::setprecision(0);
     if (too_big.empty())
       os << "fits " << FormatBytes(o.device_memory_bytes) << " per device: the largest, stage " << most->stage
          << ", needs " << FormatBytes(most->total_bytes()) << " (" << share << "%)\n";
     else
       os << "does not fit " << FormatBytes(o.device_memory_bytes) << " per device: stage"
-         << (too_big.size() > 1 ? "s " : " ") << Join(too_big) << " need"
-         << (too_big.size() > 1 ? "" : "s") << " more; the largest, stage " << most->stage << ", needs "
-         << FormatBytes(most->total_bytes()) << " (" << share << "%)"
-         << (o.model.activation_checkpoint ? "" : "; recomputing each layer (train.activation_checkpoint) keeps one "
-                                                   "input per layer and micro-batch instead")
+         << (too_big.size() > 1 ? "s " : " ") << Join(too_big) << " need" << (too_big.size() > 1 ? "" : "s")
+         << " more; the largest, stage " << most->stage << ", needs " << FormatBytes(most->total_bytes())
+         << " (" << share << "%)"
+         << (o.model.activation_checkpoint
+                 ? ""
+                 : "; recomputing each layer (train.activation_checkpoint) keeps one "
+                   "input per layer and micro-batch instead")
          << "\n";
   }
   os << "not counted: the device runtime's context and library workspaces, allocator fragmentation beyond "
@@ -255,9 +279,9 @@ std::string GptPlanText(const GptPlanOptions& o, const GptPlan& plan) {
     const double rate = critical.gemm_flops / e.step_s;
     os << o.machine->Text() << std::fixed << std::setprecision(1) << "step time estimate under " << o.schedule
        << ": " << 1e3 * e.step_s << " ms (stage " << e.critical_stage << " ends last: busy " << 1e3 * e.busy_s
-       << " ms, of which communication " << 1e3 * e.communication_s << " ms; waiting " << 1e3 * (e.step_s - e.busy_s)
-       << " ms); its matmuls " << std::setprecision(2) << rate / 1e9 << " GFLOP/s, " << std::setprecision(0)
-       << 100 * rate / peak << "% of the fastest measured matmul\n";
+       << " ms, of which communication " << 1e3 * e.communication_s << " ms; waiting "
+       << 1e3 * (e.step_s - e.busy_s) << " ms); its matmuls " << std::setprecision(2) << rate / 1e9
+       << " GFLOP/s, " << std::setprecision(0) << 100 * rate / peak << "% of the fastest measured matmul\n";
   }
   if (o.virtual_pipeline_size > 1)
     os << "pipeline: " << o.pipeline_parallel_size << " stage(s) of " << o.virtual_pipeline_size
@@ -282,8 +306,8 @@ GptPlanOptions GptPlanOptionsFromConfig(const config::Config& config, int world_
   c.mutable_train()->mutable_amp()->set_enabled(false);
   c.mutable_train()->mutable_dist()->set_device("cpu");
   zoo::ResolveConfig(&c, world_size);
-  TESSEL_CHECK(c.model().arch() == "gpt2")
-      << "tessel-plan plans GPT jobs; this config's model.arch is '" << c.model().arch() << "'";
+  TESSEL_CHECK(c.model().arch() == "gpt2" || c.model().arch() == "llama")
+      << "tessel-plan plans GPT-2 and Llama jobs; this config's model.arch is '" << c.model().arch() << "'";
   const config::TrainConfig& t = c.train();
   const config::DistConfig& d = t.dist();
   TESSEL_CHECK(d.custom_pipeline_stage_id_size() == 0)
@@ -302,17 +326,18 @@ GptPlanOptions GptPlanOptionsFromConfig(const config::Config& config, int world_
                    .zero_stage = t.zero_optimization().enabled() ? t.zero_optimization().stage() : 0,
                    .tensor_parallel_mode = d.tensor_parallel_mode(),
                    .schedule = t.graph().pipeline()};
-  for (const auto& [key, value] : d.tensor_parallel_mode_options()) o.tensor_parallel_mode_options[key] = value;
+  if (c.model().arch() == "llama") o.llama = train::LlamaConfigOf(c);
+  for (const auto& [key, value] : d.tensor_parallel_mode_options())
+    o.tensor_parallel_mode_options[key] = value;
   if (amp) o.precision = GptPlanOptions::Precision::kBf16;  // f16 holds the same bytes
   return o;
 }
 
 int64_t ParseByteSize(const std::string& text) {
   static const std::map<std::string, double> kUnits = {
-      {"", 1},          {"B", 1},          {"KB", 1e3},          {"MB", 1e6},
-      {"GB", 1e9},      {"TB", 1e12},      {"KiB", 1 << 10},     {"MiB", 1 << 20},
-      {"GiB", 1 << 30}, {"TiB", 0x1p40},   {"K", 1 << 10},       {"M", 1 << 20},
-      {"G", 1 << 30},   {"T", 0x1p40}};
+      {"", 1},        {"B", 1},         {"KB", 1e3},      {"MB", 1e6},      {"GB", 1e9},
+      {"TB", 1e12},   {"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 0x1p40},
+      {"K", 1 << 10}, {"M", 1 << 20},   {"G", 1 << 30},   {"T", 0x1p40}};
   const char* begin = text.c_str();
   char* end = nullptr;
   const double number = std::strtod(begin, &end);

@@ -1,4 +1,4 @@
-// What one rank of a GPT training job would run, communicate and hold,
+// What one rank of a GPT (or Llama) training job would run, communicate and hold,
 // compiled without the job: the model, AdamW and the training step are
 // built and traced metadata-only for the job's world (graph/ir/meta.h),
 // compiled by the same passes graph mode uses, and the rank's physical
@@ -13,19 +13,25 @@
 #include <compare>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "graph/plan/rank_plan.pb.h"
 #include "layers/dist.h"
 #include "models/gpt.h"
+#include "models/llama.h"
 #include "tools/plan/step_estimate.h"
 #include "zoo/config.pb.h"
 
 namespace tessel::plan {
 
 struct GptPlanOptions {
+  // The model's sizes (layers, hidden, heads, vocabulary, sequence,
+  // recomputation) and, unless `llama` is set, the GPT that is planned.
   models::GPTConfig model;
+  // Set: this Llama is planned instead (its sizes copied into `model`).
+  std::optional<models::LlamaConfig> llama;
   // Tensor, pipeline and data-parallel sizes; the world is their product.
   int64_t tensor_parallel_size = 1;
   int64_t pipeline_parallel_size = 1;
@@ -112,7 +118,7 @@ struct GptPlan {
   // Idle fraction of a stage under GPipe and 1F1B with equal stages,
   // (p - 1) / (m + p - 1).
   double bubble_fraction = 0;
-  std::string dot;  // with want_dot
+  std::string dot;                  // with want_dot
   std::vector<StageMemory> stages;  // one rank of each stage, in stage order
   // With options.machine: each stage's ops timed, and the step played.
   std::vector<StageTimes> stage_times;
@@ -127,7 +133,7 @@ GptPlan PlanGpt(const GptPlanOptions& options);
 // The plan of the job a training config describes (model, layout, batch
 // sizes, schedule, recomputation, ZeRO, mixed precision) on `world_size`
 // ranks; throws naming the field on a config tessel-train would refuse or
-// a model other than GPT.
+// a model other than GPT-2 or Llama.
 GptPlanOptions GptPlanOptionsFromConfig(const config::Config& config, int world_size);
 
 // "80GiB", "40 GB", "512MiB", "1.5TiB" or a number of bytes; throws naming

@@ -101,11 +101,12 @@ std::string MachineModel::Text() const {
     text += line;
   }
   text.pop_back();
-  std::snprintf(line, sizeof line,
-                "\n  elementwise %.2f GB/s; %.1f us per op of the runtime; collectives %.1f us + bytes at %.2f "
-                "GB/s a link (ring); stage transfers %.1f us + bytes at %.2f GB/s\n",
-                memory_bytes_per_s / 1e9, op_overhead_s * 1e6, collective_latency_s * 1e6,
-                collective_bytes_per_s / 1e9, p2p_latency_s * 1e6, p2p_bytes_per_s / 1e9);
+  std::snprintf(
+      line, sizeof line,
+      "\n  elementwise %.2f GB/s; %.1f us per op of the runtime; collectives %.1f us + bytes at %.2f "
+      "GB/s a link (ring); stage transfers %.1f us + bytes at %.2f GB/s\n",
+      memory_bytes_per_s / 1e9, op_overhead_s * 1e6, collective_latency_s * 1e6, collective_bytes_per_s / 1e9,
+      p2p_latency_s * 1e6, p2p_bytes_per_s / 1e9);
   return text + line;
 }
 
@@ -113,8 +114,8 @@ MachineModel CalibrateMachine() {
   comm::Communicator& world = comm::World();
   const int n = world.size(), rank = world.rank();
   MachineModel m;
-  m.source = "measured on this machine by " + std::to_string(n) + " process" + (n == 1 ? "" : "es") +
-             " at once";
+  m.source =
+      "measured on this machine by " + std::to_string(n) + " process" + (n == 1 ? "" : "es") + " at once";
   // Matrix products of growing size, every rank at once.
   for (int64_t size : {32, 64, 128, 256, 512}) {
     const Tensor a = randn({size, size}, 1), b = randn({size, size}, 2);
@@ -133,14 +134,13 @@ MachineModel CalibrateMachine() {
     // runtime (their arithmetic is nothing).
     constexpr int kOps = 200;
     runtime::ActorRuntime actors({.schedule = "1f1b"});
-    Graph chain(
-        "calibrate_op_overhead",
-        [](const Graph::Tensors& in) {
-          Tensor x = in.at("x");
-          for (int i = 0; i < kOps; ++i) x = fn::add_scalar(x, 1.0);
-          return Graph::Tensors{{"y", x}};
-        },
-        {.executor = actors.Executor()});
+    Graph chain("calibrate_op_overhead",
+                [](const Graph::Tensors& in) {
+                  Tensor x = in.at("x");
+                  for (int i = 0; i < kOps; ++i) x = fn::add_scalar(x, 1.0);
+                  return Graph::Tensors{{"y", x}};
+                },
+                {.executor = actors.Executor()});
     const Graph::Tensors inputs{{"x", full({16}, 0.0)}};
     world.Barrier();
     m.op_overhead_s = SecondsPerCallOf([&] { chain(inputs); }, 10) / kOps;
@@ -156,12 +156,17 @@ MachineModel CalibrateMachine() {
     world.Barrier();
     comm::Communicator& group = pair ? *pair : world;
     const int group_size = group.size();
-    m.collective_latency_s =
-        SecondsPerCallOf([&] { group.AllReduce(buffer.data(), 2, DType::kFloat32, comm::ReduceOp::kSum); }, 100);
+    m.collective_latency_s = SecondsPerCallOf(
+        [&] { group.AllReduce(buffer.data(), 2, DType::kFloat32, comm::ReduceOp::kSum); }, 100);
     const double large = SecondsPerCallOf(
-        [&] { group.AllReduce(buffer.data(), static_cast<int64_t>(buffer.size()), DType::kFloat32, comm::ReduceOp::kSum); },
+        [&] {
+          group.AllReduce(buffer.data(), static_cast<int64_t>(buffer.size()), DType::kFloat32,
+                          comm::ReduceOp::kSum);
+        },
         20);
-    const double bytes = group_size > 1 ? 2.0 * (group_size - 1) / group_size * static_cast<double>(buffer.size() * sizeof(float)) : 0;
+    const double bytes = group_size > 1 ? 2.0 * (group_size - 1) / group_size *
+                                              static_cast<double>(buffer.size() * sizeof(float))
+                                        : 0;
     m.collective_bytes_per_s = bytes / std::max(large - m.collective_latency_s, 1e-9);
     // Stage transfers: ranks in pairs (0 with 1, ...) bounce a message; a
     // one-way trip is half the round.
@@ -178,7 +183,9 @@ MachineModel CalibrateMachine() {
     };
     world.Barrier();
     // A fixed number of rounds, so the peers' loops end together.
-    auto one_way = [&](int64_t count, int rounds) { return SecondsPerCallOf([&] { bounce(count); }, rounds) / 2; };
+    auto one_way = [&](int64_t count, int rounds) {
+      return SecondsPerCallOf([&] { bounce(count); }, rounds) / 2;
+    };
     m.p2p_latency_s = one_way(2, 200);
     const double p2p_large = one_way(static_cast<int64_t>(buffer.size()), 20);
     m.p2p_bytes_per_s =
@@ -194,8 +201,8 @@ MachineModel CalibrateMachine() {
   world.Broadcast(numbers.data(), static_cast<int64_t>(numbers.size()), DType::kInt64, 0);
   size_t i = 0;
   for (auto& point : m.gemm) point.second = numbers[i++];
-  for (double* v : {&m.memory_bytes_per_s, &m.op_overhead_s, &m.collective_latency_s, &m.collective_bytes_per_s,
-                    &m.p2p_latency_s, &m.p2p_bytes_per_s})
+  for (double* v : {&m.memory_bytes_per_s, &m.op_overhead_s, &m.collective_latency_s,
+                    &m.collective_bytes_per_s, &m.p2p_latency_s, &m.p2p_bytes_per_s})
     *v = numbers[i++];
   return m;
 }
@@ -220,13 +227,15 @@ StageTimes TimeStage(const ir::Graph& graph, const runtime::RankSchedule& ranked
       for (const proto::CommProto& c : found->second->comms()) {
         const double bytes = static_cast<double>(c.bytes()), ranks = std::max(c.ranks_size(), 1);
         if (c.kind() == "send" || c.kind() == "recv") {
-          communication += machine.p2p_latency_s + (machine.p2p_bytes_per_s > 0 ? bytes / machine.p2p_bytes_per_s : 0);
+          communication +=
+              machine.p2p_latency_s + (machine.p2p_bytes_per_s > 0 ? bytes / machine.p2p_bytes_per_s : 0);
         } else {
           // Ring collectives: an all-reduce moves 2 (n - 1) / n of the
           // buffer over each rank's link, a gather or scatter half that.
           const double share = (c.kind() == "all-reduce" ? 2.0 : 1.0) * (ranks - 1) / ranks;
-          communication += machine.collective_latency_s +
-                           (machine.collective_bytes_per_s > 0 ? share * bytes / machine.collective_bytes_per_s : 0);
+          communication +=
+              machine.collective_latency_s +
+              (machine.collective_bytes_per_s > 0 ? share * bytes / machine.collective_bytes_per_s : 0);
         }
       }
     } else {
@@ -236,8 +245,10 @@ StageTimes TimeStage(const ir::Graph& graph, const runtime::RankSchedule& ranked
         out.gemm_flops += flops;
       } else {
         double bytes = 0;
-        for (int v : op.inputs) bytes += ElementsOn(graph.value(v), rank) * static_cast<double>(ElementSize(graph.value(v).dtype));
-        for (int v : op.outputs) bytes += ElementsOn(graph.value(v), rank) * static_cast<double>(ElementSize(graph.value(v).dtype));
+        for (int v : op.inputs)
+          bytes += ElementsOn(graph.value(v), rank) * static_cast<double>(ElementSize(graph.value(v).dtype));
+        for (int v : op.outputs)
+          bytes += ElementsOn(graph.value(v), rank) * static_cast<double>(ElementSize(graph.value(v).dtype));
         compute += machine.memory_bytes_per_s > 0 ? bytes / machine.memory_bytes_per_s : 0;
       }
     }

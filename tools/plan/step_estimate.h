@@ -29,9 +29,9 @@ struct MachineModel {
   // f32 matmul throughput by the FLOPs of one call: (flops, flop/s) points,
   // ascending; between them log-linear, beyond them the nearest.
   std::vector<std::pair<double, double>> gemm;
-  double memory_bytes_per_s = 0;   // elementwise ops: bytes read and written
-  double op_overhead_s = 0;        // the runtime's own cost for each op it runs
-  double collective_latency_s = 0;  // a collective's fixed cost
+  double memory_bytes_per_s = 0;      // elementwise ops: bytes read and written
+  double op_overhead_s = 0;           // the runtime's own cost for each op it runs
+  double collective_latency_s = 0;    // a collective's fixed cost
   double collective_bytes_per_s = 0;  // a rank's link in a ring collective
   double p2p_latency_s = 0;           // a stage transfer's fixed cost
   double p2p_bytes_per_s = 0;

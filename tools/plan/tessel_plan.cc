@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
 #include "core/comm/process_group.h"
+#include "core/error.h"
 #include "graph/init.h"
 #include "graph/plan/rank_plan.h"
 #include "layers/dist.h"
@@ -27,24 +27,27 @@ DEFINE_string(config, "",
 DEFINE_int32(world_size, 0,
              "with --config: the job's ranks (0: tensor x pipeline x the config's data_parallel_size, or 1 "
              "data-parallel rank when it leaves that to the world)");
-DEFINE_string(schedule, "",
-              "the pipeline schedule memory is planned under: 1f1b, gpipe, zb_h1, interleaved_1f1b or in_order "
-              "(\"\": the config's train.graph.pipeline, else 1f1b)");
-DEFINE_string(precision, "",
-              "f32, or bf16 (compute in bf16 with f32 master weights and AdamW state, as train.amp); \"\": the "
-              "config's train.amp, else f32");
-DEFINE_string(device_memory, "",
-              "each device's memory, e.g. 80GiB: the plan says whether every stage fits");
+DEFINE_string(
+    schedule, "",
+    "the pipeline schedule memory is planned under: 1f1b, gpipe, zb_h1, interleaved_1f1b or in_order "
+    "(\"\": the config's train.graph.pipeline, else 1f1b)");
+DEFINE_string(
+    precision, "",
+    "f32, or bf16 (compute in bf16 with f32 master weights and AdamW state, as train.amp); \"\": the "
+    "config's train.amp, else f32");
+DEFINE_string(device_memory, "", "each device's memory, e.g. 80GiB: the plan says whether every stage fits");
 DEFINE_bool(calibrate, false,
             "estimate the step time on this machine: under tessel-launch with as many processes as the job "
             "would run here, every rank measures matmuls, elementwise ops, the runtime's cost per op and the "
             "collectives at once, and rank 0 prints the plan with the estimate");
-DEFINE_double(gemm_tflops, 0, "estimate the step time on a machine whose f32 matmuls run at this many TFLOP/s "
+DEFINE_double(gemm_tflops, 0,
+              "estimate the step time on a machine whose f32 matmuls run at this many TFLOP/s "
               "(with --memory_gbps, --op_overhead_us, --link_gbps, --link_latency_us)");
 DEFINE_double(memory_gbps, 0, "with --gemm_tflops: elementwise ops' GB/s (read and written)");
 DEFINE_double(op_overhead_us, 0, "with --gemm_tflops: the runtime's cost per op, microseconds");
 DEFINE_double(link_gbps, 0, "with --gemm_tflops: each rank's link for collectives and stage transfers, GB/s");
-DEFINE_double(link_latency_us, 0, "with --gemm_tflops: a collective's or transfer's fixed cost, microseconds");
+DEFINE_double(link_latency_us, 0,
+              "with --gemm_tflops: a collective's or transfer's fixed cost, microseconds");
 
 DEFINE_int64(tp, 1, "tensor parallel size");
 DEFINE_int64(pp, 1, "pipeline parallel size");
@@ -92,17 +95,17 @@ int main(int argc, char** argv) {
       "communication per transformer layer and per parallel group, memory of each pipeline stage under "
       "the schedule (and whether it fits --device_memory), the pipeline bubble");
   const std::vector<std::string> overrides = tessel::zoo::TakeSetFlags(&argc, argv, "tessel-plan");
-  FLAGS_logtostderr = true;  // the compiler's pass timings go to stderr, the plan to stdout
+  FLAGS_logtostderr = true;    // the compiler's pass timings go to stderr, the plan to stdout
   tessel::Init(&argc, &argv);  // flags, logging and, under tessel-launch, the world (--calibrate)
   try {
     tessel::plan::GptPlanOptions o;
     if (!FLAGS_config.empty()) {
       // The config gives the model and the layout; their flags would be
       // silently ignored, so they are refused.
-      for (const char* flag : {"tp", "pp", "dp", "virtual_pipeline_size", "layers", "hidden", "heads",
-                               "ffn_hidden", "vocab", "seq", "micro_batch_size", "micro_batches",
-                               "activation_checkpoint", "sequence_parallel", "sequence_parallel_mode",
-                               "zero_stage", "tensor_parallel_mode", "depth"}) {
+      for (const char* flag :
+           {"tp", "pp", "dp", "virtual_pipeline_size", "layers", "hidden", "heads", "ffn_hidden", "vocab",
+            "seq", "micro_batch_size", "micro_batches", "activation_checkpoint", "sequence_parallel",
+            "sequence_parallel_mode", "zero_stage", "tensor_parallel_mode", "depth"}) {
         TESSEL_CHECK(gflags::GetCommandLineFlagInfoOrDie(flag).is_default)
             << "--" << flag << " with --config: the config sets the model and the layout; override its "
             << "fields with --set (e.g. --set train.dist.tensor_parallel_size=8)";
@@ -114,7 +117,8 @@ int main(int argc, char** argv) {
       o = tessel::plan::GptPlanOptionsFromConfig(c, world);
     } else {
       TESSEL_CHECK(overrides.empty()) << "--set " << overrides.front() << " needs --config";
-      TESSEL_CHECK(FLAGS_world_size == 0) << "--world_size needs --config (without it the world is tp x pp x dp)";
+      TESSEL_CHECK(FLAGS_world_size == 0)
+          << "--world_size needs --config (without it the world is tp x pp x dp)";
       o.model.layers = FLAGS_layers;
       o.model.hidden = FLAGS_hidden;
       o.model.heads = FLAGS_heads;
@@ -127,11 +131,13 @@ int main(int argc, char** argv) {
       o.data_parallel_size = FLAGS_dp;
       o.virtual_pipeline_size = FLAGS_virtual_pipeline_size;
       TESSEL_CHECK(FLAGS_sequence_parallel_mode == "megatron" || FLAGS_sequence_parallel_mode == "all_to_all")
-          << "--sequence_parallel_mode=" << FLAGS_sequence_parallel_mode << "; expected megatron or all_to_all";
+          << "--sequence_parallel_mode=" << FLAGS_sequence_parallel_mode
+          << "; expected megatron or all_to_all";
       TESSEL_CHECK(FLAGS_sequence_parallel || FLAGS_sequence_parallel_mode == "megatron")
           << "--sequence_parallel_mode=" << FLAGS_sequence_parallel_mode << " needs --sequence_parallel";
       o.sequence_parallel = FLAGS_sequence_parallel && FLAGS_sequence_parallel_mode == "megatron";
-      o.all_to_all_sequence_parallel = FLAGS_sequence_parallel && FLAGS_sequence_parallel_mode == "all_to_all";
+      o.all_to_all_sequence_parallel =
+          FLAGS_sequence_parallel && FLAGS_sequence_parallel_mode == "all_to_all";
       o.zero_stage = FLAGS_zero_stage;
       o.tensor_parallel_mode = FLAGS_tensor_parallel_mode;
       if (FLAGS_depth != 0) o.tensor_parallel_mode_options["depth"] = std::to_string(FLAGS_depth);
@@ -146,7 +152,8 @@ int main(int argc, char** argv) {
       o.precision = FLAGS_precision == "bf16" ? tessel::plan::GptPlanOptions::Precision::kBf16
                                               : tessel::plan::GptPlanOptions::Precision::kF32;
     }
-    if (!FLAGS_device_memory.empty()) o.device_memory_bytes = tessel::plan::ParseByteSize(FLAGS_device_memory);
+    if (!FLAGS_device_memory.empty())
+      o.device_memory_bytes = tessel::plan::ParseByteSize(FLAGS_device_memory);
     tessel::plan::MachineModel machine;
     TESSEL_CHECK(!FLAGS_calibrate || FLAGS_gemm_tflops == 0)
         << "--calibrate measures this machine; --gemm_tflops states another: give one";
@@ -160,7 +167,8 @@ int main(int argc, char** argv) {
     } else if (FLAGS_gemm_tflops > 0) {
       TESSEL_CHECK(FLAGS_memory_gbps > 0 && FLAGS_link_gbps > 0 && FLAGS_op_overhead_us >= 0 &&
                    FLAGS_link_latency_us >= 0)
-          << "--gemm_tflops needs --memory_gbps and --link_gbps (> 0), --op_overhead_us and --link_latency_us "
+          << "--gemm_tflops needs --memory_gbps and --link_gbps (> 0), --op_overhead_us and "
+             "--link_latency_us "
              "(>= 0): the machine the estimate is for";
       machine.source = "given by flags";
       machine.gemm = {{1.0, FLAGS_gemm_tflops * 1e12}};
