@@ -578,3 +578,56 @@ TEST(StepEstimate, MatmulThroughputIsInterpolatedBetweenMeasuredSizes) {
 
 }  // namespace
 }  // namespace tessel::plan
+
+namespace tessel::plan {
+namespace {
+
+// Llama with grouped-query attention (8 query heads on 2 key/value heads)
+// under dp2 x tp2 with 2 micro-batches: Megatron-LM's activation
+// all-reduces (two b*s*h each way per layer and micro-batch: q|k|v and
+// gate|up are one projection each, so their input gradients are reduced
+// once), and a data-parallel gradient all-reduce of the rank's parameters,
+// whose key and value projections are kv_heads x head_dim wide (2 x 32
+// here, a quarter of q's).
+TEST(GptPlan, LlamaMovesMegatronsActivationsAndGroupedQueryAttentionsSmallerGradients) {
+  const int64_t h = 256, heads = 8, kv_heads = 2, ffn = 704, vocab = 1024, seq = 64, layers = 2;
+  const int64_t tp = 2, dp = 2, b = 2, m = 2;
+  GptPlanOptions o{.model = {.vocab_size = vocab, .hidden = h, .heads = heads, .layers = layers, .max_seq = seq},
+                   .llama = models::LlamaConfig{.vocab_size = vocab,
+                                                .hidden = h,
+                                                .heads = heads,
+                                                .kv_heads = kv_heads,
+                                                .layers = layers,
+                                                .ffn_hidden = ffn,
+                                                .max_seq = seq},
+                   .tensor_parallel_size = tp,
+                   .data_parallel_size = dp,
+                   .micro_batch_size = b,
+                   .micro_batches = m};
+  const int64_t kv = kv_heads * (h / heads);
+  // Per layer, the rank's shards: q|k|v, o, gate|up and down split over tp;
+  // the two RMSNorm weights whole. Outside: embedding and output tables
+  // split on the vocabulary, the final norm.
+  const int64_t layer_params = (h * (h + 2 * kv) + h * h + 3 * h * ffn) / tp + 2 * h;
+  const int64_t params = layers * layer_params + 2 * vocab * h / tp + h;
+  for (int rank : {0, 3}) {
+    o.rank = rank;
+    const GptPlan plan = PlanGpt(o);
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    EXPECT_EQ(plan.parameter_bytes, params * 4);
+    EXPECT_EQ(Tally(plan, -1, true, "dp", "all-reduce").bytes, plan.parameter_bytes);
+    for (int64_t layer = 0; layer < layers; ++layer) {
+      for (bool backward : {false, true}) {
+        SCOPED_TRACE(std::to_string(layer) + (backward ? " backward" : " forward"));
+        const CommTally t = Tally(plan, layer, backward, "tp", "all-reduce");
+        EXPECT_EQ(t.count, 2 * m);
+        EXPECT_EQ(t.elements, 2 * m * b * seq * h);
+      }
+    }
+    for (const auto& [k, t] : plan.comm)
+      if (k.layer >= 0) EXPECT_TRUE(k.group == "tp" && k.kind == "all-reduce") << k.group << " " << k.kind;
+  }
+}
+
+}  // namespace
+}  // namespace tessel::plan

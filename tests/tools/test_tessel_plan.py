@@ -17,7 +17,9 @@ formula as published is printed beside it.
 
 Also: the plan says the job does not fit 80 GiB devices in f32 without
 recomputation, and that it fits with every layer recomputed (the
-config's default); bad inputs are refused with a message naming them."""
+config's default); bad inputs are refused with a message naming them.
+Llama 3 8B (configs/llama3_8b.prototxt) plans with Megatron's per-layer
+sequence-parallel communication and fits 80 GiB."""
 import argparse
 import os
 import re
@@ -94,6 +96,27 @@ if 0 in stages:
     check(f"recomputation keeps about one input per layer and micro-batch ({stages[0]['activations'] / GIB:.2f} "
           f"GiB vs {kept / GIB:.2f} GiB plus one layer)",
           kept <= stages[0]["activations"] <= kept + 2 * values_16bit * 2, out)
+
+# Llama 3 8B on a node of 8 (configs/llama3_8b.prototxt: tp8 with sequence
+# parallelism, bf16, 32 micro-batches of one 8,192-token sequence): per
+# layer and micro-batch, Megatron-LM's two all-gathers and two
+# reduce-scatters of the s*b*h hidden states forward, and backward the same
+# plus the two all-gathers that recompute the gathered inputs; it fits.
+llama = os.path.join(args.source, "configs", "llama3_8b.prototxt")
+code, out, seconds = run([args.plan, "--config", llama, "--device_memory", "80GiB"], timeout=300)
+check(f"tessel-plan plans Llama 3 8B ({seconds:.1f} s)",
+      code == 0 and "Llama: 32 layers, hidden 4096, 32 heads on 8 key/value heads" in out, out[-3000:])
+LAYER_ROW = re.compile(r"^\s+(\d+)\s+(forward|backward)\s+tp\s+(\S+)\s+(\d+)\s+(\d+)", re.M)
+rows = {(int(m.group(1)), m.group(2), m.group(3)): (int(m.group(4)), int(m.group(5)))
+        for m in LAYER_ROW.finditer(out)}
+sbh_llama, micro = 8192 * 4096, 32
+expected = {("forward", "all-gather"): 2, ("forward", "reduce-scatter"): 2, ("backward", "all-gather"): 4,
+            ("backward", "reduce-scatter"): 2}
+wrong = [(k, rows.get((layer, *k))) for layer in range(32) for k, n in expected.items()
+         if rows.get((layer, *k)) != (n * micro, n * micro * sbh_llama)]
+check("Llama 3 8B: every layer's tensor-parallel traffic is Megatron's with sequence parallelism",
+      len({k[0] for k in rows}) == 32 and not wrong and all(k[1:] in expected for k in rows), str(wrong[:4]))
+expect("Llama 3 8B: fits 80 GiB per device", out, r"fits 80\.00 GiB per device")
 
 # Clumsy use gets a message naming the value.
 for extra, pattern in ((["--tp", "4"], r"--tp with --config"),

@@ -5,8 +5,8 @@
 
 #include <array>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 
 #include "core/error.h"
 #include "tests/testing/test_util.h"
@@ -429,7 +429,8 @@ TEST(ConfigTest, TheVocabularyFileGivesTheSizeAndTheSpecialTokens) {
   e = error_with([](config::Config* c) { c->mutable_data()->set_cls_token_id(101); });
   EXPECT_NE(e.find("data.cls_token_id is 101 but [CLS] is id 4 in"), std::string::npos) << e;
   std::ofstream(dir / "no_mask.txt") << "[UNK]\n[SEP]\n[PAD]\n[CLS]\n";
-  e = error_with([&](config::Config* c) { c->mutable_data()->set_vocab_file((dir / "no_mask.txt").string()); });
+  e = error_with(
+      [&](config::Config* c) { c->mutable_data()->set_vocab_file((dir / "no_mask.txt").string()); });
   EXPECT_NE(e.find("has no [MASK] token; set data.mask_token_id"), std::string::npos) << e;
   std::ofstream(dir / "bad.json") << R"({"a": 0, "b": 0})";
   config::Config twice = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/gpt2_tiny.prototxt");
@@ -456,6 +457,64 @@ TEST(ConfigTest, TheStandardSizeConfigsResolveForEightRanks) {
     EXPECT_EQ(c.train().dist().data_parallel_size(), e.dp);
     EXPECT_EQ(c.train().num_accumulation_steps(), e.accumulation);
   }
+}
+
+TEST(ConfigTest, TheLlamaConfigsResolveAndTheirSavedFormResolvesToItself) {
+  config::Config tiny = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/llama_tiny.prototxt");
+  ResolveConfig(&tiny, 4);
+  EXPECT_EQ(tiny.model().hidden_act(), "silu");
+  EXPECT_EQ(tiny.model().num_key_value_heads(), 2);
+  EXPECT_EQ(tiny.model().rope_scaling().rope_type(), "");  // no scaling unless asked
+  config::Config big = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/llama3_8b.prototxt");
+  ResolveConfig(&big, 8);
+  EXPECT_EQ(big.model().num_key_value_heads(), 8);
+  EXPECT_EQ(big.model().ffn_hidden_size(), 14336);
+  EXPECT_EQ(big.model().rope_scaling().rope_type(), "llama3");
+  EXPECT_EQ(big.model().rope_scaling().original_max_position_embeddings(), 8192);
+  EXPECT_EQ(big.train().dist().data_parallel_size(), 1);
+  // The saved config (every field written) resolves to itself: resuming
+  // neither turns scaling on nor calls a GPT's defaults Llama settings.
+  for (config::Config* c : {&tiny, &big}) {
+    config::Config again = ParseConfig(ConfigText(*c), "saved");
+    ResolveConfig(&again, c == &tiny ? 4 : 8);
+    EXPECT_EQ(ConfigText(again), ConfigText(*c));
+  }
+  config::Config gpt = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/gpt2_tiny.prototxt");
+  ResolveConfig(&gpt, 4);
+  config::Config gpt_again = ParseConfig(ConfigText(gpt), "saved");
+  EXPECT_NO_THROW(ResolveConfig(&gpt_again, 4));
+  // Llama's ffn rule when left out: 2/3 of 4h rounded up to 256.
+  config::Config rule = ParseConfig(
+      "model { arch: \"llama\" hidden_size: 4096 num_attention_heads: 32 } data { data_prefix: \"x\" }", "x");
+  ResolveConfig(&rule, 1);
+  EXPECT_EQ(rule.model().ffn_hidden_size(), 11008);
+}
+
+TEST(ConfigTest, LlamaSettingsThatCannotWorkAreNamed) {
+  auto error = [](const std::string& model, int world = 1) {
+    return ErrorOf([&] {
+      config::Config c = ParseConfig("model { " + model + " }", "x");
+      ResolveConfig(&c, world);
+    });
+  };
+  EXPECT_NE(error("arch: \"llama\" num_attention_heads: 4 num_key_value_heads: 3")
+                .find("model.num_attention_heads 4 is not divisible by model.num_key_value_heads 3"),
+            std::string::npos);
+  EXPECT_NE(error("arch: \"llama\" hidden_size: 60 num_attention_heads: 4")
+                .find("must be a whole, even head dimension"),
+            std::string::npos);
+  EXPECT_NE(error("arch: \"llama\" rope_scaling { rope_type: \"yarn\" }")
+                .find("model.rope_scaling.rope_type is 'yarn'"),
+            std::string::npos);
+  EXPECT_NE(
+      error("arch: \"llama\" rope_scaling { rope_type: \"llama3\" low_freq_factor: 4 high_freq_factor: 1 }")
+          .find("expected 0 < low < high"),
+      std::string::npos);
+  EXPECT_NE(error("arch: \"gpt2\" rope_theta: 500000").find("model.rope_theta is a Llama setting"),
+            std::string::npos);
+  EXPECT_NE(
+      error("arch: \"gpt2\" tie_word_embeddings: true").find("model.tie_word_embeddings is a Llama setting"),
+      std::string::npos);
 }
 
 TEST(ConfigTest, TheViTConfigsResolve) {
@@ -519,7 +578,8 @@ TEST(ConfigTest, ClosestNameIsATypoDistanceAway) {
   EXPECT_EQ(ClosestName("micro_batch_sise", {"micro_batch_size_x", "micro_batch_size"}), "micro_batch_size");
   EXPECT_EQ(ClosestName("micro_batch_sise", {"micro_batch_size", "micro_batch_size_x"}), "micro_batch_size");
   EXPECT_EQ(ClosestName(std::string(8000, 'q') + "lr", {"lr", "eps", "tensor_parallel_size"}), "");
-  EXPECT_EQ(ClosestName(std::string(30, 'q'), {std::string(24, 'q'), std::string(20, 'q')}), std::string(24, 'q'));
+  EXPECT_EQ(ClosestName(std::string(30, 'q'), {std::string(24, 'q'), std::string(20, 'q')}),
+            std::string(24, 'q'));
 }
 
 // Another trainer's setting names tessel's instead of a far-off typo
