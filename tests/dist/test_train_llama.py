@@ -1,7 +1,9 @@
 """tessel-train on the bundled corpus from configs/llama_tiny.prototxt
 (grouped-query attention, 8 query heads on 2 key/value heads): the same 20
 losses (1e-5 relative) under 1x1x1, dp2, tp2, pp2, dp2 x tp2 and tp2 x pp2
-in graph mode with 1F1B, eagerly on 1x1x1 and tp2 x pp2, and the loss falls;
+in graph mode with 1F1B, eagerly on 1x1x1 and tp2 x pp2, under sequence
+parallelism, ZeRO-3, interleaved 1F1B, ZB-H1 and activation
+checkpointing, and the loss falls;
 100 iterations lower it by 1.5 nats eagerly, in graph mode and under pp2; a
 checkpoint saved under tp2 x pp2 with the vocabulary padded to 4,000 rows
 resumes on one process, where it pads to 3,000, with the uninterrupted
@@ -26,6 +28,23 @@ common = [f"train.train_iter={ITERS}", "train.log_period=1", "evaluation.enabled
           "scheduler.warmup_iter=5"]
 losses = check_same_losses(train, work, ITERS, common, min_drop=0.5)
 check_long_runs(train, work, [], min_drop=1.5)
+
+# The modes the other models train under give the same losses too.
+MODES = {"sequence parallel tp2xpp2": (4, ["train.dist.sequence_parallel=true"] + layout_sets(2, 2, True)),
+         "ZeRO-3 dp4": (4, ["train.zero_optimization.enabled=true", "train.zero_optimization.stage=3"] +
+                        layout_sets(1, 1, True)),
+         "interleaved 1F1B pp2 x 2 chunks, dp2": (4, ["train.dist.virtual_pipeline_size=2",
+                                                      "train.graph.pipeline=\"interleaved_1f1b\""] +
+                                                  layout_sets(1, 2, True)),
+         "ZB-H1 pp2": (2, ["train.graph.pipeline=\"zb_h1\""] + layout_sets(1, 2, True)),
+         "activation checkpointing tp2xpp2": (4, ["train.activation_checkpoint=true"] + layout_sets(2, 2, True))}
+for name, (nproc, sets) in MODES.items():
+    code, out, secs = train(nproc, common + sets + [f"train.output_dir={os.path.join(work, 'mode')}"])
+    values = [float(v) for i, v in LOSS.findall(out)]
+    ref = losses.get("1x1x1", [])
+    worst = max((abs(a - b) / abs(b) for a, b in zip(values, ref)), default=float("inf"))
+    check(f"{name}: {len(values)} losses equal 1x1x1's within 1e-5 relative (worst {worst:.2e}, {secs:.1f} s)",
+          code == 0 and len(values) == ITERS and worst <= 1e-5, out[-3000:])
 
 saved_path = os.path.join(work, "tp2xpp2", "config.prototxt")
 saved = open(saved_path).read() if os.path.exists(saved_path) else ""
