@@ -22,9 +22,9 @@ std::vector<std::string> ParseVocabJson(std::string_view text, const std::string
   std::vector<char> taken;
   for (const auto& [token, id] : vocab.items()) {
     TESSEL_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < most)
-        << "vocabulary " << where << ": token '" << token.substr(0, 64) << "' has id " << id.dump().substr(0, 64)
-        << "; expected an integer id from 0, below " << most << " (twice the " << vocab.size()
-        << " tokens, plus 1,024)";
+        << "vocabulary " << where << ": token '" << token.substr(0, 64) << "' has id "
+        << id.dump().substr(0, 64) << "; expected an integer id from 0, below " << most << " (twice the "
+        << vocab.size() << " tokens, plus 1,024)";
     const size_t i = static_cast<size_t>(id.get<int64_t>());
     if (i >= tokens.size()) tokens.resize(i + 1), taken.resize(i + 1, 0);
     TESSEL_CHECK(!taken[i]) << "vocabulary " << where << ": id " << i << " is given to '"
@@ -32,6 +32,55 @@ std::vector<std::string> ParseVocabJson(std::string_view text, const std::string
     taken[i] = 1;
     tokens[i] = token;
   }
+  return tokens;
+}
+
+std::vector<std::string> ParseTokenizerJson(std::string_view text, const std::string& where) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  TESSEL_CHECK(j.is_object() && j.contains("model") && j["model"].is_object() && j["model"].contains("vocab"))
+      << "tokenizer " << where << ": not a tokenizer.json (an object with a \"model\" holding a \"vocab\")";
+  const nlohmann::json& vocab = j["model"]["vocab"];
+  const nlohmann::json empty = nlohmann::json::array();
+  const nlohmann::json& added =
+      j.contains("added_tokens") && !j["added_tokens"].is_null() ? j["added_tokens"] : empty;
+  TESSEL_CHECK((vocab.is_object() || vocab.is_array()) && added.is_array())
+      << "tokenizer " << where
+      << ": \"model.vocab\" must be an object of ids or a list of [token, score] and "
+         "\"added_tokens\" a list";
+  const int64_t most = 2 * static_cast<int64_t>(vocab.size() + added.size()) + 1024;
+  std::vector<std::string> tokens;
+  std::vector<char> taken;
+  // Gives `id` to `token`; `repeat_ok`: an added token may restate an entry.
+  auto give = [&](const std::string& token, const nlohmann::json& id, bool repeat_ok) {
+    TESSEL_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < most)
+        << "tokenizer " << where << ": token '" << token.substr(0, 64) << "' has id "
+        << id.dump().substr(0, 64) << "; expected an integer id from 0, below " << most;
+    const size_t i = static_cast<size_t>(id.get<int64_t>());
+    if (i >= tokens.size()) tokens.resize(i + 1), taken.resize(i + 1, 0);
+    TESSEL_CHECK(!taken[i] || (repeat_ok && tokens[i] == token))
+        << "tokenizer " << where << ": id " << i << " is given to '" << tokens[i].substr(0, 64)
+        << "' and to '" << token.substr(0, 64) << "'";
+    taken[i] = 1;
+    tokens[i] = token;
+  };
+  if (vocab.is_object()) {
+    for (const auto& [token, id] : vocab.items()) give(token, id, false);
+  } else {
+    int64_t index = 0;
+    for (const nlohmann::json& entry : vocab) {
+      TESSEL_CHECK(entry.is_array() && !entry.empty() && entry[0].is_string())
+          << "tokenizer " << where << ": entry " << index << " of \"model.vocab\" is "
+          << entry.dump().substr(0, 64) << "; expected [token, score]";
+      give(entry[0].get<std::string>(), nlohmann::json(index++), false);
+    }
+  }
+  for (const nlohmann::json& t : added) {
+    TESSEL_CHECK(t.is_object() && t.contains("id") && t.contains("content") && t["content"].is_string())
+        << "tokenizer " << where << ": an added token is " << t.dump().substr(0, 64)
+        << "; expected {\"id\": ..., \"content\": ...}";
+    give(t["content"].get<std::string>(), t["id"], true);
+  }
+  TESSEL_CHECK(!tokens.empty()) << "tokenizer " << where << " holds no tokens";
   return tokens;
 }
 
@@ -59,12 +108,17 @@ std::vector<std::string> ReadVocabulary(const std::filesystem::path& file) {
   std::error_code error;
   const uintmax_t size = std::filesystem::file_size(file, error);
   TESSEL_CHECK(!error) << "vocabulary " << file.string() << " cannot be read (" << error.message() << ")";
-  TESSEL_CHECK(size <= kMaxVocabularyFileBytes)
-      << "vocabulary " << file.string() << " is " << size << " bytes; expected at most " << kMaxVocabularyFileBytes;
+  TESSEL_CHECK(size <= kMaxVocabularyFileBytes) << "vocabulary " << file.string() << " is " << size
+                                                << " bytes; expected at most " << kMaxVocabularyFileBytes;
   std::ifstream in(file, std::ios::binary);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   TESSEL_CHECK(in.good() || in.eof()) << "vocabulary " << file.string() << ": reading failed";
-  return file.extension() == ".json" ? ParseVocabJson(text, file.string()) : ParseVocabTxt(text, file.string());
+  if (file.extension() != ".json") return ParseVocabTxt(text, file.string());
+  // A vocab.json maps tokens to ids ("model" is a word GPT-2 knows: an id);
+  // a tokenizer.json's "model" is an object.
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const bool tokenizer = j.is_object() && j.contains("model") && j["model"].is_object();
+  return tokenizer ? ParseTokenizerJson(text, file.string()) : ParseVocabJson(text, file.string());
 }
 
 }  // namespace tessel::zoo

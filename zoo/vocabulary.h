@@ -1,7 +1,8 @@
 // Tokenizer vocabularies as the data's preprocessing took them
 // (tools/preprocess_data.py): a GPT-2 byte-level BPE's vocab.json
-// ({"token": id, ...}) and a WordPiece vocab.txt (one token per line, its
-// id the line's number). A config's data.vocab_file gives the model its
+// ({"token": id, ...}), a WordPiece vocab.txt (one token per line, its
+// id the line's number) and a Hugging Face tokenizer.json (Llama's, T5's:
+// the model's vocabulary plus its added special tokens). A config's data.vocab_file gives the model its
 // vocabulary size and BERT its special tokens' ids from the same file.
 #pragma once
 
@@ -17,11 +18,18 @@ namespace tessel::zoo {
 // at most twice as many ids as tokens (plus 1,024): sparse beyond that is
 // not a vocabulary, and what it would allocate is bounded so.
 std::vector<std::string> ParseVocabJson(std::string_view text, const std::string& where);
+// The tokens of a tokenizer.json by id: its model's "vocab" (an object of
+// token ids, BPE's and WordPiece's, or Unigram's list of [token, score]
+// pairs) and its "added_tokens" ({"id", "content"}), which may repeat a
+// vocabulary entry but not give its id another token. Ids are bounded as
+// ParseVocabJson's; throws naming `where`.
+std::vector<std::string> ParseTokenizerJson(std::string_view text, const std::string& where);
 // The tokens of a vocab.txt by id: its lines (a trailing "\r" dropped).
 // Throws naming `where` on an empty file or a token line longer than 1 KiB.
 std::vector<std::string> ParseVocabTxt(std::string_view text, const std::string& where);
-// A vocabulary file (at most 64 MB): vocab.json by its ".json" extension,
-// else vocab.txt. Throws naming the file.
+// A vocabulary file (at most 64 MB): a ".json" file is a tokenizer.json
+// when it has a "model" object, else a vocab.json; other files are
+// vocab.txt. Throws naming the file.
 std::vector<std::string> ReadVocabulary(const std::filesystem::path& file);
 
 }  // namespace tessel::zoo

@@ -8,14 +8,16 @@ checkpointing, and the loss falls;
 checkpoint saved under tp2 x pp2 with the vocabulary padded to 4,000 rows
 resumes on one process, where it pads to 3,000, with the uninterrupted
 losses (padding changes nothing);
-the resolved config names Llama's sizes. Bad Llama settings are named
-before the first iteration."""
+the resolved config names Llama's sizes; a Llama-style tokenizer.json
+(made here) preprocesses the corpus and gives model.vocab_size. Bad Llama
+settings are named before the first iteration."""
 import os
+import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, finish  # noqa: E402
+from harness import check, finish, install_transformers  # noqa: E402
 from train_checks import (LOSS, Trainer, check_bad_inputs, check_long_runs, check_same_losses,  # noqa: E402
                           layout_sets, train_args)
 
@@ -73,6 +75,41 @@ worst = max((abs(resumed[i] - ref[i - 1]) / abs(ref[i - 1]) for i in range(11, I
             default=float("inf"))
 check(f"resumed on one process from the tp2 x pp2 checkpoint: iterations 11..{ITERS} give the uninterrupted "
       f"losses (worst {worst:.2e})", code == 0 and sorted(resumed) == list(range(11, ITERS + 1)) and worst <= 1e-5,
+      out[-3000:])
+
+# Llama's kind of tokenizer: a byte-level BPE with <|begin_of_text|> and
+# <|end_of_text|> as a tokenizer.json (made here with the tokenizers package
+# on the bundled corpus), preprocess_data.py --tokenizer-file, and the
+# config's data.vocab_file pointing at the same file for model.vocab_size.
+install_transformers(work)  # brings tokenizers
+deps = os.path.join(work, "pydeps")
+tokenizer = os.path.join(work, "tokenizer.json")
+corpus = os.path.join(args.source, "data", "tiny_corpus", "corpus.jsonl")
+made = subprocess.run([sys.executable, "-c", (
+    "import json, sys\n"
+    "from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers\n"
+    "tok = Tokenizer(models.BPE())\n"
+    "tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)\n"
+    "tok.decoder = decoders.ByteLevel()\n"
+    "trainer = trainers.BpeTrainer(vocab_size=1000, special_tokens=['<|begin_of_text|>', '<|end_of_text|>'],\n"
+    "                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet())\n"
+    f"tok.train_from_iterator([json.loads(l)['text'] for l in open({corpus!r})], trainer)\n"
+    f"tok.save({tokenizer!r})\n"
+    "print(tok.get_vocab_size())\n")], env=dict(os.environ, PYTHONPATH=deps), capture_output=True, text=True)
+check("a Llama-style tokenizer.json is made", made.returncode == 0, made.stderr[-2000:])
+size = int(made.stdout.split()[-1]) if made.returncode == 0 else 0
+prefix = os.path.join(work, "llama_corpus")
+pre = subprocess.run([sys.executable, os.path.join(args.source, "tools", "preprocess_data.py"), "--input", corpus,
+                      "--output-prefix", prefix, "--tokenizer-file", tokenizer, "--append-eod", "--eod-token",
+                      "<|end_of_text|>"], env=dict(os.environ, PYTHONPATH=deps), capture_output=True, text=True)
+check("preprocess_data.py --tokenizer-file tokenizer.json writes the dataset", pre.returncode == 0, pre.stderr[-2000:])
+code, out, _ = train(2, common + layout_sets(2, 1, True) + [
+    f"data.data_prefix=\"{prefix}\"", f"data.vocab_file=\"{tokenizer}\"",
+    f"train.output_dir={os.path.join(work, 'own_tokenizer')}"])
+values = [float(v) for i, v in LOSS.findall(out)]
+check(f"tessel-train takes the vocabulary size ({size}) from the tokenizer.json and the loss falls "
+      f"({values[0] if values else 0:.3f} -> {values[-1] if values else 0:.3f})",
+      code == 0 and size == 1000 and f"vocab {size}," in out and len(values) == ITERS and values[-1] < values[0] - 0.5,
       out[-3000:])
 
 check_bad_inputs(train, work, {

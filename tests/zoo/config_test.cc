@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "tests/testing/test_util.h"
 #include "zoo/foreign_settings.h"
+#include "zoo/vocabulary.h"
 
 namespace tessel::zoo {
 namespace {
@@ -390,6 +391,35 @@ TEST(ConfigTest, TheWorldAConfigLaysOutWithoutALaunch) {
 
 // data.vocab_file: the size and BERT's special ids from the tokenizer's
 // file where the config leaves them out, checked where it gives them.
+// A Hugging Face tokenizer.json (Llama's, T5's) as data.vocab_file: its
+// model's vocabulary and its added special tokens give model.vocab_size.
+TEST(ConfigTest, ATokenizerJsonGivesTheVocabularySize) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "tessel_tokenizer_json_test";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json")
+      << R"({"added_tokens": [{"id": 6, "content": "<|begin_of_text|>"}, {"id": 7, "content": "<|end_of_text|>"},
+             {"id": 0, "content": "a"}],
+            "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "c": 3, "abc": 4, "model": 5}}})";
+  config::Config llama = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/llama_tiny.prototxt");
+  llama.mutable_data()->set_vocab_file((dir / "tokenizer.json").string());
+  ResolveConfig(&llama, 4);
+  EXPECT_EQ(llama.model().vocab_size(), 8);
+  // Unigram's list of [token, score]: the index is the id.
+  EXPECT_EQ(ParseTokenizerJson(R"({"model": {"vocab": [["<pad>", 0], ["</s>", 0], ["x", -1]]}})", "t").size(),
+            3u);
+  const std::string clash = ErrorOf([] {
+    ParseTokenizerJson(
+        R"({"added_tokens": [{"id": 1, "content": "<s>"}], "model": {"vocab": {"a": 0, "b": 1}}})", "t.json");
+  });
+  EXPECT_NE(clash.find("tokenizer t.json: id 1 is given to 'b' and to '<s>'"), std::string::npos) << clash;
+  const std::string not_one = ErrorOf([] { ParseTokenizerJson(R"({"vocab": {"a": 0}})", "v.json"); });
+  EXPECT_NE(not_one.find("not a tokenizer.json"), std::string::npos) << not_one;
+  // A vocab.json whose token "model" is an id is still a vocab.json.
+  std::ofstream(dir / "vocab.json") << R"({"model": 0, "b": 1})";
+  EXPECT_EQ(ReadVocabulary(dir / "vocab.json").size(), 2u);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ConfigTest, TheVocabularyFileGivesTheSizeAndTheSpecialTokens) {
   config::Config gpt = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/gpt2_tiny.prototxt");
   EXPECT_FALSE(gpt.model().has_vocab_size());
