@@ -102,17 +102,36 @@ std::vector<std::string> ParseVocabTxt(std::string_view text, const std::string&
   return tokens;
 }
 
-std::vector<std::string> ReadVocabulary(const std::filesystem::path& file) {
+namespace {
+// The file's bytes, at most kMaxVocabularyFileBytes.
+std::string ReadVocabularyFile(const std::filesystem::path& file) {
   TESSEL_CHECK(std::filesystem::is_regular_file(file))
-      << "vocabulary " << file.string() << " is not a file; expected a vocab.json or vocab.txt";
+      << "vocabulary " << file.string()
+      << " is not a file; expected a vocab.json, tokenizer.json or vocab.txt";
   std::error_code error;
   const uintmax_t size = std::filesystem::file_size(file, error);
   TESSEL_CHECK(!error) << "vocabulary " << file.string() << " cannot be read (" << error.message() << ")";
   TESSEL_CHECK(size <= kMaxVocabularyFileBytes) << "vocabulary " << file.string() << " is " << size
                                                 << " bytes; expected at most " << kMaxVocabularyFileBytes;
   std::ifstream in(file, std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   TESSEL_CHECK(in.good() || in.eof()) << "vocabulary " << file.string() << ": reading failed";
+  return text;
+}
+}  // namespace
+
+bool IsByteLevelVocabulary(const std::filesystem::path& file) {
+  if (file.extension() != ".json") return false;
+  const nlohmann::json j =
+      nlohmann::json::parse(ReadVocabularyFile(file), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
+    return j.is_object();  // a vocab.json
+  const nlohmann::json& decoder = j.contains("decoder") ? j["decoder"] : nlohmann::json();
+  return decoder.is_object() && decoder.contains("type") && decoder["type"] == "ByteLevel";
+}
+
+std::vector<std::string> ReadVocabulary(const std::filesystem::path& file) {
+  const std::string text = ReadVocabularyFile(file);
   if (file.extension() != ".json") return ParseVocabTxt(text, file.string());
   // A vocab.json maps tokens to ids ("model" is a word GPT-2 knows: an id);
   // a tokenizer.json's "model" is an object.

@@ -31,5 +31,10 @@ std::vector<std::string> ParseVocabTxt(std::string_view text, const std::string&
 // when it has a "model" object, else a vocab.json; other files are
 // vocab.txt. Throws naming the file.
 std::vector<std::string> ReadVocabulary(const std::filesystem::path& file);
+// Whether the file's tokens are byte-level BPE pieces (GPT-2's alphabet of
+// 256 printable stand-ins for bytes), so they decode to text as GPT-2's do:
+// a vocab.json, or a tokenizer.json whose decoder is ByteLevel (Llama 3's).
+// A vocab.txt or a SentencePiece-style tokenizer.json is not.
+bool IsByteLevelVocabulary(const std::filesystem::path& file);
 
 }  // namespace tessel::zoo

@@ -18,7 +18,8 @@ prompt with Hugging Face's greedy tokens exactly and scores text with its
 loss. train.load_weight: tessel-train starts from an imported GPT-2
 under tp2 x pp2, and a ViT started from a checkpoint's weights gives as
 its first loss the loss the saving run's continuation (--resume) gives on
-the same batch. Bad input (another model type, a missing or extra tensor,
+the same batch. tessel-generate continues and scores with an imported
+Llama as Hugging Face does. Bad input (another model type, a missing or extra tensor,
 another arch or layer-norm epsilon under load_weight) is named."""
 import argparse
 import json
@@ -133,8 +134,10 @@ MODELS = {
                             "--channels=3", "--classes=7"], vit_outputs),
 }
 
+hf_models = {}
 for arch, (cls, config, program, flags, outputs) in MODELS.items():
     hf = noisy(cls(config), seed=len(arch))
+    hf_models[arch] = hf
     hf_dir = os.path.join(work, f"{arch}_hf")
     hf.save_pretrained(hf_dir, safe_serialization=True)
     ckpt = os.path.join(work, f"{arch}_imported")
@@ -173,6 +176,35 @@ for arch, (cls, config, program, flags, outputs) in MODELS.items():
         for label, got, want in outputs(back, tensors, vocab):
             err = max_error(got, want)
             check(f"{arch}: the exported model's {label} equal tessel's (max error {err:.2e})", err <= TOLERANCE)
+
+# tessel-generate with the imported Llama (its config given, as import-hf
+# saves none) under tp2 and pp2: Hugging Face's greedy tokens (stopping at
+# its eos id 2), and --score gives from_pretrained's losses.
+llama_config = os.path.join(work, "llama_generate.prototxt")
+with open(llama_config, "w") as f:
+    f.write('model { arch: "llama" vocab_size: 1100 hidden_size: 64 num_attention_heads: 8 num_key_value_heads: 2 '
+            'ffn_hidden_size: 96 hidden_layers: 2 max_seq_length: 16 layernorm_epsilon: 1e-5 }\n')
+if "llama" in hf_models:
+    llama_hf = hf_models["llama"]
+    prompt = [17, 300, 5, 942, 64]
+    with torch.no_grad():
+        want = llama_hf.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False,
+                                 pad_token_id=0)[0, len(prompt):].tolist()
+        want_loss = llama_hf(torch.tensor([prompt]), labels=torch.tensor([prompt])).loss.item()
+    for layout in (["--tp", "2"], ["--pp", "2"]):
+        code, out, _ = run([args.launcher, "--nproc_per_node", "2", "--master_port", "0", "--max_run_s", "200", "--",
+                            args.generate, "--checkpoint", os.path.join(work, "llama_imported"), "--config",
+                            llama_config, *layout, "--prompt_ids", ",".join(map(str, prompt)), "--max_new_tokens",
+                            "8", "--eos_id", "2"], timeout=240)
+        got = [[int(x) for x in ids.split()] for ids in re.findall(r"\[rank 0\]   new ids:([ 0-9]*)", out)]
+        check(f"llama: tessel-generate {' '.join(layout)} gives Hugging Face's greedy tokens ({got} vs {want})",
+              code == 0 and got == [want], out[-2000:])
+    code, out, _ = run([args.launcher, "--nproc_per_node", "2", "--master_port", "0", "--max_run_s", "200", "--",
+                        args.generate, "--checkpoint", os.path.join(work, "llama_imported"), "--config", llama_config,
+                        "--tp", "2", "--score", "--prompt_ids", ",".join(map(str, prompt))], timeout=240)
+    losses = [float(x) for x in re.findall(r"loss ([0-9.]+) per predicted token", out)]
+    check(f"llama: tessel-generate --score gives from_pretrained's loss ({losses} vs {want_loss:.6f})",
+          code == 0 and len(losses) == 1 and abs(losses[0] - want_loss) <= 1e-4 * max(1, want_loss), out[-2000:])
 
 # A GPT-2 saved in bf16 (its tied lm_head too) imports as f32: tessel's
 # logits equal those of the same model widened back to f32.

@@ -1,4 +1,4 @@
-// tessel-generate: continues prompts with a trained GPT, or scores text
+// tessel-generate: continues prompts with a trained GPT-2 or Llama, or scores text
 // with it, from a checkpoint saved under any layout, on the layout this
 // launch gives (--tp, --pp; one model replica).
 //
@@ -30,7 +30,6 @@
 #include "checkpoint/hugging_face_tokenizer.h"
 #include "graph/global_tensor_ops.h"
 #include "layers/dist.h"
-#include "models/gpt.h"
 #include "tools/train/model_config.h"
 #include "zoo/config.h"
 #include "zoo/vocabulary.h"
@@ -38,7 +37,8 @@
 using namespace tessel::sbp_shorthand;  // S(d), B(), P()
 
 DEFINE_string(checkpoint, "",
-              "a checkpoint directory (with index.json) or a directory of them (its `latest`) of a GPT");
+              "a checkpoint directory (with index.json) or a directory of them (its `latest`) of a GPT-2 or "
+              "Llama");
 DEFINE_string(config, "",
               "the training config of the model, for a checkpoint that does not hold one (one "
               "`tessel-checkpoint import-hf` made; --set path=value overrides its fields); by default the "
@@ -57,11 +57,14 @@ DEFINE_double(top_p, 1.0,
               "with --sample: draw among the fewest most likely tokens whose probability reaches p");
 DEFINE_uint64(seed, 1234, "with --sample: the random stream's seed");
 DEFINE_int64(eos_id, -2,
-             "stop a prompt's continuation after this id (-1: never; -2: the vocabulary's <|endoftext|> when "
+             "stop a prompt's continuation after this id (-1: never; -2: the vocabulary's <|endoftext|> (or "
+             "<|end_of_text|>, </s>) when "
              "--tokenizer or the config's data.vocab_file gives one, else never)");
-DEFINE_string(tokenizer, "",
-              "a directory with the GPT-2 byte-level BPE's vocab.json (the data's): the output also as text "
-              "(by default the config's data.vocab_file, when it has one)");
+DEFINE_string(
+    tokenizer, "",
+    "a directory with the data's vocab.json (GPT-2's byte-level BPE) or tokenizer.json: the output also "
+    "as text where its pieces are byte-level "
+    "(by default the config's data.vocab_file, when it has one)");
 DEFINE_bool(score, false,
             "score each prompt instead of continuing it: its mean next-token loss and perplexity");
 
@@ -122,7 +125,8 @@ std::vector<float> WholeOnEveryRank(const Tensor& t) {
 }
 
 int Main(const std::vector<std::string>& overrides) {
-  TESSEL_CHECK(!FLAGS_checkpoint.empty()) << "--checkpoint is required: a checkpoint of a GPT (see --help)";
+  TESSEL_CHECK(!FLAGS_checkpoint.empty())
+      << "--checkpoint is required: a checkpoint of a GPT-2 or Llama (see --help)";
   TESSEL_CHECK(!FLAGS_prompt_ids.empty())
       << "--prompt_ids is required: token ids, e.g. --prompt_ids 464,3290";
   TESSEL_CHECK(FLAGS_max_new_tokens >= 0) << "--max_new_tokens " << FLAGS_max_new_tokens << "; expected >= 0";
@@ -144,8 +148,10 @@ int Main(const std::vector<std::string>& overrides) {
     TESSEL_CHECK(c.has_value()) << "checkpoint " << found.string()
                                 << " holds no training config; give the model's with --config";
   }
-  TESSEL_CHECK(zoo::CanonicalArch(c->model().arch()) == "gpt2")
-      << "tessel-generate runs GPT models; the config's model.arch is '" << c->model().arch() << "'";
+  const std::string arch = zoo::CanonicalArch(c->model().arch());
+  TESSEL_CHECK(arch == "gpt2" || arch == "llama")
+      << "tessel-generate runs GPT-2 and Llama models; the config's model.arch is '" << c->model().arch()
+      << "'";
   // The checkpoint's model on this launch's layout: one replica, tp x pp.
   config::DistConfig& d = *c->mutable_train()->mutable_dist();
   d.set_tensor_parallel_size(FLAGS_tp);
@@ -171,33 +177,42 @@ int Main(const std::vector<std::string>& overrides) {
   dist::Setup({.tensor_parallel_size = FLAGS_tp,
                .pipeline_parallel_size = FLAGS_pp,
                .pipeline_num_layers = m.hidden_layers()});
-  models::GPT gpt(train::GptConfigOf(*c));
-  gpt.Eval();
+  train::CausalLM lm = train::BuildCausalLM(*c);
+  lm.module->Eval();
   {
     checkpoint::NamedTensors weights;
-    for (auto& [name, p] : gpt.NamedParameters()) weights.emplace_back("model." + name, p);
+    for (auto& [name, p] : lm.module->NamedParameters()) weights.emplace_back("model." + name, p);
     checkpoint::LoadOptions options;
-    options.padded_rows["model.wte.weight"] = m.vocab_size();
+    for (const auto& [name, rows] : lm.padded_rows) options.padded_rows["model." + name] = rows;
     checkpoint::Load(found, weights, options);
   }
   const int64_t vocab = m.vocab_size(), positions = m.max_position_embeddings();
-  // The vocabulary for text: --tokenizer's vocab.json, else the config's
-  // data.vocab_file when it is a GPT-2 vocab.json that is still there.
+  // The vocabulary for text: --tokenizer's vocab.json (or tokenizer.json),
+  // else the config's data.vocab_file when it is a .json that is still
+  // there. Its end-of-text token ends a continuation; its pieces print as
+  // text when they are byte-level (GPT-2's, Llama 3's).
   std::filesystem::path vocab_json;
-  if (!FLAGS_tokenizer.empty())
-    vocab_json = std::filesystem::path(FLAGS_tokenizer) / "vocab.json";
-  else if (std::filesystem::path(c->data().vocab_file()).extension() == ".json" &&
-           std::filesystem::is_regular_file(c->data().vocab_file()))
+  if (!FLAGS_tokenizer.empty()) {
+    const std::filesystem::path dir(FLAGS_tokenizer);
+    vocab_json =
+        std::filesystem::is_regular_file(dir / "vocab.json") ? dir / "vocab.json" : dir / "tokenizer.json";
+  } else if (std::filesystem::path(c->data().vocab_file()).extension() == ".json" &&
+             std::filesystem::is_regular_file(c->data().vocab_file())) {
     vocab_json = c->data().vocab_file();
+  }
   std::vector<std::string> vocabulary;
+  bool text = false;
   int64_t eos = FLAGS_eos_id == -2 ? -1 : FLAGS_eos_id;
   if (!vocab_json.empty()) {
     vocabulary = zoo::ReadVocabulary(vocab_json);
+    text = zoo::IsByteLevelVocabulary(vocab_json);
     TESSEL_CHECK(static_cast<int64_t>(vocabulary.size()) <= vocab)
         << vocab_json.string() << " holds ids beyond the model's vocabulary of " << vocab;
     vocabulary.resize(static_cast<size_t>(vocab));
-    const auto it = std::find(vocabulary.begin(), vocabulary.end(), "<|endoftext|>");
-    if (FLAGS_eos_id == -2 && it != vocabulary.end()) eos = it - vocabulary.begin();
+    for (const char* end : {"<|endoftext|>", "<|end_of_text|>", "</s>"}) {
+      const auto it = std::find(vocabulary.begin(), vocabulary.end(), end);
+      if (FLAGS_eos_id == -2 && eos < 0 && it != vocabulary.end()) eos = it - vocabulary.begin();
+    }
   }
   const bool rank0 = dist::Rank() == 0;
   if (rank0)
@@ -226,7 +241,7 @@ int Main(const std::vector<std::string>& overrides) {
       std::vector<int64_t> labels(ids.begin() + 1, ids.end());
       labels.push_back(-100);
       const Tensor loss =
-          gpt.Loss(Tensor::FromVector<int64_t>(ids, {1, n}), Tensor::FromVector<int64_t>(labels, {1, n}));
+          lm.loss(Tensor::FromVector<int64_t>(ids, {1, n}), Tensor::FromVector<int64_t>(labels, {1, n}));
       const double value = WholeOnEveryRank(loss)[0];
       if (rank0)
         std::printf("prompt %zu: %ld tokens, loss %.6f per predicted token, perplexity %.4f\n", p,
@@ -237,8 +252,7 @@ int Main(const std::vector<std::string>& overrides) {
     while (static_cast<int64_t>(added.size()) < FLAGS_max_new_tokens &&
            static_cast<int64_t>(ids.size()) < positions) {
       const int64_t n = static_cast<int64_t>(ids.size());
-      const Tensor logits =
-          gpt.Logits(Tensor::FromVector<int64_t>(ids, {1, n}));  // [1, n, padded vocabulary]
+      const Tensor logits = lm.logits(Tensor::FromVector<int64_t>(ids, {1, n}));  // [1, n, padded vocabulary]
       std::vector<float> last = WholeOnEveryRank(fn::slice(logits, 1, n - 1, n));
       last.resize(static_cast<size_t>(vocab));  // the padded columns are never drawn
       const int64_t next = NextToken(std::move(last), random);
@@ -250,7 +264,7 @@ int Main(const std::vector<std::string>& overrides) {
       std::printf("prompt %zu: %zu tokens, %zu new (%s)\n", p, prompts[p].size(), added.size(),
                   FLAGS_sample ? "sampled" : "greedy");
       print_ids("  new ids:", added);
-      if (!vocabulary.empty()) {
+      if (text) {
         std::printf("  text: %s|%s\n", checkpoint::DecodeGpt2(vocabulary, prompts[p]).c_str(),
                     checkpoint::DecodeGpt2(vocabulary, added).c_str());
       }

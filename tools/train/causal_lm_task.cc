@@ -11,8 +11,6 @@
 #include "graph/autograd.h"
 #include "layers/dist.h"
 #include "layers/optimizer.h"
-#include "models/gpt.h"
-#include "models/llama.h"
 #include "ops/functional.h"
 #include "tools/train/model_config.h"
 #include "tools/train/task.h"
@@ -46,22 +44,7 @@ class CausalLMTask : public Task {
       eval_ = std::make_unique<GPTSamples>(corpora_, weights, 1, seq_, c_.evaluation().eval_iter() * global_,
                                            t.seed() + 1, "validation");
     }
-    if (c_.model().arch() == "llama") {
-      auto llama = std::make_unique<models::Llama>(LlamaConfigOf(c_));
-      loss_ = [model = llama.get()](const Tensor& ids, const Tensor& labels) {
-        return model->Loss(ids, labels);
-      };
-      padded_rows_ = {{"embed_tokens.weight", c_.model().vocab_size()}};
-      if (!c_.model().tie_word_embeddings()) padded_rows_["lm_head.weight"] = c_.model().vocab_size();
-      model_ = std::move(llama);
-    } else {
-      auto gpt = std::make_unique<models::GPT>(GptConfigOf(c_));
-      loss_ = [model = gpt.get()](const Tensor& ids, const Tensor& labels) {
-        return model->Loss(ids, labels);
-      };
-      padded_rows_ = {{"wte.weight", c_.model().vocab_size()}};
-      model_ = std::move(gpt);
-    }
+    lm_ = BuildCausalLM(c_);
     // Evaluation runs forward only, one op after another.
     eval_step_ = std::make_unique<Graph>(
         "eval_step",
@@ -71,8 +54,8 @@ class CausalLMTask : public Task {
         context.eval_graph);
   }
 
-  nn::Module& model() override { return *model_; }
-  Tensor Loss(const Graph::Tensors& in) const override { return loss_(in.at("ids"), in.at("labels")); }
+  nn::Module& model() override { return *lm_.module; }
+  Tensor Loss(const Graph::Tensors& in) const override { return lm_.loss(in.at("ids"), in.at("labels")); }
   int64_t tokens_per_sample() const override { return seq_; }
   double TrainFlopsPerSample() const override {
     const config::ModelConfig& m = c_.model();
@@ -80,7 +63,7 @@ class CausalLMTask : public Task {
                              2.0 * static_cast<double>(m.hidden_size() * m.vocab_size());  // the logits
     return 3 * per_token * static_cast<double>(seq_);
   }
-  std::map<std::string, int64_t> PaddedRows() const override { return padded_rows_; }
+  std::map<std::string, int64_t> PaddedRows() const override { return lm_.padded_rows; }
 
   Graph::Tensors ReadTrain(int64_t iteration, int part, int parts) const override {
     return Read(*train_, iteration * global_, part, parts);
@@ -95,12 +78,12 @@ class CausalLMTask : public Task {
         continue;
       }
       NoGradGuard no_grad;
-      model_->Eval();  // no dropout
+      lm_.module->Eval();  // no dropout
       double batch = 0;
       for (int part = 0; part < micro_batches_; ++part)
         batch += optim::ScalarValue(Loss(Read(*eval_, k * global_, part, micro_batches_)));
       total += batch / micro_batches_;
-      model_->Train();
+      lm_.module->Train();
     }
     const double loss = total / static_cast<double>(batches);
     return {{"loss", loss}, {"perplexity", std::exp(loss)}};
@@ -151,9 +134,7 @@ class CausalLMTask : public Task {
   std::vector<std::unique_ptr<Corpus>> corpora_;
   int64_t seq_, global_;
   std::unique_ptr<GPTSamples> train_, eval_;
-  std::unique_ptr<nn::Module> model_;
-  std::function<Tensor(const Tensor& ids, const Tensor& labels)> loss_;
-  std::map<std::string, int64_t> padded_rows_;
+  CausalLM lm_;
   std::unique_ptr<Graph> eval_step_;
 };
 

@@ -1,5 +1,7 @@
 #include "tools/train/model_config.h"
 
+#include "core/error.h"
+
 namespace tessel::train {
 
 layers::Activation HiddenActivation(const config::ModelConfig& m) {
@@ -51,6 +53,30 @@ models::LlamaConfig LlamaConfigOf(const config::Config& c) {
           .make_vocab_size_divisible_by = m.make_vocab_size_divisible_by(),
           .fused_attention = m.fused_attention(),
           .activation_checkpoint = c.train().activation_checkpoint()};
+}
+
+CausalLM BuildCausalLM(const config::Config& c) {
+  const config::ModelConfig& m = c.model();
+  CausalLM lm;
+  if (m.arch() == "llama") {
+    auto llama = std::make_unique<models::Llama>(LlamaConfigOf(c));
+    const models::Llama* model = llama.get();
+    lm.loss = [model](const Tensor& ids, const Tensor& labels) { return model->Loss(ids, labels); };
+    lm.logits = [model](const Tensor& ids) { return model->Logits(ids); };
+    lm.padded_rows = {{"embed_tokens.weight", m.vocab_size()}};
+    if (!m.tie_word_embeddings()) lm.padded_rows["lm_head.weight"] = m.vocab_size();
+    lm.module = std::move(llama);
+    return lm;
+  }
+  TESSEL_CHECK(m.arch() == "gpt2" || m.arch() == "gpt")
+      << "model.arch '" << m.arch() << "' is not a causal language model of the zoo; expected gpt2 or llama";
+  auto gpt = std::make_unique<models::GPT>(GptConfigOf(c));
+  const models::GPT* model = gpt.get();
+  lm.loss = [model](const Tensor& ids, const Tensor& labels) { return model->Loss(ids, labels); };
+  lm.logits = [model](const Tensor& ids) { return model->Logits(ids); };
+  lm.padded_rows = {{"wte.weight", m.vocab_size()}};
+  lm.module = std::move(gpt);
+  return lm;
 }
 
 }  // namespace tessel::train

@@ -2,6 +2,11 @@
 // builds and what tessel-plan plans, from one place.
 #pragma once
 
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
 #include "layers/transformer.h"
 #include "models/gpt.h"
 #include "models/llama.h"
@@ -18,5 +23,21 @@ models::GPTConfig GptConfigOf(const config::Config& c);
 // The Llama of a resolved config (model.*, with layernorm_epsilon as the
 // RMSNorm's epsilon; train.seed, train.activation_checkpoint).
 models::LlamaConfig LlamaConfigOf(const config::Config& c);
+
+// A causal language model of the zoo (model.arch gpt2 or llama), as the
+// trainer, tessel-generate and evaluation use it: the module, its loss and
+// logits, and the parameters whose rows past the vocabulary are padding.
+struct CausalLM {
+  std::unique_ptr<nn::Module> module;
+  // Mean next-token cross-entropy of ids [batch, seq] against labels.
+  std::function<Tensor(const Tensor& ids, const Tensor& labels)> loss;
+  // ids [batch, seq] -> logits [batch, seq, padded vocabulary] (split on it).
+  std::function<Tensor(const Tensor& ids)> logits;
+  // Parameter name (as NamedParameters gives it) -> the real vocabulary.
+  std::map<std::string, int64_t> padded_rows;
+};
+// Builds the resolved config's GPT-2 or Llama under the current dist
+// layout; throws naming model.arch for another model.
+CausalLM BuildCausalLM(const config::Config& c);
 
 }  // namespace tessel::train
