@@ -279,7 +279,8 @@ int Main(const std::vector<std::string>& overrides) {
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
-      "continues prompts (token ids) with a GPT checkpoint saved under any layout, greedily or by sampling, "
+      "continues prompts (token ids) with a GPT-2 or Llama checkpoint saved under any layout, greedily or by "
+      "sampling, "
       "or scores them (--score); run it under tessel-launch with tp x pp processes");
   const std::vector<std::string> overrides = tessel::zoo::TakeSetFlags(&argc, argv, "tessel-generate");
   tessel::Init(&argc, &argv);
