@@ -6,8 +6,8 @@
 #   the CUDA runtime tests, every op's parity on the GPU (f32, bf16, f16)
 #   against PyTorch, the multi-tensor kernels, NCCL on one rank,
 #   test_train_cuda.py (tessel-train on the GPU against the CPU), an op
-#   profile from CUDA events, and with --bench the GPT-2 medium benchmark
-#   (tessel alone; --peers adds PyTorch eager and torch.compile).
+#   profile from CUDA events, and with --bench the GPT-2 medium and Llama 1B
+#   benchmarks (tessel alone; --peers adds PyTorch eager and torch.compile).
 # Each step's log and a summary (GPU, driver, pass/fail and seconds per step)
 # go to $OUT (or /tmp/gpu_check); the exit code is the number of failed steps.
 #
@@ -93,6 +93,8 @@ if [ $bench -eq 1 ]; then
   [ $peers -eq 1 ] && skip=
   step gpt2_medium python3 tests/bench/gpt2_gpu_vs_torch.py --train "$bin/tessel-train" --precision bf16 \
     --batch 8 ${skip:+--skip $skip}
+  step llama_1b python3 tests/bench/gpt2_gpu_vs_torch.py --train "$bin/tessel-train" --model llama \
+    --precision bf16 --batch 8 ${skip:+--skip $skip}
 fi
 echo "failed steps: $failed" | tee -a "$summary"
 rm -rf "$work"

@@ -11,6 +11,8 @@ under dp2 x tp2 sharing it, train with losses within 2e-2 of f32's, and a
 checkpoint saved under bf16 resumes without amp (it holds the f32 masters).
 With two heads of 64 (the size the tensor-core attention tiles take), bf16
 with fused attention trains as f32 and as bf16 with the score matrix do.
+The tiny Llama on the GPU gives the CPU's losses (one process and tp2
+sharing it) and trains in bf16 within 2e-2 of f32.
 Without a GPU (or a build without CUDA) the GPU part exits 77, which CTest
 reports as skipped; TESSEL_REQUIRE_GPU=1 makes that a failure."""
 import os
@@ -134,4 +136,26 @@ code, out, _ = train(1, common + layout_sets(1, 1, False) + [
 after = [float(v) for _, v in LOSS.findall(out)]
 check("a bf16 checkpoint resumes in f32 and trains 10 more iterations", code == 0 and "resumed from" in out
       and len(after) == 10 and all(v == v and v < gpu[0] for v in after), out)
+
+# Llama (configs/llama_tiny.prototxt: RMSNorm, rotary, SwiGLU and grouped-
+# query attention on their CUDA kernels): one process on the GPU gives the
+# CPU's losses, tp2 sharing it too; bf16 (fused attention: two heads of 64
+# on one key/value head) within 2e-2 of f32.
+llama = Trainer(args.launcher, args.program, os.path.join(args.source, "configs", "llama_tiny.prototxt"))
+llama_runs = {}
+for name, nproc, tp, device, extra in (
+        ("cpu", 1, 1, "cpu", []), ("cuda", 1, 1, "cuda", []), ("cuda tp2", 2, 2, "cuda", []),
+        ("cuda two heads f32", 1, 1, "cuda", ["model.num_attention_heads=2", "model.num_key_value_heads=1"]),
+        ("cuda two heads bf16", 1, 1, "cuda", ["model.num_attention_heads=2", "model.num_key_value_heads=1",
+                                               "train.amp.enabled=true"])):
+    code, out, secs = llama(nproc, common + layout_sets(tp, 1, False) + extra + [
+        f"train.dist.device={device}", f"train.output_dir={work}/llama_{name.replace(' ', '_')}"])
+    llama_runs[name] = [float(v) for _, v in LOSS.findall(out)]
+    check(f"llama {name}: trained ({secs:.1f} s)", code == 0 and len(llama_runs[name]) == ITERS, out[-3000:])
+for name in ("cuda", "cuda tp2"):
+    check(f"llama {name}: the CPU's losses within 1e-5 (worst {worst(llama_runs[name], llama_runs['cpu']):.2e})",
+          len(llama_runs[name]) == ITERS and worst(llama_runs[name], llama_runs["cpu"]) <= 1e-5)
+low, high = llama_runs["cuda two heads bf16"], llama_runs["cuda two heads f32"]
+check(f"llama bf16 with fused attention: losses within 2e-2 of f32's (worst {worst(low, high):.2e})",
+      len(low) == ITERS and worst(low, high) <= 2e-2)
 finish()
