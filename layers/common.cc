@@ -25,6 +25,12 @@ Tensor ToActivations(const Tensor& x, const Placement& placement) {
   return ToHidden(x, placement).to_global(placement, dist::GetActivationSbp(x.ndim()));
 }
 
+Tensor OnPlacement(const Tensor& x, const Placement& placement) {
+  if (!x.defined()) return x;
+  if (!x.is_global()) return FromLocal(x, placement, dist::GetNdSbp({B(), B()}), x.shape());
+  return x.placement() == placement ? x : x.to_global(placement, x.nd_sbp());
+}
+
 Tensor ForCompute(const Tensor& param) {
   if (!param.is_global()) return param;
   const dist::Config& c = dist::GetConfig();

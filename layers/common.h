@@ -14,6 +14,13 @@ Tensor ToHidden(const Tensor& x, const Placement& placement);
 // over tp under sequence parallelism). Differentiable.
 Tensor ToActivations(const Tensor& x, const Placement& placement);
 
+// A value a layer reads beside its activations (a mask, positions, a
+// position bias) on `placement`: undefined stays so; a local tensor (the
+// whole value on every rank: nothing to exchange) becomes global,
+// replicated; a global one on another placement (an earlier pipeline
+// stage's) moves there in its layout. Differentiable.
+Tensor OnPlacement(const Tensor& x, const Placement& placement);
+
 // A parameter as a layer computes with it. Under ZeRO stage 3 it is stored
 // split over dp (dist::GetParameterNdSbp) and gathered here: an all-gather
 // forward, its gradient reduce-scattered back into the stored layout. Under

@@ -75,13 +75,9 @@ Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask, const
   // stays inside each data-parallel group.
   const int64_t tp = dist::GetConfig().tensor_parallel_size;
   const bool all_to_all = dist::GetConfig().all_to_all_sequence_parallel && t.is_global();
-  Tensor m = mask;
-  const Placement& p = qkv.weight.placement();
-  // A local mask is the whole mask on every rank (its shape is the logical
-  // one: nothing to exchange).
-  if (m.defined() && !m.is_global()) m = FromLocal(m, p, dist::GetNdSbp({B(), B()}), m.shape());
-  if (m.defined() && m.placement() != p) m = m.to_global(p, m.nd_sbp());  // to this layer's stage
-  if (m.defined() && all_to_all) m = fn::reshape(m, {b, 1, 1, 1, s});     // one more head dimension
+  // On this layer's stage; a local mask is the whole mask on every rank.
+  Tensor m = OnPlacement(mask, qkv.weight.placement());
+  if (m.defined() && all_to_all) m = fn::reshape(m, {b, 1, 1, 1, s});  // one more head dimension
   const double scale = 1.0 / std::sqrt(double(hd));
   if (!all_to_all && !dist::MultiAxisTensorParallel() && UsesFusedAttention(t, m)) {
     // q, k and v read where they lie in t, the output written as the

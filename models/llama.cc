@@ -40,9 +40,7 @@ int64_t CheckLlama(const LlamaConfig& c) {
 // tp; a per-row [batch, seq] tensor split over dp like the batch.
 Tensor PositionsOn(const Tensor& positions, const Placement& placement) {
   if (positions.ndim() == 2) return layers::ToHidden(positions, placement);
-  const NdSbp all_b = dist::GetNdSbp({B(), B()});
-  if (!positions.is_global()) return FromLocal(positions, placement, all_b, positions.shape());
-  return positions.to_global(placement, all_b);
+  return layers::OnPlacement(positions, placement);
 }
 }  // namespace
 
@@ -158,10 +156,7 @@ Tensor LlamaDecoderLayer::operator()(const Tensor& x_in, const Tensor& positions
   const Placement& p = input_layernorm.weight.placement();
   Tensor x = layers::ToActivations(x_in, p);  // move to this layer's stage
   const Tensor positions = PositionsOn(positions_in, p);
-  Tensor mask = mask_in;
-  if (mask.defined() && !mask.is_global())
-    mask = FromLocal(mask, p, dist::GetNdSbp({B(), B()}), mask.shape());
-  if (mask.defined() && mask.placement() != p) mask = mask.to_global(p, mask.nd_sbp());
+  const Tensor mask = layers::OnPlacement(mask_in, p);
   std::optional<RecomputeScope> checkpoint;  // not around the moves: recomputing them would communicate again
   if (activation_checkpoint_) checkpoint.emplace();
   x = self_attn(input_layernorm(x), positions, mask, x);

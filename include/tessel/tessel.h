@@ -26,6 +26,7 @@
 #include "layers/transformer.h"
 #include "models/gpt.h"
 #include "models/llama.h"
+#include "models/t5.h"
 #include "ops/functional.h"
 #include "ops/interpreter.h"
 #include "sbp/boxing_plan.h"
