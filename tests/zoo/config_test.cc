@@ -278,8 +278,9 @@ TEST(ConfigTest, NamesAndRangesAreChecked) {
   EXPECT_NE(e.find("scheduler.name is 'cosine'; expected one of warmup_cosine, warmup_linear, constant"),
             std::string::npos)
       << e;
-  e = ResolveError(data + "model { arch: \"llama\" }", 1);
-  EXPECT_NE(e.find("model.arch is 'llama'; expected one of gpt2, gpt"), std::string::npos) << e;
+  e = ResolveError(data + "model { arch: \"mistral\" }", 1);
+  EXPECT_NE(e.find("model.arch is 'mistral'; expected one of gpt2, gpt, llama, bert, vit"), std::string::npos)
+      << e;
   e = ResolveError(data + "model { hidden_act: \"gelu_new\" }", 1);
   EXPECT_NE(e.find("model.hidden_act is 'gelu_new'; expected one of gelu_tanh, gelu"), std::string::npos)
       << e;
