@@ -1,5 +1,6 @@
 #include "layers/common.h"
 
+#include "core/error.h"
 #include "graph/global_tensor_ops.h"
 #include "layers/dist.h"
 
@@ -29,6 +30,24 @@ Tensor OnPlacement(const Tensor& x, const Placement& placement) {
   if (!x.defined()) return x;
   if (!x.is_global()) return FromLocal(x, placement, dist::GetNdSbp({B(), B()}), x.shape());
   return x.placement() == placement ? x : x.to_global(placement, x.nd_sbp());
+}
+
+void CheckTokenInputs(const char* model, const Tensor& ids, const Tensor& position_ids,
+                      const Tensor& attention_mask, int64_t max_seq) {
+  TESSEL_CHECK(ids.ndim() == 2) << model << ": ids of shape " << ids.shape() << "; expected [batch, seq]";
+  TESSEL_CHECK(ids.shape()[1] <= max_seq)
+      << model << ": sequence of " << ids.shape()[1] << " tokens exceeds max_seq=" << max_seq;
+  for (const Tensor* t : {&position_ids, &attention_mask})
+    TESSEL_CHECK(!t->defined() || t->shape() == ids.shape())
+        << model << ": " << (t == &position_ids ? "position_ids" : "attention_mask") << " of shape "
+        << t->shape() << "; expected the ids' shape " << ids.shape();
+}
+
+Tensor PositionsOrRange(const Tensor& position_ids, int64_t seq) {
+  if (position_ids.defined()) return position_ids;
+  std::vector<int64_t> range(static_cast<size_t>(seq));
+  for (int64_t i = 0; i < seq; ++i) range[static_cast<size_t>(i)] = i;
+  return Tensor::FromVector<int64_t>(range, {seq});
 }
 
 Tensor ForCompute(const Tensor& param) {

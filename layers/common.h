@@ -21,6 +21,15 @@ Tensor ToActivations(const Tensor& x, const Placement& placement);
 // stage's) moves there in its layout. Differentiable.
 Tensor OnPlacement(const Tensor& x, const Placement& placement);
 
+// A language model's token inputs checked before any work: ids [batch,
+// seq] with seq <= max_seq, and position_ids and attention_mask (each
+// optional) of the ids' shape; throws naming `model` and the shapes.
+void CheckTokenInputs(const char* model, const Tensor& ids, const Tensor& position_ids,
+                      const Tensor& attention_mask, int64_t max_seq);
+// position_ids, or (undefined) the positions 0 .. seq - 1 every row shares,
+// [seq], local.
+Tensor PositionsOrRange(const Tensor& position_ids, int64_t seq);
+
 // A parameter as a layer computes with it. Under ZeRO stage 3 it is stored
 // split over dp (dist::GetParameterNdSbp) and gathered here: an all-gather
 // forward, its gradient reduce-scattered back into the stored layout. Under

@@ -90,9 +90,7 @@ std::pair<Tensor, Tensor> Bert::Encode(const Tensor& ids, const Tensor& token_ty
     TESSEL_CHECK(!t->defined() || t->shape() == ids.shape())
         << "BERT: " << (t == &token_type_ids ? "token_type_ids" : "attention_mask") << " of shape "
         << t->shape() << "; expected the ids' shape " << ids.shape();
-  std::vector<int64_t> range(seq);
-  for (int64_t i = 0; i < seq; ++i) range[i] = i;
-  const Tensor positions = Tensor::FromVector<int64_t>(range, {seq});
+  const Tensor positions = layers::PositionsOrRange(Tensor(), seq);
   Tensor types = token_type_ids;
   if (!types.defined())
     types = Tensor::FromVector<int64_t>(std::vector<int64_t>(batch * seq, 0), {batch, seq});

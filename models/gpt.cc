@@ -36,18 +36,8 @@ GPT::GPT(const GPTConfig& c)
 
 Tensor GPT::Logits(const Tensor& ids, const Tensor& position_ids, const Tensor& attention_mask) const {
   const int64_t batch = ids.shape()[0], seq = ids.shape()[1];
-  TESSEL_CHECK(seq <= config_.max_seq)
-      << "GPT: sequence of " << seq << " tokens exceeds max_seq=" << config_.max_seq;
-  for (const Tensor* t : {&position_ids, &attention_mask})
-    TESSEL_CHECK(!t->defined() || t->shape() == ids.shape())
-        << "GPT: " << (t == &position_ids ? "position_ids" : "attention_mask") << " of shape " << t->shape()
-        << "; expected the ids' shape " << ids.shape();
-  Tensor positions = position_ids;
-  if (!positions.defined()) {
-    std::vector<int64_t> range(seq);
-    for (int64_t i = 0; i < seq; ++i) range[i] = i;
-    positions = Tensor::FromVector<int64_t>(range, {seq});
-  }
+  layers::CheckTokenInputs("GPT", ids, position_ids, attention_mask, config_.max_seq);
+  const Tensor positions = layers::PositionsOrRange(position_ids, seq);
   Tensor h = embedding_dropout_(fn::add(wte_(ids), wpe_(positions)));
   // [batch, seq] -> [batch, 1, 1, seq]: a padded key is hidden from every
   // query of its row and every head.

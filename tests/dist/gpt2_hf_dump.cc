@@ -52,32 +52,15 @@ int main(int argc, char** argv) {
   testing::DumpOutputs keep;  // every rank takes part in each move to rank 0; only rank 0 keeps it
   testing::InitDumpParameters(gpt, 9000, 0.05, FLAGS_load, {{"wte.weight", FLAGS_vocab}});
   for (auto& [name, t] : gpt.NamedParameters()) keep("param." + name, *t);
-  const int64_t b = FLAGS_batch, s = FLAGS_seq;
-  std::vector<int64_t> ids(b * s), labels(b * s), positions(b * s);
-  std::vector<bool> attend(b * s);
-  for (int64_t i = 0; i < b * s; ++i) ids[i] = (i * 7919 + 13) % FLAGS_vocab;
-  for (int64_t r = 0; r < b; ++r)
-    for (int64_t t = 0; t < s; ++t) {
-      labels[r * s + t] = t + 1 < s ? ids[r * s + t + 1] : -100;
-      positions[r * s + t] = r + t < s ? r + t : t;  // shifted rows, within max_seq
-      attend[r * s + t] = t < s - r;                 // row r: its last r keys are padding
-    }
-  const Tensor ids_t = Tensor::FromVector<int64_t>(ids, {b, s});
-  const Tensor labels_t = Tensor::FromVector<int64_t>(labels, {b, s});
-  const Tensor positions_t = Tensor::FromVector<int64_t>(positions, {b, s});
-  const Tensor mask_t = Tensor::FromVector<bool>(attend, {b, s});
+  const testing::CausalLmInputs in = testing::MakeCausalLmInputs(FLAGS_batch, FLAGS_seq, FLAGS_vocab, keep);
   {
     NoGradGuard no_grad;
-    keep("input_ids", ids_t);
-    keep("labels", labels_t);
-    keep("position_ids", positions_t);
-    keep("attention_mask", mask_t);
-    keep("logits", gpt.Logits(ids_t));
-    keep("loss", gpt.Loss(ids_t, labels_t));
-    keep("masked_logits", gpt.Logits(ids_t, positions_t, mask_t));
+    keep("logits", gpt.Logits(in.ids));
+    keep("loss", gpt.Loss(in.ids, in.labels));
+    keep("masked_logits", gpt.Logits(in.ids, in.positions, in.mask));
   }
   testing::DumpTraining(
-      gpt, [&] { return gpt.Loss(ids_t, labels_t); }, keep);
+      gpt, [&] { return gpt.Loss(in.ids, in.labels); }, keep);
   if (dist::Rank() == 0) {
     zoo::WriteSafetensors(FLAGS_out, keep.tensors,
                           {{"vocab_size", std::to_string(FLAGS_vocab)},

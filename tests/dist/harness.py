@@ -143,6 +143,22 @@ def install_transformers(directory):
     sys.path.insert(0, deps)
 
 
+def run_dump(launcher, program, nproc, flags, path, label):
+    """Runs a *_hf_dump program on `nproc` ranks, writing `path`; checks
+    "<label>: <program> ran" and returns the file's (metadata, tensors),
+    or (None, None) when it failed. Needs the safetensors package
+    (install_transformers brings it)."""
+    from safetensors import safe_open
+
+    code, out, _ = run([launcher, "--nproc_per_node", str(nproc), "--master_port", "0", "--max_run_s", "200",
+                        "--", program, *flags, f"--out={path}"], timeout=240)
+    check(f"{label}: {os.path.basename(program)} ran", code == 0, out[-3000:])
+    if code != 0:
+        return None, None
+    with safe_open(path, "pt") as f:
+        return f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+
+
 def read_f32(path, name):
     """Tensor `name` (f32) of a safetensors file, as a flat list of floats."""
     with open(path, "rb") as f:

@@ -40,6 +40,33 @@ struct DumpOutputs {
   }
 };
 
+// The inputs the causal language models' dumps (GPT-2, Llama) compare with
+// Hugging Face, kept (as input_ids, labels, position_ids, attention_mask):
+// ids [batch, seq] of a fixed pattern below `vocab`; labels the next ids,
+// -100 last; row r's positions shifted by r (kept below seq); row r's last
+// r keys padding.
+struct CausalLmInputs {
+  Tensor ids, labels, positions, mask;
+};
+inline CausalLmInputs MakeCausalLmInputs(int64_t b, int64_t s, int64_t vocab, DumpOutputs& keep) {
+  std::vector<int64_t> ids(b * s), labels(b * s), positions(b * s);
+  std::vector<bool> attend(b * s);
+  for (int64_t i = 0; i < b * s; ++i) ids[i] = (i * 7919 + 13) % vocab;
+  for (int64_t r = 0; r < b; ++r)
+    for (int64_t t = 0; t < s; ++t) {
+      labels[r * s + t] = t + 1 < s ? ids[r * s + t + 1] : -100;
+      positions[r * s + t] = r + t < s ? r + t : t;
+      attend[r * s + t] = t < s - r;
+    }
+  CausalLmInputs in{Tensor::FromVector<int64_t>(ids, {b, s}), Tensor::FromVector<int64_t>(labels, {b, s}),
+                    Tensor::FromVector<int64_t>(positions, {b, s}), Tensor::FromVector<bool>(attend, {b, s})};
+  keep("input_ids", in.ids);
+  keep("labels", in.labels);
+  keep("position_ids", in.positions);
+  keep("attention_mask", in.mask);
+  return in;
+}
+
 inline void InitDumpParameters(nn::Module& model, uint64_t seed_base, double noise, const std::string& load,
                                const std::map<std::string, int64_t>& padded_rows = {}) {
   NoGradGuard no_grad;

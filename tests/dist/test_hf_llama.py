@@ -19,7 +19,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, finish, install_transformers, run  # noqa: E402
+from harness import check, finish, install_transformers, run_dump  # noqa: E402
 from hf_training import compare_gradients, compare_steps, tessel_gradients  # noqa: E402
 
 parser = argparse.ArgumentParser()
@@ -32,7 +32,6 @@ TOLERANCE = 1e-5
 work = tempfile.TemporaryDirectory(prefix="tessel_hf_llama_")
 install_transformers(work.name)
 import torch  # noqa: E402
-from safetensors import safe_open  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 
@@ -73,14 +72,9 @@ layouts = {"1x1": (1, ["--tp=1"]), "tp2": (2, ["--tp=2"]), "tp4": (4, ["--tp=4",
            "tied_pp2": (2, ["--pp=2", "--tie"])}
 for name, (nproc, flags) in layouts.items():
     path = os.path.join(work.name, name + ".safetensors")
-    code, out, _ = run([args.launcher, "--nproc_per_node", str(nproc), "--master_port", "0", "--max_run_s", "200",
-                        "--", args.program, *flags, f"--out={path}"], timeout=240)
-    check(f"{name}: llama_hf_dump ran", code == 0, out[-3000:])
-    if code != 0:
+    meta, tensors = run_dump(args.launcher, args.program, nproc, flags, path, name)
+    if tensors is None:
         continue
-    with safe_open(path, "pt") as f:
-        meta = f.metadata()
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
     vocab, padded = int(meta["vocab_size"]), int(meta["padded_vocab_size"])
     layers, tied = int(meta["hidden_layers"]), meta["tie_word_embeddings"] == "true"
     tp = 4 if "tp4" in name else 2 if "tp2" in name else 1

@@ -18,7 +18,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, finish, install_transformers, run  # noqa: E402
+from harness import check, finish, install_transformers, run_dump  # noqa: E402
 from hf_training import compare_gradients, compare_steps, tessel_gradients  # noqa: E402
 
 parser = argparse.ArgumentParser()
@@ -31,7 +31,6 @@ TOLERANCE = 1e-5
 work = tempfile.TemporaryDirectory(prefix="tessel_hf_t5_")
 install_transformers(work.name)
 import torch  # noqa: E402
-from safetensors import safe_open  # noqa: E402
 from transformers import T5Config, T5ForConditionalGeneration  # noqa: E402
 
 
@@ -92,14 +91,9 @@ layouts = {"1x1": (1, ["--tp=1"]), "tp2": (2, ["--tp=2"]), "tp2xpp2": (4, ["--tp
            "dp2xtp2": (4, ["--tp=2"]), "original tp2xpp2": (4, ["--tp=2", "--pp=2", "--tie", "--gated=false"])}
 for name, (nproc, flags) in layouts.items():
     path = os.path.join(work.name, name.replace(" ", "_") + ".safetensors")
-    code, out, _ = run([args.launcher, "--nproc_per_node", str(nproc), "--master_port", "0", "--max_run_s", "200",
-                        "--", args.program, *flags, f"--out={path}"], timeout=240)
-    check(f"{name}: t5_hf_dump ran", code == 0, out[-3000:])
-    if code != 0:
+    meta, tensors = run_dump(args.launcher, args.program, nproc, flags, path, name)
+    if tensors is None:
         continue
-    with safe_open(path, "pt") as f:
-        meta = f.metadata()
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
     vocab, tied = int(meta["vocab_size"]), meta["tie_word_embeddings"] == "true"
     config = T5Config(vocab_size=vocab, d_model=int(meta["d_model"]), d_kv=int(meta["d_kv"]), d_ff=int(meta["d_ff"]),
                       num_layers=int(meta["num_layers"]), num_decoder_layers=int(meta["num_decoder_layers"]),

@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, finish, install_transformers, run  # noqa: E402
+from harness import check, finish, install_transformers, run_dump  # noqa: E402
 from hf_training import compare_gradients, compare_steps, tessel_gradients  # noqa: E402
 
 parser = argparse.ArgumentParser()
@@ -27,7 +27,6 @@ TOLERANCE = 1e-5
 work = tempfile.TemporaryDirectory(prefix="tessel_hf_vit_")
 install_transformers(work.name)
 import torch  # noqa: E402
-from safetensors import safe_open  # noqa: E402
 from transformers import ViTConfig, ViTForImageClassification  # noqa: E402
 
 
@@ -77,14 +76,9 @@ layouts = {"1x1": (1, ["--tp=1"]), "tp2": (2, ["--tp=2"]), "tp2xpp2": (4, ["--tp
            "dp2xtp2": (4, ["--tp=2"])}
 for name, (nproc, flags) in layouts.items():
     path = os.path.join(work.name, name + ".safetensors")
-    code, out, _ = run([args.launcher, "--nproc_per_node", str(nproc), "--master_port", "0", "--max_run_s", "200",
-                        "--", args.program, *flags, f"--out={path}"], timeout=240)
-    check(f"{name}: vit_hf_dump ran", code == 0, out[-3000:])
-    if code != 0:
+    meta, tensors = run_dump(args.launcher, args.program, nproc, flags, path, name)
+    if tensors is None:
         continue
-    with safe_open(path, "pt") as f:
-        meta = f.metadata()
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
     heads, layers = int(meta["num_attention_heads"]), int(meta["hidden_layers"])
     channels, patch = int(meta["num_channels"]), int(meta["patch_size"])
     config = ViTConfig(hidden_size=int(meta["hidden_size"]), num_hidden_layers=layers, num_attention_heads=heads,

@@ -504,7 +504,8 @@ TEST(GptPlan, ActivationsPerStageFollowTheMicroBatchesTheScheduleHolds) {
   // 1 + (p - 1) / (p v) times 1F1B's activations (Narayanan et al.;
   // Korthikanti et al., section 4.2.3).
   EXPECT_EQ(interleaved[0].in_flight, 2 * 3 + 4 + 1);  // 2 (p - 1) + (v - 1) p warm-up chunks, then one more
-  const double interleaving = static_cast<double>(interleaved[0].activation_bytes) / one_f_one_b[0].activation_bytes;
+  const double interleaving =
+      static_cast<double>(interleaved[0].activation_bytes) / one_f_one_b[0].activation_bytes;
   EXPECT_NEAR(interleaving, 1 + 3.0 / 8, 0.05);
   // ZB-H1 keeps at most what 1F1B keeps on its first stage (Qi et al.):
   // deferred weight gradients hold only the inputs they read.
@@ -520,7 +521,8 @@ TEST(GptPlan, ActivationsPerStageFollowTheMicroBatchesTheScheduleHolds) {
   GptPlanOptions bf16 = o;
   bf16.precision = GptPlanOptions::Precision::kBf16;
   const GptPlan half = PlanGpt(bf16);
-  EXPECT_NEAR(static_cast<double>(half.stages[1].activation_bytes) / one_f_one_b[1].activation_bytes, 0.5, 0.02);
+  EXPECT_NEAR(static_cast<double>(half.stages[1].activation_bytes) / one_f_one_b[1].activation_bytes, 0.5,
+              0.02);
   EXPECT_EQ(half.stages[0].variable_bytes, one_f_one_b[0].variable_bytes + half.parameter_bytes / 2);
 }
 
@@ -547,8 +549,13 @@ TEST(StepEstimate, PlayingThePipelineGivesThePublishedStepTimes) {
       stages[s].stage = s;
       stages[s].actions = runtime::StageActions(schedule, p, s, m, v);
       for (const runtime::Action& a : stages[s].actions)
-        stages[s].unit_s[{a.chunk, a.micro_batch, a.weight ? 2 : a.backward ? 1 : 0}] =
-            (a.weight ? weight : a.backward ? backward : forward) / v;
+        stages[s].unit_s[{a.chunk, a.micro_batch,
+                          a.weight     ? 2
+                          : a.backward ? 1
+                                       : 0}] = (a.weight     ? weight
+                                                : a.backward ? backward
+                                                             : forward) /
+                                               v;
     }
     return PlayPipeline(stages, m, v);
   };
@@ -570,8 +577,8 @@ TEST(StepEstimate, PlayingThePipelineGivesThePublishedStepTimes) {
 TEST(StepEstimate, MatmulThroughputIsInterpolatedBetweenMeasuredSizes) {
   MachineModel machine;
   machine.gemm = {{1e6, 1e9}, {1e8, 1e10}};
-  EXPECT_DOUBLE_EQ(machine.GemmSeconds(1e5), 1e5 / 1e9);  // below: the smallest's rate
-  EXPECT_DOUBLE_EQ(machine.GemmSeconds(1e9), 1e9 / 1e10);  // above: the largest's
+  EXPECT_DOUBLE_EQ(machine.GemmSeconds(1e5), 1e5 / 1e9);                      // below: the smallest's rate
+  EXPECT_DOUBLE_EQ(machine.GemmSeconds(1e9), 1e9 / 1e10);                     // above: the largest's
   EXPECT_NEAR(machine.GemmSeconds(1e7), 1e7 / std::sqrt(1e9 * 1e10), 1e-12);  // log-linear between
   EXPECT_EQ(machine.GemmSeconds(0), 0);
 }
@@ -592,8 +599,7 @@ namespace {
 TEST(GptPlan, LlamaMovesMegatronsActivationsAndGroupedQueryAttentionsSmallerGradients) {
   const int64_t h = 256, heads = 8, kv_heads = 2, ffn = 704, vocab = 1024, seq = 64, layers = 2;
   const int64_t tp = 2, dp = 2, b = 2, m = 2;
-  GptPlanOptions o{.model = {.vocab_size = vocab, .hidden = h, .heads = heads, .layers = layers, .max_seq = seq},
-                   .llama = models::LlamaConfig{.vocab_size = vocab,
+  GptPlanOptions o{.llama = models::LlamaConfig{.vocab_size = vocab,
                                                 .hidden = h,
                                                 .heads = heads,
                                                 .kv_heads = kv_heads,

@@ -66,9 +66,23 @@ struct Layout {
   }
 };
 
+// The sizes the plan reports: the Llama's when one is planned, else the GPT's.
+struct ModelShape {
+  int64_t layers, hidden, heads, vocab_size, max_seq;
+  bool activation_checkpoint;
+  static ModelShape Of(const GptPlanOptions& o) {
+    if (o.llama)
+      return {o.llama->layers,     o.llama->hidden,  o.llama->heads,
+              o.llama->vocab_size, o.llama->max_seq, o.llama->activation_checkpoint};
+    return {o.model.layers,     o.model.hidden,  o.model.heads,
+            o.model.vocab_size, o.model.max_seq, o.model.activation_checkpoint};
+  }
+};
+
 }  // namespace
 
 GptPlan PlanGpt(const GptPlanOptions& o) {
+  const ModelShape shape = ModelShape::Of(o);
   const int64_t world = o.tensor_parallel_size * o.pipeline_parallel_size * o.data_parallel_size;
   TESSEL_CHECK(o.tensor_parallel_size >= 1 && o.pipeline_parallel_size >= 1 && o.data_parallel_size >= 1)
       << "tensor (" << o.tensor_parallel_size << "), pipeline (" << o.pipeline_parallel_size << ") and data ("
@@ -76,7 +90,7 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
   TESSEL_CHECK(o.micro_batch_size >= 1 && o.micro_batches >= 1)
       << "micro_batch_size " << o.micro_batch_size << " and micro_batches " << o.micro_batches
       << " must be >= 1";
-  const int64_t seq = o.seq > 0 ? o.seq : o.model.max_seq;
+  const int64_t seq = o.seq > 0 ? o.seq : shape.max_seq;
   const std::string schedule = o.schedule == "in_order" ? o.schedule : runtime::ParseSchedule(o.schedule);
   TESSEL_CHECK(o.machine == nullptr || schedule != "in_order")
       << "a step time is estimated under a pipeline schedule; in_order is the reference executor's";
@@ -87,7 +101,7 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
   dist::Setup({.data_parallel_size = o.data_parallel_size,
                .tensor_parallel_size = o.tensor_parallel_size,
                .pipeline_parallel_size = o.pipeline_parallel_size,
-               .pipeline_num_layers = o.model.layers,
+               .pipeline_num_layers = shape.layers,
                .virtual_pipeline_size = o.virtual_pipeline_size,
                .zero_stage = o.zero_stage,
                .sequence_parallel = o.sequence_parallel,
@@ -190,11 +204,12 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
 
 std::string GptPlanText(const GptPlanOptions& o, const GptPlan& plan) {
   std::ostringstream os;
-  const int64_t seq = o.seq > 0 ? o.seq : o.model.max_seq;
-  os << (o.llama ? "Llama: " : "GPT: ") << o.model.layers << " layers, hidden " << o.model.hidden << ", "
-     << o.model.heads << " heads"
+  const ModelShape shape = ModelShape::Of(o);
+  const int64_t seq = o.seq > 0 ? o.seq : shape.max_seq;
+  os << (o.llama ? "Llama: " : "GPT: ") << shape.layers << " layers, hidden " << shape.hidden << ", "
+     << shape.heads << " heads"
      << (o.llama ? " on " + std::to_string(o.llama->key_value_heads()) + " key/value heads" : std::string())
-     << ", vocabulary " << o.model.vocab_size << ", sequence " << seq << "\n"
+     << ", vocabulary " << shape.vocab_size << ", sequence " << seq << "\n"
      << "world " << plan.world_size << " = pp " << o.pipeline_parallel_size << " x dp "
      << o.data_parallel_size << " x tp " << o.tensor_parallel_size;
   if (o.tensor_parallel_mode != "1d")
@@ -205,7 +220,7 @@ std::string GptPlanText(const GptPlanOptions& o, const GptPlan& plan) {
              ? " sequence(s) per data-parallel rank, shared by the dp group, each rank holding 1/dp of every "
                "sequence (tokens x h per rank = "
              : " sequence(s) per data-parallel rank (b*s*h = ")
-     << o.micro_batch_size * seq * o.model.hidden << " elements)\n"
+     << o.micro_batch_size * seq * shape.hidden << " elements)\n"
      << std::fixed << std::setprecision(2) << "compiled the logical graph (" << plan.logical_ops
      << " ops) in " << plan.compile_seconds << " s and rank " << o.rank << "'s plan (" << plan.plan.ops_size()
      << " ops) in " << plan.rank_plan_seconds << " s\n";
@@ -233,7 +248,7 @@ std::string GptPlanText(const GptPlanOptions& o, const GptPlan& plan) {
   const bool bf16 = o.precision == GptPlanOptions::Precision::kBf16;
   os << "memory per rank under " << (o.schedule == "in_order" ? "in-order execution" : o.schedule) << ", "
      << (bf16 ? "bf16 compute with f32 master weights and AdamW state" : "f32")
-     << (o.model.activation_checkpoint ? ", every layer recomputed in backward" : "")
+     << (shape.activation_checkpoint ? ", every layer recomputed in backward" : "")
      << (o.zero_stage > 0 ? ", ZeRO stage " + std::to_string(o.zero_stage) : std::string())
      << " (one rank of each stage; op results: activations, gradients and temporaries alive at once):\n"
      << "  stage   rank  in flight     variables   activations    op results         total\n";
@@ -263,10 +278,9 @@ std::string GptPlanText(const GptPlanOptions& o, const GptPlan& plan) {
          << (too_big.size() > 1 ? "s " : " ") << Join(too_big) << " need" << (too_big.size() > 1 ? "" : "s")
          << " more; the largest, stage " << most->stage << ", needs " << FormatBytes(most->total_bytes())
          << " (" << share << "%)"
-         << (o.model.activation_checkpoint
-                 ? ""
-                 : "; recomputing each layer (train.activation_checkpoint) keeps one "
-                   "input per layer and micro-batch instead")
+         << (shape.activation_checkpoint ? ""
+                                         : "; recomputing each layer (train.activation_checkpoint) keeps one "
+                                           "input per layer and micro-batch instead")
          << "\n";
   }
   os << "not counted: the device runtime's context and library workspaces, allocator fragmentation beyond "
@@ -313,8 +327,7 @@ GptPlanOptions GptPlanOptionsFromConfig(const config::Config& config, int world_
   TESSEL_CHECK(d.custom_pipeline_stage_id_size() == 0)
       << "tessel-plan plans the even split of layers over stages; this config sets "
          "train.dist.custom_pipeline_stage_id";
-  GptPlanOptions o{.model = train::GptConfigOf(c),
-                   .tensor_parallel_size = d.tensor_parallel_size(),
+  GptPlanOptions o{.tensor_parallel_size = d.tensor_parallel_size(),
                    .pipeline_parallel_size = d.pipeline_parallel_size(),
                    .data_parallel_size = d.data_parallel_size(),
                    .virtual_pipeline_size = d.virtual_pipeline_size(),
@@ -326,7 +339,10 @@ GptPlanOptions GptPlanOptionsFromConfig(const config::Config& config, int world_
                    .zero_stage = t.zero_optimization().enabled() ? t.zero_optimization().stage() : 0,
                    .tensor_parallel_mode = d.tensor_parallel_mode(),
                    .schedule = t.graph().pipeline()};
-  if (c.model().arch() == "llama") o.llama = train::LlamaConfigOf(c);
+  if (c.model().arch() == "llama")
+    o.llama = train::LlamaConfigOf(c);
+  else
+    o.model = train::GptConfigOf(c);
   for (const auto& [key, value] : d.tensor_parallel_mode_options())
     o.tensor_parallel_mode_options[key] = value;
   if (amp) o.precision = GptPlanOptions::Precision::kBf16;  // f16 holds the same bytes

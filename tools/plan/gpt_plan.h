@@ -27,11 +27,8 @@
 namespace tessel::plan {
 
 struct GptPlanOptions {
-  // The model's sizes (layers, hidden, heads, vocabulary, sequence,
-  // recomputation) and, unless `llama` is set, the GPT that is planned.
-  models::GPTConfig model;
-  // Set: this Llama is planned instead (its sizes copied into `model`).
-  std::optional<models::LlamaConfig> llama;
+  models::GPTConfig model;                   // the GPT that is planned, unless `llama` is set
+  std::optional<models::LlamaConfig> llama;  // set: this Llama is planned instead
   // Tensor, pipeline and data-parallel sizes; the world is their product.
   int64_t tensor_parallel_size = 1;
   int64_t pipeline_parallel_size = 1;

@@ -55,28 +55,28 @@ models::LlamaConfig LlamaConfigOf(const config::Config& c) {
           .activation_checkpoint = c.train().activation_checkpoint()};
 }
 
+namespace {
+// The CausalLM of a model whose Loss and Logits take ids (and labels).
+template <typename Model>
+CausalLM Wrapped(std::unique_ptr<Model> model, std::map<std::string, int64_t> padded_rows) {
+  const Model* m = model.get();
+  return {.module = std::move(model),
+          .loss = [m](const Tensor& ids, const Tensor& labels) { return m->Loss(ids, labels); },
+          .logits = [m](const Tensor& ids) { return m->Logits(ids); },
+          .padded_rows = std::move(padded_rows)};
+}
+}  // namespace
+
 CausalLM BuildCausalLM(const config::Config& c) {
   const config::ModelConfig& m = c.model();
-  CausalLM lm;
   if (m.arch() == "llama") {
-    auto llama = std::make_unique<models::Llama>(LlamaConfigOf(c));
-    const models::Llama* model = llama.get();
-    lm.loss = [model](const Tensor& ids, const Tensor& labels) { return model->Loss(ids, labels); };
-    lm.logits = [model](const Tensor& ids) { return model->Logits(ids); };
-    lm.padded_rows = {{"embed_tokens.weight", m.vocab_size()}};
-    if (!m.tie_word_embeddings()) lm.padded_rows["lm_head.weight"] = m.vocab_size();
-    lm.module = std::move(llama);
-    return lm;
+    std::map<std::string, int64_t> padded = {{"embed_tokens.weight", m.vocab_size()}};
+    if (!m.tie_word_embeddings()) padded["lm_head.weight"] = m.vocab_size();
+    return Wrapped(std::make_unique<models::Llama>(LlamaConfigOf(c)), std::move(padded));
   }
   TESSEL_CHECK(m.arch() == "gpt2" || m.arch() == "gpt")
       << "model.arch '" << m.arch() << "' is not a causal language model of the zoo; expected gpt2 or llama";
-  auto gpt = std::make_unique<models::GPT>(GptConfigOf(c));
-  const models::GPT* model = gpt.get();
-  lm.loss = [model](const Tensor& ids, const Tensor& labels) { return model->Loss(ids, labels); };
-  lm.logits = [model](const Tensor& ids) { return model->Logits(ids); };
-  lm.padded_rows = {{"wte.weight", m.vocab_size()}};
-  lm.module = std::move(gpt);
-  return lm;
+  return Wrapped(std::make_unique<models::GPT>(GptConfigOf(c)), {{"wte.weight", m.vocab_size()}});
 }
 
 }  // namespace tessel::train
