@@ -178,7 +178,8 @@ T5Block::T5Block(const T5Config& c, int64_t layer_idx, bool decoder, bool with_r
       ff_norm(c.hidden, c.layernorm_epsilon, layer_idx),
       ff(c, layer_idx),
       layer_idx_(layer_idx),
-      decoder_(decoder) {
+      decoder_(decoder),
+      activation_checkpoint_(c.activation_checkpoint) {
   RegisterModule("self_norm", self_norm);
   RegisterModule("self_attention", self_attention);
   if (decoder) {
@@ -196,11 +197,14 @@ Tensor T5Block::operator()(const Tensor& x_in, const Tensor& bias, const Tensor&
   LayerScope layer(layer_idx_);  // a trace tags this layer's ops (and their gradients) with it
   const Placement& p = self_norm.weight.placement();
   Tensor x = layers::ToActivations(x_in, p);  // move to this layer's stage
-  x = self_attention(self_norm(x), Tensor(), layers::OnPlacement(bias, p), layers::OnPlacement(mask, p),
-                     /*causal=*/decoder_, x);
+  const Tensor self_bias = layers::OnPlacement(bias, p), self_mask = layers::OnPlacement(mask, p);
+  const Tensor encoded = decoder_ ? layers::ToActivations(memory, p) : Tensor();
+  const Tensor encoded_mask = decoder_ ? layers::OnPlacement(memory_mask, p) : Tensor();
+  std::optional<RecomputeScope> checkpoint;  // not around the moves: recomputing them would communicate again
+  if (activation_checkpoint_) checkpoint.emplace();
+  x = self_attention(self_norm(x), Tensor(), self_bias, self_mask, /*causal=*/decoder_, x);
   if (decoder_)
-    x = (*cross_attention)((*cross_norm)(x), layers::ToActivations(memory, p), Tensor(),
-                           layers::OnPlacement(memory_mask, p), /*causal=*/false, x);
+    x = (*cross_attention)((*cross_norm)(x), encoded, Tensor(), encoded_mask, /*causal=*/false, x);
   return ff(ff_norm(x), x);
 }
 
@@ -248,7 +252,18 @@ Tensor T5::Logits(const Tensor& input_ids, const Tensor& decoder_input_ids,
   const Tensor memory = encoder_norm_(h);
   Tensor d = shared_(decoder_input_ids);
   const Tensor decoder_bias = decoder_.front()->self_attention.PositionBias(t, t, /*bidirectional=*/false);
-  for (const auto& block : decoder_) d = (*block)(d, decoder_bias, Tensor(), memory, mask);
+  // The encoder's output (and mask) travel once to each decoder stage,
+  // with its first layer there, not once per layer.
+  Tensor memory_here, mask_here;
+  for (const auto& block : decoder_) {
+    const Placement& p = block->self_norm.weight.placement();
+    if (!memory_here.defined() || memory_here.placement() != p) {
+      LayerScope layer(block->layer_idx());
+      memory_here = layers::ToActivations(memory, p);
+      mask_here = layers::OnPlacement(mask, p);
+    }
+    d = (*block)(d, decoder_bias, Tensor(), memory_here, mask_here);
+  }
   d = decoder_norm_(d);
   // Tied to the token table, the hidden states are scaled first (Mesh
   // TensorFlow's T5, and Hugging Face's).

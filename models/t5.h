@@ -46,6 +46,7 @@ struct T5Config {
   double init_std = 0.02;
   uint64_t seed = 2024;
   int64_t make_vocab_size_divisible_by = 128;
+  bool activation_checkpoint = false;  // recompute each layer in backward (graph mode)
 
   int64_t kv_size() const { return heads * (head_dim ? head_dim : hidden / heads); }
   int64_t ffn_size() const { return ffn_hidden ? ffn_hidden : 4 * hidden; }
@@ -106,10 +107,12 @@ class T5Block : public nn::Module {
   std::unique_ptr<T5Attention> cross_attention;
   layers::RMSNorm ff_norm;
   T5FeedForward ff;
+  int64_t layer_idx() const { return layer_idx_; }
 
  private:
   int64_t layer_idx_;
   bool decoder_;
+  bool activation_checkpoint_;
 };
 
 class T5 : public nn::Module {

@@ -464,6 +464,16 @@ void ApplyVocabularyFile(config::Config* c) {
   TESSEL_CHECK(m.vocab_size() >= count)
       << "config: model.vocab_size is " << m.vocab_size() << " but data.vocab_file " << data.vocab_file()
       << " holds " << count << " tokens; leave model.vocab_size out to take the file's count";
+  if (m.arch() == "t5" && data.eos_token_id() == -1) {
+    // The end-of-sequence token of T5's SentencePiece, of GPT-2's and of
+    // Llama 3's vocabularies; else T5's id, 1, below.
+    for (const char* eos : {"</s>", "<|endoftext|>", "<|end_of_text|>"}) {
+      const auto found = std::find(tokens.begin(), tokens.end(), eos);
+      if (found == tokens.end()) continue;
+      data.set_eos_token_id(found - tokens.begin());
+      break;
+    }
+  }
   if (m.arch() != "bert") return;
   struct Special {
     const char* field;
@@ -497,6 +507,56 @@ void ApplyVocabularyFile(config::Config* c) {
     (data.*s.set)(found - tokens.begin());
   }
   if (!m.has_pad_token_id()) m.set_pad_token_id(data.pad_token_id());
+}
+
+// T5's own fields: decoder layers, the head width, the relative buckets;
+// its feed-forward; no dropout (tessel's T5 has none).
+void ResolveT5(config::ModelConfig* m) {
+  if (!m->has_hidden_act()) m->set_hidden_act("gated-gelu");
+  CheckOneOf("model.hidden_act", m->hidden_act(), {"gated-gelu", "relu"});
+  if (!m->has_layernorm_epsilon()) m->set_layernorm_epsilon(1e-6);
+  TESSEL_CHECK(m->num_decoder_layers() >= 0 && m->num_decoder_layers() <= (1 << 16))
+      << "config: model.num_decoder_layers is " << m->num_decoder_layers()
+      << "; expected 0 (hidden_layers) to " << (1 << 16);
+  if (m->num_decoder_layers() == 0) m->set_num_decoder_layers(m->hidden_layers());
+  TESSEL_CHECK(m->head_dim() >= 0 && m->head_dim() <= kMaxWidth)
+      << "config: model.head_dim is " << m->head_dim()
+      << "; expected 0 (hidden_size / num_attention_heads) to " << kMaxWidth;
+  if (m->head_dim() == 0) {
+    TESSEL_CHECK(m->num_attention_heads() > 0 && m->hidden_size() % m->num_attention_heads() == 0)
+        << "config: model.hidden_size " << m->hidden_size()
+        << " is not divisible by model.num_attention_heads " << m->num_attention_heads()
+        << "; give model.head_dim";
+    m->set_head_dim(m->hidden_size() / m->num_attention_heads());
+  }
+  CheckSize("model.relative_attention_num_buckets", m->relative_attention_num_buckets(), kMaxTable);
+  CheckSize("model.relative_attention_max_distance", m->relative_attention_max_distance(), kMaxTable);
+  TESSEL_CHECK(m->relative_attention_num_buckets() >= 4 &&
+               m->relative_attention_max_distance() > m->relative_attention_num_buckets() / 4)
+      << "config: model.relative_attention_num_buckets " << m->relative_attention_num_buckets()
+      << " and relative_attention_max_distance " << m->relative_attention_max_distance()
+      << "; expected at least 4 buckets and a distance beyond the exact ones (num_buckets / 4)";
+  for (const auto& [field, p] :
+       {std::pair<const char*, double>{"embedding_dropout_prob", m->embedding_dropout_prob()},
+        {"attention_dropout_prob", m->attention_dropout_prob()},
+        {"hidden_dropout_prob", m->hidden_dropout_prob()}})
+    TESSEL_CHECK(p == 0) << "config: model." << field << " is " << p
+                         << " but tessel's T5 has no dropout yet; leave it out";
+}
+
+// Span corruption's options against the model: the sentinels above every
+// ordinary id; the corpus's own ids are checked by the task.
+void CheckT5Data(config::Config* c) {
+  config::DataConfig& data = *c->mutable_data();
+  const config::ModelConfig& m = c->model();
+  CheckNumber("data.noise_density", data.noise_density(), 0, 1, /*low_open=*/true, /*high_open=*/true);
+  CheckNumber("data.mean_noise_span_length", data.mean_noise_span_length(), 1, 1e6);
+  if (data.eos_token_id() == -1) data.set_eos_token_id(1);
+  TESSEL_CHECK(data.eos_token_id() >= 0 && data.eos_token_id() < m.vocab_size())
+      << "config: data.eos_token_id is " << data.eos_token_id() << "; expected an id below model.vocab_size "
+      << m.vocab_size();
+  TESSEL_CHECK(m.max_seq_length() >= 3) << "config: model.max_seq_length is " << m.max_seq_length()
+                                        << "; T5's encoder input needs at least 3 (a token, a sentinel, eos)";
 }
 
 void CheckBertData(const config::Config& c) {
@@ -553,26 +613,38 @@ void ResolveConfig(config::Config* c, int world_size) {
   config::ModelConfig& m = *c->mutable_model();
   config::TrainConfig& t = *c->mutable_train();
   config::DistConfig& d = *t.mutable_dist();
-  CheckOneOf("model.arch", m.arch(), {"gpt2", "gpt", "llama", "bert", "vit"});
+  CheckOneOf("model.arch", m.arch(), {"gpt2", "gpt", "llama", "t5", "bert", "vit"});
   m.set_arch(CanonicalArch(m.arch()));
-  const bool vision = m.arch() == "vit", llama = m.arch() == "llama";
+  const bool vision = m.arch() == "vit", llama = m.arch() == "llama", t5 = m.arch() == "t5";
   ApplyVocabularyFile(c);
   if (llama) {
     if (!m.has_hidden_act()) m.set_hidden_act("silu");
     CheckOneOf("model.hidden_act", m.hidden_act(), {"silu"});
     ResolveLlama(&m);
+  } else if (t5) {
+    ResolveT5(&m);
   } else {
     CheckOneOf("model.hidden_act", m.hidden_act(), {"gelu_tanh", "gelu"});
-    // Compared with the defaults, not by presence: a resolved config (saved
-    // with every field) is read again on resume.
-    for (const auto& [field, set] :
-         {std::pair<const char*, bool>{"num_key_value_heads", m.num_key_value_heads() != 0},
-          {"rope_theta", m.rope_theta() != 10000},
-          {"rope_scaling.rope_type", !m.rope_scaling().rope_type().empty()},
-          {"tie_word_embeddings", m.tie_word_embeddings()}})
-      TESSEL_CHECK(!set) << "config: model." << field << " is a Llama setting, but model.arch is '"
-                         << m.arch() << "'; leave it out";
   }
+  // Another model's settings. Compared with the defaults, not by presence:
+  // a resolved config (saved with every field) is read again on resume.
+  struct Foreign {
+    const char* field;
+    bool set;
+    bool allowed;
+    const char* owner;
+  };
+  for (const Foreign& f :
+       {Foreign{"num_key_value_heads", m.num_key_value_heads() != 0, llama, "a Llama"},
+        {"rope_theta", m.rope_theta() != 10000, llama, "a Llama"},
+        {"rope_scaling.rope_type", !m.rope_scaling().rope_type().empty(), llama, "a Llama"},
+        {"tie_word_embeddings", m.tie_word_embeddings(), llama || t5, "a Llama and T5"},
+        {"num_decoder_layers", m.num_decoder_layers() != 0, t5, "a T5"},
+        {"head_dim", m.head_dim() != 0, t5, "a T5"},
+        {"relative_attention_num_buckets", m.relative_attention_num_buckets() != 32, t5, "a T5"},
+        {"relative_attention_max_distance", m.relative_attention_max_distance() != 128, t5, "a T5"}})
+    TESSEL_CHECK(f.allowed || !f.set) << "config: model." << f.field << " is " << f.owner
+                                      << " setting, but model.arch is '" << m.arch() << "'; leave it out";
   for (const auto& [field, p] :
        {std::pair<const char*, double>{"embedding_dropout_prob", m.embedding_dropout_prob()},
         {"attention_dropout_prob", m.attention_dropout_prob()},
@@ -611,7 +683,8 @@ void ResolveConfig(config::Config* c, int world_size) {
       << " is below model.max_seq_length " << m.max_seq_length() << "; expected a position for every token";
   CheckNumber("model.layernorm_epsilon", m.layernorm_epsilon(), 0, 1, /*low_open=*/true);
   CheckNumber("model.initializer_range", m.initializer_range(), 0, 1e3, /*low_open=*/true);
-  TESSEL_CHECK(m.hidden_size() % m.num_attention_heads() == 0)
+  // T5's heads have a width of their own (model.head_dim).
+  TESSEL_CHECK(t5 || m.hidden_size() % m.num_attention_heads() == 0)
       << "config: model.hidden_size " << m.hidden_size() << " is not divisible by model.num_attention_heads "
       << m.num_attention_heads();
 
@@ -684,32 +757,38 @@ void ResolveConfig(config::Config* c, int world_size) {
       << "config: model.num_key_value_heads " << m.num_key_value_heads()
       << " is not divisible by train.dist.tensor_parallel_size " << tp
       << " (each rank holds whole key/value heads, as in Megatron-LM)";
-  TESSEL_CHECK(!llama || one_d) << "config: model.arch llama trains under tensor_parallel_mode 1d only; got '"
-                                << d.tensor_parallel_mode() << "'";
+  TESSEL_CHECK(!(llama || t5) || one_d)
+      << "config: model.arch " << m.arch() << " trains under tensor_parallel_mode 1d only; got '"
+      << d.tensor_parallel_mode() << "'";
+  TESSEL_CHECK(!t5 || !d.sequence_parallel())
+      << "config: train.dist.sequence_parallel is true but model.arch t5 trains without sequence "
+         "parallelism so far; leave it out";
   TESSEL_CHECK(!one_d || m.ffn_hidden_size() % tp == 0)
       << "config: model.ffn_hidden_size " << m.ffn_hidden_size()
       << " is not divisible by train.dist.tensor_parallel_size " << tp;
-  if (d.pipeline_num_layers() == 0) d.set_pipeline_num_layers(m.hidden_layers());
-  TESSEL_CHECK(d.pipeline_num_layers() == m.hidden_layers())
-      << "config: train.dist.pipeline_num_layers is " << d.pipeline_num_layers()
-      << " but model.hidden_layers is " << m.hidden_layers()
-      << "; expected them equal (or pipeline_num_layers left out)";
-  TESSEL_CHECK(m.hidden_layers() >= pp)
-      << "config: model.hidden_layers " << m.hidden_layers()
-      << " is fewer than train.dist.pipeline_parallel_size " << pp << "; every stage needs a layer";
+  // The layers the pipeline places: T5's encoder's, then its decoder's.
+  const int64_t layers = m.hidden_layers() + (t5 ? m.num_decoder_layers() : 0);
+  const std::string layers_field =
+      t5 ? "model.hidden_layers + num_decoder_layers" : std::string("model.hidden_layers");
+  if (d.pipeline_num_layers() == 0) d.set_pipeline_num_layers(layers);
+  TESSEL_CHECK(d.pipeline_num_layers() == layers)
+      << "config: train.dist.pipeline_num_layers is " << d.pipeline_num_layers() << " but " << layers_field
+      << " is " << layers << "; expected them equal (or pipeline_num_layers left out)";
+  TESSEL_CHECK(layers >= pp) << "config: " << layers_field << " " << layers
+                             << " is fewer than train.dist.pipeline_parallel_size " << pp
+                             << "; every stage needs a layer";
   const int64_t chunks = d.virtual_pipeline_size();
   TESSEL_CHECK(chunks == 1 || (chunks > 1 && pp > 1 && t.graph().enabled()))
       << "config: train.dist.virtual_pipeline_size is " << chunks
       << "; expected 1, or more model chunks per stage of a pipeline (pipeline_parallel_size " << pp
       << ") in graph mode (train.graph.enabled)";
-  TESSEL_CHECK(m.hidden_layers() >= pp * chunks)
-      << "config: model.hidden_layers " << m.hidden_layers()
-      << " is fewer than train.dist.pipeline_parallel_size " << pp << " x virtual_pipeline_size " << chunks
-      << "; every virtual stage needs a layer";
-  TESSEL_CHECK(d.custom_pipeline_stage_id_size() == 0 ||
-               d.custom_pipeline_stage_id_size() == m.hidden_layers())
+  TESSEL_CHECK(layers >= pp * chunks)
+      << "config: " << layers_field << " " << layers << " is fewer than train.dist.pipeline_parallel_size "
+      << pp << " x virtual_pipeline_size " << chunks << "; every virtual stage needs a layer";
+  TESSEL_CHECK(d.custom_pipeline_stage_id_size() == 0 || d.custom_pipeline_stage_id_size() == layers)
       << "config: train.dist.custom_pipeline_stage_id has " << d.custom_pipeline_stage_id_size()
-      << " entries; expected one per layer (" << m.hidden_layers() << ") or none";
+      << " entries; expected one per layer (" << layers << (t5 ? ": the encoder's and decoder's" : "")
+      << ") or none";
 
   ResolveBatchSizes(&t, dp);
   TESSEL_CHECK(chunks == 1 || t.graph().pipeline() != "interleaved_1f1b" ||
@@ -786,9 +865,16 @@ void ResolveConfig(config::Config* c, int world_size) {
         << ") and data.synthetic_samples (" << data.synthetic_samples() << ") positive";
   } else {
     if (m.arch() == "bert") CheckBertData(*c);
-    TESSEL_CHECK(data.blend_size() == 0 || m.arch() == "gpt2" || m.arch() == "llama")
+    if (t5) CheckT5Data(c);
+    for (const auto& [field, set] :
+         {std::pair<const char*, bool>{"noise_density", data.noise_density() != 0.15},
+          {"mean_noise_span_length", data.mean_noise_span_length() != 3},
+          {"eos_token_id", data.eos_token_id() != -1}})
+      TESSEL_CHECK(t5 || !set) << "config: data." << field << " is a T5 (span corruption) setting, but "
+                               << "model.arch is '" << m.arch() << "'; leave it out";
+    TESSEL_CHECK(data.blend_size() == 0 || m.arch() == "gpt2" || llama || t5)
         << "config: data.blend is set for model.arch '" << m.arch()
-        << "'; blending is for GPT and Llama so far, give "
+        << "'; blending is for GPT, Llama and T5 so far, give "
         << "data.data_prefix";
     TESSEL_CHECK(data.blend_size() == 0 || data.data_prefix().empty())
         << "config: data.data_prefix and data.blend are both set; expected one (blend lists every dataset)";

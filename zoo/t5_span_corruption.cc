@@ -35,9 +35,26 @@ SpanCorruptedLengths SpanCorruptionLengths(int64_t length, const SpanCorruptionO
   l.noise_tokens = std::min(std::max<int64_t>(l.noise_tokens, 1), length - 1);
   l.spans = std::max<int64_t>(
       static_cast<int64_t>(std::llround(static_cast<double>(l.noise_tokens) / o.mean_span_length)), 1);
+  // Each span needs a kept run before it (kept and noise runs alternate).
+  TESSEL_CHECK(l.spans <= length - l.noise_tokens)
+      << "span corruption: " << length << " tokens at noise_density " << o.noise_density
+      << " and mean_span_length " << o.mean_span_length << " give " << l.spans << " spans but only "
+      << length - l.noise_tokens << " kept tokens to separate them; expected a lower density or longer spans";
   l.inputs = length - l.noise_tokens + l.spans + 1;
   l.targets = l.noise_tokens + l.spans + 1;
   return l;
+}
+
+int64_t SpanCorruptionRawLength(int64_t inputs_length, const SpanCorruptionOptions& o) {
+  TESSEL_CHECK(inputs_length >= 3) << "span corruption: an encoder length of " << inputs_length
+                                   << " tokens; expected 3 or more (a kept token, a sentinel and eos)";
+  // As Hugging Face's compute_input_and_target_lengths: grow the raw length
+  // while its corrupted inputs still fit.
+  int64_t length = 2;
+  while (SpanCorruptionLengths(length + 1, o).inputs <= inputs_length) ++length;
+  TESSEL_CHECK(SpanCorruptionLengths(length, o).inputs <= inputs_length)
+      << "span corruption: no sequence corrupts to at most " << inputs_length << " tokens";
+  return length;
 }
 
 SpanCorrupted CorruptSpans(const std::vector<int64_t>& tokens, const SpanCorruptionOptions& o,

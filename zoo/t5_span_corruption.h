@@ -32,8 +32,12 @@ struct SpanCorruptedLengths {
   int64_t noise_tokens, spans, inputs, targets;
 };
 // Throws naming the values unless 0 < noise_density < 1, mean_span_length
-// >= 1 and length >= 2.
+// >= 1, length >= 2 and the spans have kept tokens between them.
 SpanCorruptedLengths SpanCorruptionLengths(int64_t length, const SpanCorruptionOptions& options);
+
+// The most raw tokens whose corrupted inputs (with eos) are at most
+// `inputs_length` long (Hugging Face's 568 for 512 at the defaults).
+int64_t SpanCorruptionRawLength(int64_t inputs_length, const SpanCorruptionOptions& options);
 
 // Corrupts `tokens` with spans drawn from `seed` (a 64-bit Mersenne twister:
 // the same spans on every rank and platform). Throws if a token is itself

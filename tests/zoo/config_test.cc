@@ -279,7 +279,8 @@ TEST(ConfigTest, NamesAndRangesAreChecked) {
             std::string::npos)
       << e;
   e = ResolveError(data + "model { arch: \"mistral\" }", 1);
-  EXPECT_NE(e.find("model.arch is 'mistral'; expected one of gpt2, gpt, llama, bert, vit"), std::string::npos)
+  EXPECT_NE(e.find("model.arch is 'mistral'; expected one of gpt2, gpt, llama, t5, bert, vit"),
+            std::string::npos)
       << e;
   e = ResolveError(data + "model { hidden_act: \"gelu_new\" }", 1);
   EXPECT_NE(e.find("model.hidden_act is 'gelu_new'; expected one of gelu_tanh, gelu"), std::string::npos)
@@ -543,9 +544,77 @@ TEST(ConfigTest, LlamaSettingsThatCannotWorkAreNamed) {
       std::string::npos);
   EXPECT_NE(error("arch: \"gpt2\" rope_theta: 500000").find("model.rope_theta is a Llama setting"),
             std::string::npos);
+  EXPECT_NE(error("arch: \"gpt2\" tie_word_embeddings: true")
+                .find("model.tie_word_embeddings is a Llama and T5 setting"),
+            std::string::npos);
+}
+
+TEST(ConfigTest, TheT5ConfigsResolveAndTheirSavedFormResolvesToItself) {
+  config::Config tiny = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/t5_tiny.prototxt");
+  ResolveConfig(&tiny, 4);
+  EXPECT_EQ(tiny.model().num_decoder_layers(), 2);
+  EXPECT_EQ(tiny.model().head_dim(), 32);
+  EXPECT_EQ(tiny.model().layernorm_epsilon(), 1e-6);        // T5's when left out
+  EXPECT_EQ(tiny.train().dist().pipeline_num_layers(), 4);  // encoder and decoder
+  EXPECT_EQ(tiny.data().eos_token_id(), 0);                 // the bundled vocabulary's <|endoftext|>
+  config::Config base = LoadConfig(std::string(TESSEL_SOURCE_DIR) + "/configs/t5_base.prototxt");
+  ResolveConfig(&base, 8);
+  EXPECT_EQ(base.train().dist().data_parallel_size(), 2);
+  EXPECT_EQ(base.train().dist().pipeline_num_layers(), 24);
+  EXPECT_EQ(base.train().num_accumulation_steps(), 4);
+  for (config::Config* c : {&tiny, &base}) {
+    config::Config again = ParseConfig(ConfigText(*c), "saved");
+    ResolveConfig(&again, c == &tiny ? 4 : 8);
+    EXPECT_EQ(ConfigText(again), ConfigText(*c));
+  }
+  // Left out: the decoder as deep as the encoder, v1.1's feed-forward,
+  // T5's eos without a vocabulary file.
+  config::Config bare =
+      ParseConfig("model { arch: \"t5\" hidden_layers: 3 } data { data_prefix: \"x\" }", "x");
+  ResolveConfig(&bare, 1);
+  EXPECT_EQ(bare.model().num_decoder_layers(), 3);
+  EXPECT_EQ(bare.model().hidden_act(), "gated-gelu");
+  EXPECT_EQ(bare.data().eos_token_id(), 1);
+  EXPECT_EQ(bare.train().dist().pipeline_num_layers(), 6);
+}
+
+TEST(ConfigTest, T5SettingsThatCannotWorkAreNamed) {
+  auto error = [](const std::string& text, int world = 1) {
+    return ErrorOf([&] {
+      const bool data = text.find("data {") != std::string::npos;
+      config::Config c = ParseConfig(data ? text : text + " data { data_prefix: \"x\" }", "x");
+      ResolveConfig(&c, world);
+    });
+  };
+  EXPECT_NE(error("model { arch: \"t5\" hidden_act: \"silu\" }").find("model.hidden_act is 'silu'"),
+            std::string::npos);
   EXPECT_NE(
-      error("arch: \"gpt2\" tie_word_embeddings: true").find("model.tie_word_embeddings is a Llama setting"),
+      error("model { arch: \"t5\" relative_attention_num_buckets: 8 relative_attention_max_distance: 2 }")
+          .find("at least 4 buckets and a distance beyond the exact ones"),
       std::string::npos);
+  EXPECT_NE(
+      error("model { arch: \"t5\" hidden_size: 60 num_attention_heads: 8 }").find("give model.head_dim"),
+      std::string::npos);
+  EXPECT_NE(error("model { arch: \"t5\" attention_dropout_prob: 0.1 }").find("tessel's T5 has no dropout"),
+            std::string::npos);
+  EXPECT_NE(
+      error("model { arch: \"t5\" hidden_layers: 1 num_decoder_layers: 1 } "
+            "train { dist { pipeline_parallel_size: 4 } }",
+            4)
+          .find(
+              "model.hidden_layers + num_decoder_layers 2 is fewer than train.dist.pipeline_parallel_size 4"),
+      std::string::npos);
+  EXPECT_NE(error("model { arch: \"t5\" } data { data_prefix: \"x\" eos_token_id: 5000 }")
+                .find("data.eos_token_id is 5000"),
+            std::string::npos);
+  EXPECT_NE(error("model { arch: \"t5\" } data { data_prefix: \"x\" mean_noise_span_length: 0.5 }")
+                .find("data.mean_noise_span_length is 0.5"),
+            std::string::npos);
+  EXPECT_NE(error("model { arch: \"gpt2\" head_dim: 16 }").find("model.head_dim is a T5 setting"),
+            std::string::npos);
+  EXPECT_NE(error("model { arch: \"llama\" } data { data_prefix: \"x\" noise_density: 0.3 }")
+                .find("data.noise_density is a T5 (span corruption) setting"),
+            std::string::npos);
 }
 
 TEST(ConfigTest, TheViTConfigsResolve) {

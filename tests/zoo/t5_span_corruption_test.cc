@@ -39,6 +39,12 @@ TEST(SpanCorruption, HidesSpansBehindSentinelsThatTheTargetsRestore) {
   EXPECT_EQ(t5.spans, 28);
   EXPECT_EQ(t5.inputs, 512);
   EXPECT_EQ(t5.targets, 114);
+  EXPECT_EQ(SpanCorruptionRawLength(512, options), 568);  // compute_input_and_target_lengths(512)
+  for (int64_t inputs : {3, 10, 64, 100, 511}) {
+    const int64_t raw = SpanCorruptionRawLength(inputs, options);
+    EXPECT_LE(SpanCorruptionLengths(raw, options).inputs, inputs);
+    EXPECT_GT(SpanCorruptionLengths(raw + 1, options).inputs, inputs) << inputs;
+  }
   const SpanCorruptedLengths l = SpanCorruptionLengths(114, options);
   EXPECT_EQ(l.noise_tokens, 17);
   EXPECT_EQ(l.spans, 6);
@@ -63,6 +69,9 @@ TEST(SpanCorruption, TokensAmongTheSentinelsAndBadOptionsAreNamed) {
   EXPECT_NE(e.find("token 118 is outside the vocabulary below its sentinels"), std::string::npos) << e;
   e = testing::ErrorOf([&] { SpanCorruptionLengths(40, {.noise_density = 1.5}); });
   EXPECT_NE(e.find("noise_density 1.5"), std::string::npos) << e;
+  // 90% noise in spans of 1 leaves too few kept tokens between the spans.
+  e = testing::ErrorOf([&] { SpanCorruptionLengths(40, {.noise_density = 0.9, .mean_span_length = 1}); });
+  EXPECT_NE(e.find("give 36 spans but only 4 kept tokens"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -55,6 +55,26 @@ models::LlamaConfig LlamaConfigOf(const config::Config& c) {
           .activation_checkpoint = c.train().activation_checkpoint()};
 }
 
+models::T5Config T5ConfigOf(const config::Config& c) {
+  const config::ModelConfig& m = c.model();
+  return {.vocab_size = m.vocab_size(),
+          .hidden = m.hidden_size(),
+          .heads = m.num_attention_heads(),
+          .head_dim = m.head_dim(),
+          .ffn_hidden = m.ffn_hidden_size(),
+          .encoder_layers = m.hidden_layers(),
+          .decoder_layers = m.num_decoder_layers(),
+          .relative_buckets = m.relative_attention_num_buckets(),
+          .relative_max_distance = m.relative_attention_max_distance(),
+          .layernorm_epsilon = m.layernorm_epsilon(),
+          .gated_gelu = m.hidden_act() == "gated-gelu",
+          .tie_word_embeddings = m.tie_word_embeddings(),
+          .init_std = m.initializer_range(),
+          .seed = c.train().seed(),
+          .make_vocab_size_divisible_by = m.make_vocab_size_divisible_by(),
+          .activation_checkpoint = c.train().activation_checkpoint()};
+}
+
 namespace {
 // The CausalLM of a model whose Loss and Logits take ids (and labels).
 template <typename Model>

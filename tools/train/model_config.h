@@ -10,6 +10,7 @@
 #include "layers/transformer.h"
 #include "models/gpt.h"
 #include "models/llama.h"
+#include "models/t5.h"
 #include "zoo/config.pb.h"
 
 namespace tessel::train {
@@ -23,6 +24,10 @@ models::GPTConfig GptConfigOf(const config::Config& c);
 // The Llama of a resolved config (model.*, with layernorm_epsilon as the
 // RMSNorm's epsilon; train.seed, train.activation_checkpoint).
 models::LlamaConfig LlamaConfigOf(const config::Config& c);
+// The T5 of a resolved config (model.*: hidden_layers the encoder's,
+// num_decoder_layers the decoder's, hidden_act its feed-forward;
+// train.seed).
+models::T5Config T5ConfigOf(const config::Config& c);
 
 // A causal language model of the zoo (model.arch gpt2 or llama), as the
 // trainer, tessel-generate and evaluation use it: the module, its loss and

@@ -1,8 +1,9 @@
 // What tessel-train trains: a model of the zoo with its data, behind one
 // interface so the training loop (training_program.cc) is the same for every
-// model. One task per model, one file each: gpt_task.cc (GPT-2 on an
-// indexed dataset), bert_task.cc (BERT on an indexed dataset of sentences),
-// vit_task.cc (ViT on an image dataset).
+// model. One task per model, one file each: causal_lm_task.cc (GPT-2 and
+// Llama on an indexed dataset), t5_task.cc (T5 by span corruption of one),
+// bert_task.cc (BERT on an indexed dataset of sentences), vit_task.cc (ViT
+// on an image dataset).
 #pragma once
 
 #include <map>
@@ -108,6 +109,7 @@ double TransformerLayerFlopsPerToken(const config::ModelConfig& m, int64_t seq);
 // any training; throws naming the field or file.
 // GPT-2 and Llama (model.arch gpt2, llama).
 std::unique_ptr<Task> MakeCausalLMTask(const TaskContext& context);
+std::unique_ptr<Task> MakeT5Task(const TaskContext& context);
 std::unique_ptr<Task> MakeBertTask(const TaskContext& context);
 std::unique_ptr<Task> MakeViTTask(const TaskContext& context);
 

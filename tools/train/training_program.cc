@@ -359,6 +359,7 @@ int RunTrainingProgram(int argc, char** argv) {
                                    .micro_batches = micro_batches};
   std::unique_ptr<train::Task> task = m.arch() == "vit"    ? train::MakeViTTask(context)
                                       : m.arch() == "bert" ? train::MakeBertTask(context)
+                                      : m.arch() == "t5"   ? train::MakeT5Task(context)
                                                            : train::MakeCausalLMTask(context);
   const int64_t global = t.global_batch_size(), tokens_per_sample = task->tokens_per_sample();
   const bool evaluate = c.evaluation().enabled();
@@ -535,7 +536,7 @@ int RunTrainingProgram(int argc, char** argv) {
     std::printf(
         "tessel-train: %s, %ld layers, hidden %ld; world %d = dp %ld x tp %ld x "
         "pp %ld; global batch %ld = micro %ld x dp %ld x accumulation %d; %s%s; %ld iterations; %s\n",
-        m.arch().c_str(), static_cast<long>(m.hidden_layers()), static_cast<long>(m.hidden_size()), world,
+        m.arch().c_str(), static_cast<long>(d.pipeline_num_layers()), static_cast<long>(m.hidden_size()), world,
         static_cast<long>(dp), static_cast<long>(d.tensor_parallel_size()),
         static_cast<long>(d.pipeline_parallel_size()), static_cast<long>(global),
         static_cast<long>(t.micro_batch_size()), static_cast<long>(dp), micro_batches,
