@@ -30,9 +30,12 @@ enum class Layout {
   kSeparateQkv,  // three nn.Linear (query, key, value) for tessel's fused head-major QKV
   kPatchConv,    // Conv2d [hidden, C, p, p] for tessel's Linear [C p p, hidden]
   // Llama's q_proj, k_proj, v_proj (nn.Linear) for tessel's fused [in][key/
-  // value group][its query heads | k | v][head dim]
+  // value group][its query heads | k | v][head dim]; T5's q, k, v alike (a
+  // group per head), and with two names, T5's cross-attention k, v for
+  // tessel's [in][head][k | v][head dim]
   kGroupedQkv,
-  // Llama's gate_proj, up_proj (nn.Linear) for tessel's [in][ffn][gate | up]
+  // Llama's gate_proj, up_proj (nn.Linear) for tessel's [in][ffn][gate | up];
+  // T5's wi_0, wi_1 alike
   kInterleavedPair,
 };
 
@@ -74,6 +77,15 @@ std::vector<Rule> Rules(const config::ModelConfig& m) {
     same(t + ".weight", hf + ".weight", {h});
     same(t + ".bias", hf + ".bias", {h});
   };
+  // An nn.Linear weight without a bias.
+  auto weight = [&](const std::string& t, const std::string& hf, int64_t in, int64_t out) {
+    rules.push_back({t + ".weight", {hf + ".weight"}, Layout::kTranspose, {in, out}, {{out, in}}});
+  };
+  auto names = [](const std::string& prefix, std::initializer_list<const char*> parts) {
+    std::vector<std::string> out;
+    for (const char* part : parts) out.push_back(prefix + part + ".weight");
+    return out;
+  };
   auto separate_qkv = [&](const std::string& t, const std::string& hf) {
     std::vector<std::string> w, b;
     for (const char* part : {"query", "key", "value"}) {
@@ -113,14 +125,6 @@ std::vector<Rule> Rules(const config::ModelConfig& m) {
     // [vocab, hidden] as tessel keeps it.
     const int64_t kv = h / m.num_attention_heads() *
                        (m.num_key_value_heads() > 0 ? m.num_key_value_heads() : m.num_attention_heads());
-    auto weight = [&](const std::string& t, const std::string& hf, int64_t in, int64_t out) {
-      rules.push_back({t + ".weight", {hf + ".weight"}, Layout::kTranspose, {in, out}, {{out, in}}});
-    };
-    auto names = [](const std::string& prefix, std::initializer_list<const char*> parts) {
-      std::vector<std::string> out;
-      for (const char* part : parts) out.push_back(prefix + part + ".weight");
-      return out;
-    };
     rules.push_back({"embed_tokens.weight",
                      {"model.embed_tokens.weight"},
                      Layout::kSame,
@@ -145,6 +149,67 @@ std::vector<Rule> Rules(const config::ModelConfig& m) {
       weight(t + "mlp.down_proj", hf + "mlp.down_proj", ffn, h);
     }
     same("norm.weight", "model.norm.weight", {h});
+    if (!m.tie_word_embeddings())
+      rules.push_back({"lm_head.weight",
+                       {"lm_head.weight"},
+                       Layout::kSame,
+                       {m.vocab_size(), h},
+                       {{m.vocab_size(), h}},
+                       true});
+  } else if (m.arch() == "t5") {
+    // T5ForConditionalGeneration: nn.Linear weights without biases, T5's
+    // layer norms (weights only), one relative-position table per stack in
+    // its first block, the stacks' embed_tokens tied to `shared`.
+    const int64_t heads = m.num_attention_heads();
+    const int64_t inner = heads * (m.head_dim() > 0 ? m.head_dim() : h / heads);
+    rules.push_back({"shared.weight",
+                     {"shared.weight"},
+                     Layout::kSame,
+                     {m.vocab_size(), h},
+                     {{m.vocab_size(), h}},
+                     true,
+                     {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"}});
+    for (const bool decoder : {false, true}) {
+      const std::string stack = decoder ? "decoder" : "encoder";
+      const int64_t count = decoder ? (m.num_decoder_layers() > 0 ? m.num_decoder_layers() : layers) : layers;
+      for (int64_t i = 0; i < count; ++i) {
+        const std::string t = Numbered(stack, i), hf = Numbered(stack + ".block.", i) + "layer.";
+        same(t + "self_norm.weight", hf + "0.layer_norm.weight", {h});
+        rules.push_back({t + "self_attention.qkv.weight",
+                         names(hf + "0.SelfAttention.", {"q", "k", "v"}),
+                         Layout::kGroupedQkv,
+                         {h, 3 * inner},
+                         {{inner, h}, {inner, h}, {inner, h}}});
+        weight(t + "self_attention.o", hf + "0.SelfAttention.o", inner, h);
+        if (i == 0)
+          same(t + "self_attention.relative_attention_bias", hf + "0.SelfAttention.relative_attention_bias.weight",
+               {m.relative_attention_num_buckets(), heads});
+        std::string ff = hf + "1.";
+        if (decoder) {
+          same(t + "cross_norm.weight", hf + "1.layer_norm.weight", {h});
+          weight(t + "cross_attention.q", hf + "1.EncDecAttention.q", h, inner);
+          rules.push_back({t + "cross_attention.kv.weight",
+                           names(hf + "1.EncDecAttention.", {"k", "v"}),
+                           Layout::kGroupedQkv,
+                           {h, 2 * inner},
+                           {{inner, h}, {inner, h}}});
+          weight(t + "cross_attention.o", hf + "1.EncDecAttention.o", inner, h);
+          ff = hf + "2.";
+        }
+        same(t + "ff_norm.weight", ff + "layer_norm.weight", {h});
+        if (m.hidden_act() == "relu") {
+          weight(t + "ff.wi", ff + "DenseReluDense.wi", h, ffn);
+        } else {
+          rules.push_back({t + "ff.wi.weight",
+                           names(ff + "DenseReluDense.", {"wi_0", "wi_1"}),
+                           Layout::kInterleavedPair,
+                           {h, 2 * ffn},
+                           {{ffn, h}, {ffn, h}}});
+        }
+        weight(t + "ff.wo", ff + "DenseReluDense.wo", ffn, h);
+      }
+      same(stack + "_norm.weight", stack + ".final_layer_norm.weight", {h});
+    }
     if (!m.tie_word_embeddings())
       rules.push_back({"lm_head.weight",
                        {"lm_head.weight"},
@@ -209,7 +274,7 @@ std::vector<Rule> Rules(const config::ModelConfig& m) {
     linear("head", "classifier", h, m.num_classes(), true);
   } else {
     TESSEL_THROW(StatusCode::kInvalidArgument)
-        << "Hugging Face mapping: model.arch '" << m.arch() << "'; expected gpt2, llama, bert or vit";
+        << "Hugging Face mapping: model.arch '" << m.arch() << "'; expected gpt2, llama, t5, bert or vit";
   }
   return rules;
 }
@@ -269,13 +334,17 @@ Tensor FirstRows(const Tensor& t, int64_t rows) {
 }
 
 // The sizes of a grouped q|k|v rule: its input features, key/value groups,
-// query heads per group and head dimension.
+// query heads per group (0 for a k|v rule: one group per head) and head
+// dimension.
 struct GroupedQkvSizes {
   int64_t in, kv, group, hd;
   static GroupedQkvSizes Of(const Rule& r, int64_t heads) {
-    const int64_t hd = r.hf_shapes[0][0] / heads, kv = r.hf_shapes[1][0] / hd;
-    return {r.hf_shapes[0][1], kv, heads / kv, hd};
+    const bool with_q = r.hf.size() == 3;
+    const int64_t hd = r.hf_shapes[0][0] / heads, kv = with_q ? r.hf_shapes[1][0] / hd : heads;
+    return {r.hf_shapes[0][1], kv, with_q ? heads / kv : 0, hd};
   }
+  // The first Hugging Face tensor that is a key (after the query's).
+  size_t first_kv() const { return group > 0 ? 1 : 0; }
 };
 
 // Hugging Face's tensors of a rule -> tessel's.
@@ -319,9 +388,9 @@ Tensor ToTessel(const Rule& r, const std::vector<Tensor>& hf, int64_t heads) {
       for (int64_t j = 0; j < g.kv; ++j) {
         std::memcpy(dst + j * (g.group + 2) * row,
                     static_cast<const uint8_t*>(hf[0].raw_data()) + j * g.group * row, g.group * row);
-        for (int part = 1; part < 3; ++part)
-          std::memcpy(dst + (j * (g.group + 2) + g.group + part - 1) * row,
-                      static_cast<const uint8_t*>(hf[part].raw_data()) + j * row, row);
+        for (size_t part = 0; part < 2; ++part)
+          std::memcpy(dst + (j * (g.group + 2) + g.group + static_cast<int64_t>(part)) * row,
+                      static_cast<const uint8_t*>(hf[g.first_kv() + part].raw_data()) + j * row, row);
       }
       return Permuted(rows, {g.kv * (g.group + 2) * g.hd, g.in}, {1, 0});
     }
@@ -370,7 +439,9 @@ Tensor ToHuggingFace(const Rule& r, const Tensor& t, size_t part, int64_t heads)
       const GroupedQkvSizes g = GroupedQkvSizes::Of(r, heads);
       const Tensor rows =
           Permuted(t, {g.in, g.kv * (g.group + 2) * g.hd}, {1, 0});  // [kv][group + 2][hd][in]
-      const int64_t per_group = part == 0 ? g.group : 1, first = part == 0 ? 0 : g.group + part - 1;
+      const bool query = g.group > 0 && part == 0;
+      const int64_t per_group = query ? g.group : 1,
+                    first = query ? 0 : g.group + static_cast<int64_t>(part - g.first_kv());
       Tensor out = Tensor::Empty(Shape(hs), t.dtype());
       const size_t element = ElementSize(t.dtype()), row = static_cast<size_t>(g.hd * g.in) * element;
       for (int64_t j = 0; j < g.kv; ++j)
@@ -534,6 +605,32 @@ config::ModelConfig ModelFromHuggingFaceConfig(const std::string& config_json, c
           << context.dump() << "; expected a positive integer up to " << kMaxSize;
       out.set_original_max_position_embeddings(context.get<int64_t>());
     }
+  } else if (type == "t5") {
+    // The feed-forwards tessel's T5 has: v1.1's gated GELU (tanh form, as
+    // Hugging Face computes "gated-gelu") and the original's ReLU.
+    const std::string ff = text("feed_forward_proj", "relu");
+    TESSEL_CHECK(ff == "gated-gelu" || ff == "relu")
+        << "Hugging Face config " << where << ": \"feed_forward_proj\" is \"" << ff
+        << "\"; tessel's T5 supports \"gated-gelu\" (T5 v1.1) and \"relu\" (the original T5)";
+    require("is_encoder_decoder", true);
+    require("decoder_start_token_id", 0);  // the decoder reads the labels shifted right behind a 0
+    m.set_arch("t5");
+    m.set_hidden_act(ff);
+    m.set_vocab_size(integer("vocab_size"));
+    m.set_hidden_size(integer("d_model"));
+    m.set_head_dim(integer("d_kv"));
+    m.set_ffn_hidden_size(integer("d_ff"));
+    m.set_hidden_layers(integer("num_layers"));
+    m.set_num_decoder_layers(integer("num_decoder_layers", m.hidden_layers()));
+    m.set_num_attention_heads(integer("num_heads"));
+    m.set_relative_attention_num_buckets(integer("relative_attention_num_buckets", 32));
+    m.set_relative_attention_max_distance(integer("relative_attention_max_distance", 128));
+    m.set_layernorm_epsilon(number("layer_norm_epsilon", 1e-6));
+    // PretrainedConfig's default ties (the original T5); v1.1 unties.
+    m.set_tie_word_embeddings(!j.contains("tie_word_embeddings") || !j["tie_word_embeddings"].is_boolean() ||
+                              j["tie_word_embeddings"].get<bool>());
+    // T5 has no position table; its pre-training encodes 512 tokens.
+    m.set_max_seq_length(512);
   } else if (type == "bert") {
     require("position_embedding_type", "absolute");
     require("is_decoder", false);
@@ -581,14 +678,15 @@ config::ModelConfig ModelFromHuggingFaceConfig(const std::string& config_json, c
         << " is not a multiple of patch_size " << m.patch_size();
   } else {
     TESSEL_THROW(StatusCode::kInvalidArgument) << "Hugging Face config " << where << ": model_type '" << type
-                                               << "'; expected gpt2, llama, bert or vit";
+                                               << "'; expected gpt2, llama, t5, bert or vit";
   }
-  TESSEL_CHECK(m.hidden_size() % m.num_attention_heads() == 0)
+  // T5's heads have a width of their own (d_kv).
+  TESSEL_CHECK(m.arch() == "t5" || m.hidden_size() % m.num_attention_heads() == 0)
       << "Hugging Face config " << where << ": hidden size " << m.hidden_size() << " is not divisible by "
       << m.num_attention_heads() << " heads";
   m.set_initializer_range(number("initializer_range", 0.02));
   // A training length within the position table; set it to what you train on.
-  if (m.arch() != "vit") m.set_max_seq_length(m.max_position_embeddings());
+  if (m.arch() != "vit" && m.arch() != "t5") m.set_max_seq_length(m.max_position_embeddings());
   return m;
 }
 
@@ -640,6 +738,25 @@ std::string HuggingFaceConfigJson(const config::ModelConfig& m) {
                            {"high_freq_factor", r.high_freq_factor()},
                            {"original_max_position_embeddings", r.original_max_position_embeddings()}};
     }
+  } else if (m.arch() == "t5") {
+    j = {{"model_type", "t5"},
+         {"architectures", {"T5ForConditionalGeneration"}},
+         {"vocab_size", m.vocab_size()},
+         {"d_model", m.hidden_size()},
+         {"d_kv", m.head_dim() > 0 ? m.head_dim() : m.hidden_size() / m.num_attention_heads()},
+         {"d_ff", ffn},
+         {"num_layers", m.hidden_layers()},
+         {"num_decoder_layers", m.num_decoder_layers() > 0 ? m.num_decoder_layers() : m.hidden_layers()},
+         {"num_heads", m.num_attention_heads()},
+         {"relative_attention_num_buckets", m.relative_attention_num_buckets()},
+         {"relative_attention_max_distance", m.relative_attention_max_distance()},
+         {"feed_forward_proj", m.hidden_act() == "relu" ? "relu" : "gated-gelu"},
+         {"layer_norm_epsilon", m.layernorm_epsilon()},
+         {"dropout_rate", 0.0},
+         {"is_encoder_decoder", true},
+         {"decoder_start_token_id", 0},
+         {"pad_token_id", 0},
+         {"tie_word_embeddings", m.tie_word_embeddings()}};
   } else if (m.arch() == "bert") {
     j = {{"model_type", "bert"},
          {"architectures", {"BertForPreTraining"}},
@@ -680,7 +797,7 @@ std::string HuggingFaceConfigJson(const config::ModelConfig& m) {
          {"attention_probs_dropout_prob", m.attention_dropout_prob()}};
   } else {
     TESSEL_THROW(StatusCode::kInvalidArgument)
-        << "Hugging Face export: model.arch '" << m.arch() << "'; expected gpt2, llama, bert or vit";
+        << "Hugging Face export: model.arch '" << m.arch() << "'; expected gpt2, llama, t5, bert or vit";
   }
   j["initializer_range"] = m.initializer_range();
   j["torch_dtype"] = "float32";
@@ -759,10 +876,14 @@ HuggingFaceImport ReadHuggingFace(const fs::path& dir) {
   }
   // Everything else must be a tied copy (equal to what tessel ties it to)
   // or a buffer derived from the config.
-  const std::map<std::string, std::string> tied = {
+  std::map<std::string, std::string> tied = {
       {"lm_head.weight", m.arch() == "llama" ? "embed_tokens.weight" : "wte.weight"},
       {"cls.predictions.decoder.weight", "word_embeddings.weight"},
       {"cls.predictions.decoder.bias", "mlm_bias"}};
+  if (m.arch() == "t5")
+    tied = {{"lm_head.weight", "shared.weight"},
+            {"encoder.embed_tokens.weight", "shared.weight"},
+            {"decoder.embed_tokens.weight", "shared.weight"}};
   std::vector<std::string> unknown;
   for (const auto& [name, file] : where) {
     if (used.count(name)) continue;

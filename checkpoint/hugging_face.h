@@ -1,16 +1,20 @@
 // Hugging Face models in and out: GPT2LMHeadModel, LlamaForCausalLM,
-// BertForPreTraining and ViTForImageClassification, as `save_pretrained`
-// writes them (config.json
+// T5ForConditionalGeneration, BertForPreTraining and
+// ViTForImageClassification, as `save_pretrained` writes them (config.json
 // and model.safetensors, or model.safetensors.index.json and its shards)
 // and as `from_pretrained` reads them.
 //
-// tessel's parameters differ from Hugging Face's in names and in three
+// tessel's parameters differ from Hugging Face's in names and in these
 // layouts, mapped both ways by one table per model:
 //   - Linear weights are [in, out] in tessel, as in GPT-2's Conv1D, but
-//     [out, in] in nn.Linear (Llama, BERT, ViT): transposed;
+//     [out, in] in nn.Linear (Llama, T5, BERT, ViT): transposed;
 //   - the fused QKV weight is head-major in tessel ([head][q|k|v][head
 //     dim], so a column split keeps heads whole), [q|k|v][head][head dim]
-//     in GPT-2's c_attn, three separate Linears in BERT and ViT;
+//     in GPT-2's c_attn, three separate Linears in BERT and ViT; Llama's
+//     and T5's separate q, k, v go in per key/value group ([group][its
+//     query heads|k|v][head dim]; T5's cross-attention k, v as [head][k|v]
+//     [head dim]), and their gated MLPs' two input Linears interleave per
+//     feature ([ffn][gate|up]);
 //   - ViT's patch projection is a Linear over (channel, row, column)
 //     patches in tessel, a Conv2d [hidden, C, p, p] there.
 // The vocabulary is stored unpadded (tessel pads its table to a multiple of
@@ -30,13 +34,13 @@ namespace tessel::checkpoint {
 
 // The model fields of a tessel config a Hugging Face config.json (its text)
 // stands for. Throws naming `where` and the field for a model_type other
-// than gpt2, llama, bert or vit, or an option tessel's model does not have (an
+// than gpt2, llama, t5, bert or vit, or an option tessel's model does not have (an
 // activation, cross-attention, relative positions, GPT-2 with untied
 // embeddings...).
 // Dropout probabilities are not carried over: they are a training choice
 // (and graph mode trains without dropout).
 config::ModelConfig ModelFromHuggingFaceConfig(const std::string& config_json, const std::string& where);
-// config.json for `model` (arch gpt2, llama, bert or vit), as from_pretrained reads it.
+// config.json for `model` (arch gpt2, llama, t5, bert or vit), as from_pretrained reads it.
 std::string HuggingFaceConfigJson(const config::ModelConfig& model);
 
 struct HuggingFaceImport {

@@ -2,7 +2,9 @@
 tessel-checkpoint import-hf / export-hf, train.load_weight).
 
 For GPT2LMHeadModel, LlamaForCausalLM (grouped-query attention, untied
-output), BertForPreTraining and ViTForImageClassification:
+output), T5ForConditionalGeneration (v1.1's gated GELU and untied output;
+the original's ReLU and tied output), BertForPreTraining and
+ViTForImageClassification:
 a randomly initialised model (every parameter then moved by noise, so no
 weight is 0 or 1 and a mapping mistake cannot hide), saved with
 save_pretrained (safetensors), is imported as a tessel checkpoint; tessel's
@@ -43,6 +45,7 @@ parser.add_argument("--gpt2_dump", required=True)
 parser.add_argument("--bert_dump", required=True)
 parser.add_argument("--vit_dump", required=True)
 parser.add_argument("--llama_dump", required=True)
+parser.add_argument("--t5_dump", required=True)
 args = parser.parse_args()
 
 TOLERANCE = 1e-5
@@ -51,7 +54,8 @@ install_transformers(work)
 import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from transformers import (BertConfig, BertForPreTraining, GPT2Config, GPT2LMHeadModel, LlamaConfig,  # noqa: E402
-                          LlamaForCausalLM, ViTConfig, ViTForImageClassification)
+                          LlamaForCausalLM, T5Config, T5ForConditionalGeneration, ViTConfig,
+                          ViTForImageClassification)
 
 LOSS = re.compile(r"\[rank 0\] iteration (\d+)/\d+ loss ([0-9.]+)")
 
@@ -108,6 +112,29 @@ def bert_outputs(model, t, vocab):
             ("loss", t["loss"].reshape(1), full.loss.reshape(1))]
 
 
+def t5_outputs(model, t, vocab):
+    with torch.no_grad():
+        plain = model(input_ids=t["input_ids"], decoder_input_ids=t["decoder_input_ids"], labels=t["labels"])
+        masked = model(input_ids=t["input_ids"], attention_mask=t["attention_mask"].long(),
+                       decoder_input_ids=t["decoder_input_ids"], labels=t["labels"])
+    return [("logits", t["logits"][..., :vocab], plain.logits), ("loss", t["loss"].reshape(1), plain.loss.reshape(1)),
+            ("logits with an encoder padding mask", t["masked_logits"][..., :vocab], masked.logits)]
+
+
+def t5_config(gated):
+    # initializer_factor 0.1: at T5's own 1.0 (an output table of std 1,
+    # logits up to 30) Hugging Face's float32 logits differ from its float64
+    # ones by 3e-5, more than the tolerance; the noise still moves every weight.
+    return T5Config(initializer_factor=0.1, vocab_size=1100, d_model=64, d_kv=16, d_ff=96, num_layers=2, num_decoder_layers=2, num_heads=4,
+                    relative_attention_num_buckets=8, relative_attention_max_distance=20, dropout_rate=0.0,
+                    layer_norm_epsilon=1e-6, feed_forward_proj="gated-gelu" if gated else "relu",
+                    tie_word_embeddings=not gated, decoder_start_token_id=0, pad_token_id=0)
+
+
+T5_FLAGS = ["--vocab=1100", "--hidden=64", "--heads=4", "--head_dim=16", "--ffn=96", "--encoder_layers=2",
+            "--decoder_layers=2", "--buckets=8", "--max_distance=20"]
+
+
 def vit_outputs(model, t, vocab):
     with torch.no_grad():
         out = model(pixel_values=t["pixel_values"], labels=t["labels"])
@@ -123,6 +150,9 @@ MODELS = {
                                             attn_implementation="eager"),
               args.llama_dump, ["--vocab=1100", "--hidden=64", "--heads=8", "--kv_heads=2", "--ffn=96", "--layers=2",
                                 "--seq=16"], gpt2_outputs),
+    "t5": (T5ForConditionalGeneration, t5_config(gated=True), args.t5_dump, T5_FLAGS, t5_outputs),
+    "t5 original": (T5ForConditionalGeneration, t5_config(gated=False), args.t5_dump,
+                    T5_FLAGS + ["--tie", "--gated=false"], t5_outputs),
     "bert": (BertForPreTraining, BertConfig(vocab_size=1100, hidden_size=32, num_hidden_layers=2,
                                             num_attention_heads=4, intermediate_size=128,
                                             max_position_embeddings=16),
@@ -138,6 +168,8 @@ hf_models = {}
 for arch, (cls, config, program, flags, outputs) in MODELS.items():
     hf = noisy(cls(config), seed=len(arch))
     hf_models[arch] = hf
+    arch_field = arch.split()[0]  # "t5 original" is a t5
+    arch = arch.replace(" ", "_")
     hf_dir = os.path.join(work, f"{arch}_hf")
     hf.save_pretrained(hf_dir, safe_serialization=True)
     ckpt = os.path.join(work, f"{arch}_imported")
@@ -145,7 +177,7 @@ for arch, (cls, config, program, flags, outputs) in MODELS.items():
     check(f"{arch}: import-hf converts save_pretrained's directory", code == 0, out[-3000:])
     if code != 0:
         continue
-    expect(f"{arch}: import-hf prints the config's model block", out, rf'arch: "{arch}"')
+    expect(f"{arch}: import-hf prints the config's model block", out, rf'arch: "{arch_field}"')
     vocab = getattr(config, "vocab_size", 0)
     for layout, (nproc, layout_flags) in LAYOUTS.items():
         tensors, text = dump(program, nproc, flags + layout_flags + [f"--load={ckpt}"],
@@ -427,7 +459,7 @@ cfg["model_type"] = "mistral"
 json.dump(cfg, open(os.path.join(bad, "config.json"), "w"))
 code, out, _ = tool("import-hf", bad, os.path.join(work, "x1"))
 check("another model type is refused", code not in (0, None), out[-1000:])
-expect("... naming it", out, r"model_type 'mistral'; expected gpt2, llama, bert or vit")
+expect("... naming it", out, r"model_type 'mistral'; expected gpt2, llama, t5, bert or vit")
 cfg["model_type"], cfg["n_layer"] = "gpt2", 3
 json.dump(cfg, open(os.path.join(bad, "config.json"), "w"))
 code, out, _ = tool("import-hf", bad, os.path.join(work, "x2"))
@@ -438,6 +470,14 @@ json.dump(cfg, open(os.path.join(bad, "config.json"), "w"))
 code, out, _ = tool("import-hf", bad, os.path.join(work, "x3"))
 check("tensors the config has no place for are refused", code not in (0, None), out[-1000:])
 expect("... naming them", out, r"tensor\(s\) tessel's gpt2 has no place for: transformer\.h\.1\.")
+bad_t5 = os.path.join(work, "bad_t5_hf")
+shutil.copytree(os.path.join(work, "t5_hf"), bad_t5)
+cfg = json.load(open(os.path.join(bad_t5, "config.json")))
+cfg["feed_forward_proj"] = "gated-silu"
+json.dump(cfg, open(os.path.join(bad_t5, "config.json"), "w"))
+code, out, _ = tool("import-hf", bad_t5, os.path.join(work, "x_t5"))
+check("a T5 feed-forward tessel's T5 has not is refused", code not in (0, None), out[-1000:])
+expect("... naming it", out, r'"feed_forward_proj" is "gated-silu"; tessel\'s T5 supports "gated-gelu"')
 code, out, _ = train(gpt_config, 4, [f"train.load_weight={os.path.join(work, 'bert_imported')}"], "x4")
 check("load_weight of another arch is refused", code not in (0, None), out[-1000:])
 expect("... naming both", out, r"is of model\.arch 'bert' but this config trains 'gpt2'")

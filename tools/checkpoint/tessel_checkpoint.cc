@@ -6,7 +6,7 @@
 //                                                   every tensor whole in one safetensors file
 //   tessel-checkpoint split IN.safetensors DIR      one safetensors file (tessel names) as a
 //                                                   checkpoint in DIR, loadable under any layout
-//   tessel-checkpoint import-hf HF_DIR DIR          a Hugging Face GPT-2, BERT or ViT (save_pretrained's
+//   tessel-checkpoint import-hf HF_DIR DIR          a Hugging Face GPT-2, Llama, T5, BERT or ViT (save_pretrained's
 //                                                   directory) as a checkpoint in DIR, for
 //                                                   train.load_weight; prints the config's model block
 //   tessel-checkpoint export-hf CHECKPOINT HF_DIR [--tokenizer DIR]
@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
       "  info       the iteration, the saving layout, each tensor's shape, layout and boxes\n"
       "  merge      every tensor whole, in one safetensors file (tessel's names)\n"
       "  split      one safetensors file as a one-shard checkpoint, loadable under any layout\n"
-      "  import-hf  a Hugging Face GPT-2, BERT or ViT directory (save_pretrained, safetensors) as a\n"
+      "  import-hf  a Hugging Face GPT-2, Llama, T5, BERT or ViT directory (save_pretrained, safetensors) as a\n"
       "             checkpoint for train.load_weight; prints the model block its config needs\n"
       "  export-hf  a checkpoint's model as a Hugging Face directory (config.json, model.safetensors; with\n"
       "             --tokenizer, a GPT-2's tokenizer files too)");
