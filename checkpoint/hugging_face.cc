@@ -77,6 +77,17 @@ std::vector<Rule> Rules(const config::ModelConfig& m) {
     same(t + ".weight", hf + ".weight", {h});
     same(t + ".bias", hf + ".bias", {h});
   };
+  // A vocabulary table [vocab, hidden], as tessel keeps it too (its padded
+  // rows cut on export).
+  auto table = [&](std::string t, std::string hf, std::vector<std::string> aliases = {}) {
+    rules.push_back({std::move(t),
+                     {std::move(hf)},
+                     Layout::kSame,
+                     {m.vocab_size(), h},
+                     {{m.vocab_size(), h}},
+                     true,
+                     std::move(aliases)});
+  };
   // An nn.Linear weight without a bias.
   auto weight = [&](const std::string& t, const std::string& hf, int64_t in, int64_t out) {
     rules.push_back({t + ".weight", {hf + ".weight"}, Layout::kTranspose, {in, out}, {{out, in}}});
@@ -97,12 +108,7 @@ std::vector<Rule> Rules(const config::ModelConfig& m) {
   };
   if (m.arch() == "gpt2" || m.arch() == "gpt") {
     const std::string base = "transformer.";
-    rules.push_back({"wte.weight",
-                     {base + "wte.weight"},
-                     Layout::kSame,
-                     {m.vocab_size(), h},
-                     {{m.vocab_size(), h}},
-                     true});
+    table("wte.weight", base + "wte.weight");
     same("wpe.weight", base + "wpe.weight", {positions, h});
     for (int64_t i = 0; i < layers; ++i) {
       const std::string t = Numbered("h", i), hf = Numbered(base + "h.", i);
@@ -125,12 +131,7 @@ std::vector<Rule> Rules(const config::ModelConfig& m) {
     // [vocab, hidden] as tessel keeps it.
     const int64_t kv = h / m.num_attention_heads() *
                        (m.num_key_value_heads() > 0 ? m.num_key_value_heads() : m.num_attention_heads());
-    rules.push_back({"embed_tokens.weight",
-                     {"model.embed_tokens.weight"},
-                     Layout::kSame,
-                     {m.vocab_size(), h},
-                     {{m.vocab_size(), h}},
-                     true});
+    table("embed_tokens.weight", "model.embed_tokens.weight");
     for (int64_t i = 0; i < layers; ++i) {
       const std::string t = Numbered("layers", i), hf = Numbered("model.layers.", i);
       same(t + "input_layernorm.weight", hf + "input_layernorm.weight", {h});
@@ -149,26 +150,14 @@ std::vector<Rule> Rules(const config::ModelConfig& m) {
       weight(t + "mlp.down_proj", hf + "mlp.down_proj", ffn, h);
     }
     same("norm.weight", "model.norm.weight", {h});
-    if (!m.tie_word_embeddings())
-      rules.push_back({"lm_head.weight",
-                       {"lm_head.weight"},
-                       Layout::kSame,
-                       {m.vocab_size(), h},
-                       {{m.vocab_size(), h}},
-                       true});
+    if (!m.tie_word_embeddings()) table("lm_head.weight", "lm_head.weight");
   } else if (m.arch() == "t5") {
     // T5ForConditionalGeneration: nn.Linear weights without biases, T5's
     // layer norms (weights only), one relative-position table per stack in
     // its first block, the stacks' embed_tokens tied to `shared`.
     const int64_t heads = m.num_attention_heads();
     const int64_t inner = heads * (m.head_dim() > 0 ? m.head_dim() : h / heads);
-    rules.push_back({"shared.weight",
-                     {"shared.weight"},
-                     Layout::kSame,
-                     {m.vocab_size(), h},
-                     {{m.vocab_size(), h}},
-                     true,
-                     {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"}});
+    table("shared.weight", "shared.weight", {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"});
     for (const bool decoder : {false, true}) {
       const std::string stack = decoder ? "decoder" : "encoder";
       const int64_t count = decoder ? (m.num_decoder_layers() > 0 ? m.num_decoder_layers() : layers) : layers;
@@ -182,7 +171,8 @@ std::vector<Rule> Rules(const config::ModelConfig& m) {
                          {{inner, h}, {inner, h}, {inner, h}}});
         weight(t + "self_attention.o", hf + "0.SelfAttention.o", inner, h);
         if (i == 0)
-          same(t + "self_attention.relative_attention_bias", hf + "0.SelfAttention.relative_attention_bias.weight",
+          same(t + "self_attention.relative_attention_bias",
+               hf + "0.SelfAttention.relative_attention_bias.weight",
                {m.relative_attention_num_buckets(), heads});
         std::string ff = hf + "1.";
         if (decoder) {
@@ -210,21 +200,10 @@ std::vector<Rule> Rules(const config::ModelConfig& m) {
       }
       same(stack + "_norm.weight", stack + ".final_layer_norm.weight", {h});
     }
-    if (!m.tie_word_embeddings())
-      rules.push_back({"lm_head.weight",
-                       {"lm_head.weight"},
-                       Layout::kSame,
-                       {m.vocab_size(), h},
-                       {{m.vocab_size(), h}},
-                       true});
+    if (!m.tie_word_embeddings()) table("lm_head.weight", "lm_head.weight");
   } else if (m.arch() == "bert") {
     const std::string e = "bert.embeddings.";
-    rules.push_back({"word_embeddings.weight",
-                     {e + "word_embeddings.weight"},
-                     Layout::kSame,
-                     {m.vocab_size(), h},
-                     {{m.vocab_size(), h}},
-                     true});
+    table("word_embeddings.weight", e + "word_embeddings.weight");
     same("position_embeddings.weight", e + "position_embeddings.weight", {positions, h});
     same("token_type_embeddings.weight", e + "token_type_embeddings.weight", {m.type_vocab_size(), h});
     norm("embedding_ln", e + "LayerNorm");

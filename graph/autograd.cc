@@ -206,8 +206,10 @@ void Tensor::backward(const Tensor& gradient) const {
       // The sum of an output's gradients belongs to the layer that made
       // the output, where that output lives: a value read by layers on
       // other stages (T5's encoder output, read by every decoder stage)
-      // has its gradients summed on its own stage, not a reader's.
-      LayerScope sum_layer(e.node->layer);
+      // has its gradients summed on its own stage, not a reader's. A move
+      // (to_global) leaves its output on the reader's side, where the
+      // reader's layer keeps the sum.
+      LayerScope sum_layer(e.node->name == "to_global" ? n->layer : e.node->layer);
       slot[e.output_index] = Accumulate(slot[e.output_index], in_grads[i]);
       if (--pending[e.node.get()] == 0) ready.push_back(e.node);
     }

@@ -18,8 +18,8 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import check, finish, install_transformers  # noqa: E402
-from train_checks import (LOSS, Trainer, check_bad_inputs, check_long_runs, check_same_losses,  # noqa: E402
-                          layout_sets, train_args)
+from train_checks import (LOSS, Trainer, check_bad_inputs, check_long_runs, check_modes,  # noqa: E402
+                          check_padded_resume, check_same_losses, layout_sets, train_args)
 
 args = train_args()
 config = os.path.join(args.source, "configs", "llama_tiny.prototxt")
@@ -40,13 +40,7 @@ MODES = {"sequence parallel tp2xpp2": (4, ["train.dist.sequence_parallel=true"] 
                                                   layout_sets(1, 2, True)),
          "ZB-H1 pp2": (2, ["train.graph.pipeline=\"zb_h1\""] + layout_sets(1, 2, True)),
          "activation checkpointing tp2xpp2": (4, ["train.activation_checkpoint=true"] + layout_sets(2, 2, True))}
-for name, (nproc, sets) in MODES.items():
-    code, out, secs = train(nproc, common + sets + [f"train.output_dir={os.path.join(work, 'mode')}"])
-    values = [float(v) for i, v in LOSS.findall(out)]
-    ref = losses.get("1x1x1", [])
-    worst = max((abs(a - b) / abs(b) for a, b in zip(values, ref)), default=float("inf"))
-    check(f"{name}: {len(values)} losses equal 1x1x1's within 1e-5 relative (worst {worst:.2e}, {secs:.1f} s)",
-          code == 0 and len(values) == ITERS and worst <= 1e-5, out[-3000:])
+check_modes(train, work, common, MODES, losses.get("1x1x1", []), ITERS)
 
 saved_path = os.path.join(work, "tp2xpp2", "config.prototxt")
 saved = open(saved_path).read() if os.path.exists(saved_path) else ""
@@ -54,28 +48,7 @@ for field in ('arch: "llama"', "num_key_value_heads: 2", "ffn_hidden_size: 352",
               "pipeline_num_layers: 4"):
     check(f"resolved config holds {field}", field in saved, saved)
 
-# Checkpoints: saved at iteration 10 under tp2 x pp2, resumed on one process
-# with the embedding and output tables padded otherwise (multiples of 1,000
-# x tp: 4,000 rows, then 3,000): iterations 11..20 give the uninterrupted
-# run's losses.
-ckpt_dir = os.path.join(work, "ckpt")
-padded = ["model.make_vocab_size_divisible_by=1000"]
-code, out, _ = train(4, common + padded + layout_sets(2, 2, True) + ["train.save_period=10",
-                                                             f"train.output_dir={os.path.join(work, 'save')}",
-                                                             f"train.checkpoint_dir={ckpt_dir}"])
-check("tp2 x pp2 run saving at iterations 10 and 20, its tables padded to 4000 rows",
-      code == 0 and "padded to 4000 rows" in out, out[-2000:])
-code, out, _ = train(1, common + padded + layout_sets(1, 1, True) + [
-    f"train.output_dir={os.path.join(work, 'resumed')}", f"train.checkpoint_dir={ckpt_dir}"],
-                     extra=["--resume_step", "10"])
-check("the resumed run pads its tables to 3000 rows", "padded to 3000 rows" in out, out[-2000:])
-resumed = {int(i): float(v) for i, v in LOSS.findall(out)}
-ref = losses.get("1x1x1", [])
-worst = max((abs(resumed[i] - ref[i - 1]) / abs(ref[i - 1]) for i in range(11, ITERS + 1) if i in resumed),
-            default=float("inf"))
-check(f"resumed on one process from the tp2 x pp2 checkpoint: iterations 11..{ITERS} give the uninterrupted "
-      f"losses (worst {worst:.2e})", code == 0 and sorted(resumed) == list(range(11, ITERS + 1)) and worst <= 1e-5,
-      out[-3000:])
+check_padded_resume(train, work, common, losses.get("1x1x1", []), ITERS)
 
 # Llama's kind of tokenizer: a byte-level BPE with <|begin_of_text|> and
 # <|end_of_text|> as a tokenizer.json (made here with the tokenizers package

@@ -15,8 +15,8 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import check, finish  # noqa: E402
-from train_checks import (LOSS, Trainer, check_bad_inputs, check_long_runs, check_same_losses,  # noqa: E402
-                          layout_sets, train_args)
+from train_checks import (LOSS, Trainer, check_bad_inputs, check_long_runs, check_modes,  # noqa: E402
+                          check_padded_resume, check_same_as, check_same_losses, layout_sets, train_args)
 
 args = train_args()
 config = os.path.join(args.source, "configs", "t5_tiny.prototxt")
@@ -34,13 +34,6 @@ def losses_of(nproc, sets, name):
     return code, [float(v) for i, v in LOSS.findall(out)], out, secs
 
 
-def check_equal(name, values, ref, code, secs, out):
-    worst = max((abs(a - b) / abs(b) for a, b in zip(values, ref)), default=float("inf"))
-    check(f"{name}: {len(values)} losses equal the reference's within 1e-5 relative (worst {worst:.2e}, "
-          f"{secs:.1f} s)", code == 0 and len(values) == ITERS and len(ref) == ITERS and worst <= 1e-5,
-          out[-3000:])
-
-
 # The modes the other models train under give the same losses too.
 MODES = {"ZeRO-3 dp4": (4, ["train.zero_optimization.enabled=true", "train.zero_optimization.stage=3"] +
                         layout_sets(1, 1, True)),
@@ -50,9 +43,7 @@ MODES = {"ZeRO-3 dp4": (4, ["train.zero_optimization.enabled=true", "train.zero_
          "ZB-H1 pp2": (2, ["train.graph.pipeline=\"zb_h1\""] + layout_sets(1, 2, True)),
          "activation checkpointing tp2xpp2": (4, ["train.activation_checkpoint=true"] + layout_sets(2, 2, True)),
          "pp4: the encoder's output read on two decoder stages": (4, layout_sets(1, 4, True))}
-for name, (nproc, sets) in MODES.items():
-    code, values, out, secs = losses_of(nproc, sets, "mode")
-    check_equal(name, values, losses.get("1x1x1", []), code, secs, out)
+check_modes(train, work, common, MODES, losses.get("1x1x1", []), ITERS)
 
 # The original T5: a ReLU feed-forward and the output tied to the token
 # table (scaled by hidden^-1/2), across the pipeline's two ends.
@@ -62,7 +53,7 @@ check(f"original T5 on one process: {len(ref)} losses, falling ({ref[0] if ref e
       f"{ref[-1] if ref else 0:.4f}: the scaled tied output starts with small logits)",
       code == 0 and len(ref) == ITERS and ref[-1] < ref[0] - 0.05, out[-3000:])
 code, values, out, secs = losses_of(4, original + layout_sets(2, 2, True), "original_tp2xpp2")
-check_equal("original T5 tp2 x pp2", values, ref, code, secs, out)
+check_same_as("original T5 tp2 x pp2", values, ref, ITERS, code, secs, out)
 
 saved_path = os.path.join(work, "tp2xpp2", "config.prototxt")
 saved = open(saved_path).read() if os.path.exists(saved_path) else ""
@@ -70,26 +61,7 @@ for field in ('arch: "t5"', "num_decoder_layers: 2", "head_dim: 32", 'hidden_act
               "pipeline_num_layers: 4", "layernorm_epsilon: 1e-06", "eos_token_id: 0"):
     check(f"resolved config holds {field}", field in saved, saved)
 
-# Checkpoints: saved at iteration 10 under tp2 x pp2, resumed on one process
-# with the token and output tables padded otherwise (4,000 rows, then
-# 3,000): iterations 11..20 give the uninterrupted run's losses.
-ckpt_dir = os.path.join(work, "ckpt")
-padded = ["model.make_vocab_size_divisible_by=1000"]
-code, out, _ = train(4, common + padded + layout_sets(2, 2, True) + [
-    "train.save_period=10", f"train.output_dir={os.path.join(work, 'save')}", f"train.checkpoint_dir={ckpt_dir}"])
-check("tp2 x pp2 run saving at iterations 10 and 20, its tables padded to 4000 rows",
-      code == 0 and "padded to 4000 rows" in out, out[-2000:])
-code, out, _ = train(1, common + padded + layout_sets(1, 1, True) + [
-    f"train.output_dir={os.path.join(work, 'resumed')}", f"train.checkpoint_dir={ckpt_dir}"],
-                     extra=["--resume_step", "10"])
-check("the resumed run pads its tables to 3000 rows", "padded to 3000 rows" in out, out[-2000:])
-resumed = {int(i): float(v) for i, v in LOSS.findall(out)}
-ref = losses.get("1x1x1", [])
-worst = max((abs(resumed[i] - ref[i - 1]) / abs(ref[i - 1]) for i in range(11, ITERS + 1) if i in resumed),
-            default=float("inf"))
-check(f"resumed on one process from the tp2 x pp2 checkpoint: iterations 11..{ITERS} give the uninterrupted "
-      f"losses (worst {worst:.2e})", code == 0 and sorted(resumed) == list(range(11, ITERS + 1)) and worst <= 1e-5,
-      out[-3000:])
+check_padded_resume(train, work, common, losses.get("1x1x1", []), ITERS)
 
 check_bad_inputs(train, work, {
     "no room for the sentinels": (["model.vocab_size=2050"],

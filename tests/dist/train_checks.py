@@ -1,8 +1,9 @@
 """What every model of the zoo must show under tessel-train (used by
-test_train_layouts.py for GPT-2, test_train_bert.py for BERT and
-test_train_vit.py for ViT): the same losses under every layout, a falling
-loss over 100 iterations eagerly, in graph mode and under pp2, and bad input
-named before the first iteration."""
+test_train_layouts.py for GPT-2, test_train_llama.py, test_train_t5.py,
+test_train_bert.py for BERT and test_train_vit.py for ViT): the same losses
+under every layout and mode, a falling loss over 100 iterations eagerly, in
+graph mode and under pp2, a padded checkpoint resumed on one process, and
+bad input named before the first iteration."""
 import argparse
 import os
 import re
@@ -94,3 +95,42 @@ def check_bad_inputs(train, work, cases, nproc, common=()):
         check(f"{name}: before the first iteration", "iteration 1/" not in out, out)
         lines = [line for line in out.splitlines() if line.strip()]
         check(f"{name}: said in {len(lines)} lines (at most 3)", len(lines) <= 3, out)
+
+
+def check_same_as(name, values, ref, iters, code, secs, out):
+    """A run's losses equal the reference's within 1e-5 relative."""
+    worst = max((abs(a - b) / abs(b) for a, b in zip(values, ref)), default=float("inf"))
+    check(f"{name}: {len(values)} losses equal the reference's within 1e-5 relative (worst {worst:.2e}, "
+          f"{secs:.1f} s)", code == 0 and len(values) == iters and len(ref) == iters and worst <= 1e-5,
+          out[-3000:])
+
+
+def check_modes(train, work, common, modes, ref, iters):
+    """modes: name -> (ranks, --set overrides); each run gives ref's losses."""
+    for name, (nproc, sets) in modes.items():
+        code, out, secs = train(nproc, common + sets + [f"train.output_dir={os.path.join(work, 'mode')}"])
+        check_same_as(name, [float(v) for i, v in LOSS.findall(out)], ref, iters, code, secs, out)
+
+
+def check_padded_resume(train, work, common, ref, iters):
+    """A checkpoint saved at iteration 10 under tp2 x pp2 with the vocabulary
+    tables padded to 4,000 rows (multiples of 1,000 x tp) resumes on one
+    process, where they pad to 3,000: iterations 11..iters give the
+    uninterrupted run's losses (ref), so padding changes nothing."""
+    ckpt_dir = os.path.join(work, "ckpt")
+    padded = ["model.make_vocab_size_divisible_by=1000"]
+    code, out, _ = train(4, common + padded + layout_sets(2, 2, True) + [
+        "train.save_period=10", f"train.output_dir={os.path.join(work, 'save')}",
+        f"train.checkpoint_dir={ckpt_dir}"])
+    check("tp2 x pp2 run saving at iterations 10 and 20, its tables padded to 4000 rows",
+          code == 0 and "padded to 4000 rows" in out, out[-2000:])
+    code, out, _ = train(1, common + padded + layout_sets(1, 1, True) + [
+        f"train.output_dir={os.path.join(work, 'resumed')}", f"train.checkpoint_dir={ckpt_dir}"],
+                         extra=["--resume_step", "10"])
+    check("the resumed run pads its tables to 3000 rows", "padded to 3000 rows" in out, out[-2000:])
+    resumed = {int(i): float(v) for i, v in LOSS.findall(out)}
+    worst = max((abs(resumed[i] - ref[i - 1]) / abs(ref[i - 1]) for i in range(11, iters + 1) if i in resumed),
+                default=float("inf"))
+    check(f"resumed on one process from the tp2 x pp2 checkpoint: iterations 11..{iters} give the uninterrupted "
+          f"losses (worst {worst:.2e})",
+          code == 0 and sorted(resumed) == list(range(11, iters + 1)) and worst <= 1e-5, out[-3000:])
