@@ -630,8 +630,11 @@ TEST(GptPlan, LlamaMovesMegatronsActivationsAndGroupedQueryAttentionsSmallerGrad
         EXPECT_EQ(t.elements, 2 * m * b * seq * h);
       }
     }
-    for (const auto& [k, t] : plan.comm)
-      if (k.layer >= 0) EXPECT_TRUE(k.group == "tp" && k.kind == "all-reduce") << k.group << " " << k.kind;
+    for (const auto& [k, t] : plan.comm) {
+      if (k.layer >= 0) {
+        EXPECT_TRUE(k.group == "tp" && k.kind == "all-reduce") << k.group << " " << k.kind;
+      }
+    }
   }
 }
 

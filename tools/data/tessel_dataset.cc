@@ -7,9 +7,11 @@
 //                                         (DTYPE: uint8 int8 int16 uint16 int32 int64)
 //   tessel-dataset samples CONFIG [--split train|validation] [--first N] [--count K]
 //                          [--world_size W] [--set path=value ...]
-//                                         a GPT config's samples as training (or
-//                                         evaluation) reads them: index, iteration, row,
-//                                         ids, and the text with data.vocab_file
+//                                         a GPT-2, Llama or T5 config's samples as
+//                                         training (or evaluation) reads them: index,
+//                                         iteration, row, ids (T5: the encoder's inputs
+//                                         and the targets after span corruption), and
+//                                         the text with data.vocab_file
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -25,6 +27,7 @@
 #include "zoo/config.h"
 #include "zoo/gpt_samples.h"
 #include "zoo/indexed_dataset.h"
+#include "zoo/t5_samples.h"
 #include "zoo/vocabulary.h"
 
 using namespace tessel;
@@ -39,13 +42,15 @@ const std::map<std::string, zoo::TokenDType> kDTypes = {
 int Usage() {
   std::fprintf(
       stderr,
-      "usage: tessel-dataset info PREFIX | dump PREFIX | write PREFIX DTYPE < ids | samples CONFIG [options]\n"
+      "usage: tessel-dataset info PREFIX | dump PREFIX | write PREFIX DTYPE < ids | samples CONFIG "
+      "[options]\n"
       "  info     counts, dtype and the largest token id of <PREFIX>.bin/.idx\n"
       "  dump     one line per sequence: its token ids, space-separated\n"
       "  write    one document per stdin line of token ids; DTYPE is uint8, int8, int16, uint16, int32 "
       "or int64\n"
-      "  samples  a GPT training config's samples as tessel-train reads them, one per line: its index, "
-      "iteration and row of the global batch, its seq + 1 token ids (the text too with data.vocab_file);\n"
+      "  samples  a GPT-2 or Llama training config's samples as tessel-train reads them, one per line: its "
+      "index, iteration and row of the global batch, its seq + 1 token ids (the text too with "
+      "data.vocab_file); a T5 config's: the encoder's inputs and the targets after span corruption;\n"
       "           --split train|validation (train; validation: evaluation's, \"iteration\" its batch), "
       "--first N (0), --count K (the first global batch), --world_size W (the config's ranks), --set "
       "path=value (repeatable)\n");
@@ -98,37 +103,68 @@ int Samples(int argc, char** argv) {
   zoo::ApplyOverrides(&c, overrides);
   if (world == 0) world = zoo::WorldSizeOf(c.train().dist());
   zoo::ResolveConfig(&c, static_cast<int>(world));
-  TESSEL_CHECK(c.model().arch() == "gpt2")
-      << "tessel-dataset samples: GPT configs so far; this one's model.arch is '" << c.model().arch() << "'";
+  const std::string& arch = c.model().arch();
+  TESSEL_CHECK(arch == "gpt2" || arch == "llama" || arch == "t5")
+      << "tessel-dataset samples: configs of token models read as GPT-2, Llama and T5 read them; this one's "
+         "model.arch is '"
+      << arch << "'";
   const bool validation = split == "validation";
   TESSEL_CHECK(!validation || c.evaluation().enabled())
       << "tessel-dataset samples: --split validation, but the config's evaluation.enabled is false";
   const int64_t global = c.train().global_batch_size(), seq = c.model().max_seq_length();
+  const int which = validation ? 1 : 0;
+  const int64_t total = (validation ? c.evaluation().eval_iter() : c.train().train_iter()) * global;
+  const uint64_t seed = c.train().seed() + (validation ? 1 : 0);
   std::vector<double> weights;
   const auto corpora = zoo::OpenCorpora(c.data(), &weights);
-  const zoo::GPTSamples samples(corpora, weights, validation ? 1 : 0, seq,
-                                (validation ? c.evaluation().eval_iter() : c.train().train_iter()) * global,
-                                c.train().seed() + (validation ? 1 : 0), split);
   std::vector<std::string> vocabulary;
   if (!c.data().vocab_file().empty() && std::filesystem::path(c.data().vocab_file()).extension() == ".json")
     vocabulary = zoo::ReadVocabulary(c.data().vocab_file());
   if (count < 0) count = global;
-  std::printf("%s samples of %s: %s; global batch %ld, %ld tokens each (ids: the first %ld, labels: the last %ld)\n",
-              split.c_str(), argv[2], samples.Summary(corpora, validation ? 1 : 0).c_str(),
-              static_cast<long>(global), static_cast<long>(seq + 1), static_cast<long>(seq), static_cast<long>(seq));
+  auto print = [&](const char* label, const std::vector<int64_t>& tokens) {
+    std::printf("%s", label);
+    for (int64_t id : tokens) std::printf(" %ld", static_cast<long>(id));
+    std::printf("\n");
+    if (vocabulary.empty()) return;
+    bool known = true;
+    for (int64_t id : tokens) known &= id >= 0 && static_cast<size_t>(id) < vocabulary.size();
+    if (known) std::printf("  text: %s\n", checkpoint::DecodeGpt2(vocabulary, tokens).c_str());
+  };
+  auto where = [&](int64_t i) {
+    std::printf("sample %ld (%s %ld, row %ld):", static_cast<long>(i), validation ? "batch" : "iteration",
+                static_cast<long>(i / global + (validation ? 0 : 1)), static_cast<long>(i % global));
+  };
+  if (arch == "t5") {
+    const zoo::T5Samples samples(corpora, weights, which, zoo::SpanCorruptionOptionsOf(c), seq, total, seed,
+                                 split);
+    const zoo::SpanCorruptedLengths& l = samples.lengths();
+    std::printf(
+        "%s samples of %s: %s; global batch %ld; span corruption of %ld tokens: encoder %ld, decoder %ld "
+        "(%ld spans, sentinels %ld..%ld)\n",
+        split.c_str(), argv[2], samples.Summary(corpora, which).c_str(), static_cast<long>(global),
+        static_cast<long>(samples.raw_length()), static_cast<long>(l.inputs), static_cast<long>(l.targets),
+        static_cast<long>(l.spans), static_cast<long>(samples.options().vocab_size - l.spans),
+        static_cast<long>(samples.options().vocab_size - 1));
+    for (int64_t i = first; i < first + count; ++i) {
+      const zoo::SpanCorrupted corrupted = samples.Sample(i);
+      where(i);
+      std::printf("\n");
+      print("  inputs:", corrupted.inputs);
+      print("  targets:", corrupted.targets);
+    }
+    return 0;
+  }
+  const zoo::GPTSamples samples(corpora, weights, which, seq, total, seed, split);
+  std::printf(
+      "%s samples of %s: %s; global batch %ld, %ld tokens each (ids: the first %ld, labels: the last %ld)\n",
+      split.c_str(), argv[2], samples.Summary(corpora, which).c_str(), static_cast<long>(global),
+      static_cast<long>(seq + 1), static_cast<long>(seq), static_cast<long>(seq));
   std::vector<int64_t> tokens;
   for (int64_t i = first; i < first + count; ++i) {
     tokens.clear();
     samples.Sample(i % samples.size(), &tokens);
-    std::printf("sample %ld (%s %ld, row %ld):", static_cast<long>(i), validation ? "batch" : "iteration",
-                static_cast<long>(i / global + (validation ? 0 : 1)), static_cast<long>(i % global));
-    for (int64_t id : tokens) std::printf(" %ld", static_cast<long>(id));
-    std::printf("\n");
-    if (!vocabulary.empty()) {
-      bool known = true;
-      for (int64_t id : tokens) known &= id >= 0 && static_cast<size_t>(id) < vocabulary.size();
-      if (known) std::printf("  text: %s\n", checkpoint::DecodeGpt2(vocabulary, tokens).c_str());
-    }
+    where(i);
+    print("", tokens);
   }
   return 0;
 }

@@ -2,8 +2,8 @@
 // with it, from a checkpoint saved under any layout, on the layout this
 // launch gives (--tp, --pp; one model replica).
 //
-//   tessel-launch --nproc_per_node 2 -- tessel-generate --checkpoint output/gpt2_tiny/checkpoints \
-//     --tp 2 --prompt_ids 464,3290,318 --max_new_tokens 20 --tokenizer data/tiny_corpus
+//   tessel-launch --nproc_per_node 2 -- tessel-generate --checkpoint CKPT --tp 2 --prompt_ids 464,3290,318
+//   tessel-generate --checkpoint CKPT --prompt_ids 464,3290 --max_new_tokens 20 --tokenizer data/tiny_corpus
 //   tessel-generate --checkpoint CKPT --prompt_ids "1,2,3;4,5" --score
 //
 // Greedy by default (the most likely token each step, as Hugging Face's
