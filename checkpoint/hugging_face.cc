@@ -669,7 +669,7 @@ config::ModelConfig ModelFromHuggingFaceConfig(const std::string& config_json, c
   return m;
 }
 
-std::string HuggingFaceConfigJson(const config::ModelConfig& m) {
+std::string HuggingFaceConfigJson(const config::ModelConfig& m, std::optional<int64_t> eos_token_id) {
   nlohmann::json j;
   const int64_t ffn = m.ffn_hidden_size() > 0 ? m.ffn_hidden_size() : 4 * m.hidden_size();
   const int64_t positions =
@@ -735,6 +735,7 @@ std::string HuggingFaceConfigJson(const config::ModelConfig& m) {
          {"is_encoder_decoder", true},
          {"decoder_start_token_id", 0},
          {"pad_token_id", 0},
+         {"eos_token_id", eos_token_id.value_or(1)},
          {"tie_word_embeddings", m.tie_word_embeddings()}};
   } else if (m.arch() == "bert") {
     j = {{"model_type", "bert"},
@@ -894,9 +895,10 @@ HuggingFaceImport ReadHuggingFace(const fs::path& dir) {
 }
 
 void WriteHuggingFace(const fs::path& dir, const config::ModelConfig& model,
-                      const std::function<Tensor(const std::string& name)>& tensor) {
+                      const std::function<Tensor(const std::string& name)>& tensor,
+                      std::optional<int64_t> eos_token_id) {
   const std::vector<Rule> rules = Rules(model);
-  const std::string config = HuggingFaceConfigJson(model);
+  const std::string config = HuggingFaceConfigJson(model, eos_token_id);
   std::error_code error;
   fs::create_directories(dir, error);
   TESSEL_CHECK(!error) << "Hugging Face export: cannot create " << dir.string() << ": " << error.message();

@@ -23,6 +23,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,7 +42,10 @@ namespace tessel::checkpoint {
 // (and graph mode trains without dropout).
 config::ModelConfig ModelFromHuggingFaceConfig(const std::string& config_json, const std::string& where);
 // config.json for `model` (arch gpt2, llama, t5, bert or vit), as from_pretrained reads it.
-std::string HuggingFaceConfigJson(const config::ModelConfig& model);
+// eos_token_id: a T5's end-of-sequence id (data.eos_token_id; left out,
+// T5's 1), which generate() stops at.
+std::string HuggingFaceConfigJson(const config::ModelConfig& model,
+                                  std::optional<int64_t> eos_token_id = std::nullopt);
 
 struct HuggingFaceImport {
   config::ModelConfig model;
@@ -61,7 +65,8 @@ HuggingFaceImport ReadHuggingFace(const std::filesystem::path& dir);
 // model.vocab_size rows); it is called as each is written, so the writer
 // holds one parameter at a time.
 void WriteHuggingFace(const std::filesystem::path& dir, const config::ModelConfig& model,
-                      const std::function<Tensor(const std::string& name)>& tensor);
+                      const std::function<Tensor(const std::string& name)>& tensor,
+                      std::optional<int64_t> eos_token_id = std::nullopt);
 
 // The names of the tessel parameters the mapping of `model` covers (what
 // ReadHuggingFace returns and WriteHuggingFace asks for).

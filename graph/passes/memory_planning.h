@@ -64,7 +64,7 @@ struct MemoryPlanOptions {
   // schedule's: runtime/rank_schedule.h); a result is freed after its last
   // reader among them, and results of ops not listed are not the rank's.
   // Empty: every op, in program order (the in-order executor's).
-  std::vector<int> order;
+  std::vector<int> order = {};
   // When > 0, the bytes of an element of every floating-point result of a
   // micro-batch's forward or backward, in place of its dtype's: a graph
   // traced in f32 planned as mixed precision computes it (2: bf16 or f16).

@@ -7,14 +7,16 @@ stages), and the loss falls; the original T5 (ReLU, tied output) the same
 under tp2 x pp2 as on one process; 100 iterations lower the loss eagerly,
 in graph mode and under pp2; a checkpoint saved under tp2 x pp2 with the
 vocabulary padded to 4,000 rows resumes on one process with the
-uninterrupted losses; the resolved config names T5's sizes; bad T5
-settings are named before the first iteration."""
+uninterrupted losses; the resolved config names T5's sizes; export-hf
+writes the data's eos into config.json; bad T5 settings are named before
+the first iteration."""
+import json
 import os
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import check, finish  # noqa: E402
+from harness import check, finish, run  # noqa: E402
 from train_checks import (LOSS, Trainer, check_bad_inputs, check_long_runs, check_modes,  # noqa: E402
                           check_padded_resume, check_same_as, check_same_losses, layout_sets, train_args)
 
@@ -62,6 +64,18 @@ for field in ('arch: "t5"', "num_decoder_layers: 2", "head_dim: 32", 'hidden_act
     check(f"resolved config holds {field}", field in saved, saved)
 
 check_padded_resume(train, work, common, losses.get("1x1x1", []), ITERS)
+
+# export-hf of that tp2 x pp2 checkpoint: T5ForConditionalGeneration's
+# config.json with the data's end-of-sequence id (the bundled vocabulary's
+# <|endoftext|>, 0) for generate() to stop at.
+exported = os.path.join(work, "exported_hf")
+code, out, _ = run([os.path.join(os.path.dirname(args.program), "tessel-checkpoint"), "export-hf",
+                    os.path.join(work, "ckpt"), exported], timeout=120)
+hf_config = json.load(open(os.path.join(exported, "config.json"))) if code == 0 else {}
+check(f"export-hf writes a T5 with the data's eos ({hf_config.get('eos_token_id')}) and its sizes",
+      code == 0 and hf_config.get("model_type") == "t5" and hf_config.get("eos_token_id") == 0 and
+      hf_config.get("num_decoder_layers") == 2 and hf_config.get("feed_forward_proj") == "gated-gelu" and
+      os.path.exists(os.path.join(exported, "model.safetensors")), out[-2000:])
 
 check_bad_inputs(train, work, {
     "no room for the sentinels": (["model.vocab_size=2050"],

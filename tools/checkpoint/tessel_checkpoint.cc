@@ -6,7 +6,8 @@
 //                                                   every tensor whole in one safetensors file
 //   tessel-checkpoint split IN.safetensors DIR      one safetensors file (tessel names) as a
 //                                                   checkpoint in DIR, loadable under any layout
-//   tessel-checkpoint import-hf HF_DIR DIR          a Hugging Face GPT-2, Llama, T5, BERT or ViT (save_pretrained's
+//   tessel-checkpoint import-hf HF_DIR DIR          a Hugging Face GPT-2, Llama, T5, BERT or ViT
+//   (save_pretrained's
 //                                                   directory) as a checkpoint in DIR, for
 //                                                   train.load_weight; prints the config's model block
 //   tessel-checkpoint export-hf CHECKPOINT HF_DIR [--tokenizer DIR]
@@ -157,20 +158,28 @@ int ExportHf(const std::string& path, const std::string& hf_dir) {
                                  << " has no place for, first '" << (unmapped.empty() ? "" : unmapped[0])
                                  << "' (a BERT sequence classifier?); nothing was written";
   TESSEL_CHECK(FLAGS_tokenizer.empty() || model.arch() == "gpt2")
-      << "tessel-checkpoint: --tokenizer is for a GPT-2's byte-level BPE; this checkpoint is a " << model.arch();
+      << "tessel-checkpoint: --tokenizer is for a GPT-2's byte-level BPE; this checkpoint is a "
+      << model.arch();
   // Read before anything is written: a bad tokenizer leaves no half export.
   std::optional<checkpoint::Gpt2Tokenizer> tokenizer;
-  if (!FLAGS_tokenizer.empty()) tokenizer = checkpoint::ReadGpt2Tokenizer(FLAGS_tokenizer, model.vocab_size());
-  checkpoint::WriteHuggingFace(hf_dir, model,
-                               [&](const std::string& name) { return reader.ReadTensor("model." + name); });
+  if (!FLAGS_tokenizer.empty())
+    tokenizer = checkpoint::ReadGpt2Tokenizer(FLAGS_tokenizer, model.vocab_size());
+  // A T5 stops generating at its data's end-of-sequence id.
+  std::optional<int64_t> eos;
+  if (model.arch() == "t5" && saved->data().eos_token_id() >= 0) eos = saved->data().eos_token_id();
+  checkpoint::WriteHuggingFace(
+      hf_dir, model, [&](const std::string& name) { return reader.ReadTensor("model." + name); }, eos);
   if (tokenizer) checkpoint::WriteGpt2Tokenizer(hf_dir, *tokenizer);
-  std::printf("tessel-checkpoint: exported the %s of %s to %s (config.json, model.safetensors%s)\n",
-              model.arch().c_str(), found.c_str(), hf_dir.c_str(),
-              tokenizer ? (", the tokenizer; <|endoftext|> is id " + std::to_string(tokenizer->end_of_text_id)).c_str()
-                        : "");
+  std::printf(
+      "tessel-checkpoint: exported the %s of %s to %s (config.json, model.safetensors%s)\n",
+      model.arch().c_str(), found.c_str(), hf_dir.c_str(),
+      tokenizer
+          ? (", the tokenizer; <|endoftext|> is id " + std::to_string(tokenizer->end_of_text_id)).c_str()
+          : "");
   if (!tokenizer && model.arch() == "gpt2")
-    std::printf("tessel-checkpoint: no --tokenizer given: AutoTokenizer will not load this directory, and "
-                "generate() knows no end-of-text id; pass the directory of the data's vocab.json and merges.txt\n");
+    std::printf(
+        "tessel-checkpoint: no --tokenizer given: AutoTokenizer will not load this directory, and "
+        "generate() knows no end-of-text id; pass the directory of the data's vocab.json and merges.txt\n");
   return 0;
 }
 
@@ -183,7 +192,8 @@ int main(int argc, char** argv) {
       "  info       the iteration, the saving layout, each tensor's shape, layout and boxes\n"
       "  merge      every tensor whole, in one safetensors file (tessel's names)\n"
       "  split      one safetensors file as a one-shard checkpoint, loadable under any layout\n"
-      "  import-hf  a Hugging Face GPT-2, Llama, T5, BERT or ViT directory (save_pretrained, safetensors) as a\n"
+      "  import-hf  a Hugging Face GPT-2, Llama, T5, BERT or ViT directory (save_pretrained, safetensors) as "
+      "a\n"
       "             checkpoint for train.load_weight; prints the model block its config needs\n"
       "  export-hf  a checkpoint's model as a Hugging Face directory (config.json, model.safetensors; with\n"
       "             --tokenizer, a GPT-2's tokenizer files too)");

@@ -27,8 +27,8 @@
 namespace tessel::plan {
 
 struct GptPlanOptions {
-  models::GPTConfig model;                   // the GPT that is planned, unless `llama` is set
-  std::optional<models::LlamaConfig> llama;  // set: this Llama is planned instead
+  models::GPTConfig model = {};                             // the GPT that is planned, unless `llama` is set
+  std::optional<models::LlamaConfig> llama = std::nullopt;  // set: this Llama is planned instead
   // Tensor, pipeline and data-parallel sizes; the world is their product.
   int64_t tensor_parallel_size = 1;
   int64_t pipeline_parallel_size = 1;
