@@ -10,8 +10,6 @@
 #include <cstdio>
 #include <memory>
 
-#include "graph/autograd.h"
-#include "layers/optimizer.h"
 #include "models/t5.h"
 #include "tools/train/model_config.h"
 #include "tools/train/task.h"
@@ -85,20 +83,10 @@ class T5Task : public Task {
   }
 
   std::vector<Metric> Evaluate(bool graph_mode) override {
-    double total = 0;
-    const int64_t batches = c_.evaluation().eval_iter();
-    for (int64_t k = 0; k < batches; ++k) {
-      if (graph_mode) {
-        total += optim::ScalarValue((*eval_step_)(Read(*eval_, k * global_, 0, 1)).at("loss"));
-        continue;
-      }
-      NoGradGuard no_grad;
-      double batch = 0;
-      for (int part = 0; part < micro_batches_; ++part)
-        batch += optim::ScalarValue(Loss(Read(*eval_, k * global_, part, micro_batches_)));
-      total += batch / micro_batches_;
-    }
-    const double loss = total / static_cast<double>(batches);
+    const double loss = MeanEvaluationLoss(
+        graph_mode, c_.evaluation().eval_iter(), micro_batches_, *eval_step_, model(),
+        [this](int64_t batch, int part, int parts) { return Read(*eval_, batch * global_, part, parts); },
+        [this](const Graph::Tensors& in) { return Loss(in); });
     return {{"loss", loss}, {"perplexity", std::exp(loss)}};
   }
 

@@ -1,7 +1,9 @@
 #include "tools/train/task.h"
 
+#include "graph/autograd.h"
 #include "graph/global_tensor_ops.h"
 #include "layers/dist.h"
+#include "layers/optimizer.h"
 #include "sbp/slice.h"
 
 namespace tessel::train {
@@ -51,6 +53,26 @@ void CheckValidationDocuments(const std::vector<zoo::DocumentRange>& splits, siz
   TESSEL_CHECK(!c.evaluation().enabled() || splits[1].size() > 0)
       << "tessel-train: data.split '" << c.data().split() << "' gives the validation split no documents of "
       << documents << "; give it a share or set evaluation.enabled false";
+}
+
+double MeanEvaluationLoss(bool graph_mode, int64_t batches, int micro_batches, Graph& eval_step,
+                          nn::Module& model, const std::function<Graph::Tensors(int64_t, int, int)>& read,
+                          const std::function<Tensor(const Graph::Tensors&)>& loss) {
+  double total = 0;
+  for (int64_t k = 0; k < batches; ++k) {
+    if (graph_mode) {
+      total += optim::ScalarValue(eval_step(read(k, 0, 1)).at("loss"));
+      continue;
+    }
+    NoGradGuard no_grad;
+    model.Eval();
+    double batch = 0;
+    for (int part = 0; part < micro_batches; ++part)
+      batch += optim::ScalarValue(loss(read(k, part, micro_batches)));
+    total += batch / micro_batches;
+    model.Train();
+  }
+  return total / static_cast<double>(batches);
 }
 
 double TransformerLayerFlopsPerToken(const config::ModelConfig& m, int64_t seq) {

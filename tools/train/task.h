@@ -6,6 +6,7 @@
 // on an image dataset).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -98,6 +99,14 @@ struct TaskContext {
 void CheckTokenIds(const zoo::IndexedDataset& corpus, const config::Config& c);
 void CheckValidationDocuments(const std::vector<zoo::DocumentRange>& splits, size_t documents,
                               const config::Config& c);
+// A language model's evaluation loss: the mean over `batches` batches, each
+// through the forward-only graph `eval_step` (graph mode, its output
+// "loss"), or eagerly one micro-batch after another with `model` in eval
+// mode (no dropout) and no gradients. read(batch, part, parts) gives
+// micro-batch `part` of `parts` of evaluation batch `batch`.
+double MeanEvaluationLoss(bool graph_mode, int64_t batches, int micro_batches, Graph& eval_step,
+                          nn::Module& model, const std::function<Graph::Tensors(int64_t, int, int)>& read,
+                          const std::function<Tensor(const Graph::Tensors&)>& loss);
 // Forward model FLOPs of one transformer layer for one token of a
 // `seq`-long sequence: QKV (Llama's narrower key/value projections under
 // grouped-query attention), the output projection, the MLP (Llama's three
