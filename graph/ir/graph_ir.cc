@@ -22,7 +22,8 @@ Graph::Graph(const Graph& other)
       outputs_(other.outputs_),
       gradients_(other.gradients_),
       inputs_by_name_(other.inputs_by_name_),
-      variables_(other.variables_) {}
+      variables_(other.variables_),
+      micro_batch_units_(other.micro_batch_units_) {}
 
 Graph& Graph::operator=(const Graph& other) {
   if (this == &other) return *this;
@@ -34,6 +35,7 @@ Graph& Graph::operator=(const Graph& other) {
   gradients_ = other.gradients_;
   inputs_by_name_ = other.inputs_by_name_;
   variables_ = other.variables_;
+  micro_batch_units_ = other.micro_batch_units_;
   return *this;
 }
 
@@ -308,7 +310,10 @@ std::string Graph::ToText() const {
     if (!first) os << "}";
     if (op.layer >= 0) os << " [layer " << op.layer << "]";
     if (op.stage >= 0) os << " [stage " << op.stage << "]";
-    if (op.micro_batch >= 0) os << " [micro-batch " << op.micro_batch << "]";
+    if (op.micro_batch >= 0 && micro_batch_units_ > 1)
+      os << " [each of " << micro_batch_units_ << " micro-batches]";
+    else if (op.micro_batch >= 0)
+      os << " [micro-batch " << op.micro_batch << "]";
     if (op.recompute_region >= 0)
       os << (op.backward ? " [recompute " : " [checkpoint ") << op.recompute_region << "]";
     for (size_t o = 0; o < op.outputs.size(); ++o)
@@ -341,7 +346,8 @@ std::string Graph::ToDot() const {
     std::string label = std::to_string(op.id) + ": " + op.name;
     if (op.layer >= 0) label += " [layer " + std::to_string(op.layer) + "]";
     if (op.stage >= 0) label += " [stage " + std::to_string(op.stage) + "]";
-    if (op.micro_batch >= 0) label += " [mb " + std::to_string(op.micro_batch) + "]";
+    if (op.micro_batch >= 0)
+      label += micro_batch_units_ > 1 ? " [each mb]" : " [mb " + std::to_string(op.micro_batch) + "]";
     if (op.recompute_region >= 0)
       label += (op.backward ? " [recompute " : " [checkpoint ") + std::to_string(op.recompute_region) + "]";
     os << "  op" << op.id << " [shape=box, label=" << Quoted(label) << "];\n";
@@ -414,6 +420,7 @@ void Graph::ToProto(proto::GraphProto* out) const {
   }
   for (int id : gradients_)
     if (IsLive(id)) out->add_gradients(id);
+  if (micro_batch_units_ > 1) out->set_micro_batch_units(micro_batch_units_);
   for (const auto& [name, id] : outputs_) {
     proto::NamedOutput* o = out->add_outputs();
     o->set_name(name);

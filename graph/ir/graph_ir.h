@@ -63,9 +63,10 @@ struct Op {
   // The chosen layouts of a global op's inputs and outputs (empty if local).
   std::vector<NdSbp> input_sbp;
   std::vector<NdSbp> output_sbp;
-  // Which micro-batch the op works on when gradient accumulation copied it
-  // once per micro-batch (graph/passes: gradient_accumulation); -1: the op
-  // runs once per step.
+  // Which micro-batch the op works on (graph/passes: gradient_accumulation,
+  // micro_batch_unrolling); -1: the op runs once per step. In a graph of
+  // micro-batch units (Graph::micro_batch_units() > 1) every op of the
+  // units says 0: it stands for each micro-batch's copy.
   int micro_batch = -1;
   // A gradient op: recorded while autograd ran backward().
   bool backward = false;
@@ -124,6 +125,13 @@ class Graph {
   // micro-batches.
   void MarkGradient(int value);
   const std::set<int>& gradients() const { return gradients_; }
+  // How many micro-batches the units of this graph stand for: gradient
+  // accumulation leaves forward and backward once (ops of micro_batch 0,
+  // their gradients summed by micro_batch_sum ops) and the passes after it
+  // work on that; unrolling copies the units once per micro-batch and sets
+  // it back to 0. 0: no units (nothing to unroll).
+  int micro_batch_units() const { return micro_batch_units_; }
+  void set_micro_batch_units(int micro_batches) { micro_batch_units_ = micro_batches; }
   int InputId(const std::string& name) const;  // throws naming the inputs if unknown
 
   // For compiler passes (graph/passes), which rewrite the op list:
@@ -158,6 +166,7 @@ class Graph {
   std::set<int> gradients_;
   std::map<std::string, int> inputs_by_name_;
   std::map<int, Tensor> variables_;
+  int micro_batch_units_ = 0;
 };
 
 // What must run before each op (by op id): the producers of its inputs and,

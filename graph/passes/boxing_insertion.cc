@@ -63,7 +63,9 @@ void InsertBoxing(ir::Graph& graph) {
         box.backward = op.backward;
         if (v.producer >= 0) {
           const ir::Op& producer = graph.ops()[static_cast<size_t>(v.producer)];
-          box.micro_batch = producer.micro_batch;  // converting one micro-batch's value is part of it
+          // Converting one micro-batch's value is part of it (a sum over the
+          // micro-batches is the step's).
+          if (producer.name != "micro_batch_sum") box.micro_batch = producer.micro_batch;
           box.backward |= producer.backward;
         }
         box.outputs = {graph.NewValue(spec)};  // `v` dangles from here: values may move

@@ -4,23 +4,25 @@
 // reads each input through a micro_batch op, so every shape (and every
 // attribute computed from one) is a micro-batch's. The ops that depend on
 // the inputs — forward and backward, and anything else computed from the
-// batch — are copied once per micro-batch, each copy's micro_batch ops
-// taking the next micro-batch of every input. The variables' gradients, which autograd marked in the
-// trace, are where the copies meet the rest of the step: their copies are
-// summed as each micro-batch finishes (so a micro-batch's activations die
-// before the next one starts) and scaled by 1/micro_batches, under the
-// gradient's own id, so the optimizer's ops read the average unchanged and
-// run once. With a mean loss over equal micro-batches the average is the
-// gradient of the whole batch's mean loss: the step equals one on the whole
-// batch. Scalar results computed from the batch (the loss) are averaged the
-// same way; other batch-dependent results have no single value and are
-// refused.
+// batch — become the micro-batch units: they stay once, standing for each
+// micro-batch (Op::micro_batch 0), so the passes after this one work on a
+// micro-batch's ops whatever the count; micro_batch_unrolling copies them
+// last. The variables' gradients, which autograd marked in the trace, are
+// where the units meet the rest of the step: each is summed over the
+// micro-batches (a micro_batch_sum right after the op computing its share,
+// so unrolled, a micro-batch's activations die before the next one starts)
+// and scaled by 1/micro_batches, under the gradient's own id, so the
+// optimizer's ops read the average unchanged and run once. With a mean
+// loss over equal micro-batches the average is the gradient of the whole
+// batch's mean loss: the step equals one on the whole batch. Scalar
+// results computed from the batch (the loss) are averaged the same way;
+// other batch-dependent results have no single value and are refused.
 //
 // Order of the rewritten step: the ops that depend on neither the batch nor
 // the gradients (hoisted ahead if they sat between forward ops), the
-// micro-batch copies, the averages, then the ops on the gradients. Moving
-// ops is only allowed where no in-place update (OpDef::mutates) changes
-// what a moved op reads; otherwise the op pair is named in the error.
+// units, the averages, then the ops on the gradients. Moving ops is only
+// allowed where no in-place update (OpDef::mutates) changes what a moved
+// op reads; otherwise the op pair is named in the error.
 #include <algorithm>
 #include <map>
 #include <vector>
@@ -241,41 +243,42 @@ void AccumulateGradients(ir::Graph& graph, int micro_batches) {
   std::vector<ir::Op> rewritten;
   for (const ir::Op& op : ops)
     if (!copied[op.id] && !late[op.id] && !after_averages[op.id]) rewritten.push_back(op);
-  // Each micro-batch's share is added to the running sum right after the
-  // op computing it: the per-micro-batch gradient is freed at once, and
-  // the last micro-batch's sums are final while its backward goes on with
-  // earlier layers (so their buckets can be reduced meanwhile).
-  // (A value some copied op updates in place is summed at the end of its
-  // micro-batch instead, after every update.)
+  // The units: forward and backward once, standing for every micro-batch
+  // (micro_batch 0; micro_batch_unrolling copies them). An averaged value
+  // keeps its id for the average the rest of the step reads; what the units
+  // compute of it is a new value, its share.
+  // Each share is summed right after the op computing it: unrolled, the
+  // per-micro-batch gradient is freed at once, and the last micro-batch's
+  // sums are final while its backward goes on with earlier layers (so their
+  // buckets can be reduced meanwhile). (A value some unit op updates in
+  // place is summed at the end of the units instead, after every update.)
   std::set<int> updated_in_place;
   for (const ir::Op& op : ops)
     if (copied[op.id])
       for (int w : Written(op)) updated_in_place.insert(w);
   std::set<int> summed_at_once, summed_at_end;
   for (int a : averaged) (updated_in_place.count(a) ? summed_at_end : summed_at_once).insert(a);
-  std::map<int, int> sums;  // averaged value -> its running sum
-  auto add_share = [&](int a, int k, const std::vector<int>& copy_of) {
-    sums[a] =
-        k == 0 ? copy_of[a]
-               : AddSameLayoutOp(graph, rewritten, "add", {}, {sums[a], copy_of[a]}, graph.value(a), -1, k);
+  std::vector<int> share(num_values, -1);  // averaged value -> its share in the units
+  for (int a : averaged) share[static_cast<size_t>(a)] = graph.NewValue(graph.value(a));
+  std::map<int, int> sums;  // averaged value -> the sum of its shares
+  auto add_sum = [&](int a) {
+    sums[a] = AddSameLayoutOp(graph, rewritten, "micro_batch_sum", {{"count", int64_t{n}}},
+                              {share[static_cast<size_t>(a)]}, graph.value(a), -1, 0);
   };
-  for (int k = 0; k < n; ++k) {
-    std::vector<int> copy_of(num_values, -1);
-    for (const ir::Op& original : ops) {
-      if (!copied[original.id]) continue;
-      ir::Op op = original;
-      op.micro_batch = k;
-      if (op.name == "micro_batch") op.attrs.Set("index", int64_t{k});
-      for (int& i : op.inputs)
-        if (copy_of[i] >= 0) i = copy_of[i];
-      for (int& o : op.outputs) o = copy_of[o] = graph.NewValue(graph.value(o));
-      rewritten.push_back(std::move(op));
-      for (int a : original.outputs)
-        if (summed_at_once.count(a)) add_share(a, k, copy_of);
-    }
-    for (int a : averaged)
-      if (summed_at_end.count(a)) add_share(a, k, copy_of);
+  for (const ir::Op& original : ops) {
+    if (!copied[original.id]) continue;
+    ir::Op op = original;
+    op.micro_batch = 0;
+    for (int& i : op.inputs)
+      if (share[static_cast<size_t>(i)] >= 0) i = share[static_cast<size_t>(i)];
+    for (int& o : op.outputs)
+      if (share[static_cast<size_t>(o)] >= 0) o = share[static_cast<size_t>(o)];
+    rewritten.push_back(std::move(op));
+    for (int a : original.outputs)
+      if (summed_at_once.count(a)) add_sum(a);
   }
+  for (int a : averaged)
+    if (summed_at_end.count(a)) add_sum(a);
   for (int a : averaged) {
     AddSameLayoutOp(graph, rewritten, "mul_scalar", {{"scalar", 1.0 / n}}, {sums[a]}, graph.value(a), a, -1);
   }
@@ -285,6 +288,7 @@ void AccumulateGradients(ir::Graph& graph, int micro_batches) {
     if (after_averages[op.id]) rewritten.push_back(op);
   for (const ir::Op& op : ops)
     if (late[op.id]) rewritten.push_back(op);
+  graph.set_micro_batch_units(n);
   graph.SetOps(std::move(rewritten));
 }
 

@@ -84,7 +84,7 @@ const std::vector<Pass>& PassOrder() {
       {"dead_code_elimination", "drop ops whose results nothing reads (in-place updates stay)",
        [](ir::Graph& g, const CompileOptions&) { EliminateDeadCode(g); }},
       {"gradient_accumulation",
-       "run forward and backward once per micro-batch of the inputs; average gradients and scalar results",
+       "forward and backward as micro-batch units, compiled once; average gradients and scalar results",
        [](ir::Graph& g, const CompileOptions& o) { AccumulateGradients(g, o.micro_batches); }},
       {"boxing_insertion", "one to_global op per value and layout a reader needs; identity ones removed",
        [](ir::Graph& g, const CompileOptions&) { InsertBoxing(g); }, /*makes_boxing_explicit=*/true},
@@ -93,6 +93,8 @@ const std::vector<Pass>& PassOrder() {
        [](ir::Graph& g, const CompileOptions& o) { AssignStages(g, o.stage_ranks, o.layer_stages); }},
       {"gradient_bucketing", "fuse partial-to-broadcast reductions along one mesh axis into buckets",
        [](ir::Graph& g, const CompileOptions& o) { BucketGradients(g, o.grad_bucket_bytes); }},
+      {"micro_batch_unrolling", "copy the micro-batch units once per micro-batch, sums running as they end",
+       [](ir::Graph& g, const CompileOptions&) { UnrollMicroBatches(g); }},
   };
   return order;
 }

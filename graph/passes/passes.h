@@ -28,19 +28,37 @@ void EliminateDeadCode(ir::Graph& graph);
 
 // Gradient accumulation as a rewrite of a step traced on one micro-batch
 // (every graph input read through a `micro_batch` op of index 0 and count
-// `micro_batches`, as Graph traces with GraphOptions::micro_batches): the
-// ops that depend on the inputs — forward and backward — are copied once per
-// micro-batch (Op::micro_batch), each copy's micro_batch ops taking the next
-// micro-batch. The variables' gradients (ir::Graph::gradients) and the
-// scalar results computed from the batch are summed as each micro-batch
-// finishes and scaled by 1/micro_batches; the ops that read them (clipping,
-// the optimizer) run once, on the averages. Throws, naming the input,
-// result or op, if an input is read other than through such a micro_batch
-// op, a result computed from the batch is not a floating scalar, an op
-// reads both a micro-batch's values and the averaged gradients, or moving
-// the copies ahead of the step's in-place updates would change what an op
-// reads. micro_batches <= 1 changes nothing.
+// `micro_batches`, as Graph traces with GraphOptions::micro_batches) into
+// micro-batch units: the ops that depend on the inputs — forward and
+// backward — stay once, marked as standing for each micro-batch
+// (Op::micro_batch 0, Graph::micro_batch_units() = micro_batches), so the
+// passes after it work on one micro-batch's ops whatever the count. The
+// variables' gradients (ir::Graph::gradients) and the scalar results
+// computed from the batch are summed over the micro-batches
+// (`micro_batch_sum` ops, right after the op computing each share) and
+// scaled by 1/micro_batches; the ops that read them (clipping, the
+// optimizer) run once, on the averages. UnrollMicroBatches makes the units
+// the copies that run. Throws, naming the input, result or op, if an input
+// is read other than through such a micro_batch op, a result computed from
+// the batch is not a floating scalar, an op reads both a micro-batch's
+// values and the averaged gradients, or moving the units ahead of the
+// step's in-place updates would change what an op reads. micro_batches <= 1
+// changes nothing.
 void AccumulateGradients(ir::Graph& graph, int micro_batches);
+
+// Copies the micro-batch units of a graph AccumulateGradients left them in
+// (and the passes after it kept: layout changes and stage transfers of a
+// unit's values are units too) once per micro-batch: copy k's ops have
+// Op::micro_batch k, its micro_batch ops take micro-batch k, its stage
+// transfers a message tag of their own, and each micro_batch_sum becomes
+// the running sum (an `add` after each micro-batch's share, the last one
+// writing the sum's value). The step's other ops keep their place: those
+// before the units, or among them and reading nothing the units compute
+// (a variable's layout change a unit reads), run before every copy; the
+// rest after. Clears Graph::micro_batch_units(). A graph without units is
+// left as it is. Throws kInternal, naming the op, if an op of the step
+// among the units reads a micro-batch's value or updates one in place.
+void UnrollMicroBatches(ir::Graph& graph);
 
 // Makes every layout change an op: where a global op reads a value whose
 // NdSbp differs from the layout its signature chose, a `to_global` op

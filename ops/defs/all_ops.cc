@@ -10,6 +10,7 @@ void RegisterLayerNormOps();
 void RegisterLinearOps();
 void RegisterMatmulOps();
 void RegisterMicroBatchOps();
+void RegisterMicroBatchSumOps();
 void RegisterNnOps();
 void RegisterQkvAttentionOps();
 void RegisterQkvHeadsOps();
@@ -31,6 +32,7 @@ void RegisterAllOps() {
   RegisterLinearOps();
   RegisterMatmulOps();
   RegisterMicroBatchOps();
+  RegisterMicroBatchSumOps();
   RegisterNnOps();
   RegisterQkvAttentionOps();
   RegisterQkvHeadsOps();

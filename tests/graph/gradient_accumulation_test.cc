@@ -5,9 +5,16 @@
 // refused by name. Also the micro_batch op it cuts inputs with.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "graph/ir/graph_ir.pb.h"
 #include "graph/plan/graph.h"
@@ -123,6 +130,58 @@ TEST(GradientAccumulation, FourMicroBatchesEqualOneStepOnTheWholeBatch) {
   const std::string text = graph.ToText();
   EXPECT_NE(text.find("[micro-batch 3]"), std::string::npos) << text;
   for (int g : graph.gradients()) EXPECT_NE(text.find("gradient %" + std::to_string(g)), std::string::npos);
+}
+
+// The passes between gradient accumulation and unrolling work on one
+// micro-batch's ops (the units), whatever the count: the graph boxing
+// insertion gets is the same size for 2 and 8 micro-batches, sums its
+// shares with micro_batch_sum ops, and prints its units as each
+// micro-batch's; the graph that runs has 2 and 8 copies.
+TEST(GradientAccumulation, ThePassesAfterItSeeOneMicroBatchsUnits) {
+  const std::string dir = ::testing::TempDir() + "tessel_units_" + std::to_string(::getpid());
+  ::setenv("TESSEL_DEBUG_PASS", "boxing_insertion", 1);
+  ::setenv("TESSEL_DEBUG_PASS_DIR", dir.c_str(), 1);
+  std::vector<std::string> before_boxing;
+  std::vector<size_t> compiled;
+  for (int n : {2, 8}) {
+    Regression m;
+    optim::AdamW adamw(m.params(), {.lr = 0.05});
+    Graph step("units" + std::to_string(n),
+               [&](const Graph::Tensors& in) -> Graph::Tensors {
+                 Tensor loss = m.Loss(in.at("x"), in.at("target"));
+                 loss.backward();
+                 adamw.Step();
+                 return {{"loss", loss}};
+               },
+               {.micro_batches = n});
+    const ir::Graph& graph = step.Trace({{"x", randn({16, 8}, 1)}, {"target", randn({16, 3}, 2)}});
+    EXPECT_EQ(graph.micro_batch_units(), 0);  // unrolled
+    int last_copy = 0;
+    for (const ir::Op& op : graph.ops()) {
+      last_copy = std::max(last_copy, op.micro_batch);
+      EXPECT_NE(op.name, "micro_batch_sum");
+    }
+    EXPECT_EQ(last_copy, n - 1);
+    compiled.push_back(graph.ops().size());
+    std::ifstream in(dir + "/units" + std::to_string(n) + ".rank0.04-boxing_insertion.before.txt");
+    ASSERT_TRUE(in.good()) << "no dump of the graph boxing insertion got, under " << dir;
+    before_boxing.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  ::unsetenv("TESSEL_DEBUG_PASS");
+  ::unsetenv("TESSEL_DEBUG_PASS_DIR");
+  auto ops_in = [](const std::string& text) {  // op lines read "%5 = neg(%3 ..."
+    size_t count = 0;
+    for (size_t at = text.find("(%"); at != std::string::npos; at = text.find("(%", at + 1)) ++count;
+    return count;
+  };
+  EXPECT_EQ(ops_in(before_boxing[0]), ops_in(before_boxing[1]));
+  EXPECT_GT(compiled[1], compiled[0] + 3 * (compiled[0] / 2));  // copies run
+  for (const std::string& text : before_boxing) {
+    EXPECT_NE(text.find("micro_batch_sum("), std::string::npos) << text;
+    EXPECT_EQ(text.find("[micro-batch 1]"), std::string::npos) << text;
+  }
+  EXPECT_NE(before_boxing[1].find("[each of 8 micro-batches]"), std::string::npos) << before_boxing[1];
+  std::filesystem::remove_all(dir);
 }
 
 TEST(GradientAccumulation, OneMicroBatchChangesNothing) {

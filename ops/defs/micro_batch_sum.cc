@@ -1,0 +1,30 @@
+// micro_batch_sum: in a graph of micro-batch units (graph/passes:
+// gradient_accumulation), the sum over every micro-batch of a value each
+// one computes — a gradient's share, the loss. Its input belongs to the
+// units (one copy per micro-batch), its result to the step. It is a marker
+// for the compiler, not an op that runs: unrolling the units
+// (graph/passes: micro_batch_unrolling) turns it into the running sum, an
+// `add` after each micro-batch's share. It has no kernel, so a graph of
+// units that was not unrolled fails to lower, naming it.
+//
+// The result keeps the input's layout (every layout sums share by share,
+// partial sums included).
+#include "ops/defs/def_util.h"
+
+namespace tessel {
+
+void RegisterMicroBatchSumOps() {
+  OpDef def;
+  def.name = "micro_batch_sum";
+  def.grad_unsupported = "it marks where gradient accumulation sums micro-batches, after backward";
+  def.inputs = {"share"};
+  def.infer = [](const std::vector<TensorSpec>& in, const Attrs& a) {
+    const int64_t count = a.Get<int64_t>("count");
+    TESSEL_CHECK(count >= 2) << "micro_batch_sum: count " << count << "; expected 2 or more micro-batches";
+    return std::vector<TensorSpec>{in[0]};
+  };
+  def.sbp = defs::SplitAnyDimOrPartial;
+  RegisterOp(std::move(def));
+}
+
+}  // namespace tessel
