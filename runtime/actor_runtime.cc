@@ -87,21 +87,24 @@ ActorRuntime::Executor() {
   return [this](const ir::Graph& graph, const Tensors& inputs) { return Run(graph, inputs); };
 }
 
-const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& graph) {
+const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& compiled) {
   // By serial, not address: a graph freed and another made at its address
   // must not run the first one's instructions. (A graph's ops change only
   // while it compiles; the sizes catch a program made before that.)
-  auto& cached = programs_[graph.serial()];
-  if (cached && cached->num_ops == graph.ops().size() && cached->num_values == graph.values().size())
+  auto& cached = programs_[compiled.serial()];
+  if (cached && cached->num_ops == compiled.ops().size() && cached->num_values == compiled.values().size())
     return *cached;
-  ir::Verify(graph);  // e.g. a transfer whose two sides disagree on the tensor's spec
+  ir::Verify(compiled);  // e.g. a transfer whose two sides disagree on the tensor's spec
   auto p = std::make_unique<Program>();
-  const std::vector<ir::Op>& ops = graph.ops();
-  p->num_ops = ops.size();
-  p->num_values = graph.values().size();
+  p->num_ops = compiled.ops().size();
+  p->num_values = compiled.values().size();
 
   const int rank = CurrentRank();
-  static_cast<RankSchedule&>(*p) = ScheduleRank(graph, rank, options_.schedule);
+  // From here on, the graph this rank runs (its copies of the micro-batch
+  // units): every id below is of it.
+  static_cast<RankSchedule&>(*p) = ScheduleRank(compiled, rank, options_.schedule);
+  const ir::Graph& graph = *p->graph;
+  const std::vector<ir::Op>& ops = graph.ops();
   if (p->stages > 1 && p->chunks == 1 && options_.schedule == "1f1b" && p->micro_batches < p->stages) {
     LOG_IF(WARNING, rank == 0)
         << "graph '" << graph.name() << "': 1F1B over " << p->micro_batches << " micro-batches on " << p->stages
@@ -260,8 +263,9 @@ std::string Describe(const ir::Graph& graph, const ir::Op& op) {
 
 }  // namespace
 
-ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& inputs) {
-  const Program& program = ProgramFor(graph);
+ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& compiled, const Tensors& inputs) {
+  const Program& program = ProgramFor(compiled);
+  const ir::Graph& graph = *program.graph;  // the rank's: its ids are the program's
   // Lockstep checks exchange a fingerprint over the world for every layout
   // change. The two streams change layouts at once, so their exchanges
   // would interleave on the world's connections (Gloo then fails on a
@@ -541,7 +545,7 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
     const std::string path =
         options_.timeline_dir + "/timeline_rank" + std::to_string(CurrentRank()) + ".json";
     std::ofstream out(path);
-    out << TimelineJson(graph);
+    out << TimelineJson(compiled);
     TESSEL_CHECK(out.good()) << "could not write the timeline to " << path;
   }
 
@@ -551,7 +555,10 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& graph, const Tensors& i
   return results;
 }
 
-std::string ActorRuntime::TimelineJson(const ir::Graph& graph) const {
+std::string ActorRuntime::TimelineJson(const ir::Graph& compiled) const {
+  // The events name ops of the graph the rank ran (its unit copies).
+  const auto program = programs_.find(compiled.serial());
+  const ir::Graph& graph = program != programs_.end() ? *program->second->graph : compiled;
   const StepReport& r = last_;
   std::ostringstream os;
   os << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";

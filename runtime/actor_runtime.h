@@ -126,6 +126,7 @@ class ActorRuntime {
   // The last step as Chrome-trace JSON: one track per stream, with each
   // actor's op, stage and micro-batch, and a "schedule" track of the F, B
   // (and W) units named "F3", "B2", "W1".
+  // `graph` is the one Run was given.
   std::string TimelineJson(const ir::Graph& graph) const;
 
  private:

@@ -5,25 +5,26 @@
 
 #include "core/error.h"
 #include "core/join.h"
+#include "graph/passes/passes.h"
 
 namespace tessel::runtime {
 
-RankSchedule ScheduleRank(const ir::Graph& graph, int rank, const std::string& schedule) {
+RankSchedule ScheduleRank(const ir::Graph& compiled, int rank, const std::string& schedule) {
   RankSchedule s;
+  // (Without units, the compiled graph itself: an alias that owns nothing.)
+  s.graph = compiled.micro_batch_units() > 1
+                ? std::make_shared<const ir::Graph>(passes::UnrolledForRank(compiled, rank))
+                : std::shared_ptr<const ir::Graph>(std::shared_ptr<const ir::Graph>(), &compiled);
+  const ir::Graph& graph = *s.graph;
   const std::vector<ir::Op>& ops = graph.ops();
   // This rank's stage: the one whose ops compute on (or, for sends, read
   // from) a placement holding it; under an interleaved pipeline, the
   // virtual stages it holds, one per model chunk.
   int virtual_stages = 0, micro_batches = 1;
-  std::set<int> mine_stages;
+  const std::set<int> mine_stages = passes::StagesHeldBy(graph, rank);
   for (const ir::Op& op : ops) {
     micro_batches = std::max(micro_batches, op.micro_batch + 1);
-    if (op.stage < 0) continue;
-    virtual_stages = std::max(virtual_stages, op.stage + 1);
-    bool holds = false;
-    for (int o : op.outputs) holds |= graph.value(o).placement.Contains(rank);
-    if (op.name == "send") holds |= graph.value(op.inputs[0]).placement.Contains(rank);
-    if (holds) mine_stages.insert(op.stage);
+    if (op.stage >= 0) virtual_stages = std::max(virtual_stages, op.stage + 1);
   }
   s.chunks = std::max<int>(static_cast<int>(mine_stages.size()), 1);
   s.stages = std::max(virtual_stages / s.chunks, 1);

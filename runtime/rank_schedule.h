@@ -9,6 +9,7 @@
 // once.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,10 @@
 namespace tessel::runtime {
 
 struct RankSchedule {
+  // The graph the rank runs, which every op and value id below is of: the
+  // compiled graph itself, or, when it holds micro-batch units, the rank's
+  // copies of them (passes::UnrolledForRank).
+  std::shared_ptr<const ir::Graph> graph;
   // The rank's stage of `stages`, holding `chunks` model chunks (virtual
   // stages stage, stage + stages, ...; Op::stage is the virtual stage); -1
   // for a rank on no stage of a pipeline (it runs the local ops only).
@@ -41,7 +46,7 @@ struct RankSchedule {
 
 // Throws on a schedule whose stages disagree or would wait on each other
 // (CheckSchedule), naming the graph, or on a rank holding stages no
-// interleaving explains.
+// interleaving explains. `graph` must outlive the result.
 RankSchedule ScheduleRank(const ir::Graph& graph, int rank, const std::string& schedule);
 
 }  // namespace tessel::runtime

@@ -5,6 +5,7 @@
 
 #include "core/allocator.h"
 #include "graph/global_tensor_ops.h"
+#include "graph/passes/passes.h"
 #include "sbp/global_tensor.h"
 
 namespace tessel::passes {
@@ -74,6 +75,13 @@ int64_t ShardBytes(const ir::Value& value, int rank, int element_bytes) {
 }
 
 MemoryPlan PlanMemory(const ir::Graph& graph, int rank, const MemoryPlanOptions& options) {
+  if (graph.micro_batch_units() > 1) {
+    // The rank runs its copies of the units; an order would be of those.
+    TESSEL_CHECK_CODE(options.order.empty(), StatusCode::kInternal)
+        << "graph '" << graph.name() << "' holds micro-batch units: plan the memory of the graph the order "
+        << "is of (the rank's, runtime::RankSchedule::graph)";
+    return PlanMemory(UnrolledForRank(graph, rank), rank, options);
+  }
   EnsureLayoutOps();  // the graph's to_global and from_local ops are looked up
   MemoryPlan plan;
   plan.rank = rank;

@@ -5,6 +5,7 @@
 // the passes' time independent of the micro-batch count; this copy is a
 // plain walk over the ops, with no inference.
 #include <algorithm>
+#include <set>
 #include <vector>
 
 #include "core/comm/communicator.h"
@@ -20,7 +21,29 @@ std::string OpName(const ir::Op& op) {
 
 }  // namespace
 
-void UnrollMicroBatches(ir::Graph& graph) {
+std::set<int> StagesHeldBy(const ir::Graph& graph, int rank) {
+  std::set<int> held;
+  for (const ir::Op& op : graph.ops()) {
+    if (op.stage < 0 || held.count(op.stage)) continue;
+    bool holds = false;
+    for (int o : op.outputs) holds |= graph.value(o).placement.Contains(rank);
+    if (op.name == "send") holds |= graph.value(op.inputs[0]).placement.Contains(rank);
+    if (holds) held.insert(op.stage);
+  }
+  return held;
+}
+
+ir::Graph UnrolledForRank(const ir::Graph& graph, int rank) {
+  ir::Graph out = graph;
+  if (graph.micro_batch_units() <= 1) return out;
+  const std::set<int> held = StagesHeldBy(graph, rank);
+  std::vector<char> copied(graph.ops().size(), 0);
+  for (const ir::Op& op : graph.ops()) copied[static_cast<size_t>(op.id)] = op.stage < 0 || held.count(op.stage) > 0;
+  UnrollMicroBatches(out, &copied);
+  return out;
+}
+
+void UnrollMicroBatches(ir::Graph& graph, const std::vector<char>* copied) {
   const int n = graph.micro_batch_units();
   if (n <= 1) {
     graph.set_micro_batch_units(0);
@@ -100,6 +123,12 @@ void UnrollMicroBatches(ir::Graph& graph) {
   for (int k = 0; k < n; ++k) {
     std::fill(copy_of.begin(), copy_of.end(), -1);
     for (const ir::Op& unit : units) {
+      if (copied != nullptr && !(*copied)[static_cast<size_t>(unit.id)]) {
+        // Another stage's unit: listed once, as it is, and never run here
+        // (what this rank's copies read of it is a transfer's spec).
+        if (k == 0) rewritten.push_back(unit);
+        continue;
+      }
       if (unit.name == "micro_batch_sum") {
         // The running sum: micro-batch 0's share, then an add per later
         // share; the last one writes the sum's own value.

@@ -93,8 +93,6 @@ const std::vector<Pass>& PassOrder() {
        [](ir::Graph& g, const CompileOptions& o) { AssignStages(g, o.stage_ranks, o.layer_stages); }},
       {"gradient_bucketing", "fuse partial-to-broadcast reductions along one mesh axis into buckets",
        [](ir::Graph& g, const CompileOptions& o) { BucketGradients(g, o.grad_bucket_bytes); }},
-      {"micro_batch_unrolling", "copy the micro-batch units once per micro-batch, sums running as they end",
-       [](ir::Graph& g, const CompileOptions&) { UnrollMicroBatches(g); }},
   };
   return order;
 }

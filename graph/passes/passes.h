@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
+#include <vector>
 
 #include "graph/ir/graph_ir.h"
 
@@ -55,10 +57,24 @@ void AccumulateGradients(ir::Graph& graph, int micro_batches);
 // writing the sum's value). The step's other ops keep their place: those
 // before the units, or among them and reading nothing the units compute
 // (a variable's layout change a unit reads), run before every copy; the
-// rest after. Clears Graph::micro_batch_units(). A graph without units is
-// left as it is. Throws kInternal, naming the op, if an op of the step
-// among the units reads a micro-batch's value or updates one in place.
-void UnrollMicroBatches(ir::Graph& graph);
+// rest after. With `copied` (per op id), only the units it marks are
+// copied; the others stay once as they are (another pipeline stage's, on
+// a rank that never runs them). Clears Graph::micro_batch_units(). A graph
+// without units is left as it is. Throws kInternal, naming the op, if an
+// op of the step among the units reads a micro-batch's value or updates
+// one in place.
+void UnrollMicroBatches(ir::Graph& graph, const std::vector<char>* copied = nullptr);
+
+// The (virtual) pipeline stages whose ops compute on a placement holding
+// `rank` (or, for a send, read from one).
+std::set<int> StagesHeldBy(const ir::Graph& graph, int rank);
+
+// The graph `rank` runs: a copy of `graph` with the units of the rank's
+// stages (and local ones) copied once per micro-batch and every other
+// stage's units left once, unrun — so a rank's graph grows with the
+// micro-batch count by its own stage's ops only. `graph` itself (copied)
+// if it has no units.
+ir::Graph UnrolledForRank(const ir::Graph& graph, int rank);
 
 // Makes every layout change an op: where a global op reads a value whose
 // NdSbp differs from the layout its signature chose, a `to_global` op

@@ -48,6 +48,9 @@ bool SeveralRanks(const Placement& placement) { return placement.size() > 1; }
 }  // namespace
 
 ExecPlan ExecPlan::Lower(const ir::Graph& graph, int rank, const std::vector<char>* runs) {
+  TESSEL_CHECK_CODE(graph.micro_batch_units() <= 1, StatusCode::kInternal)
+      << "graph '" << graph.name() << "' holds micro-batch units, which run as copies: lower the graph "
+      << "passes::UnrollMicroBatches or passes::UnrolledForRank makes of it";
   EnsureLayoutOps();
   ExecPlan plan;
   plan.graph_ = &graph;

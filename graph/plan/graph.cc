@@ -12,6 +12,7 @@
 #include "graph/ir/tracer.h"
 #include "graph/passes/memory_planning.h"
 #include "graph/passes/pass_manager.h"
+#include "graph/passes/passes.h"
 #include "graph/plan/in_order_executor.h"
 #include "ops/functional.h"
 #include "sbp/global_tensor.h"
@@ -118,9 +119,16 @@ Graph::Tensors Graph::operator()(const Tensors& inputs) {
   const ir::Graph& graph = Trace(inputs);
   if (options_.executor) return options_.executor(graph, inputs);
   auto found = plans_.find(&graph);
-  if (found == plans_.end())
-    found = plans_.emplace(&graph, plan::ExecPlan::Lower(graph, CurrentRank())).first;
-  return RunInOrder(found->second, inputs);
+  if (found == plans_.end()) {
+    InOrderPlan p;
+    if (graph.micro_batch_units() > 1) {
+      p.unrolled = std::make_unique<ir::Graph>(graph);
+      passes::UnrollMicroBatches(*p.unrolled);
+    }
+    p.plan = plan::ExecPlan::Lower(p.unrolled ? *p.unrolled : graph, CurrentRank());
+    found = plans_.emplace(&graph, std::move(p)).first;
+  }
+  return RunInOrder(*found->second.plan, inputs);
 }
 
 }  // namespace tessel

@@ -5,6 +5,7 @@
 #include "core/allocator.h"
 #include "core/error.h"
 #include "graph/passes/memory_planning.h"
+#include "graph/passes/passes.h"
 #include "sbp/global_tensor.h"
 
 namespace tessel {
@@ -40,6 +41,11 @@ std::vector<Tensor> BindGraphValues(const ir::Graph& graph, const std::map<std::
 
 std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs,
                                          RunStats* stats) {
+  if (graph.micro_batch_units() > 1) {
+    ir::Graph unrolled = graph;
+    passes::UnrollMicroBatches(unrolled);
+    return RunInOrder(plan::ExecPlan::Lower(unrolled, CurrentRank()), inputs, stats);
+  }
   return RunInOrder(plan::ExecPlan::Lower(graph, CurrentRank()), inputs, stats);
 }
 

@@ -37,8 +37,9 @@ std::vector<Tensor> BindGraphValues(const ir::Graph& graph, const std::map<std::
 std::map<std::string, Tensor> RunInOrder(const plan::ExecPlan& plan,
                                          const std::map<std::string, Tensor>& inputs,
                                          RunStats* stats = nullptr);
-// The same for one run: lowers `graph` for this rank first (a Graph keeps
-// its plans; this is for a graph run once).
+// The same for one run: lowers `graph` for this rank first, its
+// micro-batch units copied per micro-batch (a Graph keeps its plans; this
+// is for a graph run once).
 std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs,
                                          RunStats* stats = nullptr);
 

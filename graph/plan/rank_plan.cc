@@ -1,12 +1,14 @@
 #include "graph/plan/rank_plan.h"
 
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <vector>
 
 #include "core/error.h"
 #include "graph/passes/memory_planning.h"
+#include "graph/passes/passes.h"
 #include "graph/plan/rank_plan.pb.h"
 #include "sbp/boxing_plan.h"
 #include "sbp/global_tensor.h"
@@ -89,8 +91,12 @@ void AddLayoutChange(proto::PlanOpProto* op, const ir::Value& in, const BoxingPl
 
 }  // namespace
 
-void CompileRankPlan(const ir::Graph& graph, int rank, proto::RankPlanProto* plan,
+void CompileRankPlan(const ir::Graph& compiled, int rank, proto::RankPlanProto* plan,
                      std::string* instructions) {
+  // The rank's copies of the micro-batch units, if the graph has units.
+  std::optional<ir::Graph> unrolled;
+  if (compiled.micro_batch_units() > 1) unrolled = passes::UnrolledForRank(compiled, rank);
+  const ir::Graph& graph = unrolled ? *unrolled : compiled;
   // The ops the rank takes part in, lowered as the runtime lowers them: the
   // communication listed is that of the executable plan's instructions.
   std::vector<char> member_ops(graph.ops().size(), 0);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "graph/ir/graph_ir.pb.h"
+#include "graph/passes/passes.h"
 #include "graph/plan/graph.h"
 #include "layers/optimizer.h"
 #include "ops/functional.h"
@@ -97,7 +98,11 @@ TEST(GradientAccumulation, FourMicroBatchesEqualOneStepOnTheWholeBatch) {
   // traced on a micro-batch,
   // copied once per micro-batch; each gradient and the loss summed over the
   // micro-batches (three adds) and scaled once; clipping and AdamW once.
-  const ir::Graph& graph = step.Trace({{"x", randn({8, 8}, 1)}, {"target", randn({8, 3}, 2)}});
+  const ir::Graph& units = step.Trace({{"x", randn({8, 8}, 1)}, {"target", randn({8, 3}, 2)}});
+  EXPECT_EQ(units.micro_batch_units(), 4);
+  ir::Graph graph = units;  // what runs: the units' copies
+  passes::UnrollMicroBatches(graph);
+  EXPECT_EQ(graph.micro_batch_units(), 0);
   std::vector<int> per_micro_batch(4, 0);
   int cuts = 0, updates = 0, averages = 0, once = 0;
   for (const ir::Op& op : graph.ops()) {
@@ -132,11 +137,10 @@ TEST(GradientAccumulation, FourMicroBatchesEqualOneStepOnTheWholeBatch) {
   for (int g : graph.gradients()) EXPECT_NE(text.find("gradient %" + std::to_string(g)), std::string::npos);
 }
 
-// The passes between gradient accumulation and unrolling work on one
-// micro-batch's ops (the units), whatever the count: the graph boxing
-// insertion gets is the same size for 2 and 8 micro-batches, sums its
-// shares with micro_batch_sum ops, and prints its units as each
-// micro-batch's; the graph that runs has 2 and 8 copies.
+// The compiler works on one micro-batch's ops (the units), whatever the
+// count: the graph boxing insertion gets is the same size for 2 and 8
+// micro-batches, sums its shares with micro_batch_sum ops, and prints its
+// units as each micro-batch's; the graph a rank runs has 2 and 8 copies.
 TEST(GradientAccumulation, ThePassesAfterItSeeOneMicroBatchsUnits) {
   const std::string dir = ::testing::TempDir() + "tessel_units_" + std::to_string(::getpid());
   ::setenv("TESSEL_DEBUG_PASS", "boxing_insertion", 1);
@@ -154,8 +158,11 @@ TEST(GradientAccumulation, ThePassesAfterItSeeOneMicroBatchsUnits) {
                  return {{"loss", loss}};
                },
                {.micro_batches = n});
-    const ir::Graph& graph = step.Trace({{"x", randn({16, 8}, 1)}, {"target", randn({16, 3}, 2)}});
-    EXPECT_EQ(graph.micro_batch_units(), 0);  // unrolled
+    const ir::Graph& units = step.Trace({{"x", randn({16, 8}, 1)}, {"target", randn({16, 3}, 2)}});
+    EXPECT_EQ(units.micro_batch_units(), n);
+    const ir::Graph graph = passes::UnrolledForRank(units, 0);  // a rank's copies (one rank holds all)
+    EXPECT_EQ(graph.micro_batch_units(), 0);
+    step({{"x", randn({16, 8}, 1)}, {"target", randn({16, 3}, 2)}});  // the units run
     int last_copy = 0;
     for (const ir::Op& op : graph.ops()) {
       last_copy = std::max(last_copy, op.micro_batch);

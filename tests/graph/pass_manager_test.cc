@@ -40,17 +40,16 @@ TEST(PassManager, RunsThePassesInTheirPrintedOrderAndTimesEach) {
   for (const passes::Pass& p : passes::PassOrder()) names.push_back(p.name);
   EXPECT_EQ(names, (std::vector<std::string>{"activation_checkpointing", "dead_code_elimination",
                                              "gradient_accumulation", "boxing_insertion", "stage_assignment",
-                                             "gradient_bucketing", "micro_batch_unrolling"}));
+                                             "gradient_bucketing"}));
   testing::SmallGraph g = Graph();
   const std::vector<passes::PassTiming> t = passes::CompileGraph(g.graph, passes::CompileOptions{});
-  ASSERT_EQ(t.size(), 7u);
+  ASSERT_EQ(t.size(), 6u);
   EXPECT_EQ(t[0].ops_after, 3u);  // no recompute regions
   EXPECT_EQ(t[1].pass, "dead_code_elimination");
   EXPECT_EQ(t[1].ops_before, 3u);
   EXPECT_EQ(t[1].ops_after, 2u);
   EXPECT_EQ(t[2].ops_after, 2u);  // one micro-batch: nothing to copy
   EXPECT_EQ(t[3].ops_after, 3u);  // the to_global
-  EXPECT_EQ(t[6].ops_after, 3u);  // no units to unroll
   for (const passes::PassTiming& p : t) EXPECT_GE(p.seconds, 0);
   EXPECT_EQ(g.Count("to_global"), 1);
 }
@@ -81,7 +80,7 @@ TEST(PassManager, WritesTheGraphBeforeAndAfterTheNamedPass) {
   passes::CompileGraph(all.graph, options);
   files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) files += entry.is_regular_file();
-  EXPECT_EQ(files, 7 * 4);
+  EXPECT_EQ(files, 6 * 4);
   std::filesystem::remove_all(dir);
 }
 
