@@ -107,8 +107,10 @@ MemoryPlan PlanMemory(const ir::Graph& graph, int rank, const MemoryPlanOptions&
   std::vector<int> last(graph.values().size(), -1);
   for (int id : order) {
     const ir::Op& op = ops[static_cast<size_t>(id)];
-    for (int v : op.outputs) last[static_cast<size_t>(v)] = std::max(last[static_cast<size_t>(v)], position[id]);
-    for (int v : op.inputs) last[static_cast<size_t>(v)] = std::max(last[static_cast<size_t>(v)], position[id]);
+    for (int v : op.outputs)
+      last[static_cast<size_t>(v)] = std::max(last[static_cast<size_t>(v)], position[id]);
+    for (int v : op.inputs)
+      last[static_cast<size_t>(v)] = std::max(last[static_cast<size_t>(v)], position[id]);
   }
   for (const auto& [name, id] : graph.outputs()) last[static_cast<size_t>(id)] = end_of_order;
   // Each op result's block: its own, or the one it shares (through chains

@@ -38,7 +38,8 @@ ir::Graph UnrolledForRank(const ir::Graph& graph, int rank) {
   if (graph.micro_batch_units() <= 1) return out;
   const std::set<int> held = StagesHeldBy(graph, rank);
   std::vector<char> copied(graph.ops().size(), 0);
-  for (const ir::Op& op : graph.ops()) copied[static_cast<size_t>(op.id)] = op.stage < 0 || held.count(op.stage) > 0;
+  for (const ir::Op& op : graph.ops())
+    copied[static_cast<size_t>(op.id)] = op.stage < 0 || held.count(op.stage) > 0;
   UnrollMicroBatches(out, &copied);
   return out;
 }
@@ -62,9 +63,15 @@ void UnrollMicroBatches(ir::Graph& graph, const std::vector<char>* copied) {
   std::vector<char> per_micro(num_values, 0), written(num_values, 0), after_units(num_values, 0);
   for (const ir::Op& op : ops) {
     if (op.micro_batch < 0) continue;
-    for (int o : op.outputs) (op.name == "micro_batch_sum" ? after_units : per_micro)[static_cast<size_t>(o)] = 1;
-    for (int i : GetOpDef(op.name).mutates) written[static_cast<size_t>(op.inputs.at(static_cast<size_t>(i)))] = 1;
+    for (int o : op.outputs)
+      (op.name == "micro_batch_sum" ? after_units : per_micro)[static_cast<size_t>(o)] = 1;
+    for (int i : GetOpDef(op.name).mutates)
+      written[static_cast<size_t>(op.inputs.at(static_cast<size_t>(i)))] = 1;
   }
+  for (const auto& [name, id] : graph.outputs())
+    TESSEL_CHECK_CODE(!per_micro[static_cast<size_t>(id)], StatusCode::kInternal)
+        << "graph '" << graph.name() << "': result '" << name << "' is %" << id
+        << ", which each micro-batch computes; a result of the units must be summed (micro_batch_sum)";
   // Message tags: copy k of a unit's transfer takes its tag + k * (one
   // more than the largest tag), so both sides of a pair agree on every
   // rank and no two copies share one.
@@ -124,9 +131,15 @@ void UnrollMicroBatches(ir::Graph& graph, const std::vector<char>* copied) {
     std::fill(copy_of.begin(), copy_of.end(), -1);
     for (const ir::Op& unit : units) {
       if (copied != nullptr && !(*copied)[static_cast<size_t>(unit.id)]) {
-        // Another stage's unit: listed once, as it is, and never run here
-        // (what this rank's copies read of it is a transfer's spec).
-        if (k == 0) rewritten.push_back(unit);
+        // Another stage's unit: listed once, reading micro-batch 0's
+        // copies, and never run here (what this rank's copies read of it
+        // is a transfer's spec).
+        if (k == 0) {
+          ir::Op once = unit;
+          for (int& i : once.inputs)
+            if (copy_of[static_cast<size_t>(i)] >= 0) i = copy_of[static_cast<size_t>(i)];
+          rewritten.push_back(std::move(once));
+        }
         continue;
       }
       if (unit.name == "micro_batch_sum") {

@@ -4,6 +4,7 @@
 // whole batch; the rewrite is visible in the IR; what it cannot mean is
 // refused by name. Also the micro_batch op it cuts inputs with.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,8 +14,6 @@
 #include <iterator>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "graph/ir/graph_ir.pb.h"
 #include "graph/passes/passes.h"
