@@ -1,9 +1,11 @@
-// Unrolling micro-batch units: the last pass, after every pass that works
-// on one micro-batch's ops (boxing insertion, stage assignment, gradient
-// bucketing), turns the units gradient accumulation left into the copies
-// the executors run (see passes.h). Compiling the units once is what keeps
-// the passes' time independent of the micro-batch count; this copy is a
-// plain walk over the ops, with no inference.
+// Unrolling micro-batch units: what gradient accumulation left once (and
+// every pass after it kept so: boxing insertion, stage assignment, gradient
+// bucketing work on one micro-batch's ops) becomes the copies an executor
+// runs (see passes.h). Each rank copies only the units of its own stages
+// (UnrolledForRank); the in-order executor, which runs every op, copies
+// them all. Compiling the units once is what keeps the compiler's time
+// independent of the micro-batch count; this copy is a plain walk over the
+// ops, with no inference.
 #include <algorithm>
 #include <set>
 #include <vector>
