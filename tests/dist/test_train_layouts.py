@@ -3,8 +3,8 @@ same 20 losses (1e-5 relative) under 1x1x1, dp2, tp2, pp2, dp2 x tp2 and
 tp2 x pp2 in graph mode with 1F1B (the global batch of 16 stays; the
 accumulation steps follow from dp), eagerly on 1x1x1 and tp2 x pp2, and the
 loss falls; the output directory holds the resolved config and
-metrics.jsonl; 100 iterations lower the loss by 1.5 nats eagerly, in graph
-mode and under pp2; --fast_dev_run writes nothing. Bad input is named before the
+metrics.jsonl; 100 iterations lower the loss by 1.5 nats eagerly and in
+graph mode under pp2; --fast_dev_run writes nothing. Bad input is named before the
 first iteration: an unknown field (with the closest), inconsistent batch
 sizes, dist sizes that do not divide the world, a dataset prefix missing, a
 truncated .idx, a vocabulary smaller than the data's ids, each said in 3

@@ -1,8 +1,8 @@
 """What every model of the zoo must show under tessel-train (used by
 test_train_layouts.py for GPT-2, test_train_llama.py, test_train_t5.py,
 test_train_bert.py for BERT and test_train_vit.py for ViT): the same losses
-under every layout and mode, a falling loss over 100 iterations eagerly, in
-graph mode and under pp2, a padded checkpoint resumed on one process, and
+under every layout and mode, a falling loss over 100 iterations eagerly and
+in graph mode under pp2, a padded checkpoint resumed on one process, and
 bad input named before the first iteration."""
 import argparse
 import os
@@ -69,9 +69,10 @@ def check_same_losses(train, work, iters, common, min_drop):
 
 def check_long_runs(train, work, common, min_drop):
     """100 iterations with a loss falling by min_drop (first logged
-    iteration to the last) eagerly, in graph mode and under pp2."""
-    for name, (nproc, pp, graph) in {"eager": (1, 1, False), "graph": (1, 1, True),
-                                     "graph pp2": (2, 2, True)}.items():
+    iteration to the last) eagerly on one process and in graph mode under
+    pp2. (Graph mode on one process gives eager's losses in the 20-iteration
+    layout checks; a third 100-iteration run would add time, not cover.)"""
+    for name, (nproc, pp, graph) in {"eager": (1, 1, False), "graph pp2": (2, 2, True)}.items():
         code, out, secs = train(nproc, common + ["train.train_iter=100", "train.log_period=10",
                                                  "evaluation.enabled=false"] + layout_sets(1, pp, graph) +
                                 [f"train.output_dir={os.path.join(work, 'long_' + name.replace(' ', '_'))}"])
