@@ -6,11 +6,12 @@
 // the inputs — forward and backward, and anything else computed from the
 // batch — become the micro-batch units: they stay once, standing for each
 // micro-batch (Op::micro_batch 0), so the passes after this one work on a
-// micro-batch's ops whatever the count; micro_batch_unrolling copies them
-// last. The variables' gradients, which autograd marked in the trace, are
-// where the units meet the rest of the step: each is summed over the
-// micro-batches (a micro_batch_sum right after the op computing its share,
-// so unrolled, a micro-batch's activations die before the next one starts)
+// micro-batch's ops whatever the count; each rank copies its own when it
+// lowers (micro_batch_unrolling.cc). The variables' gradients, which
+// autograd marked in the trace, are where the units meet the rest of the
+// step: each is summed over the micro-batches (a micro_batch_sum right
+// after the op computing its share, so unrolled, a micro-batch's
+// activations die before the next one starts)
 // and scaled by 1/micro_batches, under the gradient's own id, so the
 // optimizer's ops read the average unchanged and run once. With a mean
 // loss over equal micro-batches the average is the gradient of the whole

@@ -52,7 +52,8 @@ void UnrollMicroBatches(ir::Graph& graph, const std::vector<char>* copied) {
     graph.set_micro_batch_units(0);
     return;
   }
-  const std::vector<ir::Op> ops = graph.ops();
+  // (NewValue below grows the values, never the ops, until SetOps.)
+  const std::vector<ir::Op>& ops = graph.ops();
   const size_t num_values = graph.values().size();
   int first = -1, last = -1;  // the first and last unit op
   for (const ir::Op& op : ops) {
@@ -85,14 +86,15 @@ void UnrollMicroBatches(ir::Graph& graph, const std::vector<char>* copied) {
       << " micro-batches need " << tags * n << " message tags; a step can tag "
       << (int64_t{1} << comm::Communicator::kSeqBits) << " (use fewer micro-batches or stages)";
 
-  std::vector<ir::Op> before, units, after;
+  std::vector<ir::Op> before, after;
+  std::vector<const ir::Op*> units;
   for (const ir::Op& op : ops) {
     if (op.micro_batch >= 0) {
       for (int i : op.inputs)
         TESSEL_CHECK_CODE(!after_units[static_cast<size_t>(i)], StatusCode::kInternal)
             << "graph '" << graph.name() << "': " << OpName(op) << " of the micro-batch units reads %" << i
             << ", a sum over the micro-batches";
-      units.push_back(op);
+      units.push_back(&op);
       continue;
     }
     if (op.id < first) {
@@ -131,7 +133,8 @@ void UnrollMicroBatches(ir::Graph& graph, const std::vector<char>* copied) {
   std::vector<int> copy_of(num_values, -1), running(num_values, -1);
   for (int k = 0; k < n; ++k) {
     std::fill(copy_of.begin(), copy_of.end(), -1);
-    for (const ir::Op& unit : units) {
+    for (const ir::Op* unit_op : units) {
+      const ir::Op& unit = *unit_op;
       if (copied != nullptr && !(*copied)[static_cast<size_t>(unit.id)]) {
         // Another stage's unit: listed once, reading micro-batch 0's
         // copies, and never run here (what this rank's copies read of it
