@@ -55,15 +55,21 @@ Tensor OffRankValue(const ir::Value& v) {
 // This rank's part of one compiled graph: which ops it runs, on which
 // stream, in which order.
 struct ActorRuntime::Program : RankSchedule {
-  size_t num_ops = 0, num_values = 0;  // of the graph it was built for
-  std::vector<int> stream_order[2];    // per stream: op ids, in RankSchedule::order
+  size_t num_ops = 0, num_values = 0;          // of the graph it was built for
+  std::vector<passes::OpRun> stream_order[2];  // per stream: runs, in RankSchedule::order
   // Per op: ops of the other stream it must follow without reading their
   // results — an in-place update of a variable and the reads of it on either
-  // side (the streams otherwise wait only for the values they read).
+  // side (the streams otherwise wait only for the values they read). A run
+  // waits for their run RankSchedule::PredRun names.
   std::vector<std::vector<int>> after;
-  std::vector<int> readers;   // per value: this rank's ops reading it
-  std::vector<char> keep;     // per value: a named result
-  std::vector<int> off_rank;  // values read here and computed on another stage
+  // Per slot (passes::StepRuns: a value's, or a unit's value's for one
+  // micro-batch): its value, the runs of this rank reading it, whether it
+  // is a named result's (kept), whether it is an op's result (freed after
+  // its last reader).
+  std::vector<int> value_of, readers;
+  std::vector<char> keep, freed;
+  // Slots read here whose value is computed on another stage.
+  std::vector<int> off_rank;
   // Per op: the completion queue of a receive (one per source placement,
   // so a message still on its way from one peer stage does not hold back
   // one that arrived from another); -1 for other ops.
@@ -100,11 +106,10 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& compiled)
   p->num_values = compiled.values().size();
 
   const int rank = CurrentRank();
-  // From here on, the graph this rank runs (its copies of the micro-batch
-  // units): every id below is of it.
   static_cast<RankSchedule&>(*p) = ScheduleRank(compiled, rank, options_.schedule);
-  const ir::Graph& graph = *p->graph;
+  const ir::Graph& graph = compiled;
   const std::vector<ir::Op>& ops = graph.ops();
+  const passes::StepRuns& runs = p->exec.runs();
   if (p->stages > 1 && p->chunks == 1 && options_.schedule == "1f1b" && p->micro_batches < p->stages) {
     LOG_IF(WARNING, rank == 0)
         << "graph '" << graph.name() << "': 1F1B over " << p->micro_batches << " micro-batches on " << p->stages
@@ -118,7 +123,8 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& compiled)
   auto stream_of = [&](const ir::Op& op) {
     return p->exec.at(op.id).communicates ? Stream::kCommunication : Stream::kCompute;
   };
-  for (int id : p->order) p->stream_order[static_cast<int>(stream_of(ops[static_cast<size_t>(id)]))].push_back(id);
+  for (const passes::OpRun& r : p->order)
+    p->stream_order[static_cast<int>(stream_of(ops[static_cast<size_t>(r.op)]))].push_back(r);
   p->after.assign(ops.size(), {});
   for (size_t i = 0; i < mine.size(); ++i) {
     const ir::Op& op = ops[static_cast<size_t>(mine[i])];
@@ -132,35 +138,48 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& compiled)
   }
 
   if (VLOG_IS_ON(2)) {  // the communication order, to compare between ranks
-    for (int id : p->stream_order[1]) {
-      const ir::Op& op = ops[static_cast<size_t>(id)];
-      VLOG(2) << "graph '" << graph.name() << "': communication " << id << " '" << op.name << "' micro-batch "
-              << op.micro_batch << (op.backward ? " backward" : " forward");
+    for (const passes::OpRun& r : p->stream_order[1]) {
+      const ir::Op& op = ops[static_cast<size_t>(r.op)];
+      VLOG(2) << "graph '" << graph.name() << "': communication " << r.op << " '" << op.name << "' micro-batch "
+              << r.micro_batch << (op.backward ? " backward" : " forward");
     }
   }
-  p->readers.assign(graph.values().size(), 0);
-  p->keep.assign(graph.values().size(), 0);
-  for (const auto& [name, id] : graph.outputs()) p->keep[static_cast<size_t>(id)] = 1;
-  std::vector<char> off(graph.values().size(), 0);
-  for (int id : mine) {
-    const ir::Op& op = ops[static_cast<size_t>(id)];
-    for (int in : op.inputs) {
-      ++p->readers[static_cast<size_t>(in)];
+  const size_t slots = static_cast<size_t>(runs.slots());
+  p->value_of.resize(slots);
+  p->freed.assign(slots, 1);
+  for (const ir::Value& v : graph.values()) {
+    p->value_of[static_cast<size_t>(v.id)] = v.id;
+    p->freed[static_cast<size_t>(v.id)] = v.kind == ir::Value::Kind::kOpOutput;
+    if (runs.per_micro_batch(v.id))
+      for (int k = 1; k < runs.micro_batches(); ++k) p->value_of[static_cast<size_t>(runs.Slot(v.id, k))] = v.id;
+  }
+  p->readers.assign(slots, 0);
+  p->keep.assign(slots, 0);
+  for (const auto& [name, id] : graph.outputs()) p->keep[static_cast<size_t>(runs.Slot(id, -1))] = 1;
+  std::vector<char> off(slots, 0);
+  std::vector<int> in_slots;
+  for (const passes::OpRun& r : p->order) {
+    const ir::Op& op = ops[static_cast<size_t>(r.op)];
+    runs.InputSlots(op, r.micro_batch, &in_slots);
+    for (int slot : in_slots) {
+      ++p->readers[static_cast<size_t>(slot)];
+      const int in = p->value_of[static_cast<size_t>(slot)];
       const int producer = graph.value(in).producer;
       if (producer < 0 || p->runs[static_cast<size_t>(producer)]) continue;
       // Only a transfer reads a value of another stage, for its layout.
       TESSEL_CHECK_CODE(GetOpDef(op.name).communicates && graph.value(in).is_global(), StatusCode::kInternal)
           << "graph '" << graph.name() << "': op " << op.id << " '" << op.name << "' on stage " << op.stage
           << " reads %" << in << ", computed by op " << producer << " on stage " << ops[producer].stage;
-      if (!off[static_cast<size_t>(in)]) p->off_rank.push_back(in);
-      off[static_cast<size_t>(in)] = 1;
+      if (!off[static_cast<size_t>(slot)]) p->off_rank.push_back(slot);
+      off[static_cast<size_t>(slot)] = 1;
     }
   }
   for (const auto& [name, id] : graph.outputs()) {
     const int producer = graph.value(id).producer;
-    if (producer >= 0 && !p->runs[static_cast<size_t>(producer)] && !off[static_cast<size_t>(id)]) {
-      p->off_rank.push_back(id);
-      off[static_cast<size_t>(id)] = 1;
+    const size_t slot = static_cast<size_t>(runs.Slot(id, -1));
+    if (producer >= 0 && !p->runs[static_cast<size_t>(producer)] && !off[slot]) {
+      p->off_rank.push_back(static_cast<int>(slot));
+      off[slot] = 1;
     }
   }
   p->receive_queue.assign(ops.size(), -1);
@@ -191,7 +210,7 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& compiled)
   }
   VLOG(1) << "graph '" << graph.name() << "': rank " << rank << " runs " << mine.size() << " of "
           << ops.size() << " ops on stage " << p->stage << " of " << p->stages << " (" << p->stream_order[0].size()
-          << " compute, " << p->stream_order[1].size() << " communication) in " << p->chunks << " chunk(s), "
+          << " compute runs, " << p->stream_order[1].size() << " communication runs) in " << p->chunks << " chunk(s), "
           << options_.schedule << " over " << p->micro_batches << " micro-batches";
   cached = std::move(p);
   return *cached;
@@ -210,10 +229,10 @@ struct StepState {
   // Signals a posted send or receive, the end of the streams or a failure,
   // to the completion workers.
   std::condition_variable posted_changed;
-  std::vector<Tensor> env;
-  std::vector<char> ready;
-  std::vector<char> done;  // per op: finished (for Program::after)
-  std::vector<int> readers_left;
+  std::vector<Tensor> env;  // per slot (passes::StepRuns)
+  std::vector<char> ready;  // per slot
+  std::vector<char> done;   // per run (StepRuns::RunIndex): finished (for Program::after)
+  std::vector<int> readers_left;  // per slot
   std::string error;  // the first failure; the streams stop at their next actor
   StatusCode error_code = StatusCode::kInternal;
   // Posted sends the completion thread waits for, in order; null: no more.
@@ -223,7 +242,7 @@ struct StepState {
   // Posted receives per completion queue (Program::receive_queue), each
   // with its actor's event, completed when the message has arrived.
   struct PendingReceive {
-    int op = 0;
+    passes::OpRun run;
     std::unique_ptr<PostedReceive> posted;
     ActorEvent event;
   };
@@ -253,10 +272,10 @@ bool WaitForSendRoom(StepState& state, int max_pending_sends, std::chrono::milli
   return room && state.error.empty();
 }
 
-std::string Describe(const ir::Graph& graph, const ir::Op& op) {
+std::string Describe(const ir::Graph& graph, const ir::Op& op, int micro_batch) {
   std::ostringstream os;
   os << "graph '" << graph.name() << "': op " << op.id << " '" << op.name << "' (stage " << op.stage;
-  if (op.micro_batch >= 0) os << ", micro-batch " << op.micro_batch;
+  if (micro_batch >= 0) os << ", micro-batch " << micro_batch;
   os << ", " << (op.backward ? "backward" : "forward") << ") on rank " << CurrentRank();
   return os.str();
 }
@@ -265,7 +284,8 @@ std::string Describe(const ir::Graph& graph, const ir::Op& op) {
 
 ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& compiled, const Tensors& inputs) {
   const Program& program = ProgramFor(compiled);
-  const ir::Graph& graph = *program.graph;  // the rank's: its ids are the program's
+  const ir::Graph& graph = compiled;
+  const passes::StepRuns& runs = program.exec.runs();
   // Lockstep checks exchange a fingerprint over the world for every layout
   // change. The two streams change layouts at once, so their exchanges
   // would interleave on the world's connections (Gloo then fails on a
@@ -282,14 +302,15 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& compiled, const Tensors
   const std::vector<ir::Op>& ops = graph.ops();
   StepState state;
   state.env = BindGraphValues(graph, inputs);
-  state.ready.assign(graph.values().size(), 0);
+  state.env.resize(static_cast<size_t>(runs.slots()));
+  state.ready.assign(static_cast<size_t>(runs.slots()), 0);
   for (const ir::Value& v : graph.values()) state.ready[v.id] = v.kind != ir::Value::Kind::kOpOutput;
-  for (int v : program.off_rank) {
-    state.env[static_cast<size_t>(v)] = OffRankValue(graph.value(v));
-    state.ready[static_cast<size_t>(v)] = 1;
+  for (int slot : program.off_rank) {
+    state.env[static_cast<size_t>(slot)] = OffRankValue(graph.value(program.value_of[static_cast<size_t>(slot)]));
+    state.ready[static_cast<size_t>(slot)] = 1;
   }
   state.readers_left = program.readers;
-  state.done.assign(ops.size(), 0);
+  state.done.assign(static_cast<size_t>(runs.runs()), 0);
   const std::chrono::milliseconds timeout =
       options_.input_timeout.count() > 0
           ? options_.input_timeout
@@ -301,12 +322,16 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& compiled, const Tensors
   std::vector<ActorEvent> events[2];
 
   auto run_stream = [&](Stream stream) {
-    const std::vector<int>& order = program.stream_order[static_cast<int>(stream)];
+    const std::vector<passes::OpRun>& order = program.stream_order[static_cast<int>(stream)];
     std::vector<ActorEvent>& log = events[static_cast<int>(stream)];
     log.reserve(order.size());
     std::vector<Tensor> args;  // reused: one allocation per stream, not per actor
-    for (int id : order) {
+    std::vector<int> in_slots;
+    for (const passes::OpRun& run : order) {
+      const int id = run.op;
       const ir::Op& op = ops[static_cast<size_t>(id)];
+      const int run_index = runs.RunIndex(id, run.micro_batch);
+      runs.InputSlots(op, run.micro_batch, &in_slots);
       args.clear();
       {
         std::unique_lock<std::mutex> lock(state.mu);
@@ -318,14 +343,14 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& compiled, const Tensors
           return *deadline_at;
         };
         for (int before : program.after[static_cast<size_t>(id)]) {
-          if (state.done[static_cast<size_t>(before)]) continue;
+          const size_t before_run = static_cast<size_t>(program.PredRun(before, id, run.micro_batch));
+          if (state.done[before_run]) continue;
           ++state.waiting;
-          const bool finished = state.changed.wait_until(lock, deadline(), [&] {
-            return state.done[static_cast<size_t>(before)] || !state.error.empty();
-          });
+          const bool finished = state.changed.wait_until(
+              lock, deadline(), [&] { return state.done[before_run] || !state.error.empty(); });
           --state.waiting;
           if (!finished) {
-            state.error = Describe(graph, op) + " waited " + std::to_string(timeout.count()) + " ms for op " +
+            state.error = Describe(graph, op, run.micro_batch) + " waited " + std::to_string(timeout.count()) + " ms for op " +
                           std::to_string(before) + " '" + ops[static_cast<size_t>(before)].name +
                           "' (an in-place update ordered with it), which did not finish";
             state.error_code = StatusCode::kTimeout;
@@ -333,15 +358,16 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& compiled, const Tensors
           }
           if (!state.error.empty()) return;
         }
-        for (int in : op.inputs) {
-          if (state.ready[in]) continue;
+        for (int slot : in_slots) {
+          if (state.ready[static_cast<size_t>(slot)]) continue;
           ++state.waiting;
           const bool arrived = state.changed.wait_until(
-              lock, deadline(), [&] { return state.ready[in] || !state.error.empty(); });
+              lock, deadline(), [&] { return state.ready[static_cast<size_t>(slot)] || !state.error.empty(); });
           --state.waiting;
           if (!arrived) {
+            const int in = program.value_of[static_cast<size_t>(slot)];
             const int producer = graph.value(in).producer;
-            state.error = Describe(graph, op) + " waited " + std::to_string(timeout.count()) + " ms for %" +
+            state.error = Describe(graph, op, run.micro_batch) + " waited " + std::to_string(timeout.count()) + " ms for %" +
                           std::to_string(in) + " from op " + std::to_string(producer) + " '" +
                           ops[static_cast<size_t>(producer)].name + "', which did not run";
             state.error_code = StatusCode::kTimeout;
@@ -349,12 +375,12 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& compiled, const Tensors
           }
           if (!state.error.empty()) return;
         }
-        args.reserve(op.inputs.size());
-        for (int in : op.inputs) args.push_back(state.env[static_cast<size_t>(in)]);
+        args.reserve(in_slots.size());
+        for (int slot : in_slots) args.push_back(state.env[static_cast<size_t>(slot)]);
       }
       ActorEvent event{.op = id,
                        .stream = stream,
-                       .micro_batch = op.micro_batch,
+                       .micro_batch = run.micro_batch,
                        .chunk = program.ChunkOf(op.stage),
                        .backward = op.backward,
                        .weight = program.weight[static_cast<size_t>(id)] != 0,
@@ -366,14 +392,15 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& compiled, const Tensors
           if (program.send_quota > 0 && !WaitForSendRoom(state, program.send_quota, timeout)) {
             // (Fail keeps an earlier failure: then this one is not news.)
             state.Fail(StatusCode::kTimeout,
-                       Describe(graph, op) + " waited " + std::to_string(timeout.count()) + " ms for the " +
+                       Describe(graph, op, run.micro_batch) + " waited " + std::to_string(timeout.count()) +
+                           " ms for the " +
                            std::to_string(program.send_quota) +
                            " earlier send(s) of this rank to be taken by their receivers");
             return;
           }
           // Posted, not waited for: the completion thread waits.
           auto posted = std::make_unique<PostedSends>();
-          program.exec.Run(instruction, args, posted.get());
+          program.exec.Run(instruction, args, run.micro_batch, posted.get());
           std::lock_guard<std::mutex> lock(state.mu);
           state.sends.push_back(std::move(posted));
           state.max_pending_sends = std::max(state.max_pending_sends, ++state.pending_sends);
@@ -381,19 +408,19 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& compiled, const Tensors
         } else if (instruction.kind == plan::Instruction::Kind::kRecv) {
           // Posted, not waited for: its queue's completion worker waits and
           // fills the register, while this stream goes on.
-          auto posted = std::make_unique<PostedReceive>(program.exec.PostReceive(instruction));
+          auto posted = std::make_unique<PostedReceive>(program.exec.PostReceive(instruction, run.micro_batch));
           std::lock_guard<std::mutex> lock(state.mu);
           state.receives[static_cast<size_t>(program.receive_queue[static_cast<size_t>(id)])].push_back(
-              {id, std::move(posted), event});
+              {run, std::move(posted), event});
           state.posted_changed.notify_all();
         } else {
-          outs = program.exec.Run(instruction, args);
+          outs = program.exec.Run(instruction, args, run.micro_batch);
         }
       } catch (const Error& e) {
-        state.Fail(e.code(), Describe(graph, op) + " failed: " + e.what());
+        state.Fail(e.code(), Describe(graph, op, run.micro_batch) + " failed: " + e.what());
         return;
       } catch (const std::exception& e) {
-        state.Fail(StatusCode::kInternal, Describe(graph, op) + " failed: " + e.what());
+        state.Fail(StatusCode::kInternal, Describe(graph, op, run.micro_batch) + " failed: " + e.what());
         return;
       }
       args.clear();
@@ -401,18 +428,16 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& compiled, const Tensors
       event.end_us = NowMicros();
       if (!completes_later) log.push_back(event);
       std::lock_guard<std::mutex> lock(state.mu);
-      if (!completes_later) state.done[static_cast<size_t>(id)] = 1;
+      if (!completes_later) state.done[static_cast<size_t>(run_index)] = 1;
       for (size_t o = 0; o < outs.size(); ++o) {
-        const size_t v = static_cast<size_t>(op.outputs[o]);
-        if (program.readers[v] > 0 || program.keep[v]) state.env[v] = std::move(outs[o]);
-        state.ready[v] = 1;
+        const size_t slot = static_cast<size_t>(runs.OutputSlot(op, o, run.micro_batch));
+        if (program.readers[slot] > 0 || program.keep[slot]) state.env[slot] = std::move(outs[o]);
+        state.ready[slot] = 1;
       }
       // A result is freed after this rank's last reader (named results stay).
-      for (int in : op.inputs) {
-        const size_t v = static_cast<size_t>(in);
-        if (--state.readers_left[v] == 0 && !program.keep[v] &&
-            graph.value(in).kind == ir::Value::Kind::kOpOutput)
-          state.env[v] = Tensor();
+      for (int slot : in_slots) {
+        const size_t s = static_cast<size_t>(slot);
+        if (--state.readers_left[s] == 0 && !program.keep[s] && program.freed[s]) state.env[s] = Tensor();
       }
       if (state.waiting > 0) state.changed.notify_all();
     }
@@ -456,22 +481,22 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& compiled, const Tensors
         next = std::move(state.receives[q].front());
         state.receives[q].pop_front();
       }
-      const ir::Op& op = ops[static_cast<size_t>(next.op)];
+      const ir::Op& op = ops[static_cast<size_t>(next.run.op)];
       Tensor received;
       try {
         received = next.posted->Wait();
       } catch (const Error& e) {
-        state.Fail(e.code(), Describe(graph, op) + " failed: " + e.what());
+        state.Fail(e.code(), Describe(graph, op, next.run.micro_batch) + " failed: " + e.what());
         continue;  // the other receives still complete or time out on their own
       }
       next.posted.reset();
       next.event.end_us = NowMicros();
       log.push_back(next.event);
       std::lock_guard<std::mutex> lock(state.mu);
-      state.done[static_cast<size_t>(next.op)] = 1;
-      const size_t v = static_cast<size_t>(op.outputs.at(0));
-      if (program.readers[v] > 0 || program.keep[v]) state.env[v] = std::move(received);
-      state.ready[v] = 1;
+      state.done[static_cast<size_t>(runs.RunIndex(op.id, next.run.micro_batch))] = 1;
+      const size_t slot = static_cast<size_t>(runs.OutputSlot(op, 0, next.run.micro_batch));
+      if (program.readers[slot] > 0 || program.keep[slot]) state.env[slot] = std::move(received);
+      state.ready[slot] = 1;
       if (state.waiting > 0) state.changed.notify_all();
     }
   };
@@ -551,14 +576,12 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& compiled, const Tensors
 
   Tensors results;
   for (const auto& [name, id] : graph.outputs())
-    results[name] = program.exec.Global(id, state.env[static_cast<size_t>(id)]);
+    results[name] = program.exec.Global(id, state.env[static_cast<size_t>(runs.Slot(id, -1))]);
   return results;
 }
 
 std::string ActorRuntime::TimelineJson(const ir::Graph& compiled) const {
-  // The events name ops of the graph the rank ran (its unit copies).
-  const auto program = programs_.find(compiled.serial());
-  const ir::Graph& graph = program != programs_.end() ? *program->second->graph : compiled;
+  const ir::Graph& graph = compiled;
   const StepReport& r = last_;
   std::ostringstream os;
   os << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";

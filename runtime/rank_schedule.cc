@@ -6,17 +6,14 @@
 #include "core/error.h"
 #include "core/join.h"
 #include "graph/passes/passes.h"
+#include "graph/passes/step_runs.h"
 
 namespace tessel::runtime {
 
-RankSchedule ScheduleRank(const ir::Graph& compiled, int rank, const std::string& schedule) {
+RankSchedule ScheduleRank(const ir::Graph& graph, int rank, const std::string& schedule) {
   RankSchedule s;
-  // (Without units, the compiled graph itself: an alias that owns nothing.)
-  s.graph = compiled.micro_batch_units() > 1
-                ? std::make_shared<const ir::Graph>(passes::UnrolledForRank(compiled, rank))
-                : std::shared_ptr<const ir::Graph>(std::shared_ptr<const ir::Graph>(), &compiled);
-  const ir::Graph& graph = *s.graph;
   const std::vector<ir::Op>& ops = graph.ops();
+  const bool has_units = graph.micro_batch_units() > 1;
   // This rank's stage: the one whose ops compute on (or, for sends, read
   // from) a placement holding it; under an interleaved pipeline, the
   // virtual stages it holds, one per model chunk.
@@ -26,6 +23,7 @@ RankSchedule ScheduleRank(const ir::Graph& compiled, int rank, const std::string
     micro_batches = std::max(micro_batches, op.micro_batch + 1);
     if (op.stage >= 0) virtual_stages = std::max(virtual_stages, op.stage + 1);
   }
+  if (has_units) micro_batches = graph.micro_batch_units();
   s.chunks = std::max<int>(static_cast<int>(mine_stages.size()), 1);
   s.stages = std::max(virtual_stages / s.chunks, 1);
   // A rank on no stage of a pipeline runs the local ops only (stage -1).
@@ -71,6 +69,11 @@ RankSchedule ScheduleRank(const ir::Graph& compiled, int rank, const std::string
   int first_micro_batch_op = static_cast<int>(ops.size());
   for (const ir::Op& op : ops)
     if (op.micro_batch >= 0) first_micro_batch_op = std::min(first_micro_batch_op, op.id);
+  // Ops of the step that run after the units (those before run first, in
+  // program order, as the in-order executor runs them).
+  auto after_units = [&](const ir::Op& op) {
+    return op.micro_batch < 0 && (has_units ? s.exec.runs().after_units(op.id) : op.id > first_micro_batch_op);
+  };
   bool& split_backward = s.split_backward;
   if (s.stage >= 0) {
     s.actions = StageActions(schedule, s.stages, s.stage, micro_batches, s.chunks);
@@ -87,6 +90,7 @@ RankSchedule ScheduleRank(const ir::Graph& compiled, int rank, const std::string
   for (const ir::Op& op : ops)
     s.runs[op.id] = op.stage < 0 || (s.stage >= 0 && op.stage % s.stages == s.stage);
   s.exec = plan::ExecPlan::Lower(graph, rank, &s.runs);
+  const passes::StepRuns& step_runs = s.exec.runs();
 
   const std::vector<std::vector<int>> all_preds = ir::Predecessors(graph);
   std::vector<int>& mine = s.mine;
@@ -96,7 +100,6 @@ RankSchedule ScheduleRank(const ir::Graph& compiled, int rank, const std::string
   for (size_t i = 0; i < mine.size(); ++i) index_of[static_cast<size_t>(mine[i])] = static_cast<int>(i);
   std::vector<std::vector<int>>& preds = s.preds;
   preds.assign(mine.size(), {});
-  std::vector<int64_t> priority(mine.size());
   const int64_t n = static_cast<int64_t>(ops.size());
   for (size_t i = 0; i < mine.size(); ++i) {
     const ir::Op& op = ops[static_cast<size_t>(mine[i])];
@@ -151,17 +154,39 @@ RankSchedule ScheduleRank(const ir::Graph& compiled, int rank, const std::string
       unit_needs[static_cast<size_t>(pred)] |= unit || unit_needs[i];
     }
   }
+  // The runs: entry i of `mine` has RunsOf(op) of them from run_base[i].
+  std::vector<int> run_base(mine.size() + 1, 0);
+  for (size_t i = 0; i < mine.size(); ++i) run_base[i + 1] = run_base[i] + step_runs.RunsOf(mine[i]);
+  const size_t num_runs = static_cast<size_t>(run_base.back());
+  std::vector<std::vector<int>> run_preds(num_runs);
+  std::vector<int64_t> priority(num_runs);
   for (size_t i = 0; i < mine.size(); ++i) {
     const ir::Op& op = ops[static_cast<size_t>(mine[i])];
-    const bool after_units = op.micro_batch < 0 && op.id > first_micro_batch_op;
+    const bool unit = step_runs.unit(op.id);
+    const int count = step_runs.RunsOf(op.id);
+    for (int k = 0; k < count; ++k) {
+      std::vector<int>& before = run_preds[static_cast<size_t>(run_base[i] + k)];
+      for (int pred : preds[i]) {
+        const int before_op = mine[static_cast<size_t>(pred)];
+        before.push_back(run_base[static_cast<size_t>(pred)] +
+                         (step_runs.unit(before_op) ? (unit ? k : step_runs.micro_batches() - 1) : 0));
+      }
+      // A running sum adds to the sum so far.
+      if (step_runs.sum(op.id) && k > 0) before.push_back(run_base[i] + k - 1);
+    }
+  }
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const ir::Op& op = ops[static_cast<size_t>(mine[i])];
+    const bool after = after_units(op);
     bool waits_for_communication = false;  // ranked early, it would stall its stream on the other
     for (int pred : preds[i])
       waits_for_communication |= s.exec.at(mine[static_cast<size_t>(pred)]).communicates;
     const bool early = s.exec.at(mine[i]).communicates || feeds_communication[i] || unit_needs[i];
-    if (after_units && !preds[i].empty() && !waits_for_communication && early && op.name != "send" &&
+    const size_t first = static_cast<size_t>(run_base[i]);
+    if (after && !preds[i].empty() && !waits_for_communication && early && op.name != "send" &&
         op.name != "recv") {
-      priority[i] = 0;  // with its latest input (preds come first in program order)
-      for (int pred : preds[i]) priority[i] = std::max(priority[i], priority[static_cast<size_t>(pred)]);
+      priority[first] = 0;  // with its latest input (preds come first in program order)
+      for (int pred : run_preds[first]) priority[first] = std::max(priority[first], priority[static_cast<size_t>(pred)]);
       continue;
     }
     // An op of no micro-batch that reads only variables and inputs (a
@@ -171,16 +196,24 @@ RankSchedule ScheduleRank(const ir::Graph& compiled, int rank, const std::string
     // order. It goes first, with the hoisted ops.
     const bool reads_only_variables = preds[i].empty() && op.name != "send" && op.name != "recv";
     const size_t kind = s.weight[static_cast<size_t>(op.id)] ? 2 : op.backward ? 1 : 0;
-    const int64_t slot =
-        op.micro_batch >= 0 ? slot_of[3 * unit_of(s.ChunkOf(op.stage), op.micro_batch) + kind]
-        : after_units && !reads_only_variables ? static_cast<int64_t>(3 * units)  // after every unit
-                                               : -1;
-    priority[i] = (slot + 1) * n + op.id;
+    for (int k = 0; k < step_runs.RunsOf(op.id); ++k) {
+      const int micro_batch = step_runs.unit(op.id) ? k : op.micro_batch;
+      const int64_t slot =
+          micro_batch >= 0 ? slot_of[3 * unit_of(s.ChunkOf(op.stage), micro_batch) + kind]
+          : after && !reads_only_variables ? static_cast<int64_t>(3 * units)  // after every unit
+                                           : -1;
+      priority[first + static_cast<size_t>(k)] = (slot + 1) * n + op.id;
+    }
   }
-  const std::vector<int> order = ir::PriorityTopologicalOrder(preds, priority);
-  TESSEL_CHECK_CODE(order.size() == mine.size(), StatusCode::kInternal)
-      << "graph '" << graph.name() << "': this rank's ops depend on each other in a cycle";  s.order.reserve(order.size());
-  for (int i : order) s.order.push_back(mine[static_cast<size_t>(i)]);
+  const std::vector<int> order = ir::PriorityTopologicalOrder(run_preds, priority);
+  TESSEL_CHECK_CODE(order.size() == num_runs, StatusCode::kInternal)
+      << "graph '" << graph.name() << "': this rank's ops depend on each other in a cycle";
+  s.order.reserve(order.size());
+  for (int r : order) {
+    const size_t i = static_cast<size_t>(std::upper_bound(run_base.begin(), run_base.end(), r) - run_base.begin() - 1);
+    const int op = mine[i];
+    s.order.push_back({op, step_runs.unit(op) ? r - run_base[i] : ops[static_cast<size_t>(op)].micro_batch});
+  }
   return s;
 }
 

@@ -63,10 +63,10 @@ struct Op {
   // The chosen layouts of a global op's inputs and outputs (empty if local).
   std::vector<NdSbp> input_sbp;
   std::vector<NdSbp> output_sbp;
-  // Which micro-batch the op works on (graph/passes: gradient_accumulation,
-  // micro_batch_unrolling); -1: the op runs once per step. In a graph of
-  // micro-batch units (Graph::micro_batch_units() > 1) every op of the
-  // units says 0: it stands for each micro-batch's copy.
+  // Which micro-batch the op works on (graph/passes: gradient_accumulation);
+  // -1: the op runs once per step. In a graph of micro-batch units
+  // (Graph::micro_batch_units() > 1) every op of the units says 0: it runs
+  // once per micro-batch (graph/passes/step_runs.h).
   int micro_batch = -1;
   // A gradient op: recorded while autograd ran backward().
   bool backward = false;

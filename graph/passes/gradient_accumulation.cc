@@ -6,11 +6,11 @@
 // the inputs — forward and backward, and anything else computed from the
 // batch — become the micro-batch units: they stay once, standing for each
 // micro-batch (Op::micro_batch 0), so the passes after this one work on a
-// micro-batch's ops whatever the count; each rank copies its own when it
-// lowers (micro_batch_unrolling.cc). The variables' gradients, which
+// micro-batch's ops whatever the count; executors run them once per
+// micro-batch (step_runs.h). The variables' gradients, which
 // autograd marked in the trace, are where the units meet the rest of the
 // step: each is summed over the micro-batches (a micro_batch_sum right
-// after the op computing its share, so unrolled, a micro-batch's
+// after the op computing its share, so run per micro-batch, a micro-batch's
 // activations die before the next one starts)
 // and scaled by 1/micro_batches, under the gradient's own id, so the
 // optimizer's ops read the average unchanged and run once. With a mean
@@ -245,10 +245,10 @@ void AccumulateGradients(ir::Graph& graph, int micro_batches) {
   for (const ir::Op& op : ops)
     if (!copied[op.id] && !late[op.id] && !after_averages[op.id]) rewritten.push_back(op);
   // The units: forward and backward once, standing for every micro-batch
-  // (micro_batch 0; micro_batch_unrolling copies them). An averaged value
+  // (micro_batch 0; executors run them per micro-batch). An averaged value
   // keeps its id for the average the rest of the step reads; what the units
   // compute of it is a new value, its share.
-  // Each share is summed right after the op computing it: unrolled, the
+  // Each share is summed right after the op computing it: run so, the
   // per-micro-batch gradient is freed at once, and the last micro-batch's
   // sums are final while its backward goes on with earlier layers (so their
   // buckets can be reduced meanwhile). (A value some unit op updates in

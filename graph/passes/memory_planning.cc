@@ -6,17 +6,18 @@
 #include "core/allocator.h"
 #include "graph/global_tensor_ops.h"
 #include "graph/passes/passes.h"
+#include "graph/passes/step_runs.h"
 #include "sbp/global_tensor.h"
 
 namespace tessel::passes {
 namespace {
 
-// The value output `o` of `op` shares its storage with (a view, an in-place
-// update); -1 if it has its own.
+// The input whose storage output `o` of `op` shares (a view, an in-place
+// update), by its index among the op's inputs; -1 if it has its own.
 int StorageSource(const ir::Op& op, size_t o) {
   const OpDef& def = GetOpDef(op.name);
-  if (o < def.mutates.size()) return op.inputs[static_cast<size_t>(def.mutates[o])];
-  if (o == 0 && def.view) return op.inputs[0];
+  if (o < def.mutates.size()) return def.mutates[o];
+  if (o == 0 && def.view) return 0;
   return -1;  // (a to_global that changes nothing would share too; boxing insertion removed them)
 }
 
@@ -75,86 +76,97 @@ int64_t ShardBytes(const ir::Value& value, int rank, int element_bytes) {
 }
 
 MemoryPlan PlanMemory(const ir::Graph& graph, int rank, const MemoryPlanOptions& options) {
-  if (graph.micro_batch_units() > 1) {
-    // The rank runs its copies of the units; an order would be of those.
-    TESSEL_CHECK_CODE(options.order.empty(), StatusCode::kInternal)
-        << "graph '" << graph.name() << "' holds micro-batch units: plan the memory of the graph the order "
-        << "is of (the rank's, runtime::RankSchedule::graph)";
-    return PlanMemory(UnrolledForRank(graph, rank), rank, options);
-  }
   EnsureLayoutOps();  // the graph's to_global and from_local ops are looked up
+  const StepRuns runs(graph);
   MemoryPlan plan;
   plan.rank = rank;
   const std::vector<ir::Op>& ops = graph.ops();
-  const size_t num_ops = ops.size();
+  const size_t num_ops = ops.size(), slots = static_cast<size_t>(runs.slots());
   plan.live_bytes.assign(num_ops, 0);
   for (const ir::Value& v : graph.values()) {
     if (v.kind == ir::Value::Kind::kVariable) plan.variable_bytes += ShardBytes(v, rank);
     if (v.kind == ir::Value::Kind::kInput) plan.input_bytes += ShardBytes(v, rank);
   }
-  // The ops in the order they run, and each one's position in it (-1: not
-  // run here). Positions stand in for time below.
-  std::vector<int> order = options.order;
-  if (order.empty()) {
-    order.resize(num_ops);
-    for (size_t k = 0; k < num_ops; ++k) order[k] = static_cast<int>(k);
-  }
-  const int end_of_order = static_cast<int>(order.size());
-  std::vector<int> position(num_ops, -1);
-  for (size_t k = 0; k < order.size(); ++k) position[static_cast<size_t>(order[k])] = static_cast<int>(k);
-  // For every value, the position of its last reader (named results live
-  // to the end; a result nothing reads dies with its producer).
-  std::vector<int> last(graph.values().size(), -1);
-  for (int id : order) {
-    const ir::Op& op = ops[static_cast<size_t>(id)];
-    for (int v : op.outputs)
-      last[static_cast<size_t>(v)] = std::max(last[static_cast<size_t>(v)], position[id]);
-    for (int v : op.inputs)
-      last[static_cast<size_t>(v)] = std::max(last[static_cast<size_t>(v)], position[id]);
-  }
-  for (const auto& [name, id] : graph.outputs()) last[static_cast<size_t>(id)] = end_of_order;
-  // Each op result's block: its own, or the one it shares (through chains
-  // of views); a block lives until the last reader of any value on it.
-  std::vector<int> block(graph.values().size());
-  for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<int>(i);
-  std::vector<int> block_end(last);
-  for (int id : order) {
-    const ir::Op& op = ops[static_cast<size_t>(id)];
+  // The runs in the order they are made; positions stand in for time below.
+  const std::vector<OpRun> program_order = runs.ProgramOrder();
+  const std::vector<OpRun>& order = options.order.empty() ? program_order : options.order;
+  const size_t n = order.size();
+  const int end_of_order = static_cast<int>(n);
+  // Per position: the slots the run reads and writes.
+  std::vector<std::vector<int>> reads(n);
+  std::vector<int> last(slots, -1);  // per slot: the position of its last reader
+  for (size_t k = 0; k < n; ++k) {
+    const ir::Op& op = ops[static_cast<size_t>(order[k].op)];
+    runs.InputSlots(op, order[k].micro_batch, &reads[k]);
+    for (int s : reads[k]) last[static_cast<size_t>(s)] = std::max(last[static_cast<size_t>(s)], static_cast<int>(k));
     for (size_t o = 0; o < op.outputs.size(); ++o) {
-      const int source = StorageSource(op, o);
-      if (source < 0) continue;
-      const int b = block[static_cast<size_t>(source)];
-      block[static_cast<size_t>(op.outputs[o])] = b;
-      block_end[static_cast<size_t>(b)] =
-          std::max(block_end[static_cast<size_t>(b)], last[static_cast<size_t>(op.outputs[o])]);
+      const size_t s = static_cast<size_t>(runs.OutputSlot(op, o, order[k].micro_batch));
+      last[s] = std::max(last[s], static_cast<int>(k));
     }
   }
-  // Activations: what the forward computes (ops before the last backward
-  // op that are not backward ops) and what backward recomputes of it; not
-  // gradients, nor what the optimizer computes after backward.
-  int last_backward = -1;
-  for (const ir::Op& op : ops)
-    if (op.backward) last_backward = op.id;
-  auto is_activation = [&](const ir::Op& op) {
-    return op.backward ? op.recompute_region >= 0 : op.id < last_backward;
+  for (const auto& [name, id] : graph.outputs()) last[static_cast<size_t>(runs.Slot(id, -1))] = end_of_order;
+  // Each op result's block: its own, or the one it shares (through chains
+  // of views; a running sum's first is its share); a block lives until the
+  // last reader of any slot on it.
+  std::vector<int> block(slots);
+  for (size_t i = 0; i < slots; ++i) block[i] = static_cast<int>(i);
+  std::vector<int> block_end(last);
+  auto source_of = [&](size_t k, const ir::Op& op, size_t o) {
+    if (runs.sum(op.id)) return order[k].micro_batch == 0 ? reads[k][0] : -1;
+    const int input = StorageSource(op, o);
+    return input < 0 ? -1 : reads[k][static_cast<size_t>(input)];
   };
-  auto bytes_of = [&](const ir::Op& op, const ir::Value& v) {
-    const bool computed = options.compute_element_bytes > 0 && op.micro_batch >= 0 && IsFloating(v.dtype);
-    return ShardBytes(v, rank, computed ? options.compute_element_bytes : 0);
+  for (size_t k = 0; k < n; ++k) {
+    const ir::Op& op = ops[static_cast<size_t>(order[k].op)];
+    for (size_t o = 0; o < op.outputs.size(); ++o) {
+      const int source = source_of(k, op, o);
+      if (source < 0) continue;
+      const int b = block[static_cast<size_t>(source)];
+      const size_t out = static_cast<size_t>(runs.OutputSlot(op, o, order[k].micro_batch));
+      block[out] = b;
+      block_end[static_cast<size_t>(b)] = std::max(block_end[static_cast<size_t>(b)], last[out]);
+    }
+  }
+  // Activations: what the forward computes (runs before the last backward
+  // run in program order that are not backward ops) and what backward
+  // recomputes of it; not gradients, nor what the optimizer computes after
+  // backward.
+  std::vector<int> program_position(static_cast<size_t>(runs.runs()), -1);
+  int last_backward = -1;
+  for (size_t k = 0; k < program_order.size(); ++k) {
+    const OpRun& r = program_order[k];
+    program_position[static_cast<size_t>(runs.RunIndex(r.op, r.micro_batch))] = static_cast<int>(k);
+    if (ops[static_cast<size_t>(r.op)].backward) last_backward = static_cast<int>(k);
+  }
+  auto is_activation = [&](const OpRun& r) {
+    const ir::Op& op = ops[static_cast<size_t>(r.op)];
+    return op.backward ? op.recompute_region >= 0
+                       : program_position[static_cast<size_t>(runs.RunIndex(r.op, r.micro_batch))] < last_backward;
+  };
+  // (Per value and per op, not per run: every micro-batch's are the same.)
+  std::vector<int64_t> value_bytes(graph.values().size(), -1), workspace(num_ops, -1);
+  auto bytes_of = [&](const ir::Op& op, int id) {
+    int64_t& bytes = value_bytes[static_cast<size_t>(id)];
+    if (bytes < 0) {
+      const ir::Value& v = graph.value(id);
+      const bool computed = options.compute_element_bytes > 0 && op.micro_batch >= 0 && IsFloating(v.dtype);
+      bytes = ShardBytes(v, rank, computed ? options.compute_element_bytes : 0);
+    }
+    return bytes;
   };
   // Bytes allocated at and freed after each position: all results, and
-  // activations alone. Results that outlive the last op are freed after it.
-  const size_t n = order.size();
+  // activations alone. Results that outlive the last run are freed after it.
   std::vector<int64_t> born(n), freed(n), activations_born(n), activations_freed(n);
   for (size_t k = 0; k < n; ++k) {
-    const ir::Op& op = ops[static_cast<size_t>(order[k])];
-    for (int id : op.outputs) {
-      if (block[static_cast<size_t>(id)] != id) continue;  // shares another's block
-      const int64_t bytes = bytes_of(op, graph.value(id));
-      const size_t end = std::min(static_cast<size_t>(block_end[static_cast<size_t>(id)]), n - 1);
+    const ir::Op& op = ops[static_cast<size_t>(order[k].op)];
+    for (size_t o = 0; o < op.outputs.size(); ++o) {
+      const int slot = runs.OutputSlot(op, o, order[k].micro_batch);
+      if (block[static_cast<size_t>(slot)] != slot) continue;  // shares another's block
+      const int64_t bytes = bytes_of(op, op.outputs[o]);
+      const size_t end = std::min(static_cast<size_t>(block_end[static_cast<size_t>(slot)]), n - 1);
       born[k] += bytes;
       freed[end] += bytes;
-      if (is_activation(op)) {
+      if (is_activation(order[k])) {
         activations_born[k] += bytes;
         activations_freed[end] += bytes;
       }
@@ -163,12 +175,15 @@ MemoryPlan PlanMemory(const ir::Graph& graph, int rank, const MemoryPlanOptions&
   }
   int64_t live = 0, live_activations = 0;
   for (size_t k = 0; k < n; ++k) {
-    const ir::Op& op = ops[static_cast<size_t>(order[k])];
+    const ir::Op& op = ops[static_cast<size_t>(order[k].op)];
     live += born[k];
     live_activations += activations_born[k];
-    plan.live_bytes[static_cast<size_t>(op.id)] = live + WorkspaceBytes(graph, op, rank);
-    if (plan.live_bytes[static_cast<size_t>(op.id)] > plan.peak_bytes)
-      plan.peak_bytes = plan.live_bytes[static_cast<size_t>(op.id)], plan.peak_op = op.id;
+    int64_t& scratch = workspace[static_cast<size_t>(op.id)];
+    if (scratch < 0) scratch = WorkspaceBytes(graph, op, rank);
+    const int64_t here = live + scratch;
+    int64_t& most = plan.live_bytes[static_cast<size_t>(op.id)];
+    most = std::max(most, here);
+    if (here > plan.peak_bytes) plan.peak_bytes = here, plan.peak_op = op.id;
     plan.peak_activation_bytes = std::max(plan.peak_activation_bytes, live_activations);
     live -= freed[k];
     live_activations -= activations_freed[k];

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "graph/ir/graph_ir.h"
+#include "graph/passes/step_runs.h"
 
 namespace tessel::passes {
 
@@ -55,16 +56,19 @@ struct MemoryPlan {
   // Every op result's bytes added up, as if none were ever freed: what
   // freeing at the last reader saves.
   int64_t total_bytes = 0;
-  // By op id: bytes of op results (and its workspace) alive while the op runs.
+  // By op id: bytes of op results (and its workspace) alive while the op
+  // runs (a unit: the most over its runs).
   std::vector<int64_t> live_bytes;
 };
 
 struct MemoryPlanOptions {
-  // The ops the rank runs, by id, in the order it runs them (a pipeline
+  // The runs of the ops the rank runs (a unit's once per micro-batch,
+  // graph/passes/step_runs.h), in the order it makes them (a pipeline
   // schedule's: runtime/rank_schedule.h); a result is freed after its last
   // reader among them, and results of ops not listed are not the rank's.
-  // Empty: every op, in program order (the in-order executor's).
-  std::vector<int> order = {};
+  // Empty: every op's, in program order (StepRuns::ProgramOrder, the
+  // in-order executor's).
+  std::vector<OpRun> order = {};
   // When > 0, the bytes of an element of every floating-point result of a
   // micro-batch's forward or backward, in place of its dtype's: a graph
   // traced in f32 planned as mixed precision computes it (2: bf16 or f16).

@@ -39,42 +39,14 @@ void EliminateDeadCode(ir::Graph& graph);
 // computed from the batch are summed over the micro-batches
 // (`micro_batch_sum` ops, right after the op computing each share) and
 // scaled by 1/micro_batches; the ops that read them (clipping, the
-// optimizer) run once, on the averages. UnrollMicroBatches makes the units
-// the copies that run. Throws, naming the input, result or op, if an input
+// optimizer) run once, on the averages. Executors run each unit once per
+// micro-batch (graph/passes/step_runs.h). Throws, naming the input, result or op, if an input
 // is read other than through such a micro_batch op, a result computed from
 // the batch is not a floating scalar, an op reads both a micro-batch's
 // values and the averaged gradients, or moving the units ahead of the
 // step's in-place updates would change what an op reads. micro_batches <= 1
 // changes nothing.
 void AccumulateGradients(ir::Graph& graph, int micro_batches);
-
-// Copies the micro-batch units of a graph AccumulateGradients left them in
-// (and the passes after it kept: layout changes and stage transfers of a
-// unit's values are units too) once per micro-batch: copy k's ops have
-// Op::micro_batch k, its micro_batch ops take micro-batch k, its stage
-// transfers a message tag of their own, and each micro_batch_sum becomes
-// the running sum (an `add` after each micro-batch's share, the last one
-// writing the sum's value). The step's other ops keep their place: those
-// before the units, or among them and reading nothing the units compute
-// (a variable's layout change a unit reads), run before every copy; the
-// rest after. With `copied` (per op id), only the units it marks are
-// copied; the others stay once as they are (another pipeline stage's, on
-// a rank that never runs them). Clears Graph::micro_batch_units(). A graph
-// without units is left as it is. Throws kInternal, naming the op, if an
-// op of the step among the units reads a micro-batch's value or updates
-// one in place.
-void UnrollMicroBatches(ir::Graph& graph, const std::vector<char>* copied = nullptr);
-
-// The (virtual) pipeline stages whose ops compute on a placement holding
-// `rank` (or, for a send, read from one).
-std::set<int> StagesHeldBy(const ir::Graph& graph, int rank);
-
-// The graph `rank` runs: a copy of `graph` with the units of the rank's
-// stages (and local ones) copied once per micro-batch and every other
-// stage's units left once, unrun — so a rank's graph grows with the
-// micro-batch count by its own stage's ops only. `graph` itself (copied)
-// if it has no units.
-ir::Graph UnrolledForRank(const ir::Graph& graph, int rank);
 
 // Makes every layout change an op: where a global op reads a value whose
 // NdSbp differs from the layout its signature chose, a `to_global` op

@@ -31,6 +31,8 @@ const char* KindName(Instruction::Kind kind) {
       return "from-local";
     case Instruction::Kind::kSelfRun:
       return "self-run";
+    case Instruction::Kind::kSum:
+      return "sum";
   }
   return "?";
 }
@@ -48,13 +50,13 @@ bool SeveralRanks(const Placement& placement) { return placement.size() > 1; }
 }  // namespace
 
 ExecPlan ExecPlan::Lower(const ir::Graph& graph, int rank, const std::vector<char>* runs) {
-  TESSEL_CHECK_CODE(graph.micro_batch_units() <= 1, StatusCode::kInternal)
-      << "graph '" << graph.name() << "' holds micro-batch units, which run as copies: lower the graph "
-      << "passes::UnrollMicroBatches or passes::UnrolledForRank makes of it";
   EnsureLayoutOps();
   ExecPlan plan;
   plan.graph_ = &graph;
   plan.rank_ = rank;
+  plan.runs_of_ = std::make_shared<const passes::StepRuns>(graph);  // checks the units
+  const passes::StepRuns& step_runs = *plan.runs_of_;
+  static const Attrs kNoAttrs;  // a running sum's `add`
   const std::vector<ir::Op>& ops = graph.ops();
   plan.instructions_.resize(ops.size());
   // One layout (and one GlobalMeta) per value, shared by every tensor a
@@ -102,8 +104,34 @@ ExecPlan ExecPlan::Lower(const ir::Graph& graph, int rank, const std::vector<cha
       ins.output_layouts.push_back(layout_of(out));
     }
     ins.global = globals > 0;
+    ins.unit = step_runs.unit(op.id);
     TESSEL_CHECK_CODE(globals == 0 || globals == static_cast<int>(op.inputs.size()), StatusCode::kInternal)
         << where << " mixes local and global inputs";
+    if (ins.unit && op.name == "micro_batch") {
+      for (int k = 0; k < step_runs.micro_batches(); ++k) {
+        ins.micro_batch_attrs.push_back(op.attrs);
+        ins.micro_batch_attrs.back().Set("index", int64_t{k});
+      }
+    }
+    if (step_runs.sum(op.id)) {
+      // The running sum: the `add` kernel of the sum so far and a share,
+      // both laid out as the sum is.
+      const ir::Value& sum = graph.value(op.outputs.at(0));
+      ins.kind = Instruction::Kind::kSum;
+      ins.def = &GetOpDef("add");
+      ins.attrs = &kNoAttrs;
+      ins.logical_inputs = {{sum.shape, sum.dtype}, {sum.shape, sum.dtype}};
+      if (!ins.global) continue;  // the kernel is found per run by the shares' device
+      if (!sum.placement.Contains(rank)) {
+        ins.kind = Instruction::Kind::kNotHere;
+        continue;
+      }
+      const Box box = LocalBox(sum.shape, sum.placement, sum.nd_sbp, rank);
+      ins.input_boxes = {box, box};
+      ins.output_boxes = {box};
+      ins.kernel = &KernelFor(*ins.def, sum.placement.device_type());
+      continue;
+    }
 
     if (ins.def->run) {
       if (op.name == "to_global") {
@@ -190,22 +218,35 @@ ExecPlan ExecPlan::Lower(const ir::Graph& graph, int rank, const std::vector<cha
     ins.kind = Instruction::Kind::kKernel;
     ins.kernel = &KernelFor(*ins.def, placement.device_type());
   }
-  plan.free_after_ = passes::LastReaders(graph);
+  plan.program_order_ = step_runs.ProgramOrder(runs);
+  plan.free_after_.assign(static_cast<size_t>(step_runs.slots()), -1);
+  std::vector<int> slots;
+  for (size_t k = 0; k < plan.program_order_.size(); ++k) {
+    const passes::OpRun& r = plan.program_order_[k];
+    const ir::Op& op = ops[static_cast<size_t>(r.op)];
+    step_runs.InputSlots(op, r.micro_batch, &slots);
+    for (size_t o = 0; o < op.outputs.size(); ++o) slots.push_back(step_runs.OutputSlot(op, o, r.micro_batch));
+    for (int s : slots) plan.free_after_[static_cast<size_t>(s)] = static_cast<int>(k);
+  }
+  for (const auto& [name, id] : graph.outputs())
+    plan.free_after_[static_cast<size_t>(step_runs.Slot(id, -1))] = static_cast<int>(plan.program_order_.size());
   return plan;
 }
 
-std::vector<Tensor> ExecPlan::Run(const Instruction& ins, std::vector<Tensor>& args,
+std::vector<Tensor> ExecPlan::Run(const Instruction& ins, std::vector<Tensor>& args, int micro_batch,
                                   PostedSends* posted) const {
   std::vector<Tensor> outs;
   try {
     if (OpProfileEnabled()) {
-      outs = ProfileOp(ins.def->name, args, [&] { return RunUnchecked(ins, args, posted); });
+      outs = ProfileOp(ins.def->name, args, [&] { return RunUnchecked(ins, args, micro_batch, posted); });
     } else {
-      outs = RunUnchecked(ins, args, posted);
+      outs = RunUnchecked(ins, args, micro_batch, posted);
     }
   } catch (const Error& e) {
-    TESSEL_THROW(e.code()) << "graph '" << graph_->name() << "': op " << ins.op << " '" << ins.def->name
-                           << "' failed: " << e.what();
+    TESSEL_THROW(e.code()) << "graph '" << graph_->name() << "': op " << ins.op << " '"
+                           << graph_->ops()[static_cast<size_t>(ins.op)].name << "'"
+                           << (ins.unit ? " (micro-batch " + std::to_string(micro_batch) + ")" : std::string())
+                           << " failed: " << e.what();
   }
   TESSEL_CHECK_CODE(outs.size() == ins.outputs.size(), StatusCode::kInternal)
       << "graph '" << graph_->name() << "': op " << ins.op << " '" << ins.def->name << "' gave "
@@ -226,10 +267,17 @@ Tensor ExecPlan::Global(int value, const Tensor& stored) const {
   return stored;
 }
 
-std::vector<Tensor> ExecPlan::RunUnchecked(const Instruction& ins, std::vector<Tensor>& args,
+std::vector<Tensor> ExecPlan::RunUnchecked(const Instruction& ins, std::vector<Tensor>& args, int micro_batch,
                                            PostedSends* posted) const {
   const OpDef& def = *ins.def;
-  if (ins.kind != Instruction::Kind::kKernel) {
+  TESSEL_CHECK_CODE(!ins.unit || (0 <= micro_batch && micro_batch < runs_of_->micro_batches()),
+                    StatusCode::kInternal)
+      << "a unit runs for micro-batch 0.." << runs_of_->micro_batches() - 1 << ", not " << micro_batch;
+  const Attrs& attrs = ins.micro_batch_attrs.empty() ? *ins.attrs : ins.micro_batch_attrs[micro_batch];
+  const std::optional<uint32_t> tag =
+      ins.tag ? std::optional<uint32_t>(runs_of_->Tag(ins.op, *ins.tag, micro_batch)) : std::nullopt;
+  if (ins.kind != Instruction::Kind::kKernel && ins.kind != Instruction::Kind::kSum &&
+      args.size() == ins.inputs.size()) {
     for (size_t i = 0; i < args.size(); ++i) args[i] = Global(ins.inputs[i], args[i]);
   }
   switch (ins.kind) {
@@ -240,19 +288,22 @@ std::vector<Tensor> ExecPlan::RunUnchecked(const Instruction& ins, std::vector<T
     }
     case Instruction::Kind::kSend:
       if (posted != nullptr) {
-        *posted = PostSendSlices(args[0], ins.peer_placement, ins.peer_sbp, ins.tag);
+        *posted = PostSendSlices(args[0], ins.peer_placement, ins.peer_sbp, tag);
       } else {
-        SendSlices(args[0], ins.peer_placement, ins.peer_sbp, ins.tag);
+        SendSlices(args[0], ins.peer_placement, ins.peer_sbp, tag);
       }
       return {};
     case Instruction::Kind::kRecv:
-      return {PostReceive(ins).Wait()};
+      return {PostReceive(ins, micro_batch).Wait()};
     case Instruction::Kind::kFromLocal: {
       const ValueLayout& to = ins.output_layouts[0];
       return {FromLocalShard(args[0], to.meta->placement, to.meta->nd_sbp, to.logical)};
     }
     case Instruction::Kind::kSelfRun:
-      return def.run(args, *ins.attrs);
+      return def.run(args, attrs);
+    case Instruction::Kind::kSum:
+      if (args.size() == 1) return {args[0]};  // micro-batch 0's share is the sum so far
+      break;
     case Instruction::Kind::kNotHere: {
       if (!def.mutates.empty()) {
         std::vector<Tensor> outs;
@@ -273,6 +324,7 @@ std::vector<Tensor> ExecPlan::RunUnchecked(const Instruction& ins, std::vector<T
   }
 
   if (!ins.global) {
+    // (A running sum reads a local share and the sum so far.)
     std::vector<Tensor> locals;
     locals.reserve(args.size());
     for (const Tensor& t : args) locals.push_back(t.detach());
@@ -284,7 +336,7 @@ std::vector<Tensor> ExecPlan::RunUnchecked(const Instruction& ins, std::vector<T
     if (!def.mutates.empty()) CheckNoOverlap(def, locals);
     std::vector<Tensor> outs = RunKernel(
         def, device.type(), KernelFor(def, device.type()),
-        KernelContext{locals, *ins.attrs, device, nullptr, ins.logical_inputs, ins.logical_outputs});
+        KernelContext{locals, attrs, device, nullptr, ins.logical_inputs, ins.logical_outputs});
     if (!def.mutates.empty()) return MutatedInputs(def, args, locals);
     return outs;
   }
@@ -292,7 +344,7 @@ std::vector<Tensor> ExecPlan::RunUnchecked(const Instruction& ins, std::vector<T
   std::vector<Tensor> locals;
   locals.reserve(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
-    const BoxingPlan* boxing = ins.input_boxing[i].get();
+    const BoxingPlan* boxing = ins.input_boxing.empty() ? nullptr : ins.input_boxing[i].get();
     locals.push_back(boxing == nullptr ? args[i].to_local()
                                        : ExecuteBoxing(Global(ins.inputs[i], args[i]), *boxing).to_local());
   }
@@ -300,26 +352,32 @@ std::vector<Tensor> ExecPlan::RunUnchecked(const Instruction& ins, std::vector<T
   const Device device = locals.empty() ? Device::CPU() : locals[0].device();
   std::vector<Tensor> outs =
       RunKernel(def, device.type(), *ins.kernel,
-                KernelContext{locals, *ins.attrs, device, nullptr, ins.logical_inputs, ins.logical_outputs,
+                KernelContext{locals, attrs, device, nullptr, ins.logical_inputs, ins.logical_outputs,
                               &ins.input_boxes, &ins.output_boxes});
   if (!def.mutates.empty()) return MutatedInputs(def, args, locals);
   return outs;  // bare shards (Global wraps them)
 }
 
-PostedReceive ExecPlan::PostReceive(const Instruction& ins) const {
+PostedReceive ExecPlan::PostReceive(const Instruction& ins, int micro_batch) const {
   TESSEL_CHECK_CODE(ins.kind == Instruction::Kind::kRecv, StatusCode::kInternal)
       << "graph '" << graph_->name() << "': op " << ins.op << " '" << ins.def->name << "' is not a receive";
   const ValueLayout& to = ins.output_layouts[0];
   return PostReceiveSlices(ins.peer_placement, ins.peer_sbp, to.logical, ins.logical_outputs[0].dtype,
-                           to.meta->placement, to.meta->nd_sbp, ins.tag);
+                           to.meta->placement, to.meta->nd_sbp,
+                           ins.tag ? std::optional<uint32_t>(runs_of_->Tag(ins.op, *ins.tag, micro_batch))
+                                   : std::nullopt);
 }
 
 std::string ExecPlan::ToText() const {
   std::ostringstream os;
-  os << "graph '" << graph_->name() << "' on rank " << rank_ << ": " << runs_ << " instructions\n";
+  os << "graph '" << graph_->name() << "' on rank " << rank_ << ": " << runs_ << " instructions";
+  if (runs_of_->micro_batches() > 1)
+    os << " (units marked * run once per micro-batch, " << runs_of_->micro_batches() << " times a step)";
+  os << "\n";
   for (const Instruction& ins : instructions_) {
     if (!ins.runs) continue;
-    os << "  " << ins.op << " " << KindName(ins.kind) << " " << ins.def->name << "(";
+    os << "  " << (ins.unit ? "*" : "") << ins.op << " " << KindName(ins.kind) << " "
+       << graph_->ops()[static_cast<size_t>(ins.op)].name << "(";
     for (size_t i = 0; i < ins.inputs.size(); ++i) os << (i ? ", " : "") << "%" << ins.inputs[i];
     os << ")";
     if (!ins.outputs.empty()) {

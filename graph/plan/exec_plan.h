@@ -11,13 +11,19 @@
 // Kernel results stay bare shards between instructions (ExecPlan::Global
 // wraps them where needed).
 //
+// A graph of micro-batch units is lowered once, not per micro-batch: a
+// unit's instruction runs once per micro-batch k, its tensors in slot k of
+// each value it reads and writes (graph/passes/step_runs.h), its transfers
+// tagged for k, a `micro_batch` op taking micro-batch k and a
+// `micro_batch_sum` adding share k to the sum so far.
+//
 // Both executors run these instructions: the in-order one
 // (graph/plan/in_order_executor.h) and the actor runtime
 // (runtime/actor_runtime.h).
 //
 //   const ExecPlan plan = ExecPlan::Lower(graph, CurrentRank());
-//   for (const Instruction& i : plan.instructions())
-//     if (i.runs) outputs = plan.Run(i, inputs_of(i));
+//   for (const passes::OpRun& r : plan.runs().ProgramOrder())
+//     outputs = plan.Run(plan.at(r.op), inputs_of(r), r.micro_batch);
 #pragma once
 
 #include <cstdint>
@@ -27,6 +33,7 @@
 #include <vector>
 
 #include "graph/ir/graph_ir.h"
+#include "graph/passes/step_runs.h"
 #include "sbp/boxing_plan.h"
 #include "sbp/global_tensor.h"
 
@@ -55,6 +62,7 @@ struct Instruction {
     kRecv,       // its receive on the next stage
     kFromLocal,  // a local tensor made global in its output's layout (its logical shape known)
     kSelfRun,    // an op that runs itself (OpDef::run): all_reduce_bucket
+    kSum,        // micro_batch_sum: share k added to the sum so far (the `add` kernel)
   };
   Kind kind = Kind::kKernel;
   int op = 0;  // its id in the graph
@@ -65,6 +73,8 @@ struct Instruction {
   const Attrs* attrs = nullptr;  // the graph's op's (the plan lives with the graph)
   const Kernel* kernel = nullptr;
   bool global = false;
+  // A micro-batch unit's: runs once per micro-batch.
+  bool unit = false;
   std::vector<int> inputs, outputs;  // value ids
   std::vector<TensorSpec> logical_inputs, logical_outputs;
   std::vector<Box> input_boxes, output_boxes;  // this rank's (global ops)
@@ -73,10 +83,14 @@ struct Instruction {
   // these plans; null where the input is used as it is.
   std::vector<std::shared_ptr<const BoxingPlan>> input_boxing;
   std::vector<ValueLayout> output_layouts;
+  // A unit's `micro_batch` op: its attributes for each micro-batch (the
+  // index set).
+  std::vector<Attrs> micro_batch_attrs;
   // kBoxing: the conversion (null when the layouts are equal).
   std::shared_ptr<const BoxingPlan> boxing;
   // kSend: the destination's layout; kRecv: the source's and the
-  // destination's. The message tag pairs the two sides.
+  // destination's. The message tag pairs the two sides (a unit's, for
+  // micro-batch 0: StepRuns::Tag gives micro-batch k's).
   Placement peer_placement;
   NdSbp peer_sbp;
   std::optional<uint32_t> tag;
@@ -102,25 +116,32 @@ class ExecPlan {
 
   const ir::Graph& graph() const { return *graph_; }
   int rank() const { return rank_; }
+  // The runs of the graph's ops and the slots of its values.
+  const passes::StepRuns& runs() const { return *runs_of_; }
   // By op id.
   const std::vector<Instruction>& instructions() const { return instructions_; }
   const Instruction& at(int op) const { return instructions_.at(static_cast<size_t>(op)); }
   // How many this rank runs.
   int64_t instructions_run() const { return runs_; }
-  // Per value id: the op after which an in-order run frees it — its last
-  // reader, its producer if nothing reads it, past the last op for a named
-  // result (passes::LastReaders, computed once here).
+  // The runs of the instructions this rank runs, in the order the in-order
+  // executor makes them (StepRuns::ProgramOrder).
+  const std::vector<passes::OpRun>& program_order() const { return program_order_; }
+  // Per slot: the position in program_order() after which an in-order run
+  // frees it — its last reader, its producer if nothing reads it, past the
+  // end for a named result; -1 for slots no run reads or writes.
   const std::vector<int>& free_after() const { return free_after_; }
 
-  // Runs `instruction` on its inputs (in the op's order) and returns its
-  // results. A kSend posts its slices and returns them in `posted` when
+  // Runs `instruction` for `micro_batch` (a unit's; -1 for an op of the
+  // step) on its inputs (the tensors of StepRuns::InputSlots) and returns
+  // its results. A kSend posts its slices and returns them in `posted` when
   // that is given (the caller waits for them), else waits itself. Errors
-  // name the graph and the op.
-  std::vector<Tensor> Run(const Instruction& instruction, std::vector<Tensor>& args,
+  // name the graph, the op and the micro-batch.
+  std::vector<Tensor> Run(const Instruction& instruction, std::vector<Tensor>& args, int micro_batch = -1,
                           PostedSends* posted = nullptr) const;
 
-  // A kRecv's receives, posted: the tensor comes from the result's Wait().
-  PostedReceive PostReceive(const Instruction& instruction) const;
+  // A kRecv's receives for `micro_batch`, posted: the tensor comes from
+  // the result's Wait().
+  PostedReceive PostReceive(const Instruction& instruction, int micro_batch = -1) const;
 
   // A kernel instruction's results on a placement are this rank's bare
   // shards (no global wrapper: the next kernel would only unwrap it, and
@@ -135,13 +156,15 @@ class ExecPlan {
   std::string ToText() const;
 
  private:
-  std::vector<Tensor> RunUnchecked(const Instruction& instruction, std::vector<Tensor>& args,
+  std::vector<Tensor> RunUnchecked(const Instruction& instruction, std::vector<Tensor>& args, int micro_batch,
                                    PostedSends* posted) const;
 
   const ir::Graph* graph_ = nullptr;
   int rank_ = 0;
   int64_t runs_ = 0;
   std::vector<Instruction> instructions_;
+  std::shared_ptr<const passes::StepRuns> runs_of_;
+  std::vector<passes::OpRun> program_order_;
   std::vector<int> free_after_;
 };
 

@@ -119,16 +119,9 @@ Graph::Tensors Graph::operator()(const Tensors& inputs) {
   const ir::Graph& graph = Trace(inputs);
   if (options_.executor) return options_.executor(graph, inputs);
   auto found = plans_.find(&graph);
-  if (found == plans_.end()) {
-    InOrderPlan p;
-    if (graph.micro_batch_units() > 1) {
-      p.unrolled = std::make_unique<ir::Graph>(graph);
-      passes::UnrollMicroBatches(*p.unrolled);
-    }
-    p.plan = plan::ExecPlan::Lower(p.unrolled ? *p.unrolled : graph, CurrentRank());
-    found = plans_.emplace(&graph, std::move(p)).first;
-  }
-  return RunInOrder(*found->second.plan, inputs);
+  if (found == plans_.end())
+    found = plans_.emplace(&graph, plan::ExecPlan::Lower(graph, CurrentRank())).first;
+  return RunInOrder(found->second, inputs);
 }
 
 }  // namespace tessel

@@ -91,14 +91,7 @@ class Graph {
   std::map<std::string, std::unique_ptr<ir::Graph>> cache_;  // by the inputs' specs
   // Each cached graph's plan for this rank, lowered at its first in-order
   // run (with GraphOptions::executor unset).
-  // The in-order executor's: per compiled graph, the graph it runs (its
-  // micro-batch units copied per micro-batch; null: the compiled graph
-  // itself) and that graph lowered for this rank.
-  struct InOrderPlan {
-    std::unique_ptr<ir::Graph> unrolled;
-    std::optional<plan::ExecPlan> plan;
-  };
-  std::map<const ir::Graph*, InOrderPlan> plans_;
+  std::map<const ir::Graph*, plan::ExecPlan> plans_;
   std::map<std::string, DType> input_dtypes_;  // by input name, from the first call
 };
 

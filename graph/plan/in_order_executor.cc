@@ -41,11 +41,6 @@ std::vector<Tensor> BindGraphValues(const ir::Graph& graph, const std::map<std::
 
 std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs,
                                          RunStats* stats) {
-  if (graph.micro_batch_units() > 1) {
-    ir::Graph unrolled = graph;
-    passes::UnrollMicroBatches(unrolled);
-    return RunInOrder(plan::ExecPlan::Lower(unrolled, CurrentRank()), inputs, stats);
-  }
   return RunInOrder(plan::ExecPlan::Lower(graph, CurrentRank()), inputs, stats);
 }
 
@@ -56,30 +51,44 @@ std::map<std::string, Tensor> RunInOrder(const plan::ExecPlan& plan,
                     StatusCode::kInternal)
       << "graph '" << graph.name() << "': the in-order executor runs every op; the plan was lowered for "
       << plan.instructions_run() << " of " << graph.ops().size();
+  const passes::StepRuns& runs = plan.runs();
+  // A slot per value, and per micro-batch of a unit's values.
   std::vector<Tensor> env = BindGraphValues(graph, inputs);
+  env.resize(static_cast<size_t>(runs.slots()));
   // Each op result is dropped after its last reader (right away if nothing
   // reads it), as memory planning assumes; named results are kept.
-  const std::vector<int>& last_use = plan.free_after();
-  auto drop_if_done = [&](int id, int op_id) {
-    if (last_use[static_cast<size_t>(id)] == op_id && graph.value(id).kind == ir::Value::Kind::kOpOutput)
-      env[static_cast<size_t>(id)] = Tensor();
+  const std::vector<int>& free_after = plan.free_after();
+  const size_t num_values = graph.values().size();
+  auto drop_if_done = [&](int slot, int position) {
+    if (free_after[static_cast<size_t>(slot)] == position &&
+        (static_cast<size_t>(slot) >= num_values || graph.value(slot).kind == ir::Value::Kind::kOpOutput))
+      env[static_cast<size_t>(slot)] = Tensor();
   };
   Allocator* allocator = GetAllocator(Device::CPU());
   const int64_t held_before = allocator->stats().allocated_bytes;
   if (stats != nullptr) allocator->ResetPeak();
   std::vector<Tensor> args;
-  for (const plan::Instruction& ins : plan.instructions()) {
+  std::vector<int> in, out;
+  const std::vector<passes::OpRun>& order = plan.program_order();
+  for (size_t position = 0; position < order.size(); ++position) {
+    const passes::OpRun& r = order[position];
+    const plan::Instruction& ins = plan.at(r.op);
+    const ir::Op& op = graph.ops()[static_cast<size_t>(r.op)];
+    runs.InputSlots(op, r.micro_batch, &in);
+    out.clear();
+    for (size_t o = 0; o < op.outputs.size(); ++o) out.push_back(runs.OutputSlot(op, o, r.micro_batch));
     args.clear();
-    for (int i : ins.inputs) args.push_back(env[static_cast<size_t>(i)]);
-    std::vector<Tensor> outs = plan.Run(ins, args);
-    for (size_t o = 0; o < outs.size(); ++o) env[static_cast<size_t>(ins.outputs[o])] = std::move(outs[o]);
-    for (int i : ins.inputs) drop_if_done(i, ins.op);
-    for (int o : ins.outputs) drop_if_done(o, ins.op);
+    for (int s : in) args.push_back(env[static_cast<size_t>(s)]);
+    std::vector<Tensor> outs = plan.Run(ins, args, r.micro_batch);
+    for (size_t o = 0; o < outs.size(); ++o) env[static_cast<size_t>(out[o])] = std::move(outs[o]);
+    for (int s : in) drop_if_done(s, static_cast<int>(position));
+    for (int s : out) drop_if_done(s, static_cast<int>(position));
   }
   args.clear();
   if (stats != nullptr) stats->peak_bytes = allocator->stats().peak_allocated_bytes - held_before;
   std::map<std::string, Tensor> results;
-  for (const auto& [name, id] : graph.outputs()) results[name] = plan.Global(id, env[id]);
+  for (const auto& [name, id] : graph.outputs())
+    results[name] = plan.Global(id, env[static_cast<size_t>(runs.Slot(id, -1))]);
   return results;
 }
 

@@ -31,15 +31,15 @@ std::vector<Tensor> BindGraphValues(const ir::Graph& graph, const std::map<std::
 // Binds every graph input by name (each must be given, with the shape,
 // dtype and layout it was traced with; errors name the input and both
 // specs), runs every instruction of `plan` (lowered for this rank with
-// every op) in program order and returns the named outputs. Each op result
-// is freed after its last reader. With `stats`, measures the run's peak
+// every op) in program order — a graph's micro-batch units once per
+// micro-batch (graph/passes/step_runs.h) — and returns the named outputs.
+// Each op result is freed after its last reader. With `stats`, measures the run's peak
 // memory.
 std::map<std::string, Tensor> RunInOrder(const plan::ExecPlan& plan,
                                          const std::map<std::string, Tensor>& inputs,
                                          RunStats* stats = nullptr);
-// The same for one run: lowers `graph` for this rank first, its
-// micro-batch units copied per micro-batch (a Graph keeps its plans; this
-// is for a graph run once).
+// The same for one run: lowers `graph` for this rank first (a Graph keeps
+// its plans; this is for a graph run once).
 std::map<std::string, Tensor> RunInOrder(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs,
                                          RunStats* stats = nullptr);
 

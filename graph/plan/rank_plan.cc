@@ -91,12 +91,8 @@ void AddLayoutChange(proto::PlanOpProto* op, const ir::Value& in, const BoxingPl
 
 }  // namespace
 
-void CompileRankPlan(const ir::Graph& compiled, int rank, proto::RankPlanProto* plan,
+void CompileRankPlan(const ir::Graph& graph, int rank, proto::RankPlanProto* plan,
                      std::string* instructions) {
-  // The rank's copies of the micro-batch units, if the graph has units.
-  std::optional<ir::Graph> unrolled;
-  if (compiled.micro_batch_units() > 1) unrolled = passes::UnrolledForRank(compiled, rank);
-  const ir::Graph& graph = unrolled ? *unrolled : compiled;
   // The ops the rank takes part in, lowered as the runtime lowers them: the
   // communication listed is that of the executable plan's instructions.
   std::vector<char> member_ops(graph.ops().size(), 0);
@@ -133,7 +129,8 @@ void CompileRankPlan(const plan::ExecPlan& exec, proto::RankPlanProto* plan) {
     proto::PlanOpProto* p = plan->add_ops();
     p->set_op(op.id);
     p->set_name(op.name);
-    if (op.micro_batch >= 0) p->set_micro_batch(op.micro_batch);
+    p->set_runs(exec.runs().RunsOf(op.id));
+    if (op.micro_batch >= 0 && !exec.runs().unit(op.id)) p->set_micro_batch(op.micro_batch);
     if (op.layer >= 0) p->set_layer(op.layer);
     if (op.stage >= 0) p->set_stage(op.stage);
     p->set_backward(op.backward);
@@ -175,8 +172,8 @@ void CompileRankPlan(const plan::ExecPlan& exec, proto::RankPlanProto* plan) {
   for (const proto::PlanOpProto& op : plan->ops()) {
     for (const proto::CommProto& c : op.comms()) {
       auto& [count, bytes] = summary[c.kind()];
-      ++count;
-      bytes += c.bytes();
+      count += op.runs();
+      bytes += c.bytes() * op.runs();
     }
   }
   for (const auto& [kind, cb] : summary) {
@@ -205,6 +202,7 @@ std::string RankPlanText(const proto::RankPlanProto& plan) {
     if (op.has_layer()) os << " [layer " << op.layer() << "]";
     if (op.has_stage()) os << " [stage " << op.stage() << "]";
     if (op.has_micro_batch()) os << " [micro-batch " << op.micro_batch() << "]";
+    if (op.runs() > 1) os << " [each of " << op.runs() << " micro-batches]";
     for (const proto::CommProto& c : op.comms()) {
       os << "  [" << c.kind() << " " << c.elements() << " " << c.dtype();
       if (c.kind() == "send" || c.kind() == "recv") {

@@ -1,11 +1,11 @@
 // micro_batch_sum: in a graph of micro-batch units (graph/passes:
 // gradient_accumulation), the sum over every micro-batch of a value each
 // one computes — a gradient's share, the loss. Its input belongs to the
-// units (one copy per micro-batch), its result to the step. It is a marker
-// for the compiler, not an op that runs: unrolling the units
-// (graph/passes: micro_batch_unrolling) turns it into the running sum, an
-// `add` after each micro-batch's share. It has no kernel, so a graph of
-// units that was not unrolled fails to lower, naming it.
+// units (a slot per micro-batch), its result to the step. It has no
+// kernel of its own: the executable plan (graph/plan/exec_plan.h) runs it
+// as the running sum — micro-batch 0's share, then the `add` kernel of the
+// sum so far and each later share, in micro-batch order
+// (graph/passes/step_runs.h).
 //
 // The result keeps the input's layout (every layout sums share by share,
 // partial sums included).

@@ -17,6 +17,7 @@
 
 #include "graph/ir/graph_ir.pb.h"
 #include "graph/passes/passes.h"
+#include "graph/passes/step_runs.h"
 #include "graph/plan/graph.h"
 #include "layers/optimizer.h"
 #include "ops/functional.h"
@@ -94,52 +95,54 @@ TEST(GradientAccumulation, FourMicroBatchesEqualOneStepOnTheWholeBatch) {
   ExpectClose(captured.w2.ToVector<float>(), eager.w2.ToVector<float>(), 1e-5, "w2");
 
   // The rewrite in the IR: each input cut four ways; forward and backward,
-  // traced on a micro-batch,
-  // copied once per micro-batch; each gradient and the loss summed over the
-  // micro-batches (three adds) and scaled once; clipping and AdamW once.
-  const ir::Graph& units = step.Trace({{"x", randn({8, 8}, 1)}, {"target", randn({8, 3}, 2)}});
-  EXPECT_EQ(units.micro_batch_units(), 4);
-  ir::Graph graph = units;  // what runs: the units' copies
-  passes::UnrollMicroBatches(graph);
-  EXPECT_EQ(graph.micro_batch_units(), 0);
-  std::vector<int> per_micro_batch(4, 0);
-  int cuts = 0, updates = 0, averages = 0, once = 0;
+  // traced on a micro-batch, left once as units a step runs once per
+  // micro-batch; each gradient and the loss summed over the micro-batches
+  // and scaled once; clipping and AdamW once.
+  const ir::Graph& graph = step.Trace({{"x", randn({8, 8}, 1)}, {"target", randn({8, 3}, 2)}});
+  EXPECT_EQ(graph.micro_batch_units(), 4);
+  const passes::StepRuns runs(graph);
+  int unit_ops = 0, cuts = 0, sums = 0, updates = 0, averages = 0, once = 0;
   for (const ir::Op& op : graph.ops()) {
-    if (op.micro_batch >= 0)
-      ++per_micro_batch.at(static_cast<size_t>(op.micro_batch));
+    if (runs.unit(op.id))
+      ++unit_ops;
     else
       ++once;
     cuts += op.name == "micro_batch";
+    sums += op.name == "micro_batch_sum";
     updates += op.name == "adamw_update";
     if (op.name == "mul_scalar" && op.attrs.Get<double>("scalar") == 0.25) ++averages;
     if (op.name == "micro_batch") {
       EXPECT_EQ(graph.value(op.outputs[0]).shape[0], 2);
+      EXPECT_EQ(op.micro_batch, 0);
     }
   }
-  EXPECT_EQ(cuts, 2 * 4);
+  EXPECT_EQ(cuts, 2);
+  EXPECT_EQ(sums, 3);  // two gradients and the loss
   EXPECT_EQ(updates, 2);
   EXPECT_EQ(graph.gradients().size(), 2u);
-  EXPECT_EQ(averages, 3);  // two gradients and the loss
-  EXPECT_GT(per_micro_batch[0], 10);
-  EXPECT_EQ(per_micro_batch[1], per_micro_batch[2]);
-  // Copy 0 starts the sums; every later copy adds to the three.
-  EXPECT_EQ(per_micro_batch[1], per_micro_batch[0] + 3);
+  EXPECT_EQ(averages, 3);
+  EXPECT_GT(unit_ops, 10);
   EXPECT_GT(once, updates);
+  // What runs: the units four times, in micro-batch order, the rest once.
+  const std::vector<passes::OpRun> order = runs.ProgramOrder();
+  EXPECT_EQ(order.size(), static_cast<size_t>(once + 4 * unit_ops));
+  std::vector<int> per_micro_batch(4, 0);
+  for (const passes::OpRun& r : order)
+    if (r.micro_batch >= 0) ++per_micro_batch.at(static_cast<size_t>(r.micro_batch));
+  EXPECT_EQ(per_micro_batch, std::vector<int>(4, unit_ops));
   proto::GraphProto serialised;
   graph.ToProto(&serialised);
   EXPECT_EQ(serialised.gradients_size(), 2);
-  int copies = 0;
-  for (const proto::OpProto& op : serialised.ops()) copies += op.has_micro_batch();
-  EXPECT_EQ(copies, per_micro_batch[0] + per_micro_batch[1] + per_micro_batch[2] + per_micro_batch[3]);
+  EXPECT_EQ(serialised.micro_batch_units(), 4);
   const std::string text = graph.ToText();
-  EXPECT_NE(text.find("[micro-batch 3]"), std::string::npos) << text;
+  EXPECT_NE(text.find("[each of 4 micro-batches]"), std::string::npos) << text;
   for (int g : graph.gradients()) EXPECT_NE(text.find("gradient %" + std::to_string(g)), std::string::npos);
 }
 
 // The compiler works on one micro-batch's ops (the units), whatever the
 // count: the graph boxing insertion gets is the same size for 2 and 8
 // micro-batches, sums its shares with micro_batch_sum ops, and prints its
-// units as each micro-batch's; the graph a rank runs has 2 and 8 copies.
+// units as each micro-batch's; a step runs the units 2 and 8 times.
 TEST(GradientAccumulation, ThePassesAfterItSeeOneMicroBatchsUnits) {
   const std::string dir = ::testing::TempDir() + "tessel_units_" + std::to_string(::getpid());
   ::setenv("TESSEL_DEBUG_PASS", "boxing_insertion", 1);
@@ -159,16 +162,13 @@ TEST(GradientAccumulation, ThePassesAfterItSeeOneMicroBatchsUnits) {
                {.micro_batches = n});
     const ir::Graph& units = step.Trace({{"x", randn({16, 8}, 1)}, {"target", randn({16, 3}, 2)}});
     EXPECT_EQ(units.micro_batch_units(), n);
-    const ir::Graph graph = passes::UnrolledForRank(units, 0);  // a rank's copies (one rank holds all)
-    EXPECT_EQ(graph.micro_batch_units(), 0);
+    const passes::StepRuns runs(units);
     step({{"x", randn({16, 8}, 1)}, {"target", randn({16, 3}, 2)}});  // the units run
-    int last_copy = 0;
-    for (const ir::Op& op : graph.ops()) {
-      last_copy = std::max(last_copy, op.micro_batch);
-      EXPECT_NE(op.name, "micro_batch_sum");
-    }
-    EXPECT_EQ(last_copy, n - 1);
-    compiled.push_back(graph.ops().size());
+    const std::vector<passes::OpRun> order = runs.ProgramOrder();
+    int last_run = 0;
+    for (const passes::OpRun& r : order) last_run = std::max(last_run, r.micro_batch);
+    EXPECT_EQ(last_run, n - 1);
+    compiled.push_back(order.size());
     std::ifstream in(dir + "/units" + std::to_string(n) + ".rank0.04-boxing_insertion.before.txt");
     ASSERT_TRUE(in.good()) << "no dump of the graph boxing insertion got, under " << dir;
     before_boxing.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -181,7 +181,7 @@ TEST(GradientAccumulation, ThePassesAfterItSeeOneMicroBatchsUnits) {
     return count;
   };
   EXPECT_EQ(ops_in(before_boxing[0]), ops_in(before_boxing[1]));
-  EXPECT_GT(compiled[1], compiled[0] + 3 * (compiled[0] / 2));  // copies run
+  EXPECT_GT(compiled[1], compiled[0] + 3 * (compiled[0] / 2));  // runs per micro-batch
   for (const std::string& text : before_boxing) {
     EXPECT_NE(text.find("micro_batch_sum("), std::string::npos) << text;
     EXPECT_EQ(text.find("[micro-batch 1]"), std::string::npos) << text;

@@ -151,9 +151,9 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
     for (const proto::CommProto& c : op.comms()) {
       CommTally& t =
           out.comm[{op.has_layer() ? op.layer() : -1, op.backward(), layout.GroupOf(c, o.rank), c.kind()}];
-      ++t.count;
-      t.elements += c.elements();
-      t.bytes += c.bytes();
+      t.count += op.runs();
+      t.elements += c.elements() * op.runs();
+      t.bytes += c.bytes() * op.runs();
     }
   }
   auto parameter_bytes_of = [&](int rank) {
@@ -174,20 +174,17 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
                                       o.rank % (o.data_parallel_size * o.tensor_parallel_size));
     passes::MemoryPlanOptions memory_options{.compute_element_bytes = bf16 ? 2 : 0};
     StageMemory s{.stage = static_cast<int>(stage), .rank = rank};
-    // (The graph a stage's rank runs: its copies of the micro-batch units.)
-    std::shared_ptr<const ir::Graph> rank_graph;
     if (schedule != "in_order") {
       runtime::RankSchedule ranked = runtime::ScheduleRank(graph, rank, schedule);
-      rank_graph = ranked.graph;
       if (o.machine != nullptr) {
         proto::RankPlanProto comms;
         CompileRankPlan(ranked.exec, &comms);
-        out.stage_times.push_back(TimeStage(*rank_graph, ranked, comms, *o.machine));
+        out.stage_times.push_back(TimeStage(graph, ranked, comms, *o.machine));
       }
       memory_options.order = std::move(ranked.order);
       s.in_flight = runtime::MaxInFlight(ranked.actions);
     }
-    const passes::MemoryPlan m = passes::PlanMemory(rank_graph ? *rank_graph : graph, rank, memory_options);
+    const passes::MemoryPlan m = passes::PlanMemory(graph, rank, memory_options);
     // With bf16 the traced f32 parameters are the masters; the model's bf16
     // copies come on top.
     s.variable_bytes = m.variable_bytes + (bf16 ? parameter_bytes_of(rank) / 2 : 0);

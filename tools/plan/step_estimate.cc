@@ -216,13 +216,14 @@ StageTimes TimeStage(const ir::Graph& graph, const runtime::RankSchedule& ranked
   std::map<int, const proto::PlanOpProto*> comms_of;
   for (const proto::PlanOpProto& op : comms.ops())
     if (op.comms_size() > 0) comms_of[op.op()] = &op;
-  int first_unit_op = std::numeric_limits<int>::max();
-  for (int id : ranked.order)
-    if (graph.ops()[static_cast<size_t>(id)].micro_batch >= 0) first_unit_op = std::min(first_unit_op, id);
-  for (int id : ranked.order) {
-    const ir::Op& op = graph.ops()[static_cast<size_t>(id)];
+  // An op's time is the same in every run: timed once, added per run.
+  struct OpTime {
+    double compute = 0, communication = 0, gemm_flops = 0;
+  };
+  std::map<int, OpTime> time_of;
+  auto time_op = [&](const ir::Op& op) -> OpTime {
     double compute = machine.op_overhead_s, communication = 0;
-    const auto found = comms_of.find(id);
+    const auto found = comms_of.find(op.id);
     if (found != comms_of.end()) {
       for (const proto::CommProto& c : found->second->comms()) {
         const double bytes = static_cast<double>(c.bytes()), ranks = std::max(c.ranks_size(), 1);
@@ -238,27 +239,40 @@ StageTimes TimeStage(const ir::Graph& graph, const runtime::RankSchedule& ranked
               (machine.collective_bytes_per_s > 0 ? share * bytes / machine.collective_bytes_per_s : 0);
         }
       }
-    } else {
-      const double flops = GemmFlops(graph, op, rank);
-      if (flops > 0) {
-        compute += machine.GemmSeconds(flops);
-        out.gemm_flops += flops;
-      } else {
-        double bytes = 0;
-        for (int v : op.inputs)
-          bytes += ElementsOn(graph.value(v), rank) * static_cast<double>(ElementSize(graph.value(v).dtype));
-        for (int v : op.outputs)
-          bytes += ElementsOn(graph.value(v), rank) * static_cast<double>(ElementSize(graph.value(v).dtype));
-        compute += machine.memory_bytes_per_s > 0 ? bytes / machine.memory_bytes_per_s : 0;
-      }
+      return {compute, communication, 0};
     }
+    const double flops = GemmFlops(graph, op, rank);
+    if (flops > 0) return {compute + machine.GemmSeconds(flops), communication, flops};
+    double bytes = 0;
+    for (int v : op.inputs)
+      bytes += ElementsOn(graph.value(v), rank) * static_cast<double>(ElementSize(graph.value(v).dtype));
+    for (int v : op.outputs)
+      bytes += ElementsOn(graph.value(v), rank) * static_cast<double>(ElementSize(graph.value(v).dtype));
+    compute += machine.memory_bytes_per_s > 0 ? bytes / machine.memory_bytes_per_s : 0;
+    return {compute, communication, 0};
+  };
+  const passes::StepRuns& runs = ranked.exec.runs();
+  // Ops of the step before the units: with units, those the in-order
+  // executor runs first; without, those ahead of the first micro-batch op.
+  int first_unit_op = std::numeric_limits<int>::max();
+  for (const passes::OpRun& run : ranked.order)
+    if (run.micro_batch >= 0) first_unit_op = std::min(first_unit_op, run.op);
+  auto before_units = [&](int op) {
+    return runs.micro_batches() > 1 ? !runs.after_units(op) : op < first_unit_op;
+  };
+  for (const passes::OpRun& run : ranked.order) {
+    const ir::Op& op = graph.ops()[static_cast<size_t>(run.op)];
+    auto [it, is_new] = time_of.try_emplace(op.id);
+    if (is_new) it->second = time_op(op);
+    const auto [compute, communication, flops] = it->second;
+    out.gemm_flops += flops;
     out.compute_s += compute;
     out.communication_s += communication;
     const double seconds = compute + communication;
-    if (op.micro_batch >= 0) {
-      const int pass = ranked.weight[static_cast<size_t>(id)] ? 2 : op.backward ? 1 : 0;
-      out.unit_s[{ranked.ChunkOf(op.stage), op.micro_batch, pass}] += seconds;
-    } else if (id < first_unit_op) {
+    if (run.micro_batch >= 0) {
+      const int pass = ranked.weight[static_cast<size_t>(op.id)] ? 2 : op.backward ? 1 : 0;
+      out.unit_s[{ranked.ChunkOf(op.stage), run.micro_batch, pass}] += seconds;
+    } else if (before_units(op.id)) {
       out.before_s += seconds;
     } else {
       out.after_s += seconds;
