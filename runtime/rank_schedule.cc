@@ -158,21 +158,22 @@ RankSchedule ScheduleRank(const ir::Graph& graph, int rank, const std::string& s
   std::vector<int> run_base(mine.size() + 1, 0);
   for (size_t i = 0; i < mine.size(); ++i) run_base[i + 1] = run_base[i] + step_runs.RunsOf(mine[i]);
   const size_t num_runs = static_cast<size_t>(run_base.back());
-  std::vector<std::vector<int>> run_preds(num_runs);
+  // Each run's predecessors, in one array: run r's from pred_begin[r].
+  std::vector<int> pred_begin(num_runs + 1, 0), run_preds;
   std::vector<int64_t> priority(num_runs);
   for (size_t i = 0; i < mine.size(); ++i) {
     const ir::Op& op = ops[static_cast<size_t>(mine[i])];
     const bool unit = step_runs.unit(op.id);
     const int count = step_runs.RunsOf(op.id);
     for (int k = 0; k < count; ++k) {
-      std::vector<int>& before = run_preds[static_cast<size_t>(run_base[i] + k)];
       for (int pred : preds[i]) {
         const int before_op = mine[static_cast<size_t>(pred)];
-        before.push_back(run_base[static_cast<size_t>(pred)] +
-                         (step_runs.unit(before_op) ? (unit ? k : step_runs.micro_batches() - 1) : 0));
+        run_preds.push_back(run_base[static_cast<size_t>(pred)] +
+                            (step_runs.unit(before_op) ? (unit ? k : step_runs.micro_batches() - 1) : 0));
       }
       // A running sum adds to the sum so far.
-      if (step_runs.sum(op.id) && k > 0) before.push_back(run_base[i] + k - 1);
+      if (step_runs.sum(op.id) && k > 0) run_preds.push_back(run_base[i] + k - 1);
+      pred_begin[static_cast<size_t>(run_base[i] + k) + 1] = static_cast<int>(run_preds.size());
     }
   }
   for (size_t i = 0; i < mine.size(); ++i) {
@@ -186,7 +187,8 @@ RankSchedule ScheduleRank(const ir::Graph& graph, int rank, const std::string& s
     if (after && !preds[i].empty() && !waits_for_communication && early && op.name != "send" &&
         op.name != "recv") {
       priority[first] = 0;  // with its latest input (preds come first in program order)
-      for (int pred : run_preds[first]) priority[first] = std::max(priority[first], priority[static_cast<size_t>(pred)]);
+      for (int k = pred_begin[first]; k < pred_begin[first + 1]; ++k)
+        priority[first] = std::max(priority[first], priority[static_cast<size_t>(run_preds[static_cast<size_t>(k)])]);
       continue;
     }
     // An op of no micro-batch that reads only variables and inputs (a
@@ -205,7 +207,7 @@ RankSchedule ScheduleRank(const ir::Graph& graph, int rank, const std::string& s
       priority[first + static_cast<size_t>(k)] = (slot + 1) * n + op.id;
     }
   }
-  const std::vector<int> order = ir::PriorityTopologicalOrder(run_preds, priority);
+  const std::vector<int> order = ir::PriorityTopologicalOrder(pred_begin, run_preds, priority);
   TESSEL_CHECK_CODE(order.size() == num_runs, StatusCode::kInternal)
       << "graph '" << graph.name() << "': this rank's ops depend on each other in a cycle";
   s.order.reserve(order.size());

@@ -451,14 +451,29 @@ std::vector<std::vector<int>> Predecessors(const Graph& graph) {
 
 std::vector<int> PriorityTopologicalOrder(const std::vector<std::vector<int>>& preds,
                                           const std::vector<int64_t>& priority) {
-  const size_t n = preds.size();
-  TESSEL_CHECK_CODE(priority.size() == n, StatusCode::kInternal)
-      << "topological order of " << n << " nodes given " << priority.size() << " priorities";
-  std::vector<std::vector<int>> successors(n);
-  std::vector<int> waiting(n, 0);
+  std::vector<int> begin(preds.size() + 1, 0), flat;
+  for (size_t to = 0; to < preds.size(); ++to) {
+    flat.insert(flat.end(), preds[to].begin(), preds[to].end());
+    begin[to + 1] = static_cast<int>(flat.size());
+  }
+  return PriorityTopologicalOrder(begin, flat, priority);
+}
+
+std::vector<int> PriorityTopologicalOrder(const std::vector<int>& pred_begin, const std::vector<int>& preds,
+                                          const std::vector<int64_t>& priority) {
+  const size_t n = priority.size();
+  TESSEL_CHECK_CODE(pred_begin.size() == n + 1 && static_cast<size_t>(pred_begin.back()) == preds.size(),
+                    StatusCode::kInternal)
+      << "topological order of " << n << " nodes given " << pred_begin.size() - 1 << " lists of predecessors";
+  // Successors in one array, by node (counted, then filled).
+  std::vector<int> successor_begin(n + 1, 0), waiting(n, 0);
+  for (int from : preds) ++successor_begin[static_cast<size_t>(from) + 1];
+  for (size_t i = 0; i < n; ++i) successor_begin[i + 1] += successor_begin[i];
+  std::vector<int> successors(preds.size()), filled(successor_begin.begin(), successor_begin.end() - 1);
   for (size_t to = 0; to < n; ++to) {
-    for (int from : preds[to]) {
-      successors[static_cast<size_t>(from)].push_back(static_cast<int>(to));
+    for (int k = pred_begin[to]; k < pred_begin[to + 1]; ++k) {
+      successors[static_cast<size_t>(filled[static_cast<size_t>(preds[static_cast<size_t>(k)])]++)] =
+          static_cast<int>(to);
       ++waiting[to];
     }
   }
@@ -472,8 +487,10 @@ std::vector<int> PriorityTopologicalOrder(const std::vector<std::vector<int>>& p
     const int i = ready.top().second;
     ready.pop();
     order.push_back(i);
-    for (int next : successors[static_cast<size_t>(i)])
+    for (int k = successor_begin[static_cast<size_t>(i)]; k < successor_begin[static_cast<size_t>(i) + 1]; ++k) {
+      const int next = successors[static_cast<size_t>(k)];
       if (--waiting[static_cast<size_t>(next)] == 0) ready.emplace(priority[static_cast<size_t>(next)], next);
+    }
   }
   return order;
 }

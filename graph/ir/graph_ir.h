@@ -180,6 +180,10 @@ std::vector<std::vector<int>> Predecessors(const Graph& graph);
 // Kahn's algorithm. Shorter than n when the edges make a cycle.
 std::vector<int> PriorityTopologicalOrder(const std::vector<std::vector<int>>& preds,
                                           const std::vector<int64_t>& priority);
+// The same with node i's predecessors preds[pred_begin[i] .. pred_begin[i + 1])
+// (one array for every node: what a schedule of many runs uses).
+std::vector<int> PriorityTopologicalOrder(const std::vector<int>& pred_begin, const std::vector<int>& preds,
+                                          const std::vector<int64_t>& priority);
 
 // Checks the graph is well formed, as each pass must leave it: every op
 // reads only values defined before it (inputs, variables, outputs of earlier

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "core/allocator.h"
 #include "graph/global_tensor_ops.h"
@@ -13,7 +14,8 @@ namespace tessel::passes {
 namespace {
 
 // The input whose storage output `o` of `op` shares (a view, an in-place
-// update), by its index among the op's inputs; -1 if it has its own.
+// update), by its index among the op's inputs; -1 if it has its own. (A
+// running sum is StepRuns's: its first is its share.)
 int StorageSource(const ir::Op& op, size_t o) {
   const OpDef& def = GetOpDef(op.name);
   if (o < def.mutates.size()) return def.mutates[o];
@@ -53,15 +55,24 @@ std::string FormatBytes(int64_t bytes) {
   return buf;
 }
 
-std::vector<int> LastReaders(const ir::Graph& graph) {
-  std::vector<int> last(graph.values().size(), -1);
+std::vector<char> OpsTakingPart(const ir::Graph& graph, int rank) {
+  std::vector<char> member(graph.ops().size(), 0);
   for (const ir::Op& op : graph.ops()) {
-    for (int id : op.outputs) last[static_cast<size_t>(id)] = op.id;
-    for (int id : op.inputs) last[static_cast<size_t>(id)] = op.id;
+    const bool layout_change = op.name == "to_global";
+    bool takes_part = false;
+    for (int id : op.outputs) {
+      const ir::Value& v = graph.value(id);
+      takes_part |= !v.is_global() || v.placement.Contains(rank);
+    }
+    for (int id : op.inputs) {
+      const ir::Value& v = graph.value(id);
+      // A layout change involves its source's ranks too (they send), and a
+      // send only them.
+      takes_part |= (layout_change || op.outputs.empty()) && v.is_global() && v.placement.Contains(rank);
+    }
+    member[static_cast<size_t>(op.id)] = takes_part;
   }
-  for (const auto& [name, id] : graph.outputs())
-    last[static_cast<size_t>(id)] = static_cast<int>(graph.ops().size());
-  return last;
+  return member;
 }
 
 int64_t ShardBytes(const ir::Value& value, int rank, int element_bytes) {
@@ -77,7 +88,9 @@ int64_t ShardBytes(const ir::Value& value, int rank, int element_bytes) {
 
 MemoryPlan PlanMemory(const ir::Graph& graph, int rank, const MemoryPlanOptions& options) {
   EnsureLayoutOps();  // the graph's to_global and from_local ops are looked up
-  const StepRuns runs(graph);
+  std::optional<StepRuns> own_runs;
+  if (options.runs == nullptr) own_runs.emplace(graph);
+  const StepRuns& runs = options.runs != nullptr ? *options.runs : *own_runs;
   MemoryPlan plan;
   plan.rank = rank;
   const std::vector<ir::Op>& ops = graph.ops();
@@ -88,17 +101,17 @@ MemoryPlan PlanMemory(const ir::Graph& graph, int rank, const MemoryPlanOptions&
     if (v.kind == ir::Value::Kind::kInput) plan.input_bytes += ShardBytes(v, rank);
   }
   // The runs in the order they are made; positions stand in for time below.
-  const std::vector<OpRun> program_order = runs.ProgramOrder();
+  const std::vector<char> taking_part = OpsTakingPart(graph, rank);
+  const std::vector<OpRun> program_order = runs.ProgramOrder(&taking_part);
   const std::vector<OpRun>& order = options.order.empty() ? program_order : options.order;
   const size_t n = order.size();
   const int end_of_order = static_cast<int>(n);
-  // Per position: the slots the run reads and writes.
-  std::vector<std::vector<int>> reads(n);
+  std::vector<int> reads;  // the slots a run reads
   std::vector<int> last(slots, -1);  // per slot: the position of its last reader
   for (size_t k = 0; k < n; ++k) {
     const ir::Op& op = ops[static_cast<size_t>(order[k].op)];
-    runs.InputSlots(op, order[k].micro_batch, &reads[k]);
-    for (int s : reads[k]) last[static_cast<size_t>(s)] = std::max(last[static_cast<size_t>(s)], static_cast<int>(k));
+    runs.InputSlots(op, order[k].micro_batch, &reads);
+    for (int s : reads) last[static_cast<size_t>(s)] = std::max(last[static_cast<size_t>(s)], static_cast<int>(k));
     for (size_t o = 0; o < op.outputs.size(); ++o) {
       const size_t s = static_cast<size_t>(runs.OutputSlot(op, o, order[k].micro_batch));
       last[s] = std::max(last[s], static_cast<int>(k));
@@ -111,15 +124,23 @@ MemoryPlan PlanMemory(const ir::Graph& graph, int rank, const MemoryPlanOptions&
   std::vector<int> block(slots);
   for (size_t i = 0; i < slots; ++i) block[i] = static_cast<int>(i);
   std::vector<int> block_end(last);
-  auto source_of = [&](size_t k, const ir::Op& op, size_t o) {
-    if (runs.sum(op.id)) return order[k].micro_batch == 0 ? reads[k][0] : -1;
-    const int input = StorageSource(op, o);
-    return input < 0 ? -1 : reads[k][static_cast<size_t>(input)];
-  };
+  std::vector<std::vector<int>> source_inputs(num_ops);  // per op and output (StorageSource), once
+  std::vector<char> sourced(num_ops, 0);
   for (size_t k = 0; k < n; ++k) {
     const ir::Op& op = ops[static_cast<size_t>(order[k].op)];
+    std::vector<int>& sources = source_inputs[static_cast<size_t>(op.id)];
+    if (!sourced[static_cast<size_t>(op.id)]) {
+      sourced[static_cast<size_t>(op.id)] = 1;
+      for (size_t o = 0; o < op.outputs.size(); ++o) sources.push_back(StorageSource(op, o));
+    }
+    bool shares = false;
+    for (int input : sources) shares |= input >= 0;
+    const bool first_sum = runs.sum(op.id) && order[k].micro_batch == 0;
+    if (!shares && !first_sum) continue;
+    runs.InputSlots(op, order[k].micro_batch, &reads);
     for (size_t o = 0; o < op.outputs.size(); ++o) {
-      const int source = source_of(k, op, o);
+      // (A running sum's first is its share.)
+      const int source = first_sum ? reads[0] : sources[o] < 0 ? -1 : reads[static_cast<size_t>(sources[o])];
       if (source < 0) continue;
       const int b = block[static_cast<size_t>(source)];
       const size_t out = static_cast<size_t>(runs.OutputSlot(op, o, order[k].micro_batch));
@@ -127,21 +148,19 @@ MemoryPlan PlanMemory(const ir::Graph& graph, int rank, const MemoryPlanOptions&
       block_end[static_cast<size_t>(b)] = std::max(block_end[static_cast<size_t>(b)], last[out]);
     }
   }
-  // Activations: what the forward computes (runs before the last backward
-  // run in program order that are not backward ops) and what backward
-  // recomputes of it; not gradients, nor what the optimizer computes after
-  // backward.
-  std::vector<int> program_position(static_cast<size_t>(runs.runs()), -1);
+  // Activations: what the forward computes and what backward recomputes of
+  // it; not gradients, nor what the optimizer computes after backward. In
+  // program order, results of ops before the last backward op that are not
+  // backward ops themselves: with units, the units' forward ops and the
+  // step's ops that run before the units.
   int last_backward = -1;
-  for (size_t k = 0; k < program_order.size(); ++k) {
-    const OpRun& r = program_order[k];
-    program_position[static_cast<size_t>(runs.RunIndex(r.op, r.micro_batch))] = static_cast<int>(k);
-    if (ops[static_cast<size_t>(r.op)].backward) last_backward = static_cast<int>(k);
-  }
+  for (const ir::Op& op : ops)
+    if (op.backward) last_backward = op.id;
+  const bool has_units = runs.micro_batches() > 1;
   auto is_activation = [&](const OpRun& r) {
     const ir::Op& op = ops[static_cast<size_t>(r.op)];
-    return op.backward ? op.recompute_region >= 0
-                       : program_position[static_cast<size_t>(runs.RunIndex(r.op, r.micro_batch))] < last_backward;
+    if (op.backward) return op.recompute_region >= 0;
+    return has_units ? runs.unit(op.id) || !runs.after_units(op.id) : op.id < last_backward;
   };
   // (Per value and per op, not per run: every micro-batch's are the same.)
   std::vector<int64_t> value_bytes(graph.values().size(), -1), workspace(num_ops, -1);

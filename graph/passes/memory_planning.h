@@ -24,17 +24,16 @@
 
 namespace tessel::passes {
 
-// For every value id, the last op that reads it: the op after which it can
-// be freed. Named results live to the end (ops().size()); an op result that
-// nothing reads dies with its producer; inputs and variables nothing reads,
-// and values no op produces, get -1.
-std::vector<int> LastReaders(const ir::Graph& graph);
-
 // Bytes `rank` holds of `value`: its shard (a partial value's shard is
 // whole; a local value is whole on every rank) rounded up to the
 // allocator's size class; 0 if the rank lies outside its placement.
 // element_bytes > 0 takes the place of the dtype's size.
 int64_t ShardBytes(const ir::Value& value, int rank, int element_bytes = 0);
+
+// Per op id: whether `rank` takes part in the op — its placement holds the
+// rank (local ops: every rank), or it is a layout change whose source
+// placement holds it (the rank sends), or a send from its placement.
+std::vector<char> OpsTakingPart(const ir::Graph& graph, int rank);
 
 struct MemoryPlan {
   int rank = 0;
@@ -66,9 +65,12 @@ struct MemoryPlanOptions {
   // graph/passes/step_runs.h), in the order it makes them (a pipeline
   // schedule's: runtime/rank_schedule.h); a result is freed after its last
   // reader among them, and results of ops not listed are not the rank's.
-  // Empty: every op's, in program order (StepRuns::ProgramOrder, the
-  // in-order executor's).
+  // Empty: the runs of the ops the rank takes part in (OpsTakingPart), in
+  // program order (StepRuns::ProgramOrder, the in-order executor's).
   std::vector<OpRun> order = {};
+  // The graph's runs and slots, when the caller has them (a RankSchedule's
+  // exec.runs()); null: made here.
+  const StepRuns* runs = nullptr;
   // When > 0, the bytes of an element of every floating-point result of a
   // micro-batch's forward or backward, in place of its dtype's: a graph
   // traced in f32 planned as mixed precision computes it (2: bf16 or f16).

@@ -40,6 +40,7 @@ StepRuns::StepRuns(const ir::Graph& graph) : graph_(&graph) {
     if (op.attrs.Has("tag")) tags_ = std::max(tags_, op.attrs.Get<int64_t>("tag") + 1);
     if (!units || op.micro_batch < 0) continue;
     unit_[static_cast<size_t>(op.id)] = 1;
+    unit_ops_.push_back(op.id);
     sum_[static_cast<size_t>(op.id)] = op.name == "micro_batch_sum";
   }
   first_run_.resize(ops.size());
@@ -137,9 +138,11 @@ std::vector<OpRun> StepRuns::ProgramOrder(const std::vector<char>* runs) const {
   order.reserve(static_cast<size_t>(runs_));
   for (const ir::Op& op : ops)
     if (!unit(op.id) && !after_units(op.id) && wanted(op)) order.push_back({op.id, op.micro_batch});
+  std::vector<int> units;
+  for (int id : unit_ops_)
+    if (wanted(ops[static_cast<size_t>(id)])) units.push_back(id);
   for (int k = 0; k < micro_batches_; ++k)
-    for (const ir::Op& op : ops)
-      if (unit(op.id) && wanted(op)) order.push_back({op.id, k});
+    for (int id : units) order.push_back({id, k});
   for (const ir::Op& op : ops)
     if (after_units(op.id) && wanted(op)) order.push_back({op.id, op.micro_batch});
   return order;

@@ -107,6 +107,7 @@ class StepRuns {
   int64_t tags_ = 0;
   std::vector<char> unit_, after_, sum_;  // per op
   std::vector<int> first_run_;            // per op
+  std::vector<int> unit_ops_;             // the units' op ids, in program order
   std::vector<int> run_op_;               // per run: its op
   std::vector<int> extra_;                // per value: its slot for micro-batch 1 (-1: one slot)
 };

@@ -95,22 +95,7 @@ void CompileRankPlan(const ir::Graph& graph, int rank, proto::RankPlanProto* pla
                      std::string* instructions) {
   // The ops the rank takes part in, lowered as the runtime lowers them: the
   // communication listed is that of the executable plan's instructions.
-  std::vector<char> member_ops(graph.ops().size(), 0);
-  for (const ir::Op& op : graph.ops()) {
-    const bool layout_change = op.name == "to_global";
-    bool member = false;
-    for (int id : op.outputs) {
-      const ir::Value& v = graph.value(id);
-      member |= !v.is_global() || v.placement.Contains(rank);
-    }
-    for (int id : op.inputs) {
-      const ir::Value& v = graph.value(id);
-      // A layout change involves its source's ranks too (they send), and
-      // a send only them.
-      member |= (layout_change || op.outputs.empty()) && v.is_global() && v.placement.Contains(rank);
-    }
-    member_ops[static_cast<size_t>(op.id)] = member;
-  }
+  const std::vector<char> member_ops = passes::OpsTakingPart(graph, rank);
   const plan::ExecPlan exec = plan::ExecPlan::Lower(graph, rank, &member_ops);
   CompileRankPlan(exec, plan);
   if (instructions != nullptr) *instructions = exec.ToText();
@@ -182,7 +167,9 @@ void CompileRankPlan(const plan::ExecPlan& exec, proto::RankPlanProto* plan) {
     s->set_count(cb.first);
     s->set_bytes(cb.second);
   }
-  const passes::MemoryPlan memory = passes::PlanMemory(graph, rank);
+  // (The plan's ops in program order: what an in-order run makes of them.)
+  const passes::MemoryPlan memory =
+      passes::PlanMemory(graph, rank, {.order = exec.program_order(), .runs = &exec.runs()});
   proto::MemoryProto* m = plan->mutable_memory();
   m->set_variable_bytes(memory.variable_bytes);
   m->set_input_bytes(memory.input_bytes);

@@ -3,6 +3,7 @@
 // ranks outside the placement), and a traced training step whose planned
 // peak matches the peak the allocator measures when it runs.
 #include "graph/passes/memory_planning.h"
+#include "graph/plan/exec_plan.h"
 
 #include <gtest/gtest.h>
 
@@ -37,7 +38,9 @@ TEST(MemoryPlanning, LiveBytesPerOpFollowLastReadersAndViews) {
   g.graph.MarkOutput("d", d);
   g.graph.MarkOutput("full", full);
 
-  const std::vector<int> last = passes::LastReaders(g.graph);
+  // (The in-order executor frees each slot, here each value, where its plan says.)
+  const plan::ExecPlan exec = plan::ExecPlan::Lower(g.graph, 0);
+  const std::vector<int>& last = exec.free_after();
   EXPECT_EQ(last[static_cast<size_t>(a)], 1);
   EXPECT_EQ(last[static_cast<size_t>(r)], 3);
   EXPECT_EQ(last[static_cast<size_t>(d)], 7);  // a result: to the end

@@ -115,8 +115,9 @@ TEST(GptPlan, PipelineBoundariesSendTheHiddenStatesOncePerMicroBatchEachWay) {
       if (op.has_stage()) {
         EXPECT_EQ(op.stage(), stage) << "op " << op.op() << " " << op.name();
       }
-      sends += op.name() == "send";
-      recvs += op.name() == "recv";
+      // (A unit's transfer is listed once and runs once per micro-batch.)
+      sends += op.name() == "send" ? op.runs() : 0;
+      recvs += op.name() == "recv" ? op.runs() : 0;
       if (op.name() == "send" || op.name() == "recv") {
         ASSERT_EQ(op.comms_size(), 1);
         EXPECT_EQ(op.comms(0).kind(), op.name());

@@ -6,6 +6,7 @@
 #include <functional>
 #include <iomanip>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -173,16 +174,18 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
     const int rank = static_cast<int>(stage * o.data_parallel_size * o.tensor_parallel_size +
                                       o.rank % (o.data_parallel_size * o.tensor_parallel_size));
     passes::MemoryPlanOptions memory_options{.compute_element_bytes = bf16 ? 2 : 0};
+    std::optional<runtime::RankSchedule> ranked;  // (its runs stay for the memory plan)
     StageMemory s{.stage = static_cast<int>(stage), .rank = rank};
     if (schedule != "in_order") {
-      runtime::RankSchedule ranked = runtime::ScheduleRank(graph, rank, schedule);
+      ranked = runtime::ScheduleRank(graph, rank, schedule);
       if (o.machine != nullptr) {
         proto::RankPlanProto comms;
-        CompileRankPlan(ranked.exec, &comms);
-        out.stage_times.push_back(TimeStage(graph, ranked, comms, *o.machine));
+        CompileRankPlan(ranked->exec, &comms);
+        out.stage_times.push_back(TimeStage(graph, *ranked, comms, *o.machine));
       }
-      memory_options.order = std::move(ranked.order);
-      s.in_flight = runtime::MaxInFlight(ranked.actions);
+      memory_options.order = std::move(ranked->order);
+      memory_options.runs = &ranked->exec.runs();
+      s.in_flight = runtime::MaxInFlight(ranked->actions);
     }
     const passes::MemoryPlan m = passes::PlanMemory(graph, rank, memory_options);
     // With bf16 the traced f32 parameters are the masters; the model's bf16
