@@ -2,8 +2,11 @@
 
 #include <cmath>
 #include <map>
+#include <mutex>
 #include <queue>
 #include <sstream>
+#include <string>
+#include <tuple>
 
 #include "core/error.h"
 #include "sbp/slice.h"
@@ -139,8 +142,34 @@ bool AxisStep(const Placement& placement, const NdSbp& cur, int axis, const Sbp&
 namespace {
 
 // A transfer step from (src_p, x) to (dst_p, y), costed from its slices.
-BoxingStep TransferStep(const Placement& src_p, const NdSbp& x, const Placement& dst_p, const NdSbp& y,
-                        const Shape& shape, DType dtype, const BoxingCostModel& model) {
+// The busiest source rank's bytes and messages of a slice transfer. Only
+// the meshes' shapes matter when the two placements are the same or share
+// no rank (a rank keeps what it holds only where it is on both sides, and
+// which holder sends is chosen by position), so those are counted once per
+// shape pair and layouts: every boundary of a pipeline is the same count,
+// which on thousands of ranks is millions of box overlaps.
+std::pair<double, int64_t> TransferLoad(const Placement& src_p, const NdSbp& x, const Placement& dst_p,
+                                        const NdSbp& y, const Shape& shape, DType dtype) {
+  std::ostringstream key;
+  const bool same = src_p == dst_p;
+  bool disjoint = !same;
+  for (int r : dst_p.ranks()) disjoint = disjoint && !src_p.Contains(r);
+  key << (same ? "same " : disjoint ? "disjoint " : "") << x << " " << y << " " << shape << " "
+      << ElementSize(dtype);
+  auto hierarchy = [&](const Placement& p) {
+    for (int64_t d : p.hierarchy()) key << " " << d;
+    key << ";";
+  };
+  hierarchy(src_p);
+  hierarchy(dst_p);
+  if (!same && !disjoint) key << " " << src_p << " " << dst_p;
+  static std::mutex mu;
+  static auto* loads = new std::map<std::string, std::pair<double, int64_t>>();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto found = loads->find(key.str());
+    if (found != loads->end()) return found->second;
+  }
   std::map<int, double> bytes;
   std::map<int, int64_t> messages;
   for (const SliceTransfer& t : PlanSliceTransfers(src_p, x, dst_p, y, shape)) {
@@ -148,14 +177,23 @@ BoxingStep TransferStep(const Placement& src_p, const NdSbp& x, const Placement&
     bytes[t.src_rank] += static_cast<double>(t.box.numel() * static_cast<int64_t>(ElementSize(dtype)));
     ++messages[t.src_rank];
   }
+  std::pair<double, int64_t> load{0, 0};
+  for (auto& [r, b] : bytes) load.first = std::max(load.first, b);
+  for (auto& [r, m] : messages) load.second = std::max(load.second, m);
+  std::lock_guard<std::mutex> lock(mu);
+  loads->emplace(key.str(), load);
+  return load;
+}
+
+BoxingStep TransferStep(const Placement& src_p, const NdSbp& x, const Placement& dst_p, const NdSbp& y,
+                        const Shape& shape, DType dtype, const BoxingCostModel& model) {
   BoxingStep step;
   step.op = BoxingOp::kSliceTransfer;
   step.from_placement = src_p;
   step.to_placement = dst_p;
   step.from = x;
   step.to = y;
-  for (auto& [r, b] : bytes) step.bytes_per_rank = std::max(step.bytes_per_rank, b);
-  for (auto& [r, m] : messages) step.messages = std::max(step.messages, m);
+  std::tie(step.bytes_per_rank, step.messages) = TransferLoad(src_p, x, dst_p, y, shape, dtype);
   step.seconds = model.Seconds(step.bytes_per_rank, step.messages);
   return step;
 }

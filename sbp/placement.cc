@@ -1,5 +1,6 @@
 #include "sbp/placement.h"
 
+#include <algorithm>
 #include <cctype>
 #include <map>
 #include <mutex>
@@ -32,7 +33,11 @@ InternTable& Table() {
 }  // namespace
 
 const std::shared_ptr<const Placement::Rep>& Placement::EmptyRep() {
-  static const auto* empty = new std::shared_ptr<const Rep>(std::make_shared<const Rep>());
+  static const auto* empty = new std::shared_ptr<const Rep>([] {
+    auto rep = std::make_shared<Rep>();
+    rep->text = Text(*rep);
+    return rep;
+  }());
   return *empty;
 }
 
@@ -45,7 +50,10 @@ std::shared_ptr<const Placement::Rep> Placement::Intern(DeviceType type, std::ve
   if (it != table.live.end()) {
     if (auto rep = it->second.lock()) return std::static_pointer_cast<const Rep>(rep);
   }
-  Rep* raw = new Rep{type, std::move(ranks), std::move(hierarchy), table.next_id++};
+  Rep* raw = new Rep{type, std::move(ranks), std::move(hierarchy), table.next_id++, {}, {}};
+  for (size_t i = 0; i < raw->ranks.size(); ++i) raw->by_rank.emplace_back(raw->ranks[i], static_cast<int>(i));
+  std::sort(raw->by_rank.begin(), raw->by_rank.end());
+  raw->text = Text(*raw);
   // The deleter drops the table entry unless a new record already took it.
   std::shared_ptr<const Rep> rep(raw, [](const Rep* r) {
     InternTable& t = Table();
@@ -159,9 +167,9 @@ bool Placement::Overlaps(const Placement& other) const {
 }
 
 int Placement::IndexOf(int rank) const {
-  for (size_t i = 0; i < rep_->ranks.size(); ++i)
-    if (rep_->ranks[i] == rank) return static_cast<int>(i);
-  return -1;
+  const auto& by_rank = rep_->by_rank;
+  const auto it = std::lower_bound(by_rank.begin(), by_rank.end(), std::make_pair(rank, -1));
+  return it != by_rank.end() && it->first == rank ? it->second : -1;
 }
 
 std::vector<int64_t> Placement::Coord(int index) const {
@@ -196,20 +204,23 @@ void Placement::CheckInWorld(int world_size) const {
   }
 }
 
-std::string Placement::ToString() const {
+std::string Placement::ToString() const { return rep_->text; }
+
+std::string Placement::Text(const Rep& rep) {
   // Nested lists following the hierarchy: block[a] ranks make one list at depth a.
-  std::vector<int64_t> block(rep_->hierarchy.size(), 1);
-  for (int64_t a = ndim() - 1; a >= 0; --a)
-    block[a] = rep_->hierarchy[a] * (a + 1 < ndim() ? block[a + 1] : 1);
+  const int64_t ndim = static_cast<int64_t>(rep.hierarchy.size());
+  std::vector<int64_t> block(rep.hierarchy.size(), 1);
+  for (int64_t a = ndim - 1; a >= 0; --a) block[a] = rep.hierarchy[a] * (a + 1 < ndim ? block[a + 1] : 1);
   std::ostringstream os;
-  os << DeviceTypeName(rep_->type) << ":";
-  for (int i = 0; i < size(); ++i) {
-    for (int a = 0; a < ndim(); ++a)
+  os << DeviceTypeName(rep.type) << ":";
+  const int64_t size = static_cast<int64_t>(rep.ranks.size());
+  for (int64_t i = 0; i < size; ++i) {
+    for (int64_t a = 0; a < ndim; ++a)
       if (i % block[a] == 0) os << "[";
-    os << rep_->ranks[i];
-    for (int a = ndim() - 1; a >= 0; --a)
+    os << rep.ranks[static_cast<size_t>(i)];
+    for (int64_t a = ndim - 1; a >= 0; --a)
       if ((i + 1) % block[a] == 0) os << "]";
-    if (i + 1 < size()) os << ", ";
+    if (i + 1 < size) os << ", ";
   }
   return os.str();
 }

@@ -64,7 +64,13 @@ class Placement {
     std::vector<int> ranks;
     std::vector<int64_t> hierarchy;
     uint64_t id = 0;
+    // Made once per distinct placement (a world's placements hold
+    // thousands of ranks, asked about per op): (rank, index) by rank, and
+    // the text.
+    std::vector<std::pair<int, int>> by_rank;
+    std::string text;
   };
+  static std::string Text(const Rep& rep);
   static std::shared_ptr<const Rep> Intern(DeviceType type, std::vector<int> ranks,
                                            std::vector<int64_t> hierarchy);
   static const std::shared_ptr<const Rep>& EmptyRep();

@@ -34,7 +34,7 @@ work=$(mktemp -d /tmp/tessel_gpu.XXXXXX)
 tar -C "$work" -xJf "$bundle"
 bin=$work/bin
 
-# The CUDA libraries tessel links (cuBLAS, cuBLASLt, the runtime, NCCL):
+# The CUDA libraries tessel links or opens (the runtime; cuBLAS, cuBLASLt and NCCL):
 # the toolkit's, or the ones PyTorch's wheels bring.
 cuda_dirs=()
 for lib in libcudart.so.13 libcublasLt.so.13 libcublas.so.13 libnccl.so.2; do

@@ -19,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <unordered_map>
 #include <vector>
 
 #include "core/error.h"
@@ -122,14 +123,18 @@ class Stages {
 
   // The stage holding all of `placement`'s ranks, or -1 (several or none).
   int Of(const Placement& placement) const {
+    // (Once per distinct placement: every op asks, of placements of up to
+    // a whole stage's ranks.)
+    auto [known, is_new] = stage_of_placement_.try_emplace(placement.id(), -1);
+    if (!is_new) return known->second;
     int stage = -2;
     for (int r : placement.ranks()) {
       auto it = stage_of_rank_.find(r);
       const int s = it == stage_of_rank_.end() ? -1 : it->second;
       if (stage == -2) stage = s;
-      if (s != stage) return -1;
+      if (s != stage) return known->second = -1;
     }
-    return stage < 0 ? -1 : stage;
+    return known->second = stage < 0 ? -1 : stage;
   }
 
   // Why `placement` has no stage, for an error.
@@ -192,6 +197,7 @@ class Stages {
   const std::vector<std::vector<int>>& stage_ranks_;
   const std::vector<int64_t>& layer_stages_;
   std::map<int, int> stage_of_rank_;
+  mutable std::unordered_map<uint64_t, int> stage_of_placement_;  // by Placement::id()
   int virtual_stages_ = 1;
 };
 
@@ -311,8 +317,10 @@ void AssignStages(ir::Graph& graph, const std::vector<std::vector<int>>& stage_r
         }
         // A crossing: what the source side does first (collectives on its
         // own ranks), the transfer itself, what the destination does after.
-        const BoxingPlan plan =
-            PlanBoxing(in.placement, in.nd_sbp, result.placement, result.nd_sbp, in.shape, in.dtype);
+        // (Planned once per distinct crossing: every layer boundary of a
+        // model is the same one.)
+        const BoxingPlan& plan =
+            *GetBoxingPlan(in.placement, in.nd_sbp, result.placement, result.nd_sbp, in.shape, in.dtype);
         auto transfer = std::find_if(plan.steps.begin(), plan.steps.end(),
                                      [](const BoxingStep& s) { return s.op == BoxingOp::kSliceTransfer; });
         TESSEL_CHECK_CODE(transfer != plan.steps.end() && transfer->from_placement == in.placement &&

@@ -1,5 +1,3 @@
-#include <cublasLt.h>
-#include <cublas_v2.h>
 #include <glog/logging.h>
 
 #include <cstdlib>
@@ -14,6 +12,7 @@
 
 #include "ops/cpu/broadcast.h"
 #include "ops/cpu/gemm.h"
+#include "ops/cuda/cublas_api.h"
 #include "ops/cuda/cuda_util.cuh"
 #include "ops/cuda/elementwise.h"
 #include "ops/cuda/gemm.h"
@@ -26,7 +25,7 @@ constexpr size_t kWorkspaceBytes = 32u << 20;
 
 void CheckCublas(cublasStatus_t status, const char* what) {
   TESSEL_CHECK_CODE(status == CUBLAS_STATUS_SUCCESS, StatusCode::kInternal)
-      << what << " failed: " << cublasGetStatusString(status) << " (cuBLAS status "
+      << what << " failed: " << Cublas().status_string(status) << " (cuBLAS status "
       << static_cast<int>(status) << ")";
 }
 
@@ -62,9 +61,9 @@ Handle& HandleFor(int device) {
   std::unique_ptr<Handle>& h = (*handles)[device];
   if (!h) {
     auto made = std::make_unique<Handle>();
-    CheckCublas(cublasCreate(&made->handle), "cublasCreate");
+    CheckCublas(Cublas().create(&made->handle), "cublasCreate");
     Check(cudaMalloc(&made->workspace, kWorkspaceBytes), "cudaMalloc of the cuBLAS workspace");
-    CheckCublas(cublasLtCreate(&made->lt), "cublasLtCreate");
+    CheckCublas(Cublas().lt_create(&made->lt), "cublasLtCreate");
     Check(cudaMalloc(&made->lt_workspace, kWorkspaceBytes), "cudaMalloc of the cuBLASLt workspace");
     h = std::move(made);
   }
@@ -97,9 +96,9 @@ void GemmBatched(int device, DType dtype, bool trans_a, bool trans_b, int64_t m,
   std::lock_guard<std::mutex> lock(h.mu);
   cudaStream_t stream = CurrentStream();
   if (!h.bound || h.stream != stream) {
-    CheckCublas(cublasSetStream(h.handle, stream), "cublasSetStream");
+    CheckCublas(Cublas().set_stream(h.handle, stream), "cublasSetStream");
     // Setting the stream drops the workspace back to cuBLAS's own pool.
-    CheckCublas(cublasSetWorkspace(h.handle, h.workspace, kWorkspaceBytes), "cublasSetWorkspace");
+    CheckCublas(Cublas().set_workspace(h.handle, h.workspace, kWorkspaceBytes), "cublasSetWorkspace");
     h.stream = stream;
     h.bound = true;
   }
@@ -112,11 +111,11 @@ void GemmBatched(int device, DType dtype, bool trans_a, bool trans_b, int64_t m,
   const int im = AsInt(m, "m"), in = AsInt(n, "n"), ik = AsInt(k, "k");
   const int ilda = AsInt(lda, "lda"), ildb = AsInt(ldb, "ldb"), ildc = AsInt(ldc, "ldc");
   if (batch == 1) {
-    CheckCublas(cublasGemmEx(h.handle, op_b, op_a, in, im, ik, &alpha, b, type, ildb, a, type, ilda, &beta, c,
+    CheckCublas(Cublas().gemm_ex(h.handle, op_b, op_a, in, im, ik, &alpha, b, type, ildb, a, type, ilda, &beta, c,
                              type, ildc, compute, CUBLAS_GEMM_DEFAULT),
                 "cublasGemmEx");
   } else {
-    CheckCublas(cublasGemmStridedBatchedEx(h.handle, op_b, op_a, in, im, ik, &alpha, b, type, ildb, stride_b,
+    CheckCublas(Cublas().gemm_strided_batched_ex(h.handle, op_b, op_a, in, im, ik, &alpha, b, type, ildb, stride_b,
                                            a, type, ilda, stride_a, &beta, c, type, ildc, stride_c,
                                            AsInt(batch, "batch count"), compute, CUBLAS_GEMM_DEFAULT),
                 "cublasGemmStridedBatchedEx");
@@ -135,16 +134,16 @@ struct LtCall {
   LtCall(const LtCall&) = delete;
   LtCall& operator=(const LtCall&) = delete;
   ~LtCall() {
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (d) Cublas().lt_matrix_layout_destroy(d);
+    if (b) Cublas().lt_matrix_layout_destroy(b);
+    if (a) Cublas().lt_matrix_layout_destroy(a);
+    if (desc) Cublas().lt_matmul_desc_destroy(desc);
   }
 };
 
 template <typename T>
 void SetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t what, const T& value) {
-  CheckCublas(cublasLtMatmulDescSetAttribute(desc, what, &value, sizeof(value)),
+  CheckCublas(Cublas().lt_matmul_desc_set_attribute(desc, what, &value, sizeof(value)),
               "cublasLtMatmulDescSetAttribute");
 }
 
@@ -170,7 +169,7 @@ bool LtGemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m, int6
   const cublasComputeType_t compute =
       dtype == DType::kFloat32 && AllowTf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   LtCall call;
-  CheckCublas(cublasLtMatmulDescCreate(&call.desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  CheckCublas(Cublas().lt_matmul_desc_create(&call.desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                           op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   SetAttribute(call.desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
@@ -182,11 +181,11 @@ bool LtGemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m, int6
     SetAttribute(call.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, ldd);
   }
   // Stored shapes: op(A) is m x k, op(B) is k x n.
-  CheckCublas(cublasLtMatrixLayoutCreate(&call.a, type, trans_a ? k : m, trans_a ? m : k, lda),
+  CheckCublas(Cublas().lt_matrix_layout_create(&call.a, type, trans_a ? k : m, trans_a ? m : k, lda),
               "cublasLtMatrixLayoutCreate");
-  CheckCublas(cublasLtMatrixLayoutCreate(&call.b, type, trans_b ? n : k, trans_b ? k : n, ldb),
+  CheckCublas(Cublas().lt_matrix_layout_create(&call.b, type, trans_b ? n : k, trans_b ? k : n, ldb),
               "cublasLtMatrixLayoutCreate");
-  CheckCublas(cublasLtMatrixLayoutCreate(&call.d, type, m, n, ldd), "cublasLtMatrixLayoutCreate");
+  CheckCublas(Cublas().lt_matrix_layout_create(&call.d, type, m, n, ldd), "cublasLtMatrixLayoutCreate");
 
   const uint32_t align_a = Alignment(a), align_b = Alignment(b), align_c = Alignment(c ? c : d),
                  align_d = Alignment(d);
@@ -218,27 +217,27 @@ bool LtGemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m, int6
     auto it = algos->find(key);
     if (it == algos->end()) {
       cublasLtMatmulPreference_t pref = nullptr;
-      CheckCublas(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+      CheckCublas(Cublas().lt_matmul_preference_create(&pref), "cublasLtMatmulPreferenceCreate");
       const uint64_t bytes = kWorkspaceBytes;
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes,
+      Cublas().lt_matmul_preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes,
                                            sizeof(bytes));
       for (auto [what, align] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
                                  std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
                                  std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
                                  std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d}})
-        cublasLtMatmulPreferenceSetAttribute(pref, what, &align, sizeof(align));
+        Cublas().lt_matmul_preference_set_attribute(pref, what, &align, sizeof(align));
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
-      const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(h.lt, call.desc, call.a, call.b, call.d,
+      const cublasStatus_t status = Cublas().lt_matmul_algo_get_heuristic(h.lt, call.desc, call.a, call.b, call.d,
                                                                    call.d, pref, 1, &result, &found);
-      cublasLtMatmulPreferenceDestroy(pref);
+      Cublas().lt_matmul_preference_destroy(pref);
       if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
         algo = result.algo;
       } else {
         // Once per problem (the answer is kept): the unfused kernels take it.
         LOG(INFO) << "cuBLASLt has no algorithm for epilogue " << static_cast<int>(epilogue) << " on "
                   << dtype << " [" << m << " x " << k << "] x [" << k << " x " << n << "] ("
-                  << cublasGetStatusString(status) << ", " << found << " found); using separate kernels";
+                  << Cublas().status_string(status) << ", " << found << " found); using separate kernels";
       }
       it = algos->emplace(key, algo).first;
     }
@@ -246,7 +245,7 @@ bool LtGemm(int device, DType dtype, bool trans_a, bool trans_b, int64_t m, int6
   }
   if (!algo) return false;
   const float alpha = 1.0f, beta = c ? 1.0f : 0.0f;
-  CheckCublas(cublasLtMatmul(h.lt, call.desc, &alpha, a, call.a, b, call.b, &beta, c ? c : d, call.d, d,
+  CheckCublas(Cublas().lt_matmul(h.lt, call.desc, &alpha, a, call.a, b, call.b, &beta, c ? c : d, call.d, d,
                              call.d, &*algo, h.lt_workspace, kWorkspaceBytes, CurrentStream()),
               "cublasLtMatmul");
   return true;
