@@ -60,17 +60,14 @@ void RegisterShapeOps() {
                             const std::vector<NdSbp>& in_sbp, const std::vector<NdSbp>& out_sbp,
                             const Placement& placement) {
     const Shape out_shape(a.Get<std::vector<int64_t>>("shape"));
+    const std::vector<int64_t> si = in[0].shape.ContiguousStrides(), so = out_shape.ContiguousStrides();
     for (int i = 0; i < placement.size(); ++i) {
-      std::vector<int64_t> coord = placement.Coord(i);
-      if (SliceOf(in[0].shape, in_sbp[0], placement.hierarchy(), coord).numel() !=
-          SliceOf(out_shape, out_sbp[0], placement.hierarchy(), coord).numel()) {
-        return false;
-      }
-      Box ib = SliceOf(in[0].shape, in_sbp[0], placement.hierarchy(), coord);
-      Box ob = SliceOf(out_shape, out_sbp[0], placement.hierarchy(), coord);
+      const std::vector<int64_t> coord = placement.Coord(i);
+      const Box ib = SliceOf(in[0].shape, in_sbp[0], placement.hierarchy(), coord);
+      const Box ob = SliceOf(out_shape, out_sbp[0], placement.hierarchy(), coord);
+      if (ib.numel() != ob.numel()) return false;
       // Flat offset of each shard's first element must agree too.
       int64_t fi = 0, fo = 0;
-      std::vector<int64_t> si = in[0].shape.ContiguousStrides(), so = out_shape.ContiguousStrides();
       for (int64_t d = 0; d < ib.ndim(); ++d) fi += ib[d].begin * si[d];
       for (int64_t d = 0; d < ob.ndim(); ++d) fo += ob[d].begin * so[d];
       if (ib.numel() > 0 && fi != fo) return false;
