@@ -170,16 +170,9 @@ std::pair<double, int64_t> TransferLoad(const Placement& src_p, const NdSbp& x, 
     auto found = loads->find(key.str());
     if (found != loads->end()) return found->second;
   }
-  std::map<int, double> bytes;
-  std::map<int, int64_t> messages;
-  for (const SliceTransfer& t : PlanSliceTransfers(src_p, x, dst_p, y, shape)) {
-    if (t.src_rank == t.dst_rank) continue;
-    bytes[t.src_rank] += static_cast<double>(t.box.numel() * static_cast<int64_t>(ElementSize(dtype)));
-    ++messages[t.src_rank];
-  }
-  std::pair<double, int64_t> load{0, 0};
-  for (auto& [r, b] : bytes) load.first = std::max(load.first, b);
-  for (auto& [r, m] : messages) load.second = std::max(load.second, m);
+  const SliceTransferLoad counted = CountSliceTransferLoad(src_p, x, dst_p, y, shape);
+  const std::pair<double, int64_t> load{
+      static_cast<double>(counted.elements * static_cast<int64_t>(ElementSize(dtype))), counted.messages};
   std::lock_guard<std::mutex> lock(mu);
   loads->emplace(key.str(), load);
   return load;

@@ -23,4 +23,17 @@ struct SliceTransfer {
 std::vector<SliceTransfer> PlanSliceTransfers(const Placement& src_p, const NdSbp& src,
                                               const Placement& dst_p, const NdSbp& dst, const Shape& shape);
 
+// What the busiest sender of PlanSliceTransfers's transfers sends (copies
+// a rank makes to itself not counted): the most elements and the most
+// messages of any source rank. Counted without listing the transfers —
+// overlaps once per distinct destination box, then a count per
+// destination rank — since a layout change between two thousand-rank
+// meshes can be millions of them, and the boxing planner weighs many.
+struct SliceTransferLoad {
+  int64_t elements = 0;
+  int64_t messages = 0;
+};
+SliceTransferLoad CountSliceTransferLoad(const Placement& src_p, const NdSbp& src, const Placement& dst_p,
+                                         const NdSbp& dst, const Shape& shape);
+
 }  // namespace tessel

@@ -15,6 +15,7 @@
 #include "graph/ir/tracer.h"
 #include "graph/passes/memory_planning.h"
 #include "graph/passes/passes.h"
+#include "graph/passes/step_runs.h"
 #include "graph/plan/graph.h"
 #include "graph/plan/in_order_executor.h"
 #include "graph/plan/rank_plan.h"
@@ -274,10 +275,14 @@ TEST(GraphTrace, GptGradientAccumulationMatchesTheWholeBatch) {
   // Forward and backward ran once per micro-batch, the update once.
   auto [ids, labels] = Batch(config, 0, micro_batches * micro_batch_rows);
   const ir::Graph& compiled = train_step.Trace({{"ids", ids}, {"labels", labels}});
+  // (Compiled once as micro-batch units, each run once per micro-batch.)
+  EXPECT_EQ(compiled.micro_batch_units(), micro_batches);
+  const passes::StepRuns runs(compiled);
   std::vector<int> per_micro_batch(micro_batches, 0);
+  for (const passes::OpRun& r : runs.ProgramOrder())
+    if (r.micro_batch >= 0) ++per_micro_batch.at(static_cast<size_t>(r.micro_batch));
   int updates = 0, step_buckets = 0;
   for (const ir::Op& op : compiled.ops()) {
-    if (op.micro_batch >= 0) ++per_micro_batch.at(static_cast<size_t>(op.micro_batch));
     updates += op.name == "adamw_update" && op.micro_batch < 0;
     // Data-parallel gradient reductions run once per step, on the averages
     // (buckets inside a micro-batch fuse its own independent reductions).
@@ -307,14 +312,16 @@ TEST(GraphTrace, GptGradientAccumulationMatchesTheWholeBatch) {
   }
   EXPECT_GT(per_micro_batch[0], 100);
   EXPECT_EQ(per_micro_batch[1], per_micro_batch[3]);
-  // The rank's plan says which micro-batch each copied op works on.
+  EXPECT_EQ(per_micro_batch[0], per_micro_batch[1]);
+  // The rank's plan lists each unit once, with the runs a step makes of it.
   proto::RankPlanProto plan;
   CompileRankPlan(compiled, CurrentRank(), &plan);
-  std::vector<int> planned(micro_batches, 0);
-  for (const proto::PlanOpProto& op : plan.ops())
-    if (op.has_micro_batch()) ++planned.at(static_cast<size_t>(op.micro_batch()));
-  EXPECT_GT(planned[0], 0);
-  EXPECT_EQ(planned[1], planned[3]);
+  int planned_units = 0;
+  for (const proto::PlanOpProto& op : plan.ops()) {
+    EXPECT_TRUE(op.runs() == 1 || op.runs() == micro_batches) << op.name();
+    planned_units += op.runs() == micro_batches;
+  }
+  EXPECT_GT(planned_units, 0);
 }
 
 // Activation checkpointing on a 12-layer GPT: recomputing every layer in

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+#include <set>
+#include <vector>
+
 #include "sbp/slice_transfer.h"
 
 using namespace tessel::sbp_shorthand;  // S(d), B(), P()
@@ -43,6 +48,46 @@ TEST(Slice, TransfersCoverEveryDestinationExactly) {
   std::set<int> senders;
   for (const auto& t : transfers) senders.insert(t.src_rank);
   EXPECT_EQ(senders.size(), 4u);
+}
+
+// The busiest sender's load, counted without listing the transfers, is
+// what the listed transfers add up to: same, overlapping and disjoint
+// placements, splits that cross, nested splits, replicas, uneven and empty
+// parts.
+TEST(Slice, CountedLoadIsTheListedTransfersLoad) {
+  struct Case {
+    Placement src, dst;
+    NdSbp x, y;
+    Shape shape;
+  };
+  const Placement grid("cpu", {{0, 1, 2}, {3, 4, 5}}), line("cpu", {6, 7, 8, 9}), overlap("cpu", {4, 5, 6, 7});
+  const std::vector<Case> cases = {
+      {grid, grid, {S(0), S(1)}, {S(1), S(0)}, Shape{7, 11}},
+      {grid, grid, {B(), S(1)}, {S(0), B()}, Shape{6, 5}},
+      {grid, line, {S(1), S(0)}, {S(0)}, Shape{9, 4}},
+      {grid, line, {S(0), S(0)}, {S(1)}, Shape{13, 3, 2}},
+      {line, grid, {B()}, {S(2), S(1)}, Shape{2, 5, 3}},
+      {grid, overlap, {S(1), B()}, {S(0)}, Shape{3, 8}},
+      {line, overlap, {S(0)}, {S(0)}, Shape{2, 2}},  // parts of zero rows
+      {grid, line, {B(), B()}, {B()}, Shape{}},      // a scalar
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.src.ToString() + " " + c.x.ToString() + " -> " + c.dst.ToString() + " " + c.y.ToString() +
+                 " of " + c.shape.ToString());
+    std::map<int, int64_t> elements, messages;
+    for (const SliceTransfer& t : PlanSliceTransfers(c.src, c.x, c.dst, c.y, c.shape)) {
+      if (t.src_rank == t.dst_rank) continue;
+      elements[t.src_rank] += t.box.numel();
+      ++messages[t.src_rank];
+    }
+    SliceTransferLoad want;
+    for (const auto& [rank, n] : elements) want.elements = std::max(want.elements, n);
+    for (const auto& [rank, n] : messages) want.messages = std::max(want.messages, n);
+    const SliceTransferLoad got = CountSliceTransferLoad(c.src, c.x, c.dst, c.y, c.shape);
+    EXPECT_EQ(got.elements, want.elements);
+    EXPECT_EQ(got.messages, want.messages);
+    EXPECT_GT(want.messages, 0);  // (every case moves something)
+  }
 }
 
 }  // namespace

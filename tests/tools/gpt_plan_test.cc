@@ -178,6 +178,37 @@ TEST(GptPlan, ThousandRankJobOfTheSameFormCompilesOneRanksPlan) {
   }
 }
 
+// What a rank compiles does not grow with the micro-batch count: the
+// compiled graph holds the micro-batch units once and the rank's plan lists
+// each once (with the runs a step makes of it), so 64 micro-batches compile
+// the same ops as 2 while the step's communication is 32 times as much.
+TEST(GptPlan, MoreMicroBatchesCompileTheSameOpsAndRunThemMoreOften) {
+  GptPlanOptions o{.model = {.vocab_size = 4096, .hidden = 512, .heads = 16, .layers = 32, .max_seq = 128},
+                   .tensor_parallel_size = 8,
+                   .pipeline_parallel_size = 16,
+                   .data_parallel_size = 8,
+                   .rank = 517,
+                   .micro_batch_size = 1};
+  o.micro_batches = 2;
+  const GptPlan two = PlanGpt(o);
+  o.micro_batches = 64;
+  const GptPlan many = PlanGpt(o);
+  EXPECT_EQ(many.logical_ops, two.logical_ops);
+  EXPECT_EQ(many.plan.ops_size(), two.plan.ops_size());
+  int units = 0;
+  for (const auto& op : many.plan.ops()) {
+    EXPECT_TRUE(op.runs() == 1 || op.runs() == 64) << op.name() << " runs " << op.runs();
+    units += op.runs() == 64;
+  }
+  EXPECT_GT(units, many.plan.ops_size() / 3);  // forward and backward (the rest: the optimizer, buckets)
+  const int64_t layer = 2 * (517 / 64);
+  EXPECT_EQ(Tally(many, layer, false, "tp", "all-reduce").count,
+            32 * Tally(two, layer, false, "tp", "all-reduce").count);
+  EXPECT_EQ(Tally(many, layer, false, "pp", "recv").elements, 32 * Tally(two, layer, false, "pp", "recv").elements);
+  // The gradients are still reduced once a step.
+  EXPECT_EQ(Tally(many, -1, true, "dp", "all-reduce").bytes, Tally(two, -1, true, "dp", "all-reduce").bytes);
+}
+
 TEST(GptPlan, RankPlansAreTheSameBytesOnEveryCompile) {
   GptPlanOptions o{.model = {.vocab_size = 1024, .hidden = 64, .heads = 4, .layers = 4, .max_seq = 32},
                    .tensor_parallel_size = 2,
