@@ -93,7 +93,9 @@ SliceTransferLoad CountSliceTransferLoad(const Placement& src_p, const NdSbp& sr
   // By the sender's position in the source placement.
   std::vector<int64_t> elements(static_cast<size_t>(src_p.size()), 0), messages(elements.size(), 0);
   std::vector<std::pair<const Source*, int64_t>> overlaps;  // of one destination box: (source, elements)
-  for (const auto& [want, js] : wanted_by) {
+  for (const auto& wanted : wanted_by) {
+    const Box& want = wanted.first;  // (named: a lambda below reads it)
+    const std::vector<int>& js = wanted.second;
     overlaps.clear();
     ForEachAlongside(sources, want, [&](const Source& source) {
       int64_t numel = 1;
