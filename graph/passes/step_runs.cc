@@ -46,7 +46,6 @@ StepRuns::StepRuns(const ir::Graph& graph) : graph_(&graph) {
   first_run_.resize(ops.size());
   for (const ir::Op& op : ops) {
     first_run_[static_cast<size_t>(op.id)] = runs_;
-    for (int k = 0; k < RunsOf(op.id); ++k) run_op_.push_back(op.id);
     runs_ += RunsOf(op.id);
   }
   slots_ = static_cast<int>(num_values);
@@ -108,12 +107,6 @@ StepRuns::StepRuns(const ir::Graph& graph) : graph_(&graph) {
         << "graph '" << graph.name() << "': " << OpName(op)
         << " updates a value in place among the micro-batch units; it runs once per step";
   }
-}
-
-OpRun StepRuns::RunAt(int index) const {
-  const int op = run_op_.at(static_cast<size_t>(index));
-  if (unit(op)) return {op, index - first_run_[static_cast<size_t>(op)]};
-  return {op, graph_->ops()[static_cast<size_t>(op)].micro_batch};
 }
 
 int StepRuns::Slot(int value, int micro_batch) const {

@@ -19,7 +19,7 @@
 // values are.
 //
 // Stage transfers of micro-batch k take the op's message tag plus k times
-// tags_per_micro_batch(), so both sides of a pair agree without an
+// the tags per micro-batch (StepRuns::Tag), so both sides of a pair agree without an
 // exchange.
 //
 //   const passes::StepRuns runs(graph);  // checks the units (see below)
@@ -67,7 +67,6 @@ class StepRuns {
   int RunIndex(int op, int micro_batch) const {
     return first_run_[static_cast<size_t>(op)] + (unit(op) ? micro_batch : 0);
   }
-  OpRun RunAt(int index) const;
   // All runs of `op`.
   int RunsOf(int op) const { return unit(op) ? micro_batches_ : 1; }
 
@@ -93,10 +92,8 @@ class StepRuns {
   // Whether op `op` of the step runs after the units (ProgramOrder).
   bool after_units(int op) const { return after_[static_cast<size_t>(op)] != 0; }
 
-  // One more than the largest stage-transfer tag: the stride of a unit's
-  // transfer tags per micro-batch.
-  int64_t tags_per_micro_batch() const { return tags_; }
-  // The message tag of a transfer op's run.
+  // The message tag of a transfer op's run (the stride per micro-batch is
+  // one more than the largest stage-transfer tag).
   uint32_t Tag(int op, uint32_t tag, int micro_batch) const {
     return unit(op) ? tag + static_cast<uint32_t>(micro_batch * tags_) : tag;
   }
@@ -108,7 +105,6 @@ class StepRuns {
   std::vector<char> unit_, after_, sum_;  // per op
   std::vector<int> first_run_;            // per op
   std::vector<int> unit_ops_;             // the units' op ids, in program order
-  std::vector<int> run_op_;               // per run: its op
   std::vector<int> extra_;                // per value: its slot for micro-batch 1 (-1: one slot)
 };
 
