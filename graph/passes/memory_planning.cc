@@ -88,8 +88,12 @@ int64_t ShardBytes(const ir::Value& value, int rank, int element_bytes) {
 
 MemoryPlan PlanMemory(const ir::Graph& graph, int rank, const MemoryPlanOptions& options) {
   EnsureLayoutOps();  // the graph's to_global and from_local ops are looked up
+  // The ops the rank takes part in, for the default order and for slots
+  // numbered for this rank alone.
+  std::vector<char> taking_part;
+  if (options.order.empty() || options.runs == nullptr) taking_part = OpsTakingPart(graph, rank);
   std::optional<StepRuns> own_runs;
-  if (options.runs == nullptr) own_runs.emplace(graph);
+  if (options.runs == nullptr) own_runs.emplace(graph, &taking_part);
   const StepRuns& runs = options.runs != nullptr ? *options.runs : *own_runs;
   MemoryPlan plan;
   plan.rank = rank;
@@ -101,8 +105,8 @@ MemoryPlan PlanMemory(const ir::Graph& graph, int rank, const MemoryPlanOptions&
     if (v.kind == ir::Value::Kind::kInput) plan.input_bytes += ShardBytes(v, rank);
   }
   // The runs in the order they are made; positions stand in for time below.
-  const std::vector<char> taking_part = OpsTakingPart(graph, rank);
-  const std::vector<OpRun> program_order = runs.ProgramOrder(&taking_part);
+  std::vector<OpRun> program_order;
+  if (options.order.empty()) program_order = runs.ProgramOrder(&taking_part);
   const std::vector<OpRun>& order = options.order.empty() ? program_order : options.order;
   const size_t n = order.size();
   const int end_of_order = static_cast<int>(n);

@@ -27,7 +27,7 @@ std::set<int> StagesHeldBy(const ir::Graph& graph, int rank) {
   return held;
 }
 
-StepRuns::StepRuns(const ir::Graph& graph) : graph_(&graph) {
+StepRuns::StepRuns(const ir::Graph& graph, const std::vector<char>* numbered) : graph_(&graph) {
   const std::vector<ir::Op>& ops = graph.ops();
   const size_t num_values = graph.values().size();
   const bool units = graph.micro_batch_units() > 1;
@@ -35,7 +35,14 @@ StepRuns::StepRuns(const ir::Graph& graph) : graph_(&graph) {
   unit_.assign(ops.size(), 0);
   after_.assign(ops.size(), 0);
   sum_.assign(ops.size(), 0);
-  extra_.assign(num_values, -1);
+  if (numbered != nullptr) {
+    TESSEL_CHECK_CODE(numbered->size() == ops.size(), StatusCode::kInternal)
+        << "graph '" << graph.name() << "': " << numbered->size() << " op marks for " << ops.size() << " ops";
+    numbered_ = *numbered;
+  } else {
+    numbered_.assign(ops.size(), 1);
+  }
+  extra_.assign(num_values, kOneSlot);
   for (const ir::Op& op : ops) {
     if (op.attrs.Has("tag")) tags_ = std::max(tags_, op.attrs.Get<int64_t>("tag") + 1);
     if (!units || op.micro_batch < 0) continue;
@@ -46,7 +53,7 @@ StepRuns::StepRuns(const ir::Graph& graph) : graph_(&graph) {
   first_run_.resize(ops.size());
   for (const ir::Op& op : ops) {
     first_run_[static_cast<size_t>(op.id)] = runs_;
-    runs_ += RunsOf(op.id);
+    if (this->numbered(op.id)) runs_ += RunsOf(op.id);
   }
   slots_ = static_cast<int>(num_values);
   if (!units) return;
@@ -65,8 +72,7 @@ StepRuns::StepRuns(const ir::Graph& graph) : graph_(&graph) {
     if (first < 0) first = op.id;
     last = op.id;
     for (int o : op.outputs) {
-      extra_[static_cast<size_t>(o)] = slots_;
-      slots_ += n - 1;
+      extra_[static_cast<size_t>(o)] = kNoSlotsHere;
       if (sum_[static_cast<size_t>(op.id)]) summed[static_cast<size_t>(o)] = late[static_cast<size_t>(o)] = 1;
     }
     for (int i : GetOpDef(op.name).mutates) written[static_cast<size_t>(op.inputs.at(static_cast<size_t>(i)))] = 1;
@@ -107,13 +113,29 @@ StepRuns::StepRuns(const ir::Graph& graph) : graph_(&graph) {
         << "graph '" << graph.name() << "': " << OpName(op)
         << " updates a value in place among the micro-batch units; it runs once per step";
   }
+  // The extra slots of the units' values the numbered ops read or write.
+  auto number = [&](int value) {
+    int& extra = extra_[static_cast<size_t>(value)];
+    if (extra != kNoSlotsHere) return;
+    extra = slots_;
+    slots_ += n - 1;
+  };
+  for (const ir::Op& op : ops) {
+    if (!this->numbered(op.id)) continue;
+    for (int o : op.outputs) number(o);
+    for (int i : op.inputs) number(i);
+  }
 }
 
 int StepRuns::Slot(int value, int micro_batch) const {
   const int extra = extra_[static_cast<size_t>(value)];
-  if (extra < 0) return value;
+  if (extra == kOneSlot) return value;
   const int k = micro_batch < 0 ? micro_batches_ - 1 : micro_batch;
-  return k == 0 ? value : extra + k - 1;
+  if (k == 0) return value;
+  TESSEL_CHECK_CODE(extra != kNoSlotsHere, StatusCode::kInternal)
+      << "graph '" << graph_->name() << "': %" << value << " of micro-batch " << k
+      << " has no slot: no op numbered here reads or writes it";
+  return extra + k - 1;
 }
 
 void StepRuns::InputSlots(const ir::Op& op, int micro_batch, std::vector<int>* slots) const {
@@ -126,7 +148,9 @@ void StepRuns::InputSlots(const ir::Op& op, int micro_batch, std::vector<int>* s
 
 std::vector<OpRun> StepRuns::ProgramOrder(const std::vector<char>* runs) const {
   const std::vector<ir::Op>& ops = graph_->ops();
-  auto wanted = [&](const ir::Op& op) { return runs == nullptr || (*runs)[static_cast<size_t>(op.id)] != 0; };
+  auto wanted = [&](const ir::Op& op) {
+    return numbered(op.id) && (runs == nullptr || (*runs)[static_cast<size_t>(op.id)] != 0);
+  };
   std::vector<OpRun> order;
   order.reserve(static_cast<size_t>(runs_));
   for (const ir::Op& op : ops)

@@ -53,7 +53,13 @@ class StepRuns {
   // reading a sum; a named result each micro-batch computes. Throws
   // kInvalidArgument naming the counts if the stage transfers of every
   // micro-batch need more message tags than a step has (2^24).
-  explicit StepRuns(const ir::Graph& graph);
+  //
+  // With `ops` (per op id: one rank's ops), only the ops it marks have runs
+  // and only the values they read or write have a unit's extra slots, so a
+  // rank's tables grow with its own part of the step, not the world's (a
+  // 16-stage pipeline's rank numbers 1/16 of the graph's slots). The checks
+  // still cover the whole graph.
+  explicit StepRuns(const ir::Graph& graph, const std::vector<char>* ops = nullptr);
 
   // How many times a unit runs (1 for a graph without units).
   int micro_batches() const { return micro_batches_; }
@@ -61,7 +67,9 @@ class StepRuns {
   bool unit(int op) const { return unit_[static_cast<size_t>(op)] != 0; }
   // Whether op `op` is a unit's micro_batch_sum (a running sum).
   bool sum(int op) const { return sum_[static_cast<size_t>(op)] != 0; }
-  // The runs of every op, and the index of each: an op's runs are
+  // Whether op `op` has runs here (every op without `ops`).
+  bool numbered(int op) const { return numbered_[static_cast<size_t>(op)] != 0; }
+  // The runs of the numbered ops, and the index of each: an op's runs are
   // consecutive, micro-batch 0 first.
   int runs() const { return runs_; }
   int RunIndex(int op, int micro_batch) const {
@@ -71,10 +79,11 @@ class StepRuns {
   int RunsOf(int op) const { return unit(op) ? micro_batches_ : 1; }
 
   int slots() const { return slots_; }
-  bool per_micro_batch(int value) const { return extra_[static_cast<size_t>(value)] >= 0; }
+  bool per_micro_batch(int value) const { return extra_[static_cast<size_t>(value)] != kOneSlot; }
   // The slot of `value` as the run of micro-batch `micro_batch` reads or
   // writes it; -1 (an op of the step): the value's only slot, or a sum's
-  // last (the whole sum).
+  // last (the whole sum). Throws kInternal for a unit's value no numbered
+  // op reads or writes, past micro-batch 0.
   int Slot(int value, int micro_batch) const;
   // What the run of `op` for `micro_batch` reads, in the op's order; a
   // micro_batch_sum's run for k > 0 reads the sum so far, then its share.
@@ -86,8 +95,8 @@ class StepRuns {
   // The runs in the order the in-order executor makes them: the step's ops
   // before the units, and those among them that read nothing the units
   // compute (a variable's layout change a unit reads); then every unit for
-  // micro-batch 0, 1, ...; then the rest in program order. With `runs`
-  // (per op id), only the ops it marks.
+  // micro-batch 0, 1, ...; then the rest in program order. Numbered ops
+  // only; with `runs` (per op id), only those of them it marks.
   std::vector<OpRun> ProgramOrder(const std::vector<char>* runs = nullptr) const;
   // Whether op `op` of the step runs after the units (ProgramOrder).
   bool after_units(int op) const { return after_[static_cast<size_t>(op)] != 0; }
@@ -102,10 +111,13 @@ class StepRuns {
   const ir::Graph* graph_;
   int micro_batches_ = 1, runs_ = 0, slots_ = 0;
   int64_t tags_ = 0;
-  std::vector<char> unit_, after_, sum_;  // per op
+  static constexpr int kOneSlot = -1, kNoSlotsHere = -2;
+  std::vector<char> unit_, after_, sum_, numbered_;  // per op
   std::vector<int> first_run_;            // per op
   std::vector<int> unit_ops_;             // the units' op ids, in program order
-  std::vector<int> extra_;                // per value: its slot for micro-batch 1 (-1: one slot)
+  // Per value: its slot for micro-batch 1; kOneSlot, or kNoSlotsHere (a
+  // unit's value no numbered op reads or writes).
+  std::vector<int> extra_;
 };
 
 // The (virtual) pipeline stages whose ops compute on a placement holding

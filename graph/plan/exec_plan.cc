@@ -54,7 +54,7 @@ ExecPlan ExecPlan::Lower(const ir::Graph& graph, int rank, const std::vector<cha
   ExecPlan plan;
   plan.graph_ = &graph;
   plan.rank_ = rank;
-  plan.runs_of_ = std::make_shared<const passes::StepRuns>(graph);  // checks the units
+  plan.runs_of_ = std::make_shared<const passes::StepRuns>(graph, runs);  // checks the units
   const passes::StepRuns& step_runs = *plan.runs_of_;
   static const Attrs kNoAttrs;  // a running sum's `add`
   const std::vector<ir::Op>& ops = graph.ops();

@@ -186,5 +186,56 @@ TEST(StepRuns, EachStagesTransfersTakeTagsItsPeerAgreesOn) {
   EXPECT_EQ(runs_of.count("send"), 0u);
 }
 
+// A rank numbers its own runs and slots: stage 1's tables hold its ops'
+// runs and the extra slots of the values they read or write, not stage 0's,
+// and a slot of stage 0's values past micro-batch 0 is an error, not an
+// alias of micro-batch 0's.
+TEST(StepRuns, ARankNumbersOnlyItsOwnRunsAndSlots) {
+  const ir::Graph units = TwoStageUnits(4);
+  const passes::StepRuns all(units);
+  std::vector<char> stage1(units.ops().size(), 0);
+  int stage1_runs = 0, stage0_unit_value = -1;
+  std::set<int> stage1_values;
+  for (const ir::Op& op : units.ops()) {
+    stage1[static_cast<size_t>(op.id)] = op.stage < 0 || op.stage == 1;
+    if (stage1[static_cast<size_t>(op.id)]) {
+      stage1_runs += all.RunsOf(op.id);
+      for (int v : op.inputs) stage1_values.insert(v);
+      for (int v : op.outputs) stage1_values.insert(v);
+    }
+  }
+  for (const ir::Op& op : units.ops())
+    if (op.stage == 0 && all.unit(op.id) && op.name != "send")
+      for (int v : op.outputs)
+        if (!stage1_values.count(v)) stage0_unit_value = v;
+  ASSERT_GE(stage0_unit_value, 0);
+  const passes::StepRuns mine(units, &stage1);
+  EXPECT_EQ(mine.runs(), stage1_runs);
+  EXPECT_LT(mine.runs(), all.runs());
+  int per_micro_batch = 0;
+  for (int v : stage1_values) per_micro_batch += mine.per_micro_batch(v);
+  EXPECT_GT(per_micro_batch, 0);
+  EXPECT_EQ(mine.slots(), static_cast<int>(units.values().size()) + 3 * per_micro_batch);
+  EXPECT_LT(mine.slots(), all.slots());
+  // Every slot of this rank's runs is distinct per micro-batch and in range.
+  std::set<int> seen;
+  std::vector<int> in;
+  for (const passes::OpRun& r : mine.ProgramOrder()) {
+    const ir::Op& op = units.ops()[static_cast<size_t>(r.op)];
+    EXPECT_TRUE(stage1[static_cast<size_t>(r.op)]) << op.name;
+    for (size_t o = 0; o < op.outputs.size(); ++o) {
+      const int slot = mine.OutputSlot(op, o, r.micro_batch);
+      EXPECT_LT(slot, mine.slots());
+      if (!mine.sum(op.id)) EXPECT_TRUE(seen.insert(slot).second) << op.name << r.micro_batch;
+    }
+    mine.InputSlots(op, r.micro_batch, &in);
+    for (int slot : in) EXPECT_LT(slot, mine.slots());
+  }
+  EXPECT_EQ(mine.Slot(stage0_unit_value, 0), stage0_unit_value);
+  const std::string error = testing::ErrorOf([&] { mine.Slot(stage0_unit_value, 2); });
+  EXPECT_NE(error.find("%" + std::to_string(stage0_unit_value) + " of micro-batch 2 has no slot"), std::string::npos)
+      << error;
+}
+
 }  // namespace
 }  // namespace tessel
