@@ -150,7 +150,7 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& compiled)
   for (const ir::Value& v : graph.values()) {
     p->value_of[static_cast<size_t>(v.id)] = v.id;
     p->freed[static_cast<size_t>(v.id)] = v.kind == ir::Value::Kind::kOpOutput;
-    if (runs.per_micro_batch(v.id))
+    if (runs.per_micro_batch(v.id) && runs.has_slots(v.id))
       for (int k = 1; k < runs.micro_batches(); ++k) p->value_of[static_cast<size_t>(runs.Slot(v.id, k))] = v.id;
   }
   p->readers.assign(slots, 0);

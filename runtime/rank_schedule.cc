@@ -118,7 +118,7 @@ RankSchedule ScheduleRank(const ir::Graph& graph, int rank, const std::string& s
     std::vector<size_t> stack;
     for (size_t i = 0; i < mine.size(); ++i) {
       const ir::Op& op = ops[static_cast<size_t>(mine[i])];
-      if (op.name == "send" && op.backward && op.micro_batch >= 0) stack.push_back(i);
+      if (op.kind == ir::OpKind::kSend && op.backward && op.micro_batch >= 0) stack.push_back(i);
     }
     while (!stack.empty()) {
       const size_t i = stack.back();
@@ -184,8 +184,8 @@ RankSchedule ScheduleRank(const ir::Graph& graph, int rank, const std::string& s
       waits_for_communication |= s.exec.at(mine[static_cast<size_t>(pred)]).communicates;
     const bool early = s.exec.at(mine[i]).communicates || feeds_communication[i] || unit_needs[i];
     const size_t first = static_cast<size_t>(run_base[i]);
-    if (after && !preds[i].empty() && !waits_for_communication && early && op.name != "send" &&
-        op.name != "recv") {
+    if (after && !preds[i].empty() && !waits_for_communication && early && op.kind != ir::OpKind::kSend &&
+        op.kind != ir::OpKind::kRecv) {
       priority[first] = 0;  // with its latest input (preds come first in program order)
       for (int k = pred_begin[first]; k < pred_begin[first + 1]; ++k)
         priority[first] = std::max(priority[first], priority[static_cast<size_t>(run_preds[static_cast<size_t>(k)])]);
@@ -196,7 +196,7 @@ RankSchedule ScheduleRank(const ir::Graph& graph, int rank, const std::string& s
     // ranked after the units it could hold back a unit that needs it, and
     // with it the unit's transfers, which the peer stage expects in unit
     // order. It goes first, with the hoisted ops.
-    const bool reads_only_variables = preds[i].empty() && op.name != "send" && op.name != "recv";
+    const bool reads_only_variables = preds[i].empty() && op.kind != ir::OpKind::kSend && op.kind != ir::OpKind::kRecv;
     const size_t kind = s.weight[static_cast<size_t>(op.id)] ? 2 : op.backward ? 1 : 0;
     for (int k = 0; k < step_runs.RunsOf(op.id); ++k) {
       const int micro_batch = step_runs.unit(op.id) ? k : op.micro_batch;

@@ -9,6 +9,19 @@
 
 namespace tessel::ir {
 
+OpKind KindOf(std::string_view op_name) {
+  static const std::map<std::string_view, OpKind> kKinds = {
+      {"to_global", OpKind::kToGlobal},
+      {"from_local", OpKind::kFromLocal},
+      {"send", OpKind::kSend},
+      {"recv", OpKind::kRecv},
+      {"all_reduce_bucket", OpKind::kGradientBucket},
+      {"micro_batch", OpKind::kMicroBatch},
+      {"micro_batch_sum", OpKind::kMicroBatchSum}};
+  const auto it = kKinds.find(op_name);
+  return it == kKinds.end() ? OpKind::kKernel : it->second;
+}
+
 uint64_t Graph::NextSerial() {
   static std::atomic<uint64_t> next{1};
   return next.fetch_add(1, std::memory_order_relaxed);
@@ -148,6 +161,7 @@ std::vector<int> Graph::AddOp(const std::string& op, const Attrs& attrs, std::ve
   Op node;
   node.id = static_cast<int>(ops_.size());
   node.name = op;
+  node.kind = KindOf(op);
   node.attrs = attrs;
   node.inputs = std::move(inputs);
   node.input_sbp = std::move(input_sbp);
@@ -200,6 +214,7 @@ void Graph::SetOps(std::vector<Op> ops) {
   for (size_t n = 0; n < ops.size(); ++n) {
     Op& op = ops[n];
     op.id = static_cast<int>(n);
+    op.kind = KindOf(op.name);
     for (size_t o = 0; o < op.outputs.size(); ++o) {
       const int id = op.outputs[o];
       TESSEL_CHECK_CODE(id >= 0 && id < static_cast<int>(values_.size()) &&
@@ -250,7 +265,7 @@ void Verify(const Graph& graph, bool explicit_boxing) {
           << where() << "writes %" << id << ", which is defined elsewhere or names another producer";
       defined[id] = true;
     }
-    if (op.name == "to_global" || op.name == "recv") {
+    if (op.kind == OpKind::kToGlobal || op.kind == OpKind::kRecv) {
       // A layout change or a stage transfer moves a tensor; it never
       // reshapes or converts one (both stages read the same spec).
       const Value& in = graph.value(op.inputs.at(0));

@@ -15,6 +15,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/tensor.h"
@@ -54,9 +55,27 @@ struct Value {
 // An attribute's value as the text dump writes it ("[2, 3]", "true", "0.5").
 std::string AttrString(const AttrValue& v);
 
+// The ops the compiler passes and executors treat specially, typed so that
+// they test a field and not an op's name. Every other op is a kernel.
+enum class OpKind : uint8_t {
+  kKernel,
+  kToGlobal,        // to_global: a global tensor to another layout (boxing)
+  kFromLocal,       // from_local: a local shard to a global tensor
+  kSend,            // send: a pipeline stage transfer's sending side
+  kRecv,            // recv: and its receiving side
+  kGradientBucket,  // all_reduce_bucket: data-parallel gradients reduced together
+  kMicroBatch,      // micro_batch: the cut of a step's batch into one micro-batch
+  kMicroBatchSum,   // micro_batch_sum: the running sum of a value over the micro-batches
+};
+// The kind of the op named `op_name`.
+OpKind KindOf(std::string_view op_name);
+
 struct Op {
   int id = 0;
   std::string name;  // the OpDef's
+  // KindOf(name), set by Graph::AddOp and Graph::SetOps (a pass building
+  // an op names it; the graph it is installed in types it).
+  OpKind kind = OpKind::kKernel;
   Attrs attrs;
   std::vector<int> inputs;
   std::vector<int> outputs;
@@ -128,8 +147,8 @@ class Graph {
   // How many micro-batches the units of this graph stand for: gradient
   // accumulation leaves forward and backward once (ops of micro_batch 0,
   // their gradients summed by micro_batch_sum ops) and the passes after it
-  // work on that; unrolling copies the units once per micro-batch and sets
-  // it back to 0. 0: no units (nothing to unroll).
+  // work on that; executors run the units once per micro-batch
+  // (graph/passes/step_runs.h). 0: no units.
   int micro_batch_units() const { return micro_batch_units_; }
   void set_micro_batch_units(int micro_batches) { micro_batch_units_ = micro_batches; }
   int InputId(const std::string& name) const;  // throws naming the inputs if unknown

@@ -81,11 +81,11 @@ ir::Value LayoutChangeResult(const OpDef& op, const std::vector<Tensor>& inputs,
   out.dtype = inputs[0].dtype();
   out.placement = Placement::Parse(attrs.Get<std::string>("placement"));
   out.nd_sbp = NdSbp::Parse(attrs.Get<std::string>("nd_sbp"));
-  if (op.name == "to_global") {
+  if (ir::KindOf(op.name) == ir::OpKind::kToGlobal) {
     TESSEL_CHECK(inputs[0].is_global()) << "graph '" << graph << "': to_global of a local tensor";
     out.shape = inputs[0].shape();
   } else {
-    TESSEL_CHECK(op.name == "from_local")
+    TESSEL_CHECK(ir::KindOf(op.name) == ir::OpKind::kFromLocal)
         << "graph '" << graph << "': op '" << op.name
         << "' runs as a whole (OpDef::run) and the tracer does not know its result; it cannot run lazily";
     bool splits = false;

@@ -28,7 +28,7 @@ void InsertBoxing(ir::Graph& graph) {
   bool changed = false;
   for (ir::Op op : graph.ops()) {
     for (int& i : op.inputs) i = resolve(i);
-    if (op.name == "to_global") {
+    if (op.kind == ir::OpKind::kToGlobal) {
       const ir::Value& in = graph.value(op.inputs.at(0));
       const ir::Value& result = graph.value(op.outputs.at(0));
       if (in.placement == result.placement && in.nd_sbp == result.nd_sbp) {
@@ -65,7 +65,7 @@ void InsertBoxing(ir::Graph& graph) {
           const ir::Op& producer = graph.ops()[static_cast<size_t>(v.producer)];
           // Converting one micro-batch's value is part of it (a sum over the
           // micro-batches is the step's).
-          if (producer.name != "micro_batch_sum") box.micro_batch = producer.micro_batch;
+          if (producer.kind != ir::OpKind::kMicroBatchSum) box.micro_batch = producer.micro_batch;
           box.backward |= producer.backward;
         }
         box.outputs = {graph.NewValue(spec)};  // `v` dangles from here: values may move

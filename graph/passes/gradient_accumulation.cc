@@ -143,7 +143,7 @@ void AccumulateGradients(ir::Graph& graph, int micro_batches) {
       const int mover = graph.value(moved).producer;
       if (mover < 0 || readers[static_cast<size_t>(moved)] != 1 || !per_micro[here]) continue;
       const ir::Op& move = ops[static_cast<size_t>(mover)];
-      if (move.name != "to_global" || move.inputs.size() != 1) continue;
+      if (move.kind != ir::OpKind::kToGlobal || move.inputs.size() != 1) continue;
       const int share = move.inputs[0];
       const ir::Value& from = graph.value(share);
       if (!per_micro[share] || !from.is_global() || from.placement == graph.value(moved).placement ||
@@ -185,7 +185,7 @@ void AccumulateGradients(ir::Graph& graph, int micro_batches) {
   for (const ir::Op& op : ops) {
     for (int i : op.inputs) {
       if (graph.value(i).kind != ir::Value::Kind::kInput) continue;
-      TESSEL_CHECK(op.name == "micro_batch" && op.attrs.Get<int64_t>("count") == n)
+      TESSEL_CHECK(op.kind == ir::OpKind::kMicroBatch && op.attrs.Get<int64_t>("count") == n)
           << "gradient accumulation over " << n << " micro-batches: " << OpName(op) << " reads input '"
           << graph.value(i).name << "' whole; the trace must read every input through a micro_batch op of "
           << n << " (Graph with GraphOptions::micro_batches does)";

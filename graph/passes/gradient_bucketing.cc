@@ -192,7 +192,7 @@ void BucketGradients(ir::Graph& graph, int64_t bucket_bytes) {
   };
   std::vector<Candidate> candidates;
   for (const ir::Op& op : ops) {
-    if (op.name != "to_global") continue;
+    if (op.kind != ir::OpKind::kToGlobal) continue;
     const ir::Value& in = graph.value(op.inputs[0]);
     const int axis = AllReduceAxis(in, graph.value(op.outputs[0]));
     if (axis >= 0) candidates.push_back({size_t(op.id), in.producer, axis});

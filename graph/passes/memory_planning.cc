@@ -58,7 +58,7 @@ std::string FormatBytes(int64_t bytes) {
 std::vector<char> OpsTakingPart(const ir::Graph& graph, int rank) {
   std::vector<char> member(graph.ops().size(), 0);
   for (const ir::Op& op : graph.ops()) {
-    const bool layout_change = op.name == "to_global";
+    const bool layout_change = op.kind == ir::OpKind::kToGlobal;
     bool takes_part = false;
     for (int id : op.outputs) {
       const ir::Value& v = graph.value(id);

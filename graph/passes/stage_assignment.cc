@@ -275,7 +275,7 @@ void AssignStages(ir::Graph& graph, const std::vector<std::vector<int>>& stage_r
   for (const ir::Op& op : ops) {
     if (op.layer >= 0 && op.layer < static_cast<int64_t>(layer_seen.size()))
       layer_seen[static_cast<size_t>(op.layer)] = 1;
-    if (op.name == "to_global") {
+    if (op.kind == ir::OpKind::kToGlobal) {
       const ir::Value in = graph.value(op.inputs[0]);
       const ir::Value result = graph.value(op.outputs[0]);
       const int from_ranks = stages.Of(in.placement), to_ranks = stages.Of(result.placement);

@@ -21,7 +21,7 @@ std::set<int> StagesHeldBy(const ir::Graph& graph, int rank) {
     if (op.stage < 0 || held.count(op.stage)) continue;
     bool holds = false;
     for (int o : op.outputs) holds |= graph.value(o).placement.Contains(rank);
-    if (op.name == "send") holds |= graph.value(op.inputs[0]).placement.Contains(rank);
+    if (op.kind == ir::OpKind::kSend) holds |= graph.value(op.inputs[0]).placement.Contains(rank);
     if (holds) held.insert(op.stage);
   }
   return held;
@@ -48,7 +48,7 @@ StepRuns::StepRuns(const ir::Graph& graph, const std::vector<char>* numbered) : 
     if (!units || op.micro_batch < 0) continue;
     unit_[static_cast<size_t>(op.id)] = 1;
     unit_ops_.push_back(op.id);
-    sum_[static_cast<size_t>(op.id)] = op.name == "micro_batch_sum";
+    sum_[static_cast<size_t>(op.id)] = op.kind == ir::OpKind::kMicroBatchSum;
   }
   first_run_.resize(ops.size());
   for (const ir::Op& op : ops) {

@@ -80,6 +80,9 @@ class StepRuns {
 
   int slots() const { return slots_; }
   bool per_micro_batch(int value) const { return extra_[static_cast<size_t>(value)] != kOneSlot; }
+  // Whether all of the value's slots are numbered here: every value but a
+  // unit's that no numbered op reads or writes (only its slot 0 is).
+  bool has_slots(int value) const { return extra_[static_cast<size_t>(value)] != kNoSlotsHere; }
   // The slot of `value` as the run of micro-batch `micro_batch` reads or
   // writes it; -1 (an op of the step): the value's only slot, or a sum's
   // last (the whole sum). Throws kInternal for a unit's value no numbered

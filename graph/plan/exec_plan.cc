@@ -107,7 +107,7 @@ ExecPlan ExecPlan::Lower(const ir::Graph& graph, int rank, const std::vector<cha
     ins.unit = step_runs.unit(op.id);
     TESSEL_CHECK_CODE(globals == 0 || globals == static_cast<int>(op.inputs.size()), StatusCode::kInternal)
         << where << " mixes local and global inputs";
-    if (ins.unit && op.name == "micro_batch") {
+    if (ins.unit && op.kind == ir::OpKind::kMicroBatch) {
       for (int k = 0; k < step_runs.micro_batches(); ++k) {
         ins.micro_batch_attrs.push_back(op.attrs);
         ins.micro_batch_attrs.back().Set("index", int64_t{k});
@@ -134,7 +134,7 @@ ExecPlan ExecPlan::Lower(const ir::Graph& graph, int rank, const std::vector<cha
     }
 
     if (ins.def->run) {
-      if (op.name == "to_global") {
+      if (op.kind == ir::OpKind::kToGlobal) {
         ins.kind = Instruction::Kind::kBoxing;
         const ir::Value& from = graph.value(op.inputs.at(0));
         const ir::Value& to = graph.value(op.outputs.at(0));
@@ -148,19 +148,19 @@ ExecPlan ExecPlan::Lower(const ir::Graph& graph, int rank, const std::vector<cha
         // Within one rank a layout change is a rename or a local copy.
         ins.communicates =
             SeveralRanks(from.placement) || SeveralRanks(to.placement) || !(from.placement == to.placement);
-      } else if (op.name == "send") {
+      } else if (op.kind == ir::OpKind::kSend) {
         ins.kind = Instruction::Kind::kSend;
         ParseTransferLayout(op, &ins.peer_placement, &ins.peer_sbp);
         ins.tag = passes::StageTransferTag(op.attrs);
         ins.communicates = true;
-      } else if (op.name == "recv") {
+      } else if (op.kind == ir::OpKind::kRecv) {
         ins.kind = Instruction::Kind::kRecv;
         const ir::Value& from = graph.value(op.inputs.at(0));
         ins.peer_placement = from.placement;
         ins.peer_sbp = from.nd_sbp;
         ins.tag = passes::StageTransferTag(op.attrs);
         ins.communicates = true;
-      } else if (op.name == "from_local") {
+      } else if (op.kind == ir::OpKind::kFromLocal) {
         // The traced value's logical shape is known: nothing is exchanged
         // (the eager op exchanges shard shapes when it is not given), so a
         // stage's ranks run it alone.
@@ -171,7 +171,7 @@ ExecPlan ExecPlan::Lower(const ir::Graph& graph, int rank, const std::vector<cha
       } else {
         ins.kind = Instruction::Kind::kSelfRun;
         // A bucket reduces over its inputs' placement.
-        ins.communicates = ins.def->communicates && (op.name != "all_reduce_bucket" ||
+        ins.communicates = ins.def->communicates && (op.kind != ir::OpKind::kGradientBucket ||
                                                      SeveralRanks(graph.value(op.inputs.at(0)).placement));
       }
       continue;

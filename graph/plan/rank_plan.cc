@@ -130,7 +130,7 @@ void CompileRankPlan(const plan::ExecPlan& exec, proto::RankPlanProto* plan) {
     } else if (ins.kind == plan::Instruction::Kind::kRecv) {
       const ir::Value& out = graph.value(op.outputs[0]);
       AddStageTransfer(p, graph.value(op.inputs[0]), out.placement, out.nd_sbp, rank, /*is_send=*/false);
-    } else if (op.name == "all_reduce_bucket") {
+    } else if (op.kind == ir::OpKind::kGradientBucket) {
       const ir::Value& first = graph.value(op.inputs.at(0));
       int64_t elements = 0;
       for (int id : op.inputs) {

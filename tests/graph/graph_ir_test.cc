@@ -164,6 +164,38 @@ TEST(GraphIr, TextDotAndProtoDescribeTheGraph) {
   EXPECT_EQ(p.SerializeAsString(), q.SerializeAsString());
 }
 
+// The ops passes and executors treat specially are typed by the graph that
+// holds them: AddOp types what it appends, SetOps what a pass built or
+// renamed (a pass sets names, never kinds).
+TEST(GraphIr, OpsAreTypedByTheGraphThatHoldsThem) {
+  EXPECT_EQ(ir::KindOf("to_global"), ir::OpKind::kToGlobal);
+  EXPECT_EQ(ir::KindOf("from_local"), ir::OpKind::kFromLocal);
+  EXPECT_EQ(ir::KindOf("send"), ir::OpKind::kSend);
+  EXPECT_EQ(ir::KindOf("recv"), ir::OpKind::kRecv);
+  EXPECT_EQ(ir::KindOf("all_reduce_bucket"), ir::OpKind::kGradientBucket);
+  EXPECT_EQ(ir::KindOf("micro_batch"), ir::OpKind::kMicroBatch);
+  EXPECT_EQ(ir::KindOf("micro_batch_sum"), ir::OpKind::kMicroBatchSum);
+  EXPECT_EQ(ir::KindOf("matmul"), ir::OpKind::kKernel);
+  EXPECT_EQ(ir::KindOf("sendx"), ir::OpKind::kKernel);
+
+  ir::Graph graph("kinds");
+  ir::Value spec;
+  spec.shape = Shape({4});
+  spec.dtype = DType::kFloat32;
+  const int x = graph.AddInput("x", spec);
+  const int y = graph.AddOp("neg", {}, {x}, {spec})[0];
+  const int z = graph.AddOp("micro_batch_sum", {}, {y}, {spec})[0];
+  EXPECT_EQ(graph.ops()[0].kind, ir::OpKind::kKernel);
+  EXPECT_EQ(graph.ops()[1].kind, ir::OpKind::kMicroBatchSum);
+  std::vector<ir::Op> ops = graph.ops();
+  ops[0].name = "recv";  // (a pass's rewrite; kind left as it was)
+  ops[1].name = "exp";
+  graph.SetOps(ops);
+  EXPECT_EQ(graph.ops()[0].kind, ir::OpKind::kRecv);
+  EXPECT_EQ(graph.ops()[1].kind, ir::OpKind::kKernel);
+  EXPECT_EQ(graph.value(z).producer, 1);
+}
+
 TEST(GraphIr, MisuseIsNamed) {
   Tensor w1 = randn({8, 16}, 1).set_requires_grad(true);
   Tensor w2 = randn({16, 3}, 2).set_requires_grad(true);

@@ -226,7 +226,9 @@ TEST(StepRuns, ARankNumbersOnlyItsOwnRunsAndSlots) {
     for (size_t o = 0; o < op.outputs.size(); ++o) {
       const int slot = mine.OutputSlot(op, o, r.micro_batch);
       EXPECT_LT(slot, mine.slots());
-      if (!mine.sum(op.id)) EXPECT_TRUE(seen.insert(slot).second) << op.name << r.micro_batch;
+      if (!mine.sum(op.id)) {
+        EXPECT_TRUE(seen.insert(slot).second) << op.name << r.micro_batch;
+      }
     }
     mine.InputSlots(op, r.micro_batch, &in);
     for (int slot : in) EXPECT_LT(slot, mine.slots());
