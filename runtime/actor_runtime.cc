@@ -112,8 +112,8 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& compiled)
   const passes::StepRuns& runs = p->exec.runs();
   if (p->stages > 1 && p->chunks == 1 && options_.schedule == "1f1b" && p->micro_batches < p->stages) {
     LOG_IF(WARNING, rank == 0)
-        << "graph '" << graph.name() << "': 1F1B over " << p->micro_batches << " micro-batches on " << p->stages
-        << " stages: the warm-up of stages 0.." << p->stages - p->micro_batches
+        << "graph '" << graph.name() << "': 1F1B over " << p->micro_batches << " micro-batches on "
+        << p->stages << " stages: the warm-up of stages 0.." << p->stages - p->micro_batches
         << " covers every micro-batch, so they run GPipe's order (all forwards, then all "
            "backwards) and hold every micro-batch's activations; use at least "
         << p->stages << " micro-batches for 1F1B's memory bound";
@@ -140,8 +140,8 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& compiled)
   if (VLOG_IS_ON(2)) {  // the communication order, to compare between ranks
     for (const passes::OpRun& r : p->stream_order[1]) {
       const ir::Op& op = ops[static_cast<size_t>(r.op)];
-      VLOG(2) << "graph '" << graph.name() << "': communication " << r.op << " '" << op.name << "' micro-batch "
-              << r.micro_batch << (op.backward ? " backward" : " forward");
+      VLOG(2) << "graph '" << graph.name() << "': communication " << r.op << " '" << op.name
+              << "' micro-batch " << r.micro_batch << (op.backward ? " backward" : " forward");
     }
   }
   const size_t slots = static_cast<size_t>(runs.slots());
@@ -151,7 +151,8 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& compiled)
     p->value_of[static_cast<size_t>(v.id)] = v.id;
     p->freed[static_cast<size_t>(v.id)] = v.kind == ir::Value::Kind::kOpOutput;
     if (runs.per_micro_batch(v.id) && runs.has_slots(v.id))
-      for (int k = 1; k < runs.micro_batches(); ++k) p->value_of[static_cast<size_t>(runs.Slot(v.id, k))] = v.id;
+      for (int k = 1; k < runs.micro_batches(); ++k)
+        p->value_of[static_cast<size_t>(runs.Slot(v.id, k))] = v.id;
   }
   p->readers.assign(slots, 0);
   p->keep.assign(slots, 0);
@@ -204,14 +205,15 @@ const ActorRuntime::Program& ActorRuntime::ProgramFor(const ir::Graph& compiled)
   } else if (options_.max_pending_sends == 0 && p->stage >= 0 && p->stages > 1) {
     int most = 1;
     for (int s = 0; s < p->stages; ++s)
-      most = std::max(most,
-                      MaxInFlight(StageActions(options_.schedule, p->stages, s, p->micro_batches, p->chunks)));
+      most = std::max(
+          most, MaxInFlight(StageActions(options_.schedule, p->stages, s, p->micro_batches, p->chunks)));
     p->send_quota = 2 * most;
   }
   VLOG(1) << "graph '" << graph.name() << "': rank " << rank << " runs " << mine.size() << " of "
-          << ops.size() << " ops on stage " << p->stage << " of " << p->stages << " (" << p->stream_order[0].size()
-          << " compute runs, " << p->stream_order[1].size() << " communication runs) in " << p->chunks << " chunk(s), "
-          << options_.schedule << " over " << p->micro_batches << " micro-batches";
+          << ops.size() << " ops on stage " << p->stage << " of " << p->stages << " ("
+          << p->stream_order[0].size() << " compute runs, " << p->stream_order[1].size()
+          << " communication runs) in " << p->chunks << " chunk(s), " << options_.schedule << " over "
+          << p->micro_batches << " micro-batches";
   cached = std::move(p);
   return *cached;
 }
@@ -229,11 +231,11 @@ struct StepState {
   // Signals a posted send or receive, the end of the streams or a failure,
   // to the completion workers.
   std::condition_variable posted_changed;
-  std::vector<Tensor> env;  // per slot (passes::StepRuns)
-  std::vector<char> ready;  // per slot
-  std::vector<char> done;   // per run (StepRuns::RunIndex): finished (for Program::after)
+  std::vector<Tensor> env;        // per slot (passes::StepRuns)
+  std::vector<char> ready;        // per slot
+  std::vector<char> done;         // per run (StepRuns::RunIndex): finished (for Program::after)
   std::vector<int> readers_left;  // per slot
-  std::string error;  // the first failure; the streams stop at their next actor
+  std::string error;              // the first failure; the streams stop at their next actor
   StatusCode error_code = StatusCode::kInternal;
   // Posted sends the completion thread waits for, in order; null: no more.
   std::deque<std::unique_ptr<PostedSends>> sends;
@@ -306,7 +308,8 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& compiled, const Tensors
   state.ready.assign(static_cast<size_t>(runs.slots()), 0);
   for (const ir::Value& v : graph.values()) state.ready[v.id] = v.kind != ir::Value::Kind::kOpOutput;
   for (int slot : program.off_rank) {
-    state.env[static_cast<size_t>(slot)] = OffRankValue(graph.value(program.value_of[static_cast<size_t>(slot)]));
+    state.env[static_cast<size_t>(slot)] =
+        OffRankValue(graph.value(program.value_of[static_cast<size_t>(slot)]));
     state.ready[static_cast<size_t>(slot)] = 1;
   }
   state.readers_left = program.readers;
@@ -350,8 +353,9 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& compiled, const Tensors
               lock, deadline(), [&] { return state.done[before_run] || !state.error.empty(); });
           --state.waiting;
           if (!finished) {
-            state.error = Describe(graph, op, run.micro_batch) + " waited " + std::to_string(timeout.count()) + " ms for op " +
-                          std::to_string(before) + " '" + ops[static_cast<size_t>(before)].name +
+            state.error = Describe(graph, op, run.micro_batch) + " waited " +
+                          std::to_string(timeout.count()) + " ms for op " + std::to_string(before) + " '" +
+                          ops[static_cast<size_t>(before)].name +
                           "' (an in-place update ordered with it), which did not finish";
             state.error_code = StatusCode::kTimeout;
             state.changed.notify_all();
@@ -361,15 +365,17 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& compiled, const Tensors
         for (int slot : in_slots) {
           if (state.ready[static_cast<size_t>(slot)]) continue;
           ++state.waiting;
-          const bool arrived = state.changed.wait_until(
-              lock, deadline(), [&] { return state.ready[static_cast<size_t>(slot)] || !state.error.empty(); });
+          const bool arrived = state.changed.wait_until(lock, deadline(), [&] {
+            return state.ready[static_cast<size_t>(slot)] || !state.error.empty();
+          });
           --state.waiting;
           if (!arrived) {
             const int in = program.value_of[static_cast<size_t>(slot)];
             const int producer = graph.value(in).producer;
-            state.error = Describe(graph, op, run.micro_batch) + " waited " + std::to_string(timeout.count()) + " ms for %" +
-                          std::to_string(in) + " from op " + std::to_string(producer) + " '" +
-                          ops[static_cast<size_t>(producer)].name + "', which did not run";
+            state.error = Describe(graph, op, run.micro_batch) + " waited " +
+                          std::to_string(timeout.count()) + " ms for %" + std::to_string(in) + " from op " +
+                          std::to_string(producer) + " '" + ops[static_cast<size_t>(producer)].name +
+                          "', which did not run";
             state.error_code = StatusCode::kTimeout;
             state.changed.notify_all();
           }
@@ -393,8 +399,7 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& compiled, const Tensors
             // (Fail keeps an earlier failure: then this one is not news.)
             state.Fail(StatusCode::kTimeout,
                        Describe(graph, op, run.micro_batch) + " waited " + std::to_string(timeout.count()) +
-                           " ms for the " +
-                           std::to_string(program.send_quota) +
+                           " ms for the " + std::to_string(program.send_quota) +
                            " earlier send(s) of this rank to be taken by their receivers");
             return;
           }
@@ -408,7 +413,8 @@ ActorRuntime::Tensors ActorRuntime::Run(const ir::Graph& compiled, const Tensors
         } else if (instruction.kind == plan::Instruction::Kind::kRecv) {
           // Posted, not waited for: its queue's completion worker waits and
           // fills the register, while this stream goes on.
-          auto posted = std::make_unique<PostedReceive>(program.exec.PostReceive(instruction, run.micro_batch));
+          auto posted =
+              std::make_unique<PostedReceive>(program.exec.PostReceive(instruction, run.micro_batch));
           std::lock_guard<std::mutex> lock(state.mu);
           state.receives[static_cast<size_t>(program.receive_queue[static_cast<size_t>(id)])].push_back(
               {run, std::move(posted), event});

@@ -72,7 +72,8 @@ RankSchedule ScheduleRank(const ir::Graph& graph, int rank, const std::string& s
   // Ops of the step that run after the units (those before run first, in
   // program order, as the in-order executor runs them).
   auto after_units = [&](const ir::Op& op) {
-    return op.micro_batch < 0 && (has_units ? s.exec.runs().after_units(op.id) : op.id > first_micro_batch_op);
+    return op.micro_batch < 0 &&
+           (has_units ? s.exec.runs().after_units(op.id) : op.id > first_micro_batch_op);
   };
   bool& split_backward = s.split_backward;
   if (s.stage >= 0) {
@@ -188,7 +189,8 @@ RankSchedule ScheduleRank(const ir::Graph& graph, int rank, const std::string& s
         op.kind != ir::OpKind::kRecv) {
       priority[first] = 0;  // with its latest input (preds come first in program order)
       for (int k = pred_begin[first]; k < pred_begin[first + 1]; ++k)
-        priority[first] = std::max(priority[first], priority[static_cast<size_t>(run_preds[static_cast<size_t>(k)])]);
+        priority[first] =
+            std::max(priority[first], priority[static_cast<size_t>(run_preds[static_cast<size_t>(k)])]);
       continue;
     }
     // An op of no micro-batch that reads only variables and inputs (a
@@ -196,14 +198,15 @@ RankSchedule ScheduleRank(const ir::Graph& graph, int rank, const std::string& s
     // ranked after the units it could hold back a unit that needs it, and
     // with it the unit's transfers, which the peer stage expects in unit
     // order. It goes first, with the hoisted ops.
-    const bool reads_only_variables = preds[i].empty() && op.kind != ir::OpKind::kSend && op.kind != ir::OpKind::kRecv;
+    const bool reads_only_variables =
+        preds[i].empty() && op.kind != ir::OpKind::kSend && op.kind != ir::OpKind::kRecv;
     const size_t kind = s.weight[static_cast<size_t>(op.id)] ? 2 : op.backward ? 1 : 0;
     for (int k = 0; k < step_runs.RunsOf(op.id); ++k) {
       const int micro_batch = step_runs.unit(op.id) ? k : op.micro_batch;
-      const int64_t slot =
-          micro_batch >= 0 ? slot_of[3 * unit_of(s.ChunkOf(op.stage), micro_batch) + kind]
-          : after && !reads_only_variables ? static_cast<int64_t>(3 * units)  // after every unit
-                                           : -1;
+      const int64_t slot = micro_batch >= 0 ? slot_of[3 * unit_of(s.ChunkOf(op.stage), micro_batch) + kind]
+                           : after && !reads_only_variables
+                               ? static_cast<int64_t>(3 * units)  // after every unit
+                               : -1;
       priority[first + static_cast<size_t>(k)] = (slot + 1) * n + op.id;
     }
   }
@@ -212,7 +215,8 @@ RankSchedule ScheduleRank(const ir::Graph& graph, int rank, const std::string& s
       << "graph '" << graph.name() << "': this rank's ops depend on each other in a cycle";
   s.order.reserve(order.size());
   for (int r : order) {
-    const size_t i = static_cast<size_t>(std::upper_bound(run_base.begin(), run_base.end(), r) - run_base.begin() - 1);
+    const size_t i =
+        static_cast<size_t>(std::upper_bound(run_base.begin(), run_base.end(), r) - run_base.begin() - 1);
     const int op = mine[i];
     s.order.push_back({op, step_runs.unit(op) ? r - run_base[i] : ops[static_cast<size_t>(op)].micro_batch});
   }

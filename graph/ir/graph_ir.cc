@@ -10,14 +10,13 @@
 namespace tessel::ir {
 
 OpKind KindOf(std::string_view op_name) {
-  static const std::map<std::string_view, OpKind> kKinds = {
-      {"to_global", OpKind::kToGlobal},
-      {"from_local", OpKind::kFromLocal},
-      {"send", OpKind::kSend},
-      {"recv", OpKind::kRecv},
-      {"all_reduce_bucket", OpKind::kGradientBucket},
-      {"micro_batch", OpKind::kMicroBatch},
-      {"micro_batch_sum", OpKind::kMicroBatchSum}};
+  static const std::map<std::string_view, OpKind> kKinds = {{"to_global", OpKind::kToGlobal},
+                                                            {"from_local", OpKind::kFromLocal},
+                                                            {"send", OpKind::kSend},
+                                                            {"recv", OpKind::kRecv},
+                                                            {"all_reduce_bucket", OpKind::kGradientBucket},
+                                                            {"micro_batch", OpKind::kMicroBatch},
+                                                            {"micro_batch_sum", OpKind::kMicroBatchSum}};
   const auto it = kKinds.find(op_name);
   return it == kKinds.end() ? OpKind::kKernel : it->second;
 }
@@ -502,7 +501,8 @@ std::vector<int> PriorityTopologicalOrder(const std::vector<int>& pred_begin, co
     const int i = ready.top().second;
     ready.pop();
     order.push_back(i);
-    for (int k = successor_begin[static_cast<size_t>(i)]; k < successor_begin[static_cast<size_t>(i) + 1]; ++k) {
+    for (int k = successor_begin[static_cast<size_t>(i)]; k < successor_begin[static_cast<size_t>(i) + 1];
+         ++k) {
       const int next = successors[static_cast<size_t>(k)];
       if (--waiting[static_cast<size_t>(next)] == 0) ready.emplace(priority[static_cast<size_t>(next)], next);
     }

@@ -110,12 +110,13 @@ MemoryPlan PlanMemory(const ir::Graph& graph, int rank, const MemoryPlanOptions&
   const std::vector<OpRun>& order = options.order.empty() ? program_order : options.order;
   const size_t n = order.size();
   const int end_of_order = static_cast<int>(n);
-  std::vector<int> reads;  // the slots a run reads
+  std::vector<int> reads;            // the slots a run reads
   std::vector<int> last(slots, -1);  // per slot: the position of its last reader
   for (size_t k = 0; k < n; ++k) {
     const ir::Op& op = ops[static_cast<size_t>(order[k].op)];
     runs.InputSlots(op, order[k].micro_batch, &reads);
-    for (int s : reads) last[static_cast<size_t>(s)] = std::max(last[static_cast<size_t>(s)], static_cast<int>(k));
+    for (int s : reads)
+      last[static_cast<size_t>(s)] = std::max(last[static_cast<size_t>(s)], static_cast<int>(k));
     for (size_t o = 0; o < op.outputs.size(); ++o) {
       const size_t s = static_cast<size_t>(runs.OutputSlot(op, o, order[k].micro_batch));
       last[s] = std::max(last[s], static_cast<int>(k));

@@ -75,7 +75,8 @@ StepRuns::StepRuns(const ir::Graph& graph, const std::vector<char>* numbered) : 
       extra_[static_cast<size_t>(o)] = kNoSlotsHere;
       if (sum_[static_cast<size_t>(op.id)]) summed[static_cast<size_t>(o)] = late[static_cast<size_t>(o)] = 1;
     }
-    for (int i : GetOpDef(op.name).mutates) written[static_cast<size_t>(op.inputs.at(static_cast<size_t>(i)))] = 1;
+    for (int i : GetOpDef(op.name).mutates)
+      written[static_cast<size_t>(op.inputs.at(static_cast<size_t>(i)))] = 1;
   }
   for (const auto& [name, id] : graph.outputs())
     TESSEL_CHECK_CODE(!per_micro_batch(id) || summed[static_cast<size_t>(id)], StatusCode::kInternal)
@@ -93,8 +94,8 @@ StepRuns::StepRuns(const ir::Graph& graph, const std::vector<char>* numbered) : 
     bool reads_sum = false;
     for (int i : op.inputs) {
       TESSEL_CHECK_CODE(!per_micro_batch(i) || summed[static_cast<size_t>(i)], StatusCode::kInternal)
-          << "graph '" << graph.name() << "': " << OpName(op)
-          << " runs once per step and reads %" << i << ", a micro-batch's value";
+          << "graph '" << graph.name() << "': " << OpName(op) << " runs once per step and reads %" << i
+          << ", a micro-batch's value";
       reads_sum |= late[static_cast<size_t>(i)] != 0;
     }
     if (op.id < first) continue;

@@ -116,8 +116,8 @@ class StepRuns {
   int64_t tags_ = 0;
   static constexpr int kOneSlot = -1, kNoSlotsHere = -2;
   std::vector<char> unit_, after_, sum_, numbered_;  // per op
-  std::vector<int> first_run_;            // per op
-  std::vector<int> unit_ops_;             // the units' op ids, in program order
+  std::vector<int> first_run_;                       // per op
+  std::vector<int> unit_ops_;                        // the units' op ids, in program order
   // Per value: its slot for micro-batch 1; kOneSlot, or kNoSlotsHere (a
   // unit's value no numbered op reads or writes).
   std::vector<int> extra_;

@@ -225,11 +225,13 @@ ExecPlan ExecPlan::Lower(const ir::Graph& graph, int rank, const std::vector<cha
     const passes::OpRun& r = plan.program_order_[k];
     const ir::Op& op = ops[static_cast<size_t>(r.op)];
     step_runs.InputSlots(op, r.micro_batch, &slots);
-    for (size_t o = 0; o < op.outputs.size(); ++o) slots.push_back(step_runs.OutputSlot(op, o, r.micro_batch));
+    for (size_t o = 0; o < op.outputs.size(); ++o)
+      slots.push_back(step_runs.OutputSlot(op, o, r.micro_batch));
     for (int s : slots) plan.free_after_[static_cast<size_t>(s)] = static_cast<int>(k);
   }
   for (const auto& [name, id] : graph.outputs())
-    plan.free_after_[static_cast<size_t>(step_runs.Slot(id, -1))] = static_cast<int>(plan.program_order_.size());
+    plan.free_after_[static_cast<size_t>(step_runs.Slot(id, -1))] =
+        static_cast<int>(plan.program_order_.size());
   return plan;
 }
 
@@ -245,7 +247,8 @@ std::vector<Tensor> ExecPlan::Run(const Instruction& ins, std::vector<Tensor>& a
   } catch (const Error& e) {
     TESSEL_THROW(e.code()) << "graph '" << graph_->name() << "': op " << ins.op << " '"
                            << graph_->ops()[static_cast<size_t>(ins.op)].name << "'"
-                           << (ins.unit ? " (micro-batch " + std::to_string(micro_batch) + ")" : std::string())
+                           << (ins.unit ? " (micro-batch " + std::to_string(micro_batch) + ")"
+                                        : std::string())
                            << " failed: " << e.what();
   }
   TESSEL_CHECK_CODE(outs.size() == ins.outputs.size(), StatusCode::kInternal)
@@ -334,9 +337,9 @@ std::vector<Tensor> ExecPlan::RunUnchecked(const Instruction& ins, std::vector<T
                                          << t.device() << "; move them to one device with .To() first";
     }
     if (!def.mutates.empty()) CheckNoOverlap(def, locals);
-    std::vector<Tensor> outs = RunKernel(
-        def, device.type(), KernelFor(def, device.type()),
-        KernelContext{locals, attrs, device, nullptr, ins.logical_inputs, ins.logical_outputs});
+    std::vector<Tensor> outs =
+        RunKernel(def, device.type(), KernelFor(def, device.type()),
+                  KernelContext{locals, attrs, device, nullptr, ins.logical_inputs, ins.logical_outputs});
     if (!def.mutates.empty()) return MutatedInputs(def, args, locals);
     return outs;
   }
@@ -362,10 +365,10 @@ PostedReceive ExecPlan::PostReceive(const Instruction& ins, int micro_batch) con
   TESSEL_CHECK_CODE(ins.kind == Instruction::Kind::kRecv, StatusCode::kInternal)
       << "graph '" << graph_->name() << "': op " << ins.op << " '" << ins.def->name << "' is not a receive";
   const ValueLayout& to = ins.output_layouts[0];
-  return PostReceiveSlices(ins.peer_placement, ins.peer_sbp, to.logical, ins.logical_outputs[0].dtype,
-                           to.meta->placement, to.meta->nd_sbp,
-                           ins.tag ? std::optional<uint32_t>(runs_of_->Tag(ins.op, *ins.tag, micro_batch))
-                                   : std::nullopt);
+  return PostReceiveSlices(
+      ins.peer_placement, ins.peer_sbp, to.logical, ins.logical_outputs[0].dtype, to.meta->placement,
+      to.meta->nd_sbp,
+      ins.tag ? std::optional<uint32_t>(runs_of_->Tag(ins.op, *ins.tag, micro_batch)) : std::nullopt);
 }
 
 std::string ExecPlan::ToText() const {

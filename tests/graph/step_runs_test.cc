@@ -4,6 +4,8 @@
 // units, each stage's transfers take tags both sides agree on, and what
 // cannot run as units is named. The units run in order and give the
 // values the micro-batches sum to.
+#include "graph/passes/step_runs.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
@@ -12,7 +14,6 @@
 #include <vector>
 
 #include "graph/passes/passes.h"
-#include "graph/passes/step_runs.h"
 #include "graph/plan/exec_plan.h"
 #include "graph/plan/in_order_executor.h"
 #include "ops/functional.h"
@@ -67,8 +68,8 @@ TEST(StepRuns, UnitsRunPerMicroBatchWithRunningSums) {
   // The step op among the units runs before them; the sum runs as each
   // micro-batch's share is made.
   EXPECT_EQ(Names(g, runs.ProgramOrder()),
-            (std::vector<std::string>{"exp", "micro_batch0", "neg0", "micro_batch_sum0", "tanh0", "micro_batch1",
-                                      "neg1", "micro_batch_sum1", "tanh1", "mul_scalar"}));
+            (std::vector<std::string>{"exp", "micro_batch0", "neg0", "micro_batch_sum0", "tanh0",
+                                      "micro_batch1", "neg1", "micro_batch_sum1", "tanh1", "mul_scalar"}));
   // A unit's values have a slot per micro-batch, the first the value's id.
   EXPECT_TRUE(runs.per_micro_batch(u.share));
   EXPECT_FALSE(runs.per_micro_batch(u.x));
@@ -235,7 +236,8 @@ TEST(StepRuns, ARankNumbersOnlyItsOwnRunsAndSlots) {
   }
   EXPECT_EQ(mine.Slot(stage0_unit_value, 0), stage0_unit_value);
   const std::string error = testing::ErrorOf([&] { mine.Slot(stage0_unit_value, 2); });
-  EXPECT_NE(error.find("%" + std::to_string(stage0_unit_value) + " of micro-batch 2 has no slot"), std::string::npos)
+  EXPECT_NE(error.find("%" + std::to_string(stage0_unit_value) + " of micro-batch 2 has no slot"),
+            std::string::npos)
       << error;
 }
 
