@@ -4,7 +4,7 @@ losses (1e-5 relative) under 1x1x1, dp2, tp2, pp2, dp2 x tp2 and tp2 x pp2
 in graph mode with 1F1B, eagerly on 1x1x1 and tp2 x pp2, under sequence
 parallelism, ZeRO-3, interleaved 1F1B, ZB-H1 and activation
 checkpointing, and the loss falls;
-100 iterations lower it by 1.5 nats eagerly and in graph mode under pp2; a
+100 iterations lower it by 1.5 nats in graph mode under pp2; a
 checkpoint saved under tp2 x pp2 with the vocabulary padded to 4,000 rows
 resumes on one process, where it pads to 3,000, with the uninterrupted
 losses (padding changes nothing);
@@ -29,7 +29,7 @@ train = Trainer(args.launcher, args.program, config)
 common = [f"train.train_iter={ITERS}", "train.log_period=1", "evaluation.enabled=false",
           "scheduler.warmup_iter=5"]
 losses = check_same_losses(train, work, ITERS, common, min_drop=0.5)
-check_long_runs(train, work, [], min_drop=1.5)
+check_long_runs(train, work, [], min_drop=1.5, runs=("graph pp2",))
 
 # The modes the other models train under give the same losses too.
 MODES = {"sequence parallel tp2xpp2": (4, ["train.dist.sequence_parallel=true"] + layout_sets(2, 2, True)),

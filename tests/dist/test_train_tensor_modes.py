@@ -2,7 +2,7 @@
 (train.dist.tensor_parallel_mode): the tiny GPT and ViT give the losses of
 one process (1e-5 relative) under 2d (tp 4 = 2 x 2, graph mode and eager,
 beside data parallelism with ZeRO 1, and beside a pipeline), 2.5d (tp 8 =
-depth 2 x 2 x 2) and 3d (tp 8 = 2 x 2 x 2). Runs of 4 ranks take 20
+depth 2 x 2 x 2) and 3d (tp 8 = 2 x 2 x 2). Runs of 4 ranks take 10
 iterations, runs of 8 ranks 6 (2 cores run them). Sizes that do not form a
 mode's mesh, a missing or non-dividing depth, an unregistered mode and
 Megatron's sequence parallelism under a multi-axis mode are named before
@@ -17,7 +17,7 @@ from train_checks import LOSS, Trainer, check_bad_inputs, layout_sets, train_arg
 
 args = train_args()
 work = tempfile.mkdtemp(prefix="tessel_tensor_modes_")
-ITERS = 20
+ITERS = 10
 ITERS_8 = 6  # 8 ranks on 2 cores
 
 
