@@ -107,6 +107,63 @@ def bubbles(ranks):
     return {rank: 1 - busy_time(r["compute"], lo, hi) / (hi - lo) for rank, r in sorted(ranks.items())}
 
 
+def replayed_bubble(ranks):
+    """The bubble of the same run replayed with nothing but its units'
+    compute: each rank runs its units in the order it ran them, each taking
+    the time its ops computed (waits inside a unit left out), a unit
+    starting once its rank is free and what it needs from other stages is
+    done (F<k> of virtual stage v after F<k> of v - 1; the first backward
+    unit of v, B<k> or else W<k>, after B<k> of v + 1), with transfers
+    taking no time. Stages of uneven cost and the schedule's own order are
+    in it; the runtime's overheads (transfers, waits for a peer, ops of the
+    step) are not, so the measured bubble less this one is what the runtime
+    adds. Returns the mean over the ranks of 1 - busy / span."""
+    kinds = {"forward": "F", "backward": "B", "weight": "W"}
+    order, work = {}, {}  # per rank: its units' keys in run order; per key: compute time
+    for rank, r in ranks.items():
+        stages = r["stages"]
+        keys = []
+        for u in sorted(r["units"], key=lambda u: u["ts"]):
+            a = u["args"]
+            keys.append((kinds[u["cat"]], a["chunk"] * stages + r["stage"], a["micro_batch"]))
+        order[rank] = keys
+        for e in r["compute"]:
+            a = e.get("args", {})
+            if e.get("cat") not in kinds or a.get("micro_batch", -1) < 0:
+                continue
+            key = (kinds[e["cat"]], a["chunk"] * stages + r["stage"], a["micro_batch"])
+            work[key] = work.get(key, 0) + e["dur"]
+    virtual = max(v for keys in order.values() for _, v, _ in keys) + 1
+    have = {key for keys in order.values() for key in keys}
+
+    def needs(key):
+        kind, v, k = key
+        if kind == "F":
+            return [("F", v - 1, k)] if v > 0 else []
+        if kind == "W" and ("B", v, k) in have:
+            return [("B", v, k)]
+        return [("B", v + 1, k) if ("B", v + 1, k) in have else ("W", v + 1, k)] if v + 1 < virtual else \
+            [("F", v, k)]
+
+    done, free, at = {}, {rank: 0 for rank in order}, {rank: 0 for rank in order}
+    while any(at[rank] < len(keys) for rank, keys in order.items()):
+        moved = False
+        for rank, keys in order.items():
+            while at[rank] < len(keys) and all(n in done for n in needs(keys[at[rank]])):
+                key = keys[at[rank]]
+                start = max([free[rank]] + [done[n] for n in needs(key)])
+                done[key] = free[rank] = start + work.get(key, 0)
+                at[rank] += 1
+                moved = True
+        if not moved:
+            raise ValueError("the units' order waits on itself: " +
+                             ", ".join(f"rank {r} at {order[r][at[r]][0]}{order[r][at[r]][2]} of stage "
+                                       f"{order[r][at[r]][1]}" for r in order if at[r] < len(order[r])))
+    span_us = max(free.values())
+    busy = {rank: sum(work.get(key, 0) for key in keys) for rank, keys in order.items()}
+    return sum(1 - busy[rank] / span_us for rank in order) / len(order)
+
+
 def ideal_bubble(p, m, v=1, split=False):
     """The theory's share of the span with even stages: (p-1)/(3m+p-1) with
     W units, else (p-1)/(vm+p-1) (v = 1: GPipe's and 1F1B's)."""

@@ -13,6 +13,13 @@ as a share of the span, for p stages and m micro-batches with even stages:
   interleaved_1f1b   (p - 1) / (v m + p - 1)   v model chunks per stage
   zb_h1              (p - 1) / (3 m + p - 1)   F, B and W of one cost
 
+The replay (tools/pipeline_timeline.py: replayed_bubble) runs the same
+units in the same order with the times their ops computed in this run and
+transfers that take no time: it keeps what the theory leaves out (stages of
+uneven cost: the first embeds, the last computes the LM head and the loss)
+and drops what the runtime adds, so the points over the replay are the
+runtime's share of the bubble.
+
 One process per stage: with more processes than cores the stages share
 them and every unit that runs beside another slows down, which the theory
 does not model.
@@ -29,7 +36,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
-from pipeline_timeline import bubbles, ideal_bubble, load  # noqa: E402
+from pipeline_timeline import bubbles, ideal_bubble, load, replayed_bubble  # noqa: E402
 
 from bench_util import print_table  # noqa: E402
 
@@ -62,7 +69,7 @@ def measure(schedule, m, timelines):
         sys.exit(f"benchmark failed: {' '.join(cmd)}\n{out.stdout[-3000:]}")
     ms = next(float(line.split()[-4]) for line in out.stdout.splitlines() if line.endswith("ms per step"))
     ranks = load(sorted(glob.glob(os.path.join(timelines, "timeline_rank*.json"))))
-    return statistics.mean(bubbles(ranks).values()), ms
+    return statistics.mean(bubbles(ranks).values()), ms, replayed_bubble(ranks)
 
 
 rows = []
@@ -72,16 +79,20 @@ with tempfile.TemporaryDirectory() as scratch:
         for round_ in range(args.rounds):
             for schedule in args.schedules.split(","):
                 timelines = os.path.join(scratch, f"{schedule}_m{m}")
-                bubble, ms = measure(schedule, m, timelines)
-                results.setdefault((m, schedule), []).append((bubble, ms))
-                print(f"m {m} {schedule}: bubble {100 * bubble:.1f}%, {ms:.0f} ms per step", flush=True)
+                bubble, ms, replayed = measure(schedule, m, timelines)
+                results.setdefault((m, schedule), []).append((bubble, ms, replayed))
+                print(f"m {m} {schedule}: bubble {100 * bubble:.1f}% (replayed {100 * replayed:.1f}%), "
+                      f"{ms:.0f} ms per step", flush=True)
     for (m, schedule), runs in results.items():
         v = args.chunks if schedule == "interleaved_1f1b" else 1
         theory = ideal_bubble(args.stages, m, v, split=schedule == "zb_h1")
-        bubbles = [b for b, _ in runs]
+        bubbles = [b for b, _, _ in runs]
+        replayed = [r for _, _, r in runs]
         rows.append([schedule, str(m), ", ".join(f"{100 * b:.1f}%" for b in bubbles), f"{100 * theory:.1f}%",
                      f"{100 * (statistics.mean(bubbles) - theory):+.1f}",
-                     ", ".join(f"{ms:,.0f}" for _, ms in runs)])
+                     ", ".join(f"{100 * r:.1f}%" for r in replayed),
+                     f"{100 * (statistics.mean(bubbles) - statistics.mean(replayed)):+.1f}",
+                     ", ".join(f"{ms:,.0f}" for _, ms, _ in runs)])
     if args.pngs:
         os.makedirs(args.pngs, exist_ok=True)
         for (m, schedule) in results:
@@ -93,4 +104,5 @@ with tempfile.TemporaryDirectory() as scratch:
 print_table(f"Pipeline bubble, {args.stages} stages, {args.layers} layers (hidden {args.hidden}, sequence "
             f"{args.seq}), one sequence per micro-batch",
             ["schedule", "micro-batches", "measured bubble (mean of ranks), per run", "theory",
-             "points over theory (mean)", "ms per step"], rows, args.markdown)
+             "points over theory (mean)", "replayed with the run's unit times", "points over the replay (mean)",
+             "ms per step"], rows, args.markdown)
