@@ -18,7 +18,11 @@ ran nothing; it is printed per rank with their mean, next to the ideal
 (p - 1) / (m + p - 1) of p stages and m micro-batches with even stages,
 (p - 1) / (3m + p - 1) for a schedule with W units (F, B and W of one
 cost), or (p - 1) / (v m + p - 1) for v model chunks per stage (the
-interleaved schedule's bubble of (p - 1) / (v m) of the ideal step).
+interleaved schedule's bubble of (p - 1) / (v m) of the ideal step), and
+the bubble of the same units replayed in their order with the compute
+they took and transfers that take no time (replayed_bubble: the theory of
+this run's uneven stages; what the measured bubble has beyond it, the
+runtime added).
 Under data parallelism it also prints how long each rank reduced gradient
 buckets and how much of that ran while its backward units computed.
 
@@ -226,6 +230,8 @@ def main():
     mean = sum(by_rank.values()) / len(by_rank)
     print(f"bubble fraction {100 * mean:.1f}% over {p} stages" + (f" of {v} chunks" if v > 1 else "") +
           f" x {m} micro-batches ({any_rank['schedule']}); ideal {formula} = {100 * ideal:.1f}%")
+    print(f"replayed with this run's unit times and instant transfers (stages as uneven as they ran): "
+          f"{100 * replayed_bubble(ranks):.1f}%")
     if v > 1:
         # Narayanan et al. state it against the ideal step rather than the span.
         measured = mean / (1 - mean)
