@@ -32,6 +32,31 @@ GradientHandler ClipValue(const HandlerOptions& options) {
   };
 }
 
+// Each gradient that needs reducing is cast to bf16, brought into its
+// layout (the all-reduce or reduce-scatter then moves bf16), and cast back.
+GradientReducer Bf16AllReduce(const HandlerOptions& options) {
+  for (const auto& [key, value] : options)
+    TESSEL_CHECK(false) << "gradient reducer 'bf16_all_reduce' has no option '" << key << "'; it takes none";
+  return [](const NamedParams& params, const std::vector<NdSbp>& layouts) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      Tensor* p = params[i].second;
+      const Tensor g = p->grad();
+      if (!g.defined() || !g.is_global() || !p->is_global()) continue;
+      const NdSbp& want = layouts.empty() ? p->nd_sbp() : layouts[i];
+      if (g.placement() == p->placement() && g.nd_sbp() == want) continue;
+      const Tensor narrow = g.dtype() == DType::kBFloat16 ? g : fn::cast(g, DType::kBFloat16);
+      const Tensor sum = narrow.to_global(p->placement(), want);
+      p->set_grad(sum.dtype() == g.dtype() ? sum : fn::cast(sum, g.dtype()));
+    }
+  };
+}
+
+NamedRegistry<GradientReducerFactory>& Reducers() {
+  static NamedRegistry<GradientReducerFactory> registry("gradient reducer", "optim::RegisterGradientReducer",
+                                                        {{"bf16_all_reduce", Bf16AllReduce}});
+  return registry;
+}
+
 NamedRegistry<GradientHandlerFactory>& Handlers() {
   static NamedRegistry<GradientHandlerFactory> registry("gradient handler", "optim::RegisterGradientHandler",
                                                         {{"clip_value", ClipValue}});
@@ -53,16 +78,51 @@ GradientHandler MakeGradientHandler(const std::string& name, const HandlerOption
   return handler;
 }
 
-void ApplyGradientHandlers(const std::vector<GradientHandler>& handlers, const NamedParams& params,
-                           const std::vector<NdSbp>& grad_layouts) {
-  if (handlers.empty()) return;
+void RegisterGradientReducer(const std::string& name, GradientReducerFactory factory) {
+  TESSEL_CHECK(factory != nullptr) << "RegisterGradientReducer('" << name << "'): no factory given";
+  Reducers().Add(name, std::move(factory));
+}
+
+std::vector<std::string> GradientReducerNames() { return Reducers().Names(); }
+
+GradientReducer MakeGradientReducer(const std::string& name, const HandlerOptions& options) {
+  GradientReducer reducer = Reducers().Get(name)(options);
+  TESSEL_CHECK(reducer != nullptr) << "gradient reducer '" << name << "': its factory made no reducer";
+  return reducer;
+}
+
+void ReduceGradients(const NamedParams& params, const std::vector<NdSbp>& grad_layouts,
+                     const GradientReducer& reducer, const std::string& reducer_name) {
   NoGradGuard no_grad;
   TESSEL_CHECK(grad_layouts.empty() || grad_layouts.size() == params.size())
-      << "ApplyGradientHandlers: " << grad_layouts.size() << " gradient layouts for " << params.size()
+      << "ReduceGradients: " << grad_layouts.size() << " gradient layouts for " << params.size()
       << " parameters; expected one each (AdamW::GradientLayouts) or none";
-  for (size_t i = 0; i < params.size(); ++i)
-    if (params[i].second->is_global())
-      ReducedGrad(params[i].second, grad_layouts.empty() ? nullptr : &grad_layouts[i]);
+  if (!reducer) {
+    for (size_t i = 0; i < params.size(); ++i)
+      if (params[i].second->is_global())
+        ReducedGrad(params[i].second, grad_layouts.empty() ? nullptr : &grad_layouts[i]);
+    return;
+  }
+  reducer(params, grad_layouts);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& [name, p] = params[i];
+    const Tensor g = p->grad();
+    if (!g.defined() || !g.is_global() || !p->is_global()) continue;
+    const NdSbp& want = grad_layouts.empty() ? p->nd_sbp() : grad_layouts[i];
+    TESSEL_CHECK(g.placement() == p->placement() && g.nd_sbp() == want)
+        << "gradient reducer '" << reducer_name << "' left the gradient of '" << name << "' as "
+        << g.nd_sbp().ToString() << " on " << g.placement().ToString() << "; expected " << want.ToString()
+        << " on " << p->placement().ToString() << " (a reducer brings every gradient into the layout the "
+        << "optimizer reads)";
+  }
+}
+
+void ApplyGradientHandlers(const std::vector<GradientHandler>& handlers, const NamedParams& params,
+                           const std::vector<NdSbp>& grad_layouts, const GradientReducer& reducer,
+                           const std::string& reducer_name) {
+  if (handlers.empty() && !reducer) return;
+  NoGradGuard no_grad;
+  ReduceGradients(params, grad_layouts, reducer, reducer_name);
   for (const GradientHandler& handler : handlers) handler(params);
 }
 

@@ -7,10 +7,13 @@ accumulation (dp2 x pp2, stage 1); and with sequence parallelism under
 tp2, dp2 x tp2, tp2 x pp2 and tp4 (eager; ViT's 17 tokens split unevenly);
 for GPT also with all-to-all sequence parallelism under dp4, dp2 x tp2
 (eager) and dp2 x pp2 with ZeRO 1; and interleaved 1F1B with 2 model chunks
-per stage under dp2 x pp2 (GPT and ViT). A bad stage, ZeRO with mixed
+per stage under dp2 x pp2 (GPT and ViT); the GPT's gradients reduced in
+bf16 (train.gradient_reducer) under dp4, in graph mode and eagerly with ZeRO
+1, within 1e-3 of one process's losses. A bad stage, ZeRO with mixed
 precision, interleaved 1F1B over a micro-batch count that is not a multiple
 of the stages, all-to-all sequence parallelism without data parallelism or
-for ViT, and an unknown sequence parallel mode are named before the first
+for ViT, an unknown sequence parallel mode, an unregistered gradient
+reducer and a reducer under ZeRO 2 are named before the first
 iteration."""
 import os
 import sys
@@ -56,6 +59,7 @@ def compare(model, train, common, runs):
         worst = max((abs(a - b) / abs(b) for a, b in zip(values, ref)), default=float("inf"))
         check(f"{model} {name}: the losses of {ref_name} within 1e-5 (worst {worst:.2e})",
               len(values) == ITERS and worst <= 1e-5)
+    return losses
 
 
 RUNS = {"1x1x1": (1, 1, 1, True, 0), "dp4 stage 1": (4, 1, 1, True, 1), "dp4 stage 2": (4, 1, 1, True, 2),
@@ -69,7 +73,26 @@ RUNS = {"1x1x1": (1, 1, 1, True, 0), "dp4 stage 1": (4, 1, 1, True, 1), "dp4 sta
         "dp2 x pp2 interleaved 1F1B, 2 chunks per stage": (4, 1, 2, True, "interleaved")}
 COMMON = [f"train.train_iter={ITERS}", "train.log_period=1", "evaluation.enabled=false", "scheduler.warmup_iter=5"]
 gpt = Trainer(args.launcher, args.program, os.path.join(args.source, "configs", "gpt2_tiny.prototxt"))
-compare("GPT", gpt, COMMON, RUNS)
+gpt_losses = compare("GPT", gpt, COMMON, RUNS)
+
+# The gradients reduced in bf16 (train.gradient_reducer): each element within
+# 2^-8 of its parts' magnitudes (layers/gradient_handler.h, checked
+# elementwise by gradient_reducer_test); here the losses stay within 1e-3
+# of one process's, in graph mode and eagerly with ZeRO 1 (a reduce-scatter
+# in bf16), and are not the f32 reduction's bit for bit.
+REDUCER = ['train.gradient_reducer={name: "bf16_all_reduce"}']
+for name, (graph, zero) in {"graph mode": (True, 0), "eager, ZeRO 1": (False, 1)}.items():
+    code, out, secs = gpt(4, COMMON + REDUCER + layout_sets(1, 1, graph) + mode(zero) +
+                          [f"train.output_dir={os.path.join(work, 'bf16_reducer')}"])
+    values = [float(v) for _, v in LOSS.findall(out)]
+    ref = gpt_losses["1x1x1"]
+    worst = max((abs(a - b) / abs(b) for a, b in zip(values, ref)), default=float("inf"))
+    check(f"GPT dp4, gradients all-reduced in bf16, {name}: the losses of 1x1x1 within 1e-3 (worst {worst:.2e}, "
+          f"{secs:.1f} s)", code == 0 and len(values) == ITERS and worst <= 1e-3, out[-3000:])
+    check(f"GPT dp4, gradients all-reduced in bf16, {name}: the reducer is named in the log",
+          'gradient reducer name: "bf16_all_reduce"' in out, out[-3000:])
+    check(f"GPT dp4, gradients all-reduced in bf16, {name}: not the f32 reduction's losses bit for bit",
+          values[1:] != ref[1:], str(values))
 vit = Trainer(args.launcher, args.program, os.path.join(args.source, "configs", "vit_tiny.prototxt"))
 compare("ViT", vit, COMMON + ["train.micro_batch_size=8"],
         {k: RUNS[k] for k in ("1x1x1", "dp4 stage 1", "dp4 stage 2", "dp4 stage 3", "tp2 sequence parallel",
@@ -91,6 +114,12 @@ check_bad_inputs(gpt, work, {
          "train.graph.pipeline=interleaved_1f1b", "train.global_batch_size=12"],
         r"train\.num_accumulation_steps is 3; interleaved_1f1b runs micro-batches in rounds of the 2 stages, so "
         r"expected a multiple of train\.dist\.pipeline_parallel_size"),
+    "a gradient reducer not registered": (['train.gradient_reducer={name: "fp8"}'],
+                                          r"gradient reducer 'fp8' is not registered"),
+    "a gradient reducer under ZeRO 2": (['train.gradient_reducer={name: "bf16_all_reduce"}'] + mode(2),
+                                        r"train\.gradient_reducer 'bf16_all_reduce' with "
+                                        r"train\.zero_optimization\.stage 2: from stage 2 on, backward "
+                                        r"reduce-scatters each gradient"),
     "a sequence parallel mode not known": (["train.dist.sequence_parallel_mode=ring"],
                                           r"train\.dist\.sequence_parallel_mode is 'ring'; expected one of "
                                           r"megatron, all_to_all"),

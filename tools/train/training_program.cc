@@ -334,6 +334,20 @@ int RunTrainingProgram(int argc, char** argv) {
   TESSEL_CHECK(handlers.empty() || !t.amp().enabled())
       << "tessel-train: train.gradient_handler with train.amp is not supported yet (the handlers would see "
          "loss-scaled gradients); turn one of them off";
+  optim::GradientReducer reducer;
+  TESSEL_CHECK(!t.gradient_reducer().name().empty() || t.gradient_reducer().options().empty())
+      << "config: train.gradient_reducer has options but no name; expected e.g. name: \"bf16_all_reduce\"";
+  if (!t.gradient_reducer().name().empty()) {
+    const config::GradientHandlerConfig& r = t.gradient_reducer();
+    reducer = optim::MakeGradientReducer(r.name(), {r.options().begin(), r.options().end()});
+    TESSEL_CHECK(!t.amp().enabled())
+        << "tessel-train: train.gradient_reducer with train.amp is not supported "
+           "yet (it would reduce loss-scaled gradients); turn one of them off";
+    TESSEL_CHECK(!t.zero_optimization().enabled() || t.zero_optimization().stage() < 2)
+        << "tessel-train: train.gradient_reducer '" << r.name() << "' with train.zero_optimization.stage "
+        << t.zero_optimization().stage() << ": from stage 2 on, backward reduce-scatters each gradient into "
+        << "its shard as it makes it, so there is nothing left for a reducer; use stage 1 or no reducer";
+  }
   dist::Setup({.data_parallel_size = d.data_parallel_size(),
                .tensor_parallel_size = d.tensor_parallel_size(),
                .pipeline_parallel_size = d.pipeline_parallel_size(),
@@ -501,7 +515,8 @@ int RunTrainingProgram(int argc, char** argv) {
                    [&](const Graph::Tensors& in) {
                      Tensor loss = task->Loss(in);
                      loss.backward();
-                     optim::ApplyGradientHandlers(handlers, params, grad_layouts);
+                     optim::ApplyGradientHandlers(handlers, params, grad_layouts, reducer,
+                                                  t.gradient_reducer().name());
                      Tensor grad_norm = optim::ClipGradNormTensor(params, clip, grad_layouts);
                      adamw.Step();
                      return Graph::Tensors{{"loss", loss}, {"grad_norm", grad_norm}};
@@ -536,13 +551,15 @@ int RunTrainingProgram(int argc, char** argv) {
     std::printf(
         "tessel-train: %s, %ld layers, hidden %ld; world %d = dp %ld x tp %ld x "
         "pp %ld; global batch %ld = micro %ld x dp %ld x accumulation %d; %s%s; %ld iterations; %s\n",
-        m.arch().c_str(), static_cast<long>(d.pipeline_num_layers()), static_cast<long>(m.hidden_size()), world,
-        static_cast<long>(dp), static_cast<long>(d.tensor_parallel_size()),
+        m.arch().c_str(), static_cast<long>(d.pipeline_num_layers()), static_cast<long>(m.hidden_size()),
+        world, static_cast<long>(dp), static_cast<long>(d.tensor_parallel_size()),
         static_cast<long>(d.pipeline_parallel_size()), static_cast<long>(global),
         static_cast<long>(t.micro_batch_size()), static_cast<long>(dp), micro_batches,
         graph ? "graph mode, " : "eager", graph ? t.graph().pipeline().c_str() : "",
         static_cast<long>(t.train_iter()), task->DataSummary().c_str());
     for (const std::string& line : dist::LayoutLines()) std::printf("tessel-train: %s\n", line.c_str());
+    if (reducer)
+      std::printf("tessel-train: gradient reducer %s\n", t.gradient_reducer().ShortDebugString().c_str());
     for (const config::GradientHandlerConfig& h : t.gradient_handler())
       std::printf("tessel-train: gradient handler %s\n", h.ShortDebugString().c_str());
     std::fflush(stdout);
@@ -735,7 +752,7 @@ int RunTrainingProgram(int argc, char** argv) {
       }
       stop = StopCounts(max_duration_s, std::chrono::duration<double>(Clock::now() - start).count());
       for (double part : optim::ScalarValues(part_losses, stop_on_request ? &stop : nullptr)) loss += part;
-      optim::ApplyGradientHandlers(handlers, params, grad_layouts);
+      optim::ApplyGradientHandlers(handlers, params, grad_layouts, reducer, t.gradient_reducer().name());
       grad_norm = amp ? amp->UnscaleAndClip(clip) : optim::ClipGradNorm(params, clip, grad_layouts);
       if (!amp || amp->StepIsFinite(grad_norm)) {
         adamw.Step();
