@@ -42,7 +42,7 @@ GradientReducer Bf16AllReduce(const HandlerOptions& options) {
       Tensor* p = params[i].second;
       const Tensor g = p->grad();
       if (!g.defined() || !g.is_global() || !p->is_global()) continue;
-      const NdSbp& want = layouts.empty() ? p->nd_sbp() : layouts[i];
+      const NdSbp& want = layouts[i];
       if (g.placement() == p->placement() && g.nd_sbp() == want) continue;
       const Tensor narrow = g.dtype() == DType::kBFloat16 ? g : fn::cast(g, DType::kBFloat16);
       const Tensor sum = narrow.to_global(p->placement(), want);
@@ -97,18 +97,21 @@ void ReduceGradients(const NamedParams& params, const std::vector<NdSbp>& grad_l
   TESSEL_CHECK(grad_layouts.empty() || grad_layouts.size() == params.size())
       << "ReduceGradients: " << grad_layouts.size() << " gradient layouts for " << params.size()
       << " parameters; expected one each (AdamW::GradientLayouts) or none";
+  // The layout each gradient must reach, one per parameter.
+  std::vector<NdSbp> targets = grad_layouts;
+  if (targets.empty())
+    for (const auto& [name, p] : params) targets.push_back(p->nd_sbp());
   if (!reducer) {
     for (size_t i = 0; i < params.size(); ++i)
-      if (params[i].second->is_global())
-        ReducedGrad(params[i].second, grad_layouts.empty() ? nullptr : &grad_layouts[i]);
+      if (params[i].second->is_global()) ReducedGrad(params[i].second, &targets[i]);
     return;
   }
-  reducer(params, grad_layouts);
+  reducer(params, targets);
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& [name, p] = params[i];
     const Tensor g = p->grad();
     if (!g.defined() || !g.is_global() || !p->is_global()) continue;
-    const NdSbp& want = grad_layouts.empty() ? p->nd_sbp() : grad_layouts[i];
+    const NdSbp& want = targets[i];
     TESSEL_CHECK(g.placement() == p->placement() && g.nd_sbp() == want)
         << "gradient reducer '" << reducer_name << "' left the gradient of '" << name << "' as "
         << g.nd_sbp().ToString() << " on " << g.placement().ToString() << "; expected " << want.ToString()

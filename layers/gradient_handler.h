@@ -56,8 +56,8 @@ GradientHandler MakeGradientHandler(const std::string& name, const HandlerOption
 // that: compressed, hierarchical, bucketed otherwise). A reducer gets the
 // gradients as backward left them — a data-parallel gradient Partial over
 // the dp axis, one of a replicated weight used by split compute Partial
-// over that axis — and the layout each must reach (`layouts[i]`: the
-// parameter's own, or its ZeRO shard's), and leaves every gradient of a
+// over that axis — and the layout each must reach (`layouts[i]`, one per
+// parameter: its own, or its ZeRO shard's), and leaves every gradient of a
 // global parameter on its parameter's placement in exactly that layout,
 // with fn:: ops and to_global, so it runs eagerly and traced alike.
 // ApplyGradientHandlers checks the layouts it leaves and names the

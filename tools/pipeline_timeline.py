@@ -153,9 +153,12 @@ def replayed_bubble(ranks):
     while any(at[rank] < len(keys) for rank, keys in order.items()):
         moved = False
         for rank, keys in order.items():
-            while at[rank] < len(keys) and all(n in done for n in needs(keys[at[rank]])):
+            while at[rank] < len(keys):
                 key = keys[at[rank]]
-                start = max([free[rank]] + [done[n] for n in needs(key)])
+                before = needs(key)
+                if not all(n in done for n in before):
+                    break
+                start = max([free[rank]] + [done[n] for n in before])
                 done[key] = free[rank] = start + work.get(key, 0)
                 at[rank] += 1
                 moved = True

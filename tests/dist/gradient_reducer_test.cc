@@ -131,10 +131,9 @@ void Relabel(const optim::NamedParams& params, const std::vector<NdSbp>& layouts
     Tensor* p = params[i].second;
     const Tensor g = p->grad();
     if (!g.defined()) continue;
-    const NdSbp& want = layouts.empty() ? p->nd_sbp() : layouts[i];
-    p->set_grad(LocalBox(g.shape(), p->placement(), want, CurrentRank()).shape() == g.to_local().shape()
-                    ? g.to_local().to_global(p->placement(), want)
-                    : g.to_global(p->placement(), want));
+    // (Called without ZeRO: each layout's local shard is the whole of the
+    // rank's part, which from_local then labels as the sum.)
+    p->set_grad(g.to_local().to_global(p->placement(), layouts[i]));
   }
 }
 
