@@ -609,15 +609,31 @@ double MaxDurationSeconds(const config::TrainConfig& train) {
   return value * unit;
 }
 
-void ResolveConfig(config::Config* c, int world_size) {
+void ResolveConfig(config::Config* c, int world_size, const std::vector<std::string>& other_models) {
   config::ModelConfig& m = *c->mutable_model();
   config::TrainConfig& t = *c->mutable_train();
   config::DistConfig& d = *t.mutable_dist();
-  CheckOneOf("model.arch", m.arch(), {"gpt2", "gpt", "llama", "t5", "bert", "vit"});
+  const std::vector<std::string> zoo = {"gpt2", "gpt", "llama", "t5", "bert", "vit"};
+  // A model the program registered: its factory checks the model section
+  // (the typed fields it reads, model.options) and its data.
+  const bool own = std::find(zoo.begin(), zoo.end(), m.arch()) == zoo.end() &&
+                   std::find(other_models.begin(), other_models.end(), m.arch()) != other_models.end();
+  if (!own) {
+    std::vector<std::string> known = zoo;
+    for (const std::string& name : other_models)
+      if (std::find(zoo.begin(), zoo.end(), name) == zoo.end()) known.push_back(name);
+    CheckOneOf("model.arch", m.arch(), known);
+  }
   m.set_arch(CanonicalArch(m.arch()));
   const bool vision = m.arch() == "vit", llama = m.arch() == "llama", t5 = m.arch() == "t5";
+  TESSEL_CHECK(own || m.options().empty())
+      << "config: model.options holds '" << m.options().begin()->first << "', but model.arch '" << m.arch()
+      << "' is of the zoo, which takes its settings from the typed fields; model.options is for a model the "
+         "program registered (train::RegisterModel)";
   ApplyVocabularyFile(c);
-  if (llama) {
+  if (own) {
+    // hidden_act and the other models' settings are the registered model's to read.
+  } else if (llama) {
     if (!m.has_hidden_act()) m.set_hidden_act("silu");
     CheckOneOf("model.hidden_act", m.hidden_act(), {"silu"});
     ResolveLlama(&m);
@@ -635,14 +651,16 @@ void ResolveConfig(config::Config* c, int world_size) {
     const char* owner;
   };
   for (const Foreign& f :
-       {Foreign{"num_key_value_heads", m.num_key_value_heads() != 0, llama, "a Llama"},
-        {"rope_theta", m.rope_theta() != 10000, llama, "a Llama"},
-        {"rope_scaling.rope_type", !m.rope_scaling().rope_type().empty(), llama, "a Llama"},
-        {"tie_word_embeddings", m.tie_word_embeddings(), llama || t5, "a Llama and T5"},
-        {"num_decoder_layers", m.num_decoder_layers() != 0, t5, "a T5"},
-        {"head_dim", m.head_dim() != 0, t5, "a T5"},
-        {"relative_attention_num_buckets", m.relative_attention_num_buckets() != 32, t5, "a T5"},
-        {"relative_attention_max_distance", m.relative_attention_max_distance() != 128, t5, "a T5"}})
+       own ? std::vector<Foreign>{}
+           : std::vector<Foreign>{
+                 Foreign{"num_key_value_heads", m.num_key_value_heads() != 0, llama, "a Llama"},
+                 {"rope_theta", m.rope_theta() != 10000, llama, "a Llama"},
+                 {"rope_scaling.rope_type", !m.rope_scaling().rope_type().empty(), llama, "a Llama"},
+                 {"tie_word_embeddings", m.tie_word_embeddings(), llama || t5, "a Llama and T5"},
+                 {"num_decoder_layers", m.num_decoder_layers() != 0, t5, "a T5"},
+                 {"head_dim", m.head_dim() != 0, t5, "a T5"},
+                 {"relative_attention_num_buckets", m.relative_attention_num_buckets() != 32, t5, "a T5"},
+                 {"relative_attention_max_distance", m.relative_attention_max_distance() != 128, t5, "a T5"}})
     TESSEL_CHECK(f.allowed || !f.set) << "config: model." << f.field << " is " << f.owner
                                       << " setting, but model.arch is '" << m.arch() << "'; leave it out";
   for (const auto& [field, p] :
@@ -684,7 +702,7 @@ void ResolveConfig(config::Config* c, int world_size) {
   CheckNumber("model.layernorm_epsilon", m.layernorm_epsilon(), 0, 1, /*low_open=*/true);
   CheckNumber("model.initializer_range", m.initializer_range(), 0, 1e3, /*low_open=*/true);
   // T5's heads have a width of their own (model.head_dim).
-  TESSEL_CHECK(t5 || m.hidden_size() % m.num_attention_heads() == 0)
+  TESSEL_CHECK(t5 || own || m.hidden_size() % m.num_attention_heads() == 0)
       << "config: model.hidden_size " << m.hidden_size() << " is not divisible by model.num_attention_heads "
       << m.num_attention_heads();
 
@@ -749,7 +767,8 @@ void ResolveConfig(config::Config* c, int world_size) {
   // MLP's features over all tp ranks. Other modes are registries the
   // training program holds; their layers name what they split when the
   // model is built, before any work.
-  const bool one_d = d.tensor_parallel_mode() == "1d";
+  // A registered model's layers name what they cannot split.
+  const bool one_d = d.tensor_parallel_mode() == "1d" && !own;
   TESSEL_CHECK(!one_d || m.num_attention_heads() % tp == 0)
       << "config: model.num_attention_heads " << m.num_attention_heads()
       << " is not divisible by train.dist.tensor_parallel_size " << tp;
@@ -830,9 +849,13 @@ void ResolveConfig(config::Config* c, int world_size) {
         << "; timelines come from the actor runtime (train.graph.enabled true, a pipeline schedule)";
   }
   if (!t.best_checkpoint_metric().empty()) {
-    CheckOneOf("train.best_checkpoint_metric", t.best_checkpoint_metric(),
-               vision ? std::vector<std::string>{"eval_loss", "eval_accuracy"}
-                      : std::vector<std::string>{"eval_loss", "eval_perplexity"});
+    // (A registered model's metrics are known once it is built.)
+    if (!own)
+      CheckOneOf("train.best_checkpoint_metric", t.best_checkpoint_metric(),
+                 vision               ? std::vector<std::string>{"eval_loss", "eval_accuracy"}
+                 : m.arch() == "bert" ? std::vector<std::string>{"eval_loss", "eval_mlm_loss",
+                                                                 "eval_sentence_loss", "eval_mlm_perplexity"}
+                                      : std::vector<std::string>{"eval_loss", "eval_perplexity"});
     TESSEL_CHECK(c->evaluation().enabled())
         << "config: train.best_checkpoint_metric is " << t.best_checkpoint_metric()
         << " but evaluation.enabled is false; the best checkpoint is the best evaluation's";
@@ -870,9 +893,10 @@ void ResolveConfig(config::Config* c, int world_size) {
          {std::pair<const char*, bool>{"noise_density", data.noise_density() != 0.15},
           {"mean_noise_span_length", data.mean_noise_span_length() != 3},
           {"eos_token_id", data.eos_token_id() != -1}})
-      TESSEL_CHECK(t5 || !set) << "config: data." << field << " is a T5 (span corruption) setting, but "
-                               << "model.arch is '" << m.arch() << "'; leave it out";
-    TESSEL_CHECK(data.blend_size() == 0 || m.arch() == "gpt2" || llama || t5)
+      TESSEL_CHECK(t5 || own || !set)
+          << "config: data." << field << " is a T5 (span corruption) setting, but "
+          << "model.arch is '" << m.arch() << "'; leave it out";
+    TESSEL_CHECK(data.blend_size() == 0 || m.arch() == "gpt2" || llama || t5 || own)
         << "config: data.blend is set for model.arch '" << m.arch()
         << "'; blending is for GPT, Llama and T5 so far, give "
         << "data.data_prefix";
@@ -886,7 +910,8 @@ void ResolveConfig(config::Config* c, int world_size) {
       TESSEL_CHECK(!data.blend(i).data_prefix().empty())
           << "config: " << field << ".data_prefix is not set; expected the path prefix of an indexed dataset";
     }
-    TESSEL_CHECK(!data.data_prefix().empty() || data.blend_size() > 0)
+    // A registered model may read data of its own.
+    TESSEL_CHECK(own || !data.data_prefix().empty() || data.blend_size() > 0)
         << "config: data.data_prefix is not set; expected the path prefix of an indexed dataset "
            "(<prefix>.bin "
            "and <prefix>.idx), or data.blend";

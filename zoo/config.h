@@ -61,7 +61,13 @@ int WorldSizeOf(const config::DistConfig& dist);
 // checks the config: sizes that do not divide the world, batch sizes that
 // disagree, model sizes the layout cannot split, unknown names. Throws
 // naming the field, its value and what was expected.
-void ResolveConfig(config::Config* config, int world_size);
+//
+// `other_models`: the models outside the zoo that the program registered
+// (train::ModelNames()), which model.arch may name. Such a model's section
+// is its factory's to check (the typed fields it reads, model.options), and
+// so is its data; this checks what every model shares: sizes, batch sizes,
+// the pipeline's layers, the data fields that are set.
+void ResolveConfig(config::Config* config, int world_size, const std::vector<std::string>& other_models = {});
 
 // train.max_duration in seconds: "90s", "45m", "12h", "2d" or a plain
 // number of seconds; 0 for "" (no limit). Throws naming the field and the

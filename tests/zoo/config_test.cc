@@ -750,5 +750,51 @@ TEST(ConfigTest, TheStandardBertConfigsResolveForEightRanks) {
   }
 }
 
+// model.arch may name a model the program registered (train::RegisterModel):
+// its section (model.options, the typed fields it reads) and its data are
+// its factory's to check, so the zoo's rules for heads, activations and
+// token data do not apply; the zoo's models take no options; an unknown
+// name lists the zoo's and the registered ones.
+TEST(ConfigTest, RegisteredModelsResolveWithTheirOwnOptions) {
+  config::Config own = ParseConfig(
+      "model { arch: \"token_mlp\" hidden_size: 100 num_attention_heads: 3 hidden_act: \"relu\" "
+      "options { key: \"tied_output\" value: \"true\" } } train { dist { tensor_parallel_size: 2 } }",
+      "test");
+  ResolveConfig(&own, 2, {"bert", "gpt2", "token_mlp"});
+  EXPECT_EQ(own.model().arch(), "token_mlp");
+  EXPECT_EQ(own.model().options().at("tied_output"), "true");
+  EXPECT_EQ(own.model().ffn_hidden_size(), 400);  // the shared defaults are still filled in
+  EXPECT_EQ(own.train().dist().pipeline_num_layers(), own.model().hidden_layers());
+
+  std::string e = ErrorOf([] {
+    config::Config c = ParseConfig("model { arch: \"token_mpl\" } data { data_prefix: \"d\" }", "test");
+    ResolveConfig(&c, 1, {"bert", "gpt2", "token_mlp"});
+  });
+  EXPECT_NE(e.find("model.arch is 'token_mpl'; expected one of gpt2, gpt, llama, t5, bert, vit, token_mlp"),
+            std::string::npos)
+      << e;
+  e = ResolveError("model { options { key: \"tied_output\" value: \"true\" } } data { data_prefix: \"d\" }",
+                   1);
+  EXPECT_NE(e.find("model.options holds 'tied_output', but model.arch 'gpt2' is of the zoo"),
+            std::string::npos)
+      << e;
+  // Shared rules still hold for a registered model.
+  e = ErrorOf([] {
+    config::Config c = ParseConfig(
+        "model { arch: \"token_mlp\" hidden_layers: 1 } train { dist { pipeline_parallel_size: 2 } }",
+        "test");
+    ResolveConfig(&c, 2, {"token_mlp"});
+  });
+  EXPECT_NE(e.find("model.hidden_layers 1 is fewer than train.dist.pipeline_parallel_size 2"),
+            std::string::npos)
+      << e;
+  // BERT's best checkpoint may be chosen by any metric its evaluation reports.
+  config::Config bert = ParseConfig(
+      "model { arch: \"bert\" } data { data_prefix: \"d\" } "
+      "train { best_checkpoint_metric: \"eval_mlm_perplexity\" }",
+      "test");
+  EXPECT_NO_THROW(ResolveConfig(&bert, 1));
+}
+
 }  // namespace
 }  // namespace tessel::zoo

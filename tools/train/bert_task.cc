@@ -139,6 +139,10 @@ class BertTask : public Task {
             {"mlm_perplexity", std::exp(mlm)}};
   }
 
+  std::vector<std::string> MetricNames() const override {
+    return {"loss", "mlm_loss", "sentence_loss", "mlm_perplexity"};
+  }
+
   std::string DataSummary() const override {
     char line[320];
     std::snprintf(

@@ -1,5 +1,6 @@
-// Causal language models — GPT-2 (models/gpt.h) and Llama (models/llama.h)
-// — on a Megatron-format indexed dataset, or a blend of several by weight
+// Causal language models — GPT-2 (models/gpt.h), Llama (models/llama.h) and
+// those a program registers (train::RegisterCausalLM) — on a Megatron-format
+// indexed dataset, or a blend of several by weight
 // (zoo/blended_dataset.h): samples of max_seq_length + 1 tokens
 // (zoo/gpt_dataset.h), ids in and the next tokens as labels; evaluation
 // reports the loss and perplexity.
@@ -11,6 +12,7 @@
 #include "layers/dist.h"
 #include "ops/functional.h"
 #include "tools/train/model_config.h"
+#include "tools/train/model_registry.h"
 #include "tools/train/task.h"
 #include "zoo/gpt_samples.h"
 #include "zoo/indexed_dataset.h"
@@ -23,12 +25,18 @@ using zoo::GPTSamples;
 
 class CausalLMTask : public Task {
  public:
-  explicit CausalLMTask(const TaskContext& context)
+  CausalLMTask(const TaskContext& context, const CausalLMFactory& build)
       : c_(context.config),
         micro_batches_(context.micro_batches),
         seq_(c_.model().max_seq_length()),
         global_(c_.train().global_batch_size()) {
     const config::DataConfig& data = c_.data();
+    // (ResolveConfig asks the zoo's models for token data, and leaves a
+    // registered model's data to it.)
+    TESSEL_CHECK(!data.data_prefix().empty() || data.blend_size() > 0)
+        << "config: data.data_prefix is not set; model.arch '" << c_.model().arch()
+        << "' trains on token data: expected the path prefix of an indexed dataset (<prefix>.bin and "
+           "<prefix>.idx), or data.blend";
     std::vector<double> weights;
     corpora_ = zoo::OpenCorpora(data, &weights);
     for (const auto& corpus : corpora_) {
@@ -42,7 +50,13 @@ class CausalLMTask : public Task {
       eval_ = std::make_unique<GPTSamples>(corpora_, weights, 1, seq_, c_.evaluation().eval_iter() * global_,
                                            t.seed() + 1, "validation");
     }
-    lm_ = BuildCausalLM(c_);
+    lm_ = build(c_);
+    TESSEL_CHECK(lm_.module != nullptr && lm_.loss != nullptr)
+        << "model.arch '" << c_.model().arch() << "': its factory gave no module or no loss";
+    TESSEL_CHECK(std::isfinite(lm_.forward_flops_per_token) && lm_.forward_flops_per_token > 0)
+        << "model.arch '" << c_.model().arch() << "': its factory gave forward_flops_per_token "
+        << lm_.forward_flops_per_token
+        << "; expected the forward pass's FLOPs per token (2 per multiply-add), for TFLOP/s and MFU";
     // Evaluation runs forward only, one op after another.
     eval_step_ = std::make_unique<Graph>(
         "eval_step",
@@ -56,11 +70,9 @@ class CausalLMTask : public Task {
   Tensor Loss(const Graph::Tensors& in) const override { return lm_.loss(in.at("ids"), in.at("labels")); }
   int64_t tokens_per_sample() const override { return seq_; }
   double TrainFlopsPerSample() const override {
-    const config::ModelConfig& m = c_.model();
-    const double per_token = static_cast<double>(m.hidden_layers()) * TransformerLayerFlopsPerToken(m, seq_) +
-                             2.0 * static_cast<double>(m.hidden_size() * m.vocab_size());  // the logits
-    return 3 * per_token * static_cast<double>(seq_);
+    return 3 * lm_.forward_flops_per_token * static_cast<double>(seq_);
   }
+  std::vector<std::string> MetricNames() const override { return {"loss", "perplexity"}; }
   std::map<std::string, int64_t> PaddedRows() const override { return lm_.padded_rows; }
 
   Graph::Tensors ReadTrain(int64_t iteration, int part, int parts) const override {
@@ -126,8 +138,8 @@ class CausalLMTask : public Task {
 
 }  // namespace
 
-std::unique_ptr<Task> MakeCausalLMTask(const TaskContext& context) {
-  return std::make_unique<CausalLMTask>(context);
+std::unique_ptr<Task> MakeCausalLMTask(const TaskContext& context, const CausalLMFactory& build) {
+  return std::make_unique<CausalLMTask>(context, build);
 }
 
 }  // namespace tessel::train

@@ -87,16 +87,35 @@ CausalLM Wrapped(std::unique_ptr<Model> model, std::map<std::string, int64_t> pa
 }
 }  // namespace
 
+double TransformerLayerFlopsPerToken(const config::ModelConfig& m, int64_t seq) {
+  const double h = static_cast<double>(m.hidden_size());
+  const double ffn = static_cast<double>(m.ffn_hidden_size() > 0 ? m.ffn_hidden_size() : 4 * m.hidden_size());
+  const bool llama = m.arch() == "llama";
+  // The key and value projections' width: hidden, or kv_heads x head_dim.
+  const double kv = llama && m.num_key_value_heads() > 0 ? h * static_cast<double>(m.num_key_value_heads()) /
+                                                               static_cast<double>(m.num_attention_heads())
+                                                         : h;
+  const double mlp_matrices = llama ? 3 : 2;  // SwiGLU's gate, up and down
+  return 2 * (2 * h * h + 2 * h * kv + mlp_matrices * h * ffn) + 4 * static_cast<double>(seq) * h;
+}
+
 CausalLM BuildCausalLM(const config::Config& c) {
   const config::ModelConfig& m = c.model();
+  CausalLM lm;
   if (m.arch() == "llama") {
     std::map<std::string, int64_t> padded = {{"embed_tokens.weight", m.vocab_size()}};
     if (!m.tie_word_embeddings()) padded["lm_head.weight"] = m.vocab_size();
-    return Wrapped(std::make_unique<models::Llama>(LlamaConfigOf(c)), std::move(padded));
+    lm = Wrapped(std::make_unique<models::Llama>(LlamaConfigOf(c)), std::move(padded));
+  } else {
+    TESSEL_CHECK(m.arch() == "gpt2" || m.arch() == "gpt")
+        << "model.arch '" << m.arch()
+        << "' is not a causal language model of the zoo; expected gpt2 or llama";
+    lm = Wrapped(std::make_unique<models::GPT>(GptConfigOf(c)), {{"wte.weight", m.vocab_size()}});
   }
-  TESSEL_CHECK(m.arch() == "gpt2" || m.arch() == "gpt")
-      << "model.arch '" << m.arch() << "' is not a causal language model of the zoo; expected gpt2 or llama";
-  return Wrapped(std::make_unique<models::GPT>(GptConfigOf(c)), {{"wte.weight", m.vocab_size()}});
+  lm.forward_flops_per_token =
+      static_cast<double>(m.hidden_layers()) * TransformerLayerFlopsPerToken(m, m.max_seq_length()) +
+      2.0 * static_cast<double>(m.hidden_size() * m.vocab_size());  // the logits
+  return lm;
 }
 
 }  // namespace tessel::train

@@ -40,7 +40,18 @@ struct CausalLM {
   std::function<Tensor(const Tensor& ids)> logits;
   // Parameter name (as NamedParameters gives it) -> the real vocabulary.
   std::map<std::string, int64_t> padded_rows;
+  // Model FLOPs of the forward pass per token of a model.max_seq_length
+  // sequence (2 per multiply-add; the matmuls and attention's two products,
+  // as Megatron-LM and PaLM count them), for TFLOP/s and MFU in the log.
+  double forward_flops_per_token = 0;
 };
+// Forward model FLOPs of one transformer layer for one token of a
+// `seq`-long sequence: QKV (Llama's narrower key/value projections under
+// grouped-query attention), the output projection, the MLP (Llama's three
+// matrices; 2 FLOPs per multiply-add) and attention's scores and weighted
+// sum over `seq` keys.
+double TransformerLayerFlopsPerToken(const config::ModelConfig& m, int64_t seq);
+
 // Builds the resolved config's GPT-2 or Llama under the current dist
 // layout; throws naming model.arch for another model.
 CausalLM BuildCausalLM(const config::Config& c);

@@ -90,6 +90,8 @@ class T5Task : public Task {
     return {{"loss", loss}, {"perplexity", std::exp(loss)}};
   }
 
+  std::vector<std::string> MetricNames() const override { return {"loss", "perplexity"}; }
+
   std::string DataSummary() const override {
     char line[320];
     size_t validation = 0;

@@ -75,16 +75,4 @@ double MeanEvaluationLoss(bool graph_mode, int64_t batches, int micro_batches, G
   return total / static_cast<double>(batches);
 }
 
-double TransformerLayerFlopsPerToken(const config::ModelConfig& m, int64_t seq) {
-  const double h = static_cast<double>(m.hidden_size());
-  const double ffn = static_cast<double>(m.ffn_hidden_size() > 0 ? m.ffn_hidden_size() : 4 * m.hidden_size());
-  const bool llama = m.arch() == "llama";
-  // The key and value projections' width: hidden, or kv_heads x head_dim.
-  const double kv = llama && m.num_key_value_heads() > 0 ? h * static_cast<double>(m.num_key_value_heads()) /
-                                                               static_cast<double>(m.num_attention_heads())
-                                                         : h;
-  const double mlp_matrices = llama ? 3 : 2;  // SwiGLU's gate, up and down
-  return 2 * (2 * h * h + 2 * h * kv + mlp_matrices * h * ffn) + 4 * static_cast<double>(seq) * h;
-}
-
 }  // namespace tessel::train

@@ -1,9 +1,10 @@
-// What tessel-train trains: a model of the zoo with its data, behind one
-// interface so the training loop (training_program.cc) is the same for every
-// model. One task per model, one file each: causal_lm_task.cc (GPT-2 and
-// Llama on an indexed dataset), t5_task.cc (T5 by span corruption of one),
-// bert_task.cc (BERT on an indexed dataset of sentences), vit_task.cc (ViT
-// on an image dataset).
+// What tessel-train trains: a model with its data, behind one interface so
+// the training loop (training_program.cc) is the same for every model. The
+// zoo's, one file each: causal_lm_task.cc (GPT-2 and Llama, or a causal
+// language model a program registered, on an indexed dataset), t5_task.cc
+// (T5 by span corruption of one), bert_task.cc (BERT on an indexed dataset
+// of sentences), vit_task.cc (ViT on an image dataset). A program adds its
+// own with train::RegisterModel (tools/train/model_registry.h).
 #pragma once
 
 #include <functional>
@@ -72,7 +73,12 @@ class Task {
   // Evaluation over the validation split: the loss and the task's metric.
   // In graph mode it runs a forward-only graph (options: the training
   // graph's stages, micro-batches); eagerly, one micro-batch after another.
+  // Every rank calls it; the figures need only be right on rank 0.
   virtual std::vector<Metric> Evaluate(bool graph_mode) = 0;
+  // The names of Evaluate's metrics, in its order, "loss" first
+  // (train.best_checkpoint_metric is one of them, "eval_" before it; a
+  // name ending in "accuracy" is better higher, any other lower).
+  virtual std::vector<std::string> MetricNames() const = 0;
   // Tokens in a sample, for tokens/s (a sequence's length, a ViT's patches).
   virtual int64_t tokens_per_sample() const = 0;
   // Model FLOPs of a training step on one sample, forward and backward (3x
@@ -107,17 +113,10 @@ void CheckValidationDocuments(const std::vector<zoo::DocumentRange>& splits, siz
 double MeanEvaluationLoss(bool graph_mode, int64_t batches, int micro_batches, Graph& eval_step,
                           nn::Module& model, const std::function<Graph::Tensors(int64_t, int, int)>& read,
                           const std::function<Tensor(const Graph::Tensors&)>& loss);
-// Forward model FLOPs of one transformer layer for one token of a
-// `seq`-long sequence: QKV (Llama's narrower key/value projections under
-// grouped-query attention), the output projection, the MLP (Llama's three
-// matrices; 2 FLOPs per multiply-add) and attention's scores and weighted
-// sum over `seq` keys.
-double TransformerLayerFlopsPerToken(const config::ModelConfig& m, int64_t seq);
 
 // Checks the data against the model's config and builds the model, before
-// any training; throws naming the field or file.
-// GPT-2 and Llama (model.arch gpt2, llama).
-std::unique_ptr<Task> MakeCausalLMTask(const TaskContext& context);
+// any training; throws naming the field or file. (GPT-2 and Llama are
+// causal language models: model_registry.h.)
 std::unique_ptr<Task> MakeT5Task(const TaskContext& context);
 std::unique_ptr<Task> MakeBertTask(const TaskContext& context);
 std::unique_ptr<Task> MakeViTTask(const TaskContext& context);

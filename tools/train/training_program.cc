@@ -46,6 +46,7 @@
 #include "checkpoint/checkpoint.h"
 #include "core/allocator.h"
 #include "core/comm/process_group.h"
+#include "core/join.h"
 #include "graph/autograd.h"
 #include "graph/plan/graph.h"
 #include "layers/dist.h"
@@ -54,6 +55,7 @@
 #include "layers/optimizer.h"
 #include "ops/functional.h"
 #include "runtime/actor_runtime.h"
+#include "tools/train/model_registry.h"
 #include "tools/train/task.h"
 #include "zoo/config.h"
 #include "zoo/event_writer.h"
@@ -313,7 +315,7 @@ int RunTrainingProgram(int argc, char** argv) {
   config::Config c = zoo::LoadConfig(FLAGS_config);
   zoo::ApplyOverrides(&c, overrides);
   const int world = dist::WorldSize(), rank = dist::Rank();
-  zoo::ResolveConfig(&c, world);
+  zoo::ResolveConfig(&c, world, train::ModelNames());
   config::TrainConfig& t = *c.mutable_train();
   if (FLAGS_fast_dev_run) {
     t.set_train_iter(2);
@@ -371,10 +373,14 @@ int RunTrainingProgram(int argc, char** argv) {
                                                   .stage_ranks = dist::StageRanks(),
                                                   .layer_stages = dist::LayerStages()},
                                    .micro_batches = micro_batches};
-  std::unique_ptr<train::Task> task = m.arch() == "vit"    ? train::MakeViTTask(context)
-                                      : m.arch() == "bert" ? train::MakeBertTask(context)
-                                      : m.arch() == "t5"   ? train::MakeT5Task(context)
-                                                           : train::MakeCausalLMTask(context);
+  std::unique_ptr<train::Task> task = train::MakeTask(context);
+  if (!t.best_checkpoint_metric().empty()) {
+    std::vector<std::string> metrics;
+    for (const std::string& name : task->MetricNames()) metrics.push_back("eval_" + name);
+    TESSEL_CHECK(std::find(metrics.begin(), metrics.end(), t.best_checkpoint_metric()) != metrics.end())
+        << "config: train.best_checkpoint_metric is '" << t.best_checkpoint_metric() << "'; expected one of "
+        << Join(metrics) << " (model.arch " << m.arch() << "'s evaluation)";
+  }
   const int64_t global = t.global_batch_size(), tokens_per_sample = task->tokens_per_sample();
   const bool evaluate = c.evaluation().enabled();
   auto params = task->model().NamedParameters();
@@ -657,7 +663,8 @@ int RunTrainingProgram(int argc, char** argv) {
   // a resumed run compares with what its best/ holds, a fresh one starts
   // anew.
   const std::string best_metric = t.best_checkpoint_metric();
-  const bool higher_is_better = best_metric == "eval_accuracy";
+  const bool higher_is_better =
+      best_metric.size() >= 8 && best_metric.compare(best_metric.size() - 8, 8, "accuracy") == 0;
   const std::filesystem::path best_dir = std::filesystem::path(t.checkpoint_dir()) / "best";
   std::optional<double> best_value;
   if (!best_metric.empty() && resumed && !checkpoint::Find(best_dir).empty()) {

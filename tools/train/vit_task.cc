@@ -139,6 +139,8 @@ class ViTTask : public Task {
     return {{"loss", loss_sum / counted}, {"accuracy", correct / counted}};
   }
 
+  std::vector<std::string> MetricNames() const override { return {"loss", "accuracy"}; }
+
   std::string DataSummary() const override {
     char line[320];
     std::snprintf(line, sizeof(line),
