@@ -78,13 +78,13 @@ void Setup(const Config& in) {
           << s << " no layers; expected every " << part << " 0.." << parts - 1 << " to hold one or more";
     }
   }
-  TESSEL_CHECK(!(c.sequence_parallel && c.all_to_all_sequence_parallel))
-      << "sequence_parallel (Megatron's, over tp) and all_to_all_sequence_parallel (over dp) are one or the "
-         "other";
-  TESSEL_CHECK(!c.all_to_all_sequence_parallel || dp > 1)
-      << "all_to_all_sequence_parallel splits sequences over the data-parallel ranks, but data_parallel_size "
-         "is "
-      << dp;
+  TESSEL_CHECK(c.sequence_parallel + c.all_to_all_sequence_parallel + c.context_parallel <= 1)
+      << "sequence_parallel (Megatron's, over tp), all_to_all_sequence_parallel and context_parallel (over "
+         "dp) "
+         "are one or another";
+  TESSEL_CHECK(!(c.all_to_all_sequence_parallel || c.context_parallel) || dp > 1)
+      << (c.context_parallel ? "context_parallel" : "all_to_all_sequence_parallel")
+      << " splits sequences over the data-parallel ranks, but data_parallel_size is " << dp;
   TESSEL_CHECK(c.zero_stage >= 0 && c.zero_stage <= 3)
       << "zero_stage=" << c.zero_stage << "; expected 0 (off), 1, 2 or 3";
   TESSEL_CHECK(c.pipeline_parallel_size == 1 || c.pipeline_num_layers >= parts)
@@ -137,9 +137,9 @@ void Setup(const Config& in) {
         << "sequence_parallel (Megatron's) works with tensor_parallel_mode '1d'; '" << c.tensor_parallel_mode
         << "' already splits the hidden states over all " << c.tensor_parallel_size
         << " tensor-parallel ranks";
-    TESSEL_CHECK(!c.all_to_all_sequence_parallel)
-        << "all-to-all sequence parallelism works with tensor_parallel_mode '1d', not '"
-        << c.tensor_parallel_mode << "'";
+    TESSEL_CHECK(!c.all_to_all_sequence_parallel && !c.context_parallel)
+        << (c.context_parallel ? "context" : "all-to-all sequence")
+        << " parallelism works with tensor_parallel_mode '1d', not '" << c.tensor_parallel_mode << "'";
   }
   delete g_config;
   g_config = new Config(c);
@@ -394,7 +394,11 @@ NdSbp FeatureParameterSbp(const NdSbp& activation, int64_t ndim) {
   return NdSbp(sbps);
 }
 
-Sbp DataParallelSbp() { return Current().all_to_all_sequence_parallel ? S(1) : S(0); }
+bool SequencesSplitOverDataParallel() {
+  return Current().all_to_all_sequence_parallel || Current().context_parallel;
+}
+
+Sbp DataParallelSbp() { return SequencesSplitOverDataParallel() ? S(1) : S(0); }
 
 NdSbp GetHiddenSbp() { return GetNdSbp({DataParallelSbp(), B()}); }
 

@@ -54,6 +54,14 @@ struct Config {
   // attention an all-to-all trades the sequence split for a split of the
   // heads (attention needs whole sequences) and a second one trades back.
   bool all_to_all_sequence_parallel = false;
+  // Context parallelism over the data-parallel ranks (as Llama 3 trains
+  // long sequences): they share each micro-batch and split its sequences,
+  // as above, and each attention keeps its queries split and gathers every
+  // key and value of the sequence (an all-gather over dp, a reduce-scatter
+  // of their gradients); a causal mask follows each rank's offset in the
+  // sequence. The score matrix [seq / dp, seq] and every other activation
+  // are split over the ranks; the gathered keys and values are not.
+  bool context_parallel = false;
   // The registered parallel mode that forms the stages' rank grids, and its
   // options (layers/parallel_mode.h).
   std::string tensor_parallel_mode = "1d";
@@ -158,6 +166,9 @@ NdSbp GetHiddenSbp();
 // The dp-axis Sbp of batch inputs and hidden states: S(0), or S(1) under
 // all-to-all sequence parallelism.
 Sbp DataParallelSbp();
+// The data-parallel ranks split sequences, not rows (all-to-all sequence
+// parallelism or context parallelism).
+bool SequencesSplitOverDataParallel();
 // Hidden states [batch, seq, ...] between the tensor-parallel regions: the
 // batch split over dp, and over tp the sequence split under sequence
 // parallelism (B otherwise). Tensors of fewer than 3 dimensions (no

@@ -73,20 +73,29 @@ Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask, const
   // outer mesh axis (dp) in, so the dp ranks split each tp rank's own heads
   // only when the tp split is a dimension of its own. The all-to-all then
   // stays inside each data-parallel group.
+  //
+  // Context parallelism: the dp ranks hold parts of each sequence too; the
+  // queries stay split and every key and value is gathered, so each rank
+  // scores its queries against the whole sequence (the causal mask placed by
+  // its queries' offset).
   const int64_t tp = dist::GetConfig().tensor_parallel_size;
   const bool all_to_all = dist::GetConfig().all_to_all_sequence_parallel && t.is_global();
+  const bool context = dist::GetConfig().context_parallel && t.is_global();
   // On this layer's stage; a local mask is the whole mask on every rank.
   Tensor m = OnPlacement(mask, qkv.weight.placement());
   if (m.defined() && all_to_all) m = fn::reshape(m, {b, 1, 1, 1, s});  // one more head dimension
+  if (m.defined() && context && m.is_global())                         // a mask of keys: every key's
+    m = m.to_global(m.placement(), WithDataParallelSbp(m.nd_sbp(), B()));
   const double scale = 1.0 / std::sqrt(double(hd));
-  if (!all_to_all && !dist::MultiAxisTensorParallel() && UsesFusedAttention(t, m)) {
+  const bool whole_sequences = !all_to_all && !context && !dist::MultiAxisTensorParallel();
+  if (whole_sequences && UsesFusedAttention(t, m)) {
     // q, k and v read where they lie in t, the output written as the
     // output projection reads it: no split, permute or merge around it.
     return out(fn::reshape(fn::qkv_attention(t, scale, options_.causal), {b, s, hidden_}),
                LinearActivation::kNone, residual);
   }
   Tensor q, k, v;
-  if (!all_to_all && !dist::MultiAxisTensorParallel()) {
+  if (whole_sequences) {
     // [b, heads, s, hd] each in one copy (and one back in the gradient).
     const std::vector<Tensor> parts = fn::split_qkv(t);
     q = parts[0];
@@ -108,8 +117,12 @@ Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask, const
     k = k.to_global(k.placement(), dist::AttentionKeySbp(k.nd_sbp()));
     v = v.to_global(v.placement(), dist::AttentionKeySbp(v.nd_sbp()));
   }
+  if (context) {
+    k = k.to_global(k.placement(), WithDataParallelSbp(k.nd_sbp(), B()));
+    v = v.to_global(v.placement(), WithDataParallelSbp(v.nd_sbp(), B()));
+  }
   Tensor ctx;  // [b, heads, s, hd] ([b, tp, heads / tp, s, hd])
-  if (UsesFusedAttention(q, m)) {
+  if (!context && UsesFusedAttention(q, m)) {
     ctx = fn::attention(q, k, v, scale, options_.causal);
   } else {
     Tensor probs = fn::scale_mask_softmax(fn::matmul(q, k, false, true), m, scale, options_.causal);
@@ -237,7 +250,7 @@ Tensor MaskPaddedLogits(const Tensor& logits, int64_t vocab_size) {
 Tensor ParallelCrossEntropyLoss(const Tensor& logits, const Tensor& labels, int64_t ignore_index) {
   const int64_t b = logits.shape()[0], s = logits.shape()[1], v = logits.shape()[2];
   Tensor l = logits.is_global() && !labels.is_global() ? ToHidden(labels, logits.placement()) : labels;
-  if (dist::GetConfig().all_to_all_sequence_parallel && logits.is_global()) {
+  if (dist::SequencesSplitOverDataParallel() && logits.is_global()) {
     // Split on the sequence over dp: flattened sequence-major, the rows stay
     // split (on the outer dimension) instead of being gathered.
     return fn::cross_entropy(fn::reshape(fn::permute(logits, {1, 0, 2}), {s * b, v}),

@@ -30,8 +30,9 @@ int64_t CheckLlama(const LlamaConfig& c) {
                              << " (each rank holds whole key/value heads, as in Megatron-LM)";
   TESSEL_CHECK(!dist::MultiAxisTensorParallel())
       << "Llama: tensor_parallel_mode '" << d.tensor_parallel_mode << "' is not supported; use the 1d mode";
-  TESSEL_CHECK(!d.all_to_all_sequence_parallel)
-      << "Llama: all-to-all sequence parallelism is not supported (Megatron's sequence parallelism is)";
+  TESSEL_CHECK(!d.all_to_all_sequence_parallel && !d.context_parallel)
+      << "Llama: " << (d.context_parallel ? "context" : "all-to-all sequence")
+      << " parallelism is not supported (Megatron's sequence parallelism is)";
   TESSEL_CHECK(c.layers > 0) << "Llama: layers=" << c.layers << "; expected at least 1";
   return c.hidden;
 }

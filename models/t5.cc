@@ -30,7 +30,8 @@ const T5Config& CheckT5(const T5Config& c) {
       << "T5: relative_buckets=" << c.relative_buckets
       << ", relative_max_distance=" << c.relative_max_distance
       << "; expected at least 4 buckets and a distance beyond the exact ones";
-  TESSEL_CHECK(!dist::MultiAxisTensorParallel() && !d.all_to_all_sequence_parallel && !d.sequence_parallel)
+  TESSEL_CHECK(!dist::MultiAxisTensorParallel() && !d.all_to_all_sequence_parallel && !d.context_parallel &&
+               !d.sequence_parallel)
       << "T5: supports the 1d tensor-parallel mode without sequence parallelism";
   return c;
 }

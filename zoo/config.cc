@@ -164,7 +164,10 @@ constexpr double kMaxActivationElements = 1ULL << 40;
 
 // Batch sizes: any two of micro, global and accumulation give the third,
 // global = micro x dp x accumulation.
-void ResolveBatchSizes(config::TrainConfig* t, int64_t dp) {
+// `dp`: the ranks that read rows of their own (data_parallel_size, or 1
+// when the data-parallel ranks split sequences and share every row), named
+// `dp_name` in messages.
+void ResolveBatchSizes(config::TrainConfig* t, int64_t dp, const std::string& dp_name) {
   const bool has_micro = t->has_micro_batch_size(), has_global = t->has_global_batch_size(),
              has_acc = t->has_num_accumulation_steps();
   if (has_micro) CheckSize("train.micro_batch_size", t->micro_batch_size(), kMaxCount);
@@ -172,34 +175,33 @@ void ResolveBatchSizes(config::TrainConfig* t, int64_t dp) {
   if (has_acc) CheckSize("train.num_accumulation_steps", t->num_accumulation_steps(), kMaxCount);
   if (has_micro && has_acc) {  // their product with dp is the global batch: within bounds too
     const __int128 global = static_cast<__int128>(t->micro_batch_size()) * dp * t->num_accumulation_steps();
-    TESSEL_CHECK(global <= kMaxCount)
-        << "config: train.micro_batch_size x data_parallel_size x num_accumulation_steps = "
-        << t->micro_batch_size() << " x " << dp << " x " << t->num_accumulation_steps() << " is above "
-        << kMaxCount << "; expected a global batch of at most that";
+    TESSEL_CHECK(global <= kMaxCount) << "config: train.micro_batch_size x " << dp_name
+                                      << " x num_accumulation_steps = " << t->micro_batch_size() << " x "
+                                      << dp << " x " << t->num_accumulation_steps() << " is above "
+                                      << kMaxCount << "; expected a global batch of at most that";
   }
   if (!has_micro && !has_global) t->set_micro_batch_size(8);
   if (!has_acc && !(has_micro && has_global)) t->set_num_accumulation_steps(1);
   if (!t->has_micro_batch_size()) {  // global and accumulation given
     const int64_t per_micro = dp * t->num_accumulation_steps();
     TESSEL_CHECK(t->global_batch_size() % per_micro == 0)
-        << "config: train.global_batch_size " << t->global_batch_size()
-        << " is not divisible by data_parallel_size x num_accumulation_steps = " << dp << " x "
-        << t->num_accumulation_steps() << " = " << per_micro
-        << "; expected global = micro x data_parallel_size x accumulation";
+        << "config: train.global_batch_size " << t->global_batch_size() << " is not divisible by " << dp_name
+        << " x num_accumulation_steps = " << dp << " x " << t->num_accumulation_steps() << " = " << per_micro
+        << "; expected global = micro x " << dp_name << " x accumulation";
     t->set_micro_batch_size(t->global_batch_size() / per_micro);
   } else if (!t->has_num_accumulation_steps()) {  // micro and global given
     const int64_t per_step = t->micro_batch_size() * dp;
     TESSEL_CHECK(t->global_batch_size() % per_step == 0)
         << "config: train.global_batch_size " << t->global_batch_size()
-        << " is not divisible by micro_batch_size x data_parallel_size = " << t->micro_batch_size() << " x "
-        << dp << " = " << per_step << "; expected global = micro x data_parallel_size x accumulation";
+        << " is not divisible by micro_batch_size x " << dp_name << " = " << t->micro_batch_size() << " x "
+        << dp << " = " << per_step << "; expected global = micro x " << dp_name << " x accumulation";
     t->set_num_accumulation_steps(t->global_batch_size() / per_step);
   }
   const int64_t global = t->micro_batch_size() * dp * t->num_accumulation_steps();
   if (!t->has_global_batch_size()) t->set_global_batch_size(global);
   TESSEL_CHECK(t->global_batch_size() == global)
       << "config: train.global_batch_size is " << t->global_batch_size() << " but micro_batch_size x "
-      << "data_parallel_size x num_accumulation_steps = " << t->micro_batch_size() << " x " << dp << " x "
+      << dp_name << " x num_accumulation_steps = " << t->micro_batch_size() << " x " << dp << " x "
       << t->num_accumulation_steps() << " = " << global << "; set two of the three and the third follows";
 }
 
@@ -707,16 +709,17 @@ void ResolveConfig(config::Config* c, int world_size, const std::vector<std::str
       << m.num_attention_heads();
 
   CheckOneOf("train.dist.device", d.device(), {"cpu", "cuda"});
-  CheckOneOf("train.dist.sequence_parallel_mode", d.sequence_parallel_mode(), {"megatron", "all_to_all"});
+  CheckOneOf("train.dist.sequence_parallel_mode", d.sequence_parallel_mode(),
+             {"megatron", "all_to_all", "context"});
   // A mode chosen for sequence parallelism left off would train without it.
   TESSEL_CHECK(d.sequence_parallel() || d.sequence_parallel_mode() == "megatron")
       << "config: train.dist.sequence_parallel_mode is '" << d.sequence_parallel_mode()
       << "' but train.dist.sequence_parallel is false; set sequence_parallel: true to use it";
   // Every input of the language model is [batch, seq, ...]; BERT's sentence
   // labels and ViT's images have no sequence to split.
-  TESSEL_CHECK(!AllToAllSequenceParallel(d) || m.arch() == "gpt2")
-      << "config: train.dist.sequence_parallel_mode all_to_all is for model.arch gpt2; this config trains '"
-      << m.arch() << "'";
+  TESSEL_CHECK(!SequencesSplitOverDataParallel(d) || m.arch() == "gpt2")
+      << "config: train.dist.sequence_parallel_mode " << d.sequence_parallel_mode()
+      << " is for model.arch gpt2; this config trains '" << m.arch() << "'";
   if (t.amp().enabled()) {
     const config::AmpConfig& amp = t.amp();
     CheckOneOf("train.amp.dtype", amp.dtype(), {"bf16", "f16"});
@@ -760,8 +763,9 @@ void ResolveConfig(config::Config* c, int world_size, const std::vector<std::str
   TESSEL_CHECK(dp * tp * pp == world_size)
       << "config: data_parallel_size x tensor_parallel_size x pipeline_parallel_size = " << dp << " x " << tp
       << " x " << pp << " = " << dp * tp * pp << " but the job has " << world_size << " ranks";
-  TESSEL_CHECK(!AllToAllSequenceParallel(d) || dp > 1)
-      << "config: train.dist.sequence_parallel_mode all_to_all splits each sequence over the data-parallel "
+  TESSEL_CHECK(!SequencesSplitOverDataParallel(d) || dp > 1)
+      << "config: train.dist.sequence_parallel_mode " << d.sequence_parallel_mode()
+      << " splits each sequence over the data-parallel "
          "ranks, but data_parallel_size is 1; launch more ranks or use sequence_parallel_mode megatron";
   // 1d (the default, the one mode the zoo knows) splits the heads and the
   // MLP's features over all tp ranks. Other modes are registries the
@@ -809,7 +813,15 @@ void ResolveConfig(config::Config* c, int world_size, const std::vector<std::str
       << " entries; expected one per layer (" << layers << (t5 ? ": the encoder's and decoder's" : "")
       << ") or none";
 
-  ResolveBatchSizes(&t, dp);
+  // Under all-to-all sequence parallelism and context parallelism the dp
+  // ranks share each micro-batch's rows, each holding its part of every
+  // sequence, so they read micro_batch_size rows together.
+  if (SequencesSplitOverDataParallel(d))
+    ResolveBatchSizes(&t, 1,
+                      "1 (the data-parallel ranks share every row under sequence_parallel_mode " +
+                          d.sequence_parallel_mode() + ")");
+  else
+    ResolveBatchSizes(&t, dp, "data_parallel_size");
   TESSEL_CHECK(chunks == 1 || t.graph().pipeline() != "interleaved_1f1b" ||
                t.num_accumulation_steps() % pp == 0)
       << "config: train.num_accumulation_steps is " << t.num_accumulation_steps()
@@ -943,6 +955,18 @@ void ResolveConfig(config::Config* c, int world_size, const std::vector<std::str
 
 bool AllToAllSequenceParallel(const config::DistConfig& d) {
   return d.sequence_parallel() && d.sequence_parallel_mode() == "all_to_all";
+}
+
+bool ContextParallel(const config::DistConfig& d) {
+  return d.sequence_parallel() && d.sequence_parallel_mode() == "context";
+}
+
+bool SequencesSplitOverDataParallel(const config::DistConfig& d) {
+  return AllToAllSequenceParallel(d) || ContextParallel(d);
+}
+
+bool MegatronSequenceParallel(const config::DistConfig& d) {
+  return d.sequence_parallel() && d.sequence_parallel_mode() == "megatron";
 }
 
 std::string CanonicalArch(const std::string& arch) { return arch == "gpt" ? "gpt2" : arch; }

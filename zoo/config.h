@@ -81,6 +81,13 @@ std::string ConfigText(const config::Config& config);
 // (DeepSpeed-Ulysses over the data-parallel ranks); Megatron's is the rest
 // of sequence_parallel.
 bool AllToAllSequenceParallel(const config::DistConfig& dist);
+// train.dist.sequence_parallel with sequence_parallel_mode context (keys
+// and values gathered over the data-parallel ranks in each attention).
+bool ContextParallel(const config::DistConfig& dist);
+// Either of the two: the data-parallel ranks split sequences, not rows.
+bool SequencesSplitOverDataParallel(const config::DistConfig& dist);
+// sequence_parallel with sequence_parallel_mode megatron (over tp).
+bool MegatronSequenceParallel(const config::DistConfig& dist);
 
 // model.arch with its aliases resolved ("gpt" is "gpt2"): what ResolveConfig
 // writes, and what checkpoints of one model are compared by.

@@ -6,13 +6,14 @@ beside tensor parallelism (dp2 x tp2, stage 3) and pipelines with gradient
 accumulation (dp2 x pp2, stage 1); and with sequence parallelism under
 tp2, dp2 x tp2, tp2 x pp2 and tp4 (eager; ViT's 17 tokens split unevenly);
 for GPT also with all-to-all sequence parallelism under dp4, dp2 x tp2
-(eager) and dp2 x pp2 with ZeRO 1; and interleaved 1F1B with 2 model chunks
+(eager) and dp2 x pp2 with ZeRO 1, and context parallelism under dp4,
+dp2 x tp2 (eager) and dp2 x pp2; and interleaved 1F1B with 2 model chunks
 per stage under dp2 x pp2 (GPT and ViT); the GPT's gradients reduced in
 bf16 (train.gradient_reducer) under dp4, in graph mode and eagerly with ZeRO
 1, within 1e-3 of one process's losses. A bad stage, ZeRO with mixed
 precision, interleaved 1F1B over a micro-batch count that is not a multiple
-of the stages, all-to-all sequence parallelism without data parallelism or
-for ViT, an unknown sequence parallel mode, an unregistered gradient
+of the stages, all-to-all sequence parallelism or context parallelism
+without data parallelism or for ViT, an unknown sequence parallel mode, an unregistered gradient
 reducer and a reducer under ZeRO 2 are named before the first
 iteration."""
 import os
@@ -36,6 +37,8 @@ def mode(stage):
         return ["train.dist.sequence_parallel=true", "train.dist.sequence_parallel_mode=all_to_all"]
     if stage == "a2a zero1":
         return mode("a2a") + mode(1)
+    if stage == "cp":
+        return ["train.dist.sequence_parallel=true", "train.dist.sequence_parallel_mode=context"]
     if stage == "interleaved":
         return ["train.dist.virtual_pipeline_size=2", "train.graph.pipeline=interleaved_1f1b"]
     return [] if stage == 0 else ["train.zero_optimization.enabled=true", f"train.zero_optimization.stage={stage}"]
@@ -70,6 +73,8 @@ RUNS = {"1x1x1": (1, 1, 1, True, 0), "dp4 stage 1": (4, 1, 1, True, 1), "dp4 sta
         "dp4 all-to-all sequence parallel": (4, 1, 1, True, "a2a"),
         "dp2 x tp2 all-to-all sequence parallel eager": (4, 2, 1, False, "a2a"),
         "dp2 x pp2 all-to-all sequence parallel, ZeRO 1": (4, 1, 2, True, "a2a zero1"),
+        "dp4 context parallel": (4, 1, 1, True, "cp"), "dp2 x tp2 context parallel eager": (4, 2, 1, False, "cp"),
+        "dp2 x pp2 context parallel": (4, 1, 2, True, "cp"),
         "dp2 x pp2 interleaved 1F1B, 2 chunks per stage": (4, 1, 2, True, "interleaved")}
 COMMON = [f"train.train_iter={ITERS}", "train.log_period=1", "evaluation.enabled=false", "scheduler.warmup_iter=5"]
 gpt = Trainer(args.launcher, args.program, os.path.join(args.source, "configs", "gpt2_tiny.prototxt"))
@@ -122,11 +127,19 @@ check_bad_inputs(gpt, work, {
                                         r"reduce-scatters each gradient"),
     "a sequence parallel mode not known": (["train.dist.sequence_parallel_mode=ring"],
                                           r"train\.dist\.sequence_parallel_mode is 'ring'; expected one of "
-                                          r"megatron, all_to_all"),
+                                          r"megatron, all_to_all, context"),
+    "context parallelism without data parallelism": (
+        ["train.dist.sequence_parallel=true", "train.dist.sequence_parallel_mode=context",
+         "train.dist.tensor_parallel_size=2", "train.dist.pipeline_parallel_size=2"],
+        r"sequence_parallel_mode context splits each sequence over the data-parallel ranks, but "
+        r"data_parallel_size is 1"),
 }, 4, COMMON)
 check_bad_inputs(vit, work, {
     "all-to-all sequence parallelism of ViT": (
         ["train.dist.sequence_parallel=true", "train.dist.sequence_parallel_mode=all_to_all"],
         r"sequence_parallel_mode all_to_all is for model\.arch gpt2; this config trains 'vit'"),
+    "context parallelism of ViT": (
+        ["train.dist.sequence_parallel=true", "train.dist.sequence_parallel_mode=context"],
+        r"sequence_parallel_mode context is for model\.arch gpt2; this config trains 'vit'"),
 }, 4, COMMON)
 finish()

@@ -204,7 +204,8 @@ TEST(GptPlan, MoreMicroBatchesCompileTheSameOpsAndRunThemMoreOften) {
   const int64_t layer = 2 * (517 / 64);
   EXPECT_EQ(Tally(many, layer, false, "tp", "all-reduce").count,
             32 * Tally(two, layer, false, "tp", "all-reduce").count);
-  EXPECT_EQ(Tally(many, layer, false, "pp", "recv").elements, 32 * Tally(two, layer, false, "pp", "recv").elements);
+  EXPECT_EQ(Tally(many, layer, false, "pp", "recv").elements,
+            32 * Tally(two, layer, false, "pp", "recv").elements);
   // The gradients are still reduced once a step.
   EXPECT_EQ(Tally(many, -1, true, "dp", "all-reduce").bytes, Tally(two, -1, true, "dp", "all-reduce").bytes);
 }
@@ -301,7 +302,8 @@ TEST(GptPlan, SequenceParallelLayersAllGatherAndReduceScatterTheActivations) {
 // and the same in backward, and nothing else moves inside a layer. The
 // group here is the data-parallel one; beside tensor parallelism the heads
 // a tp rank owns are the ones split, so N*h/(dp*tp) each, and tp's own
-// all-reduces are Megatron's, unchanged.
+// all-reduces are Megatron's for the rank's N/dp tokens. (The group shares
+// its micro-batch's rows: N is micro_batch_size sequences.)
 TEST(GptPlan, AllToAllSequenceParallelMovesFourTimesTheTokensHiddenStatesPerLayer) {
   for (const auto& [dp, tp] : {std::pair<int64_t, int64_t>{4, 1}, {2, 2}}) {
     GptPlanOptions o{.model = {.vocab_size = 1024, .hidden = 256, .heads = 8, .layers = 3, .max_seq = 128},
@@ -310,7 +312,7 @@ TEST(GptPlan, AllToAllSequenceParallelMovesFourTimesTheTokensHiddenStatesPerLaye
                      .micro_batch_size = 2};
     const GptPlan plain = PlanGpt(o);
     o.all_to_all_sequence_parallel = true;
-    const int64_t tokens = o.micro_batch_size * dp * 128;  // the dp group's micro-batch
+    const int64_t tokens = o.micro_batch_size * 128;  // the dp group's micro-batch: its rows are shared
     for (int rank : {0, static_cast<int>(dp * tp - 1)}) {
       o.rank = rank;
       const GptPlan plan = PlanGpt(o);
@@ -322,7 +324,8 @@ TEST(GptPlan, AllToAllSequenceParallelMovesFourTimesTheTokensHiddenStatesPerLaye
           const CommTally a2a = Tally(plan, layer, backward, "dp", "all-to-all");
           EXPECT_EQ(a2a.count, 2);
           EXPECT_EQ(a2a.elements, 4 * tokens * 256 / (dp * tp));
-          EXPECT_EQ(Tally(plan, layer, backward, "tp", "all-reduce").elements,
+          // Each rank holds 1/dp of the tokens a plain dp rank holds.
+          EXPECT_EQ(dp * Tally(plan, layer, backward, "tp", "all-reduce").elements,
                     Tally(plain, layer, backward, "tp", "all-reduce").elements);
           for (const auto& [k, t] : plan.comm) {
             if (k.layer == layer && k.backward == backward) {

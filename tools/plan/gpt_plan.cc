@@ -107,6 +107,7 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
                .zero_stage = o.zero_stage,
                .sequence_parallel = o.sequence_parallel,
                .all_to_all_sequence_parallel = o.all_to_all_sequence_parallel,
+               .context_parallel = o.context_parallel,
                .tensor_parallel_mode = o.tensor_parallel_mode,
                .tensor_parallel_mode_options = o.tensor_parallel_mode_options});
   std::unique_ptr<nn::Module> model;
@@ -135,7 +136,11 @@ GptPlan PlanGpt(const GptPlanOptions& o) {
              {.micro_batches = static_cast<int>(o.micro_batches),
               .stage_ranks = dist::StageRanks(),
               .layer_stages = dist::LayerStages()});
-  const Shape batch({o.micro_batch_size * o.data_parallel_size * o.micro_batches, seq});
+  // Under all-to-all sequence parallelism and context parallelism the dp
+  // ranks share each micro-batch's rows.
+  const bool split_sequences = o.all_to_all_sequence_parallel || o.context_parallel;
+  const Shape batch(
+      {o.micro_batch_size * (split_sequences ? 1 : o.data_parallel_size) * o.micro_batches, seq});
   const ir::Graph& graph = step.Trace(
       {{"ids", MakeMetaLocal(batch, DType::kInt64)}, {"labels", MakeMetaLocal(batch, DType::kInt64)}});
   out.compile_seconds = SecondsSince(start);
@@ -219,9 +224,9 @@ std::string GptPlanText(const GptPlanOptions& o, const GptPlan& plan) {
     os << " (" << o.tensor_parallel_mode << ", tensor mesh [" << Join(dist::TensorMesh()) << "])";
   os << "; rank " << o.rank << " is on stage " << plan.stage << "\n"
      << "step: " << o.micro_batches << " micro-batch(es) of " << o.micro_batch_size
-     << (o.all_to_all_sequence_parallel
-             ? " sequence(s) per data-parallel rank, shared by the dp group, each rank holding 1/dp of every "
-               "sequence (tokens x h per rank = "
+     << (o.all_to_all_sequence_parallel || o.context_parallel
+             ? " sequence(s), shared by the dp group, each rank holding 1/dp of every sequence (b*s*h of the "
+               "micro-batch = "
              : " sequence(s) per data-parallel rank (b*s*h = ")
      << o.micro_batch_size * seq * shape.hidden << " elements)\n"
      << std::fixed << std::setprecision(2) << "compiled the logical graph (" << plan.logical_ops
@@ -337,8 +342,9 @@ GptPlanOptions GptPlanOptionsFromConfig(const config::Config& config, int world_
                    .micro_batch_size = t.micro_batch_size(),
                    .micro_batches = t.num_accumulation_steps(),
                    .seq = c.model().max_seq_length(),
-                   .sequence_parallel = d.sequence_parallel() && !zoo::AllToAllSequenceParallel(d),
+                   .sequence_parallel = zoo::MegatronSequenceParallel(d),
                    .all_to_all_sequence_parallel = zoo::AllToAllSequenceParallel(d),
+                   .context_parallel = zoo::ContextParallel(d),
                    .zero_stage = t.zero_optimization().enabled() ? t.zero_optimization().stage() : 0,
                    .tensor_parallel_mode = d.tensor_parallel_mode(),
                    .schedule = t.graph().pipeline()};

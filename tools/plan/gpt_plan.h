@@ -44,8 +44,11 @@ struct GptPlanOptions {
   bool want_instructions = false;  // keep the rank's executable plan in words
   bool sequence_parallel = false;  // dist::Config::sequence_parallel
   // dist::Config::all_to_all_sequence_parallel: the data-parallel ranks
-  // split each sequence of their micro_batch_size x dp rows.
+  // share micro_batch_size rows and split each sequence.
   bool all_to_all_sequence_parallel = false;
+  // dist::Config::context_parallel: split the same way; each attention
+  // gathers the keys and values.
+  bool context_parallel = false;
   int64_t zero_stage = 0;  // dist::Config::zero_stage (and AdamW's)
   // dist::Config::tensor_parallel_mode and its options (e.g. 2.5d's depth).
   std::string tensor_parallel_mode = "1d";

@@ -71,8 +71,9 @@ DEFINE_bool(
     "on the sequence over tp between the tensor-parallel regions)");
 DEFINE_string(
     sequence_parallel_mode, "megatron",
-    "with --sequence_parallel: megatron (over tp) or all_to_all (DeepSpeed-Ulysses: the dp ranks split "
-    "each sequence; all-to-alls around attention trade it for a split of the heads)");
+    "with --sequence_parallel: megatron (over tp), all_to_all (DeepSpeed-Ulysses: the dp ranks split "
+    "each sequence; all-to-alls around attention trade it for a split of the heads) or context (the dp ranks "
+    "split each sequence; each attention gathers the keys and values)");
 DEFINE_int64(zero_stage, 0,
              "ZeRO over the data-parallel ranks: 1 optimizer state, 2 and gradients, 3 and parameters");
 DEFINE_string(
@@ -130,14 +131,16 @@ int main(int argc, char** argv) {
       o.pipeline_parallel_size = FLAGS_pp;
       o.data_parallel_size = FLAGS_dp;
       o.virtual_pipeline_size = FLAGS_virtual_pipeline_size;
-      TESSEL_CHECK(FLAGS_sequence_parallel_mode == "megatron" || FLAGS_sequence_parallel_mode == "all_to_all")
+      TESSEL_CHECK(FLAGS_sequence_parallel_mode == "megatron" ||
+                   FLAGS_sequence_parallel_mode == "all_to_all" || FLAGS_sequence_parallel_mode == "context")
           << "--sequence_parallel_mode=" << FLAGS_sequence_parallel_mode
-          << "; expected megatron or all_to_all";
+          << "; expected megatron, all_to_all or context";
       TESSEL_CHECK(FLAGS_sequence_parallel || FLAGS_sequence_parallel_mode == "megatron")
           << "--sequence_parallel_mode=" << FLAGS_sequence_parallel_mode << " needs --sequence_parallel";
       o.sequence_parallel = FLAGS_sequence_parallel && FLAGS_sequence_parallel_mode == "megatron";
       o.all_to_all_sequence_parallel =
           FLAGS_sequence_parallel && FLAGS_sequence_parallel_mode == "all_to_all";
+      o.context_parallel = FLAGS_sequence_parallel && FLAGS_sequence_parallel_mode == "context";
       o.zero_stage = FLAGS_zero_stage;
       o.tensor_parallel_mode = FLAGS_tensor_parallel_mode;
       if (FLAGS_depth != 0) o.tensor_parallel_mode_options["depth"] = std::to_string(FLAGS_depth);

@@ -14,7 +14,7 @@ BatchLayout BatchLayout::ForWorld(int64_t rows) {
           .first = dist::GetLayerPlacement(0),
           .last = dist::GetLayerPlacement(-1),
           .sbp = dist::GetHiddenSbp(),
-          .sequence_split = dist::GetConfig().all_to_all_sequence_parallel};
+          .sequence_split = dist::SequencesSplitOverDataParallel()};
 }
 
 std::pair<int64_t, int64_t> BatchLayout::SequenceRange(int64_t seq) const {

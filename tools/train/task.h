@@ -36,8 +36,8 @@ struct BatchLayout {
   int64_t dp = 1;
   Placement first, last;
   NdSbp sbp;  // batch split over dp, replicated over tp
-  // Under all-to-all sequence parallelism the dp ranks share every row and
-  // each reads its part of the sequence.
+  // Under all-to-all sequence parallelism and context parallelism the dp
+  // ranks share every row and each reads its part of the sequence.
   bool sequence_split = false;
 
   static BatchLayout ForWorld(int64_t rows);

@@ -359,8 +359,9 @@ int RunTrainingProgram(int argc, char** argv) {
                                              d.custom_pipeline_stage_id().end()},
                .device_type = ParseDeviceType(d.device()),
                .zero_stage = t.zero_optimization().enabled() ? t.zero_optimization().stage() : 0,
-               .sequence_parallel = d.sequence_parallel() && !zoo::AllToAllSequenceParallel(d),
+               .sequence_parallel = zoo::MegatronSequenceParallel(d),
                .all_to_all_sequence_parallel = zoo::AllToAllSequenceParallel(d),
+               .context_parallel = zoo::ContextParallel(d),
                .tensor_parallel_mode = d.tensor_parallel_mode(),
                .tensor_parallel_mode_options = {d.tensor_parallel_mode_options().begin(),
                                                 d.tensor_parallel_mode_options().end()}});
@@ -556,12 +557,15 @@ int RunTrainingProgram(int argc, char** argv) {
   if (rank == 0) {
     std::printf(
         "tessel-train: %s, %ld layers, hidden %ld; world %d = dp %ld x tp %ld x "
-        "pp %ld; global batch %ld = micro %ld x dp %ld x accumulation %d; %s%s; %ld iterations; %s\n",
+        "pp %ld; global batch %ld = micro %ld x %s x accumulation %d; %s%s; %ld iterations; %s\n",
         m.arch().c_str(), static_cast<long>(d.pipeline_num_layers()), static_cast<long>(m.hidden_size()),
         world, static_cast<long>(dp), static_cast<long>(d.tensor_parallel_size()),
         static_cast<long>(d.pipeline_parallel_size()), static_cast<long>(global),
-        static_cast<long>(t.micro_batch_size()), static_cast<long>(dp), micro_batches,
-        graph ? "graph mode, " : "eager", graph ? t.graph().pipeline().c_str() : "",
+        static_cast<long>(t.micro_batch_size()),
+        zoo::SequencesSplitOverDataParallel(d)
+            ? ("1 (each sequence split over the " + std::to_string(dp) + " data-parallel ranks)").c_str()
+            : ("dp " + std::to_string(dp)).c_str(),
+        micro_batches, graph ? "graph mode, " : "eager", graph ? t.graph().pipeline().c_str() : "",
         static_cast<long>(t.train_iter()), task->DataSummary().c_str());
     for (const std::string& line : dist::LayoutLines()) std::printf("tessel-train: %s\n", line.c_str());
     if (reducer)
