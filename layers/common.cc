@@ -9,13 +9,16 @@ using namespace tessel::sbp_shorthand;  // S(d), B(), P()
 namespace tessel::layers {
 
 Tensor ToHidden(const Tensor& x, const Placement& placement) {
+  // A value per row ([batch]) when the dp ranks split sequences: they share
+  // every row, so it is replicated over dp.
+  const NdSbp layout = dist::SequencesSplitOverDataParallel() && x.ndim() < 2 ? dist::GetNdSbp({B(), B()})
+                                                                              : dist::GetHiddenSbp();
   if (!x.is_global()) {
     // A local tensor is the whole (replicated) value on every rank: its
     // shape is the logical shape (nothing to exchange).
-    return FromLocal(x, placement, dist::GetNdSbp({B(), B()}), x.shape())
-        .to_global(placement, dist::GetHiddenSbp());
+    return FromLocal(x, placement, dist::GetNdSbp({B(), B()}), x.shape()).to_global(placement, layout);
   }
-  return x.to_global(placement, dist::GetHiddenSbp());
+  return x.to_global(placement, layout);
 }
 
 Tensor ToActivations(const Tensor& x, const Placement& placement) {

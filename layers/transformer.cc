@@ -83,9 +83,9 @@ Tensor MultiheadAttention::operator()(const Tensor& x, const Tensor& mask, const
   const bool context = dist::GetConfig().context_parallel && t.is_global();
   // On this layer's stage; a local mask is the whole mask on every rank.
   Tensor m = OnPlacement(mask, qkv.weight.placement());
-  if (m.defined() && all_to_all) m = fn::reshape(m, {b, 1, 1, 1, s});  // one more head dimension
-  if (m.defined() && context && m.is_global())                         // a mask of keys: every key's
+  if (m.defined() && (all_to_all || context) && m.is_global())  // a mask of keys: every key's
     m = m.to_global(m.placement(), WithDataParallelSbp(m.nd_sbp(), B()));
+  if (m.defined() && all_to_all) m = fn::reshape(m, {b, 1, 1, 1, s});  // one more head dimension
   const double scale = 1.0 / std::sqrt(double(hd));
   const bool whole_sequences = !all_to_all && !context && !dist::MultiAxisTensorParallel();
   if (whole_sequences && UsesFusedAttention(t, m)) {

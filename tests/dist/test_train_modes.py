@@ -7,7 +7,7 @@ accumulation (dp2 x pp2, stage 1); and with sequence parallelism under
 tp2, dp2 x tp2, tp2 x pp2 and tp4 (eager; ViT's 17 tokens split unevenly);
 for GPT also with all-to-all sequence parallelism under dp4, dp2 x tp2
 (eager) and dp2 x pp2 with ZeRO 1, and context parallelism under dp4,
-dp2 x tp2 (eager) and dp2 x pp2; and interleaved 1F1B with 2 model chunks
+dp2 x tp2 (eager) and dp2 x pp2, BERT with these and all-to-all under dp4; and interleaved 1F1B with 2 model chunks
 per stage under dp2 x pp2 (GPT and ViT); the GPT's gradients reduced in
 bf16 (train.gradient_reducer) under dp4, in graph mode and eagerly with ZeRO
 1, within 1e-3 of one process's losses. A bad stage, ZeRO with mixed
@@ -98,6 +98,12 @@ for name, (graph, zero) in {"graph mode": (True, 0), "eager, ZeRO 1": (False, 1)
           'gradient reducer name: "bf16_all_reduce"' in out, out[-3000:])
     check(f"GPT dp4, gradients all-reduced in bf16, {name}: not the f32 reduction's losses bit for bit",
           values[1:] != ref[1:], str(values))
+# BERT (a padding mask on the keys, a sentence label per row) under context
+# parallelism and all-to-all sequence parallelism.
+bert = Trainer(args.launcher, args.program, os.path.join(args.source, "configs", "bert_tiny.prototxt"))
+compare("BERT", bert, COMMON,
+        {k: RUNS[k] for k in ("1x1x1", "dp4 context parallel", "dp2 x tp2 context parallel eager",
+                              "dp2 x pp2 context parallel", "dp4 all-to-all sequence parallel")})
 vit = Trainer(args.launcher, args.program, os.path.join(args.source, "configs", "vit_tiny.prototxt"))
 compare("ViT", vit, COMMON + ["train.micro_batch_size=8"],
         {k: RUNS[k] for k in ("1x1x1", "dp4 stage 1", "dp4 stage 2", "dp4 stage 3", "tp2 sequence parallel",
@@ -137,9 +143,9 @@ check_bad_inputs(gpt, work, {
 check_bad_inputs(vit, work, {
     "all-to-all sequence parallelism of ViT": (
         ["train.dist.sequence_parallel=true", "train.dist.sequence_parallel_mode=all_to_all"],
-        r"sequence_parallel_mode all_to_all is for model\.arch gpt2; this config trains 'vit'"),
+        r"sequence_parallel_mode all_to_all is for model\.arch gpt2 and bert; this config trains 'vit'"),
     "context parallelism of ViT": (
         ["train.dist.sequence_parallel=true", "train.dist.sequence_parallel_mode=context"],
-        r"sequence_parallel_mode context is for model\.arch gpt2; this config trains 'vit'"),
+        r"sequence_parallel_mode context is for model\.arch gpt2 and bert; this config trains 'vit'"),
 }, 4, COMMON)
 finish()

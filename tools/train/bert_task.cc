@@ -166,6 +166,9 @@ class BertTask : public Task {
     const BatchLayout layout = BatchLayout::ForWorld(global_);
     const bool needs_inputs = layout.ReadsInputs(), needs_labels = layout.ReadsLabels();
     const int64_t local_rows = layout.LocalRows(parts);
+    // Each row's positions [from, to): all of them, or this rank's part of
+    // the sequence when the dp ranks split sequences.
+    const auto [from, to] = layout.SequenceRange(seq_);
     std::vector<int64_t> ids, types, mlm_labels, sentence_labels;
     std::vector<bool> attend;
     std::vector<float> weights;
@@ -181,13 +184,13 @@ class BertTask : public Task {
       for (int64_t i = 0; i < local_rows; ++i) {
         const zoo::BertSample s = data.Sample((begin + i) % data.size());
         if (needs_inputs) {
-          ids.insert(ids.end(), s.ids.begin(), s.ids.end());
-          types.insert(types.end(), s.token_types.begin(), s.token_types.end());
-          attend.insert(attend.end(), s.attention_mask.begin(), s.attention_mask.end());
+          ids.insert(ids.end(), s.ids.begin() + from, s.ids.begin() + to);
+          types.insert(types.end(), s.token_types.begin() + from, s.token_types.begin() + to);
+          attend.insert(attend.end(), s.attention_mask.begin() + from, s.attention_mask.begin() + to);
         }
         if (needs_labels) {
-          mlm_labels.insert(mlm_labels.end(), s.mlm_labels.begin(), s.mlm_labels.end());
-          for (int64_t y : s.mlm_labels) weights.push_back(y == -100 ? 0.0f : weight);
+          mlm_labels.insert(mlm_labels.end(), s.mlm_labels.begin() + from, s.mlm_labels.begin() + to);
+          for (int64_t i = from; i < to; ++i) weights.push_back(s.mlm_labels[i] == -100 ? 0.0f : weight);
           sentence_labels.push_back(s.sentence_label);
         }
       }
@@ -197,13 +200,15 @@ class BertTask : public Task {
     // A rank outside a placement gives no rows, in the inputs' dtypes (an
     // undefined tensor would read as f32 and change the graph's specs).
     const int64_t first_rows = needs_inputs ? local_rows : 0, last_rows = needs_labels ? local_rows : 0;
-    return {{"ids", layout.OnFirst(Tensor::FromVector<int64_t>(ids, {first_rows, seq_}), shape)},
-            {"token_type_ids", layout.OnFirst(Tensor::FromVector<int64_t>(types, {first_rows, seq_}), shape)},
-            {"attention_mask", layout.OnFirst(Tensor::FromVector<bool>(attend, {first_rows, seq_}), shape)},
-            {"mlm_labels", layout.OnLast(Tensor::FromVector<int64_t>(mlm_labels, {last_rows, seq_}), shape)},
-            {"mlm_weights", layout.OnLast(Tensor::FromVector<float>(weights, {last_rows, seq_}), shape)},
-            {"sentence_labels",
-             layout.OnLast(Tensor::FromVector<int64_t>(sentence_labels, {last_rows}), Shape({rows}))}};
+    const int64_t part_seq = to - from;
+    return {
+        {"ids", layout.OnFirst(Tensor::FromVector<int64_t>(ids, {first_rows, part_seq}), shape)},
+        {"token_type_ids", layout.OnFirst(Tensor::FromVector<int64_t>(types, {first_rows, part_seq}), shape)},
+        {"attention_mask", layout.OnFirst(Tensor::FromVector<bool>(attend, {first_rows, part_seq}), shape)},
+        {"mlm_labels", layout.OnLast(Tensor::FromVector<int64_t>(mlm_labels, {last_rows, part_seq}), shape)},
+        {"mlm_weights", layout.OnLast(Tensor::FromVector<float>(weights, {last_rows, part_seq}), shape)},
+        {"sentence_labels",
+         layout.OnLast(Tensor::FromVector<int64_t>(sentence_labels, {last_rows}), Shape({rows}))}};
   }
 
   const config::Config& c_;

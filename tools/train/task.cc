@@ -33,11 +33,16 @@ int64_t BatchLayout::FirstRow(int part, int parts) const {
 bool BatchLayout::ReadsInputs() const { return first.Contains(dist::Rank()); }
 bool BatchLayout::ReadsLabels() const { return last.Contains(dist::Rank()); }
 
+NdSbp BatchLayout::LayoutOf(const Shape& global_shape) const {
+  // A value per row is every dp rank's when they share the rows.
+  return sequence_split && global_shape.ndim() < 2 ? dist::GetNdSbp({sbp_shorthand::B(), sbp_shorthand::B()})
+                                                   : sbp;
+}
 Tensor BatchLayout::OnFirst(const Tensor& local, const Shape& global_shape) const {
-  return FromLocal(local, first, sbp, global_shape);
+  return FromLocal(local, first, LayoutOf(global_shape), global_shape);
 }
 Tensor BatchLayout::OnLast(const Tensor& local, const Shape& global_shape) const {
-  return FromLocal(local, last, sbp, global_shape);
+  return FromLocal(local, last, LayoutOf(global_shape), global_shape);
 }
 
 void CheckTokenIds(const zoo::IndexedDataset& corpus, const config::Config& c) {
