@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <cctype>
 #include <mutex>
 #include <sstream>
 
@@ -22,9 +23,101 @@ std::vector<std::vector<int>>* g_stage_ranks = nullptr;  // the mode's grids, ch
 std::vector<int64_t>* g_tensor_mesh = nullptr;           // the mode's tensor mesh, checked
 TensorLayout g_layout = TensorLayout::k1d;
 
+// A named axis, checked: its groups, and per world rank its group and its
+// index in it.
+struct Axis {
+  std::vector<std::vector<int>> groups;
+  std::vector<int> group_of, index_of;
+};
+std::map<std::string, Axis>* g_axes = nullptr;
+
 const Config& Current() {
   TESSEL_CHECK(g_config != nullptr) << "dist::Setup has not been called";
   return *g_config;
+}
+
+// Indexes `groups` by rank; throws (naming `what`) unless they split the
+// world's ranks into groups of one size.
+Axis IndexedAxis(std::vector<std::vector<int>> groups, int world, const std::string& what) {
+  TESSEL_CHECK(!groups.empty() && !groups.front().empty())
+      << what << " has no ranks; expected groups that hold every rank of the world of " << world << " once";
+  Axis axis{.groups = std::move(groups),
+            .group_of = std::vector<int>(static_cast<size_t>(world), -1),
+            .index_of = std::vector<int>(static_cast<size_t>(world), -1)};
+  for (size_t g = 0; g < axis.groups.size(); ++g) {
+    const std::vector<int>& ranks = axis.groups[g];
+    TESSEL_CHECK(ranks.size() == axis.groups.front().size())
+        << what << ": group " << g << " [" << Join(ranks) << "] has " << ranks.size() << " ranks, group 0 ["
+        << Join(axis.groups.front()) << "] " << axis.groups.front().size() << "; expected groups of one size";
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      const int r = ranks[i];
+      TESSEL_CHECK(r >= 0 && r < world)
+          << what << ": group " << g << " holds rank " << r << ", outside the world of " << world;
+      TESSEL_CHECK(axis.group_of[static_cast<size_t>(r)] < 0)
+          << what << ": rank " << r << " is in group " << axis.group_of[static_cast<size_t>(r)]
+          << " and again in group " << g << "; expected each rank in one group";
+      axis.group_of[static_cast<size_t>(r)] = static_cast<int>(g);
+      axis.index_of[static_cast<size_t>(r)] = static_cast<int>(i);
+    }
+  }
+  const auto missing = std::find(axis.group_of.begin(), axis.group_of.end(), -1);
+  TESSEL_CHECK(missing == axis.group_of.end())
+      << what << ": rank " << (missing - axis.group_of.begin())
+      << " is in no group; expected every rank of the world of " << world;
+  return axis;
+}
+
+// dp, tp and pp from the stages' [dp, tp] grids, and the axes of a
+// multi-axis tensor mesh (tp index row-major over it).
+std::map<std::string, std::vector<std::vector<int>>> BuiltInAxes(
+    const std::vector<std::vector<int>>& stage_ranks, int64_t dp, int64_t tp,
+    const std::vector<int64_t>& tensor_mesh) {
+  std::map<std::string, std::vector<std::vector<int>>> axes;
+  for (const std::vector<int>& ranks : stage_ranks) {
+    for (int64_t t = 0; t < tp; ++t) {
+      std::vector<int>& group = axes["dp"].emplace_back();
+      for (int64_t d = 0; d < dp; ++d) group.push_back(ranks[static_cast<size_t>(d * tp + t)]);
+    }
+    for (int64_t d = 0; d < dp; ++d)
+      axes["tp"].emplace_back(ranks.begin() + d * tp, ranks.begin() + (d + 1) * tp);
+  }
+  for (int64_t i = 0; i < dp * tp; ++i) {
+    std::vector<int>& group = axes["pp"].emplace_back();
+    for (const std::vector<int>& ranks : stage_ranks) group.push_back(ranks[static_cast<size_t>(i)]);
+  }
+  if (tensor_mesh.size() > 1) {
+    int64_t stride = tp;
+    for (size_t k = 0; k < tensor_mesh.size(); ++k) {
+      stride /= tensor_mesh[k];  // of axis k's index in the row-major tp index
+      std::vector<std::vector<int>>& groups = axes["tp" + std::to_string(k)];
+      for (const std::vector<int>& ranks : stage_ranks)
+        for (int64_t d = 0; d < dp; ++d)
+          for (int64_t t = 0; t < tp; ++t) {
+            if ((t / stride) % tensor_mesh[k] != 0) continue;  // a group starts at index 0 along k
+            std::vector<int>& group = groups.emplace_back();
+            for (int64_t j = 0; j < tensor_mesh[k]; ++j)
+              group.push_back(ranks[static_cast<size_t>(d * tp + t + j * stride)]);
+          }
+    }
+  }
+  return axes;
+}
+
+// dp, tp, pp, and tp0, tp1, ... (a tensor mesh's axes).
+bool IsBuiltInAxisName(const std::string& name) {
+  if (name == "dp" || name == "tp" || name == "pp") return true;
+  return name.size() > 2 && name.rfind("tp", 0) == 0 &&
+         std::all_of(name.begin() + 2, name.end(),
+                     [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); });
+}
+
+const Axis& FindAxis(const std::string& name) {
+  TESSEL_CHECK(g_axes != nullptr) << "dist::Setup has not been called";
+  const auto it = g_axes->find(name);
+  if (it != g_axes->end()) return it->second;
+  TESSEL_THROW(StatusCode::kInvalidArgument)
+      << "axis '" << name << "' is not defined; the axes are " << Join(AxisNames(), ", ")
+      << " (a parallel mode adds its own with ParallelMode::axes)";
 }
 
 }  // namespace
@@ -141,6 +234,27 @@ void Setup(const Config& in) {
         << (c.context_parallel ? "context" : "all-to-all sequence")
         << " parallelism works with tensor_parallel_mode '1d', not '" << c.tensor_parallel_mode << "'";
   }
+  // Named axes: the built-in ones, then the mode's (checked, new names).
+  std::map<std::string, Axis> axes;
+  for (auto& [name, groups] : BuiltInAxes(stage_ranks, dp, c.tensor_parallel_size, tensor_mesh))
+    axes[name] = IndexedAxis(std::move(groups), static_cast<int>(world), "axis '" + name + "'");
+  if (mode.axes) {
+    for (NamedAxis& a : mode.axes(sizes)) {
+      const std::string what = "tensor_parallel_mode '" + c.tensor_parallel_mode + "' axis '" + a.name + "'";
+      TESSEL_CHECK(!a.name.empty() && std::all_of(a.name.begin(), a.name.end(),
+                                                  [](char ch) {
+                                                    return std::isalnum(static_cast<unsigned char>(ch)) ||
+                                                           ch == '_' || ch == '-' || ch == '.';
+                                                  }))
+          << what << ": expected a name of letters, digits, '_', '-' or '.'";
+      TESSEL_CHECK(!IsBuiltInAxisName(a.name))
+          << what << ": dp, tp, pp and tp0, tp1, ... are built in; expected a name of the mode's own";
+      TESSEL_CHECK(axes.count(a.name) == 0) << what << " is given twice; expected each axis once";
+      axes[a.name] = IndexedAxis(std::move(a.groups), static_cast<int>(world), what);
+    }
+  }
+  delete g_axes;
+  g_axes = new std::map<std::string, Axis>(std::move(axes));
   delete g_config;
   g_config = new Config(c);
   delete g_tensor_mesh;
@@ -157,6 +271,14 @@ std::vector<std::string> LayoutLines() {
   if (c.tensor_parallel_mode != "1d")
     lines.push_back("tensor_parallel_mode " + c.tensor_parallel_mode + " (tensor mesh [" +
                     Join(*g_tensor_mesh, " x ") + "]): " + StageGridText());
+  // The axes the mode added.
+  for (const auto& [name, axis] : *g_axes) {
+    if (IsBuiltInAxisName(name)) continue;
+    std::ostringstream os;
+    os << "axis " << name << " (" << c.tensor_parallel_mode << "):";
+    for (const std::vector<int>& group : axis.groups) os << " [" << Join(group, " ") << "]";
+    lines.push_back(os.str());
+  }
   return lines;
 }
 
@@ -254,6 +376,36 @@ Placement GetLayerPlacement(int64_t layer_idx) {
 std::vector<std::vector<int>> StageRanks() {
   Current();
   return *g_stage_ranks;
+}
+
+std::vector<std::string> AxisNames() {
+  TESSEL_CHECK(g_axes != nullptr) << "dist::Setup has not been called";
+  std::vector<std::string> names;
+  for (const auto& [name, axis] : *g_axes) names.push_back(name);
+  return names;
+}
+
+int64_t AxisSize(const std::string& axis) {
+  return static_cast<int64_t>(FindAxis(axis).groups.front().size());
+}
+
+namespace {
+int CheckedRank(const Axis& axis, const std::string& name, int rank) {
+  const int r = rank < 0 ? Rank() : rank;
+  TESSEL_CHECK(r >= 0 && static_cast<size_t>(r) < axis.group_of.size())
+      << "axis '" << name << "': rank " << r << " is outside the world of " << axis.group_of.size();
+  return r;
+}
+}  // namespace
+
+int64_t AxisRank(const std::string& axis, int rank) {
+  const Axis& a = FindAxis(axis);
+  return a.index_of[static_cast<size_t>(CheckedRank(a, axis, rank))];
+}
+
+std::vector<int> AxisGroup(const std::string& axis, int rank) {
+  const Axis& a = FindAxis(axis);
+  return a.groups[static_cast<size_t>(a.group_of[static_cast<size_t>(CheckedRank(a, axis, rank))])];
 }
 
 int64_t DataParallelIndex(int rank) {

@@ -84,6 +84,21 @@ int64_t GetLayerVirtualStageId(int64_t layer_idx);
 // The placement of a layer's stage: its ranks as [dp, tp], [dp], [tp] or [1]
 // (mesh axes of size 1 are dropped).
 Placement GetLayerPlacement(int64_t layer_idx);
+// Named axes of the world's ranks: "dp", "tp" and "pp" (a rank's
+// data-parallel, tensor-parallel and pipeline peers, each group in index
+// order: dp and tp within the rank's stage grid, pp across the stages at
+// the same grid position), "tp0", "tp1", ... (the axes of a multi-axis
+// mode's tensor mesh, row-major inside each tp group) and those the
+// parallel mode adds (ParallelMode::axes). Sorted.
+std::vector<std::string> AxisNames();
+// The ranks along `axis` in each group.
+int64_t AxisSize(const std::string& axis);
+// `rank`'s index along `axis` (-1: this rank). AxisRank("dp") is
+// DataParallelIndex.
+int64_t AxisRank(const std::string& axis, int rank = -1);
+// The world ranks of `rank`'s group along `axis`, in the axis's order (-1:
+// this rank's); an unknown axis throws, listing the names.
+std::vector<int> AxisGroup(const std::string& axis, int rank = -1);
 // For graph mode (GraphOptions): the world ranks of each pipeline stage,
 // and the (virtual) stage of each of the pipeline_num_layers layers.
 std::vector<std::vector<int>> StageRanks();

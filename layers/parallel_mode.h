@@ -46,6 +46,15 @@ struct ParallelModeSizes {
 // (layers/dist.h's LinearLayouts and friends).
 enum class TensorLayout { k1d, k2d, k2p5d, k3d };
 
+// A named axis of the world's ranks beside the built-in ones (an expert,
+// context or machine axis, say): the ranks split into groups of one size,
+// each group listed in the axis's order, so a rank's index in its group is
+// its index along the axis (dist::AxisRank). Every rank is in one group.
+struct NamedAxis {
+  std::string name;
+  std::vector<std::vector<int>> groups;
+};
+
 struct ParallelMode {
   // Throws, naming the size or option and what the mode needs, when the
   // sizes do not form its mesh. May be empty (any sizes do).
@@ -60,6 +69,11 @@ struct ParallelMode {
   // is row-major over it). Empty: the one axis {tensor_parallel_size}.
   TensorLayout layout = TensorLayout::k1d;
   std::function<std::vector<int64_t>(const ParallelModeSizes&)> tensor_mesh;
+  // Axes the mode adds beside dp, tp, pp (and a multi-axis tensor mesh's
+  // tp0, tp1, ...), queried by name with dist::AxisRank, AxisSize and
+  // AxisGroup; dist::Setup checks each is a partition of the world into
+  // groups of one size. May be empty.
+  std::function<std::vector<NamedAxis>(const ParallelModeSizes&)> axes;
 };
 
 // Adds a mode under `name` (letters, digits, '_', '-', '.'). Throws if the

@@ -7,7 +7,9 @@
 // hidden_layers residual MLP blocks (pre-LayerNorm; column- then
 // row-parallel) and an output layer over the vocabulary (a table of its
 // own on the last stage, or the embedding's), with the vocabulary-parallel
-// cross-entropy. It is built from tessel's
+// cross-entropy. The output table is a layer of this project's own: each
+// rank makes its rows of the table, picked by its index along the "tp"
+// axis (dist::AxisRank), as a layer that loads a pre-sharded table would. It is built from tessel's
 // layers, and each block's layer_idx is its pipeline stage's, so it trains
 // under any dp x tp x pp layout, eagerly or in graph mode, and tessel-train
 // gives it what the zoo's models get: data, evaluation (loss, perplexity),
@@ -16,13 +18,16 @@
 // Its own setting, model.options: tied_output ("true" or "false", default
 // "false"): whether the output layer is the embedding's table (as GPT-2's)
 // or a table of its own.
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "graph/autograd.h"
+#include "graph/global_tensor_ops.h"
 #include "layers/common.h"
+#include "layers/dist.h"
 #include "layers/embedding.h"
 #include "layers/layer_norm.h"
 #include "layers/linear.h"
@@ -33,6 +38,7 @@
 namespace {
 
 using namespace tessel;
+using namespace tessel::sbp_shorthand;  // S(d), B(), P()
 
 struct TokenMlpConfig {
   int64_t vocab_size, hidden, ffn_hidden, layers;
@@ -54,6 +60,43 @@ bool TiedOutput(const config::ModelConfig& m) {
   return tied;
 }
 
+// The output table [vocabulary, hidden] on the last stage, split on the
+// vocabulary over the tensor-parallel ranks. Each rank makes only its own
+// rows, the block its index along the "tp" axis picks, each element drawn
+// from a hash of its logical index (so every layout holds the same table),
+// and hands them to tessel as its shard.
+struct OutputTable : nn::Module {
+  OutputTable(int64_t vocab, int64_t hidden, uint64_t seed, double init_std) {
+    TESSEL_CHECK(!dist::MultiAxisTensorParallel())
+        << "token_mlp: tensor_parallel_mode '" << dist::GetConfig().tensor_parallel_mode
+        << "' is not supported; its output table is split over tp as 1d splits it";
+    const Placement last = dist::GetLayerPlacement(-1);
+    const int64_t parts = dist::AxisSize("tp"), part = dist::AxisRank("tp");
+    const int64_t rows = last.Contains(dist::Rank()) ? vocab / parts : 0;  // none off the last stage
+    std::vector<float> values(static_cast<size_t>(rows * hidden));
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < hidden; ++j) {
+        const uint64_t index = static_cast<uint64_t>((part * (vocab / parts) + i) * hidden + j);
+        values[static_cast<size_t>(i * hidden + j)] = static_cast<float>(init_std * Uniform(seed, index));
+      }
+    NoGradGuard no_grad;
+    const Shape shape({vocab, hidden});
+    const NdSbp split = dist::GetNdSbp({B(), S(0)});
+    weight = FromLocal(Tensor::FromVector(values, {rows, hidden}), last, split, shape)
+                 .to_global(last, dist::GetParameterNdSbp(shape, split));  // (ZeRO 3 splits it over dp too)
+    RegisterParameter("weight", weight);
+  }
+  // In [-sqrt(3), sqrt(3)): a variance of one. splitmix64 of seed and index.
+  static double Uniform(uint64_t seed, uint64_t index) {
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull + index + 1;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return std::sqrt(3.0) * (2.0 * static_cast<double>(z >> 11) / 9007199254740992.0 - 1.0);
+  }
+  Tensor weight;
+};
+
 class TokenMlp : public nn::Module {
  public:
   explicit TokenMlp(const TokenMlpConfig& c)
@@ -68,10 +111,7 @@ class TokenMlp : public nn::Module {
     }
     RegisterModule("ln_f", ln_f_);
     if (!c.tied_output) {
-      // [vocab, hidden] on the last stage (layer -1), split on the vocabulary.
-      output_ = std::make_unique<layers::VocabEmbedding>(
-          padded_vocab_, c.hidden,
-          layers::EmbeddingOptions{.layer_idx = -1, .seed = c.seed + 1, .init_std = c.init_std});
+      output_ = std::make_unique<OutputTable>(padded_vocab_, c.hidden, c.seed + 1, c.init_std);
       RegisterModule("output", *output_);
     }
   }
@@ -114,7 +154,7 @@ class TokenMlp : public nn::Module {
   layers::VocabEmbedding embedding_;
   std::vector<std::unique_ptr<Block>> blocks_;
   layers::LayerNorm ln_f_;
-  std::unique_ptr<layers::VocabEmbedding> output_;  // none when tied
+  std::unique_ptr<OutputTable> output_;  // none when tied
 };
 
 // The factory tessel-train calls with the resolved config, under the dist

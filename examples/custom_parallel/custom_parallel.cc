@@ -6,13 +6,17 @@
 //   index over the ranks, so consecutive ranks (one machine's devices)
 //   hold different stages and a stage's tensor-parallel group is strided
 //   across machines. (tessel's "1d" does the opposite: stages are
-//   contiguous blocks, tp innermost.)
+//   contiguous blocks, tp innermost.) It adds an axis, "machine": the
+//   consecutive ranks of each machine (the mode's option
+//   ranks_per_machine, 2 by default), so code can ask
+//   dist::AxisRank("machine") for a rank's device on its machine.
 // - gradient handler "freeze": parameters whose name starts with the option
 //   `prefix` get a zero gradient, so (without weight decay) they keep their
 //   initial values while the rest trains.
 // - pipeline schedule "gpipe_lifo": GPipe's forwards, then the backwards
 //   from the newest micro-batch to the oldest, so the last activations
 //   stashed are the first consumed.
+#include <charconv>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -37,6 +41,25 @@ std::vector<std::vector<int>> StageInnermost(const dist::ParallelModeSizes& s) {
         stages[stage].push_back(
             static_cast<int>((d * s.tensor_parallel_size + t) * s.pipeline_parallel_size + stage));
   return stages;
+}
+
+std::vector<dist::NamedAxis> Machines(const dist::ParallelModeSizes& s) {
+  int64_t per_machine = 2;
+  for (const auto& [key, value] : s.options) {
+    TESSEL_CHECK(key == "ranks_per_machine")
+        << "pp_inner: option '" << key << "'; the options are: ranks_per_machine";
+    const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), per_machine);
+    TESSEL_CHECK(error == std::errc() && end == value.data() + value.size())
+        << "pp_inner: ranks_per_machine is '" << value << "'; expected a whole number";
+  }
+  TESSEL_CHECK(per_machine >= 1 && s.world_size % per_machine == 0)
+      << "pp_inner: ranks_per_machine " << per_machine << " does not divide the world of " << s.world_size;
+  dist::NamedAxis machines{.name = "machine", .groups = {}};
+  for (int64_t first = 0; first < s.world_size; first += per_machine) {
+    std::vector<int>& machine = machines.groups.emplace_back();
+    for (int64_t r = first; r < first + per_machine; ++r) machine.push_back(static_cast<int>(r));
+  }
+  return {machines};
 }
 
 optim::GradientHandler Freeze(const optim::HandlerOptions& options) {
@@ -71,7 +94,7 @@ std::vector<runtime::Action> GPipeLifo(int, int, int micro_batches) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  dist::RegisterParallelMode("pp_inner", {.check = nullptr, .stage_ranks = StageInnermost});
+  dist::RegisterParallelMode("pp_inner", {.check = nullptr, .stage_ranks = StageInnermost, .axes = Machines});
   optim::RegisterGradientHandler("freeze", Freeze);
   runtime::RegisterSchedule("gpipe_lifo", GPipeLifo);
   return train::RunTrainingProgram(argc, argv);

@@ -3,7 +3,8 @@ tessel into a scratch prefix, builds the example against it with
 find_package(tessel), and trains its config on 4 ranks (tp2 x pp2) with its
 parallel mode, gradient handler and pipeline schedule, all picked by name.
 
-- the mode's grids are the stages' ranks (stage 0 on ranks 0 and 2);
+- the mode's grids are the stages' ranks (stage 0 on ranks 0 and 2), and
+  its own axis, "machine", groups ranks 0 1 and 2 3;
 - every rank's action trace is the schedule's (backwards newest first);
 - mode and schedule change no loss: the same 10 losses (1e-5) as the same
   program under 1d and 1F1B;
@@ -81,6 +82,7 @@ for rank, stage in ((0, 0), (1, 1), (2, 0), (3, 1)):
     expect(f"rank {rank} runs stage {stage} in gpipe_lifo's order", custom,
            rf"\[rank {rank}\] rank {rank} stage {stage} gpipe_lifo: F0 F1 F2 F3 B3 B2 B1 B0")
 expect("the handler froze the position embedding", custom, r"freeze: 1 parameters frozen \(prefix 'wpe\.'\)")
+expect("the mode's own axis is in the layout", custom, r"axis machine \(pp_inner\): \[0 1\] \[2 3\]")
 
 _, plain_losses, _ = train(example, "1d 1f1b", ["train.dist.tensor_parallel_mode=1d", "train.graph.pipeline=1f1b"])
 worst = max((abs(a - b) / abs(b) for a, b in zip(custom_losses, plain_losses)), default=float("inf"))

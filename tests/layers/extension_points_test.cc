@@ -3,7 +3,10 @@
 // values, a registered handler run by name, the errors naming unknown names
 // and bad options — and parallel modes (layers/parallel_mode.h): a mode's
 // grid reaches dist::StageRanks, and grids that are not a partition of the
-// world, sizes a mode's check refuses and unknown names are named.
+// world, sizes a mode's check refuses and unknown names are named; named
+// axes (dist::AxisRank, AxisGroup, AxisSize): the built-in dp, tp, pp and a
+// tensor mesh's, and one a mode adds, with the groups that are not a
+// partition of the world named.
 // Multi-rank runs of registered modes, handlers and schedules are the
 // out-of-tree example's test (tests/install/check_extensions.py).
 #include <gtest/gtest.h>
@@ -12,8 +15,10 @@
 #include <memory>
 #include <vector>
 
+#include "core/join.h"
 #include "graph/autograd.h"
 #include "graph/global_tensor_ops.h"
+#include "graph/ir/meta.h"
 #include "layers/dist.h"
 #include "layers/gradient_handler.h"
 #include "layers/parallel_mode.h"
@@ -147,6 +152,96 @@ TEST(ParallelModes, GridsThatAreNotAPartitionAndRefusedSizesAreNamed) {
     dist::RegisterParallelMode("1d", {.check = nullptr, .stage_ranks = nullptr, .tensor_mesh = {}});
   });
   EXPECT_NE(e.find("no stage_ranks given"), std::string::npos) << e;
+  dist::Setup({});
+}
+
+// dp, tp and pp of a world of 8 as 1d lays it out (stages of 4 contiguous
+// ranks, tp innermost): [dp, tp] = [[0 1] [2 3]] on stage 0, [[4 5] [6 7]]
+// on stage 1; and the two axes of 2d's tensor mesh (tp index = 2 i + j).
+TEST(NamedAxes, TheBuiltInAxesFollowTheStagesGrids) {
+  {
+    MetaScope meta(8, 5);
+    dist::Setup({.data_parallel_size = 2,
+                 .tensor_parallel_size = 2,
+                 .pipeline_parallel_size = 2,
+                 .pipeline_num_layers = 2});
+    EXPECT_EQ(dist::AxisNames(), (std::vector<std::string>{"dp", "pp", "tp"}));
+    EXPECT_EQ(dist::AxisGroup("dp", 0), (std::vector<int>{0, 2}));
+    EXPECT_EQ(dist::AxisGroup("dp", 7), (std::vector<int>{5, 7}));
+    EXPECT_EQ(dist::AxisGroup("tp", 2), (std::vector<int>{2, 3}));
+    EXPECT_EQ(dist::AxisGroup("pp", 1), (std::vector<int>{1, 5}));
+    EXPECT_EQ(dist::AxisGroup("pp"), (std::vector<int>{1, 5}));  // this rank's: 5
+    EXPECT_EQ(dist::AxisRank("pp"), 1);
+    EXPECT_EQ(dist::AxisRank("dp"), 0);
+    EXPECT_EQ(dist::AxisRank("tp"), 1);
+    for (int r = 0; r < 8; ++r) EXPECT_EQ(dist::AxisRank("dp", r), dist::DataParallelIndex(r)) << r;
+    EXPECT_EQ(dist::AxisSize("dp"), 2);
+    EXPECT_EQ(dist::AxisSize("pp"), 2);
+  }
+  {
+    MetaScope meta(4, 0);
+    dist::Setup({.tensor_parallel_size = 4, .tensor_parallel_mode = "2d"});
+    EXPECT_EQ(dist::AxisNames(), (std::vector<std::string>{"dp", "pp", "tp", "tp0", "tp1"}));
+    EXPECT_EQ(dist::AxisGroup("tp0", 0), (std::vector<int>{0, 2}));
+    EXPECT_EQ(dist::AxisGroup("tp0", 3), (std::vector<int>{1, 3}));
+    EXPECT_EQ(dist::AxisGroup("tp1", 2), (std::vector<int>{2, 3}));
+    EXPECT_EQ(dist::AxisRank("tp0", 3), 1);
+    EXPECT_EQ(dist::AxisRank("tp1", 2), 0);
+  }
+  dist::Setup({});
+}
+
+// A mode's own axis: ranks grouped two by two ("machine"), reachable by
+// name and printed with the layout; groups that are not a partition of the
+// world, built-in or repeated names and unknown axes are named.
+TEST(NamedAxes, AModeAddsAnAxis) {
+  auto machines = [](std::vector<std::vector<int>> groups, std::string name = "machine") {
+    return dist::ParallelMode{.check = nullptr,
+                              .stage_ranks =
+                                  [](const dist::ParallelModeSizes& s) {
+                                    std::vector<int> all(static_cast<size_t>(s.world_size));
+                                    for (int r = 0; r < s.world_size; ++r) all[static_cast<size_t>(r)] = r;
+                                    return std::vector<std::vector<int>>{all};
+                                  },
+                              .tensor_mesh = {},
+                              .axes =
+                                  [groups, name](const dist::ParallelModeSizes&) {
+                                    return std::vector<dist::NamedAxis>{{name, groups}};
+                                  }};
+  };
+  dist::RegisterParallelMode("test_machines", machines({{0, 1}, {2, 3}}));
+  dist::RegisterParallelMode("test_axis_twice", machines({{0, 1}, {1, 3}}));
+  dist::RegisterParallelMode("test_axis_missing", machines({{0, 1}, {2}}));
+  dist::RegisterParallelMode("test_axis_outside", machines({{0, 1}, {2, 4}}));
+  dist::RegisterParallelMode("test_axis_short", machines({{0, 1, 2}}));
+  dist::RegisterParallelMode("test_axis_builtin", machines({{0, 1}, {2, 3}}, "tp1"));
+  {
+    MetaScope meta(4, 3);
+    dist::Setup({.data_parallel_size = 4, .tensor_parallel_mode = "test_machines"});
+    EXPECT_EQ(dist::AxisNames(), (std::vector<std::string>{"dp", "machine", "pp", "tp"}));
+    EXPECT_EQ(dist::AxisRank("machine"), 1);
+    EXPECT_EQ(dist::AxisGroup("machine"), (std::vector<int>{2, 3}));
+    EXPECT_EQ(dist::AxisGroup("machine", 0), (std::vector<int>{0, 1}));
+    EXPECT_EQ(dist::AxisSize("machine"), 2);
+    const std::vector<std::string> lines = dist::LayoutLines();
+    EXPECT_NE(std::find(lines.begin(), lines.end(), "axis machine (test_machines): [0 1] [2 3]"), lines.end())
+        << Join(lines, "\n");
+    std::string e = ErrorOf([] { dist::AxisRank("expert"); });
+    EXPECT_NE(e.find("axis 'expert' is not defined; the axes are dp, machine, pp, tp"), std::string::npos)
+        << e;
+    const std::pair<const char*, const char*> bad[] = {
+        {"test_axis_twice", "axis 'machine': rank 1 is in group 0 and again in group 1"},
+        {"test_axis_missing", "group 1 [2] has 1 ranks, group 0 [0, 1] 2; expected groups of one size"},
+        {"test_axis_outside", "group 1 holds rank 4, outside the world of 4"},
+        {"test_axis_short", "rank 3 is in no group; expected every rank of the world of 4"},
+        {"test_axis_builtin", "axis 'tp1': dp, tp, pp and tp0, tp1, ... are built in"}};
+    for (const auto& [mode, message] : bad) {
+      e = ErrorOf([mode = std::string(mode)] {
+        dist::Setup({.data_parallel_size = 4, .tensor_parallel_mode = mode});
+      });
+      EXPECT_NE(e.find(message), std::string::npos) << mode << ": " << e;
+    }
+  }
   dist::Setup({});
 }
 
