@@ -717,9 +717,9 @@ void ResolveConfig(config::Config* c, int world_size, const std::vector<std::str
       << "' but train.dist.sequence_parallel is false; set sequence_parallel: true to use it";
   // Every input of the language model is [batch, seq, ...]; BERT's sentence
   // labels and ViT's images have no sequence to split.
-  TESSEL_CHECK(!SequencesSplitOverDataParallel(d) || m.arch() == "gpt2" || m.arch() == "bert")
+  TESSEL_CHECK(!SequencesSplitOverDataParallel(d) || m.arch() == "gpt2" || m.arch() == "bert" || vision)
       << "config: train.dist.sequence_parallel_mode " << d.sequence_parallel_mode()
-      << " is for model.arch gpt2 and bert; this config trains '" << m.arch() << "'";
+      << " is for model.arch gpt2, bert and vit; this config trains '" << m.arch() << "'";
   if (t.amp().enabled()) {
     const config::AmpConfig& amp = t.amp();
     CheckOneOf("train.amp.dtype", amp.dtype(), {"bf16", "f16"});

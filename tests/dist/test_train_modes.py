@@ -7,13 +7,14 @@ accumulation (dp2 x pp2, stage 1); and with sequence parallelism under
 tp2, dp2 x tp2, tp2 x pp2 and tp4 (eager; ViT's 17 tokens split unevenly);
 for GPT also with all-to-all sequence parallelism under dp4, dp2 x tp2
 (eager) and dp2 x pp2 with ZeRO 1, and context parallelism under dp4,
-dp2 x tp2 (eager) and dp2 x pp2, BERT with these and all-to-all under dp4; and interleaved 1F1B with 2 model chunks
+dp2 x tp2 (eager) and dp2 x pp2, BERT with these and all-to-all under dp4,
+ViT (17 tokens split unevenly) under cp4, dp2 x tp2 and all-to-all dp4; and interleaved 1F1B with 2 model chunks
 per stage under dp2 x pp2 (GPT and ViT); the GPT's gradients reduced in
 bf16 (train.gradient_reducer) under dp4, in graph mode and eagerly with ZeRO
 1, within 1e-3 of one process's losses. A bad stage, ZeRO with mixed
 precision, interleaved 1F1B over a micro-batch count that is not a multiple
 of the stages, all-to-all sequence parallelism or context parallelism
-without data parallelism or for ViT, an unknown sequence parallel mode, an unregistered gradient
+without data parallelism or for Llama, an unknown sequence parallel mode, an unregistered gradient
 reducer and a reducer under ZeRO 2 are named before the first
 iteration."""
 import os
@@ -107,7 +108,9 @@ compare("BERT", bert, COMMON,
 vit = Trainer(args.launcher, args.program, os.path.join(args.source, "configs", "vit_tiny.prototxt"))
 compare("ViT", vit, COMMON + ["train.micro_batch_size=8"],
         {k: RUNS[k] for k in ("1x1x1", "dp4 stage 1", "dp4 stage 2", "dp4 stage 3", "tp2 sequence parallel",
-                              "tp2 x pp2 sequence parallel", "dp2 x pp2 interleaved 1F1B, 2 chunks per stage")})
+                              "tp2 x pp2 sequence parallel", "dp2 x pp2 interleaved 1F1B, 2 chunks per stage",
+                              "dp4 context parallel", "dp2 x tp2 context parallel eager",
+                              "dp4 all-to-all sequence parallel")})
 
 check_bad_inputs(gpt, work, {
     "stage 4": (["train.zero_optimization.enabled=true", "train.zero_optimization.stage=4"],
@@ -140,12 +143,13 @@ check_bad_inputs(gpt, work, {
         r"sequence_parallel_mode context splits each sequence over the data-parallel ranks, but "
         r"data_parallel_size is 1"),
 }, 4, COMMON)
-check_bad_inputs(vit, work, {
-    "all-to-all sequence parallelism of ViT": (
+llama = Trainer(args.launcher, args.program, os.path.join(args.source, "configs", "llama_tiny.prototxt"))
+check_bad_inputs(llama, work, {
+    "all-to-all sequence parallelism of Llama": (
         ["train.dist.sequence_parallel=true", "train.dist.sequence_parallel_mode=all_to_all"],
-        r"sequence_parallel_mode all_to_all is for model\.arch gpt2 and bert; this config trains 'vit'"),
-    "context parallelism of ViT": (
+        r"sequence_parallel_mode all_to_all is for model\.arch gpt2, bert and vit; this config trains 'llama'"),
+    "context parallelism of Llama": (
         ["train.dist.sequence_parallel=true", "train.dist.sequence_parallel_mode=context"],
-        r"sequence_parallel_mode context is for model\.arch gpt2 and bert; this config trains 'vit'"),
+        r"sequence_parallel_mode context is for model\.arch gpt2, bert and vit; this config trains 'llama'"),
 }, 4, COMMON)
 finish()

@@ -34,9 +34,11 @@ bool BatchLayout::ReadsInputs() const { return first.Contains(dist::Rank()); }
 bool BatchLayout::ReadsLabels() const { return last.Contains(dist::Rank()); }
 
 NdSbp BatchLayout::LayoutOf(const Shape& global_shape) const {
-  // A value per row is every dp rank's when they share the rows.
-  return sequence_split && global_shape.ndim() < 2 ? dist::GetNdSbp({sbp_shorthand::B(), sbp_shorthand::B()})
-                                                   : sbp;
+  // A value per row or an image is every dp rank's when they share the
+  // rows; tokens [rows, seq] are split on the sequence.
+  return sequence_split && global_shape.ndim() != 2 && global_shape.ndim() != 3
+             ? dist::GetNdSbp({sbp_shorthand::B(), sbp_shorthand::B()})
+             : sbp;
 }
 Tensor BatchLayout::OnFirst(const Tensor& local, const Shape& global_shape) const {
   return FromLocal(local, first, LayoutOf(global_shape), global_shape);

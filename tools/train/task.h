@@ -52,8 +52,8 @@ struct BatchLayout {
   bool ReadsLabels() const;
   // This rank's rows (`local`; empty of shape [0, ...] off the placement) as
   // the global input of `global_shape` on the first (or last) stage: [rows,
-  // seq, ...] in `sbp`; a value per row ([rows]) the same, or every dp
-  // rank's rows when they split sequences.
+  // seq, ...] in `sbp`; a value per row ([rows]) or an image the same, or
+  // every dp rank's rows when they split sequences.
   Tensor OnFirst(const Tensor& local, const Shape& global_shape) const;
   Tensor OnLast(const Tensor& local, const Shape& global_shape) const;
   NdSbp LayoutOf(const Shape& global_shape) const;
