@@ -253,7 +253,9 @@ std::vector<Rule> Rules(const config::ModelConfig& m) {
     linear("head", "classifier", h, m.num_classes(), true);
   } else {
     TESSEL_THROW(StatusCode::kInvalidArgument)
-        << "Hugging Face mapping: model.arch '" << m.arch() << "'; expected gpt2, llama, t5, bert or vit";
+        << "Hugging Face mapping: model.arch '" << m.arch()
+        << "' has none; expected gpt2, llama, t5, bert or vit (the zoo's; a model a program registered is "
+           "written whole with tessel-checkpoint merge, a safetensors file under its own names)";
   }
   return rules;
 }

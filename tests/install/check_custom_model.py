@@ -11,6 +11,7 @@ token_mlp, from its prototxt:
   state) is byte-identical;
 - metrics.jsonl holds a record per iteration and the TensorBoard event file
   the loss scalars; evaluation reports loss and perplexity;
+- export-hf, which maps the zoo's models only, names it;
 - its option's bad value, an unknown option and a best_checkpoint_metric
   its evaluation lacks are named before the first iteration; tessel-train,
   which did not register the model, lists the models it knows."""
@@ -133,6 +134,13 @@ a = merged(os.path.join(dir4, "checkpoints", f"iter_{ITERS:07d}"))
 b = merged(os.path.join(resumed_ckpt, f"iter_{ITERS:07d}"))
 check(f"iteration {ITERS}'s checkpoint (model and optimizer, {len(a)} bytes) is byte-identical after resuming",
       len(a) > 0 and a == b)
+
+# Hugging Face knows the zoo's models only: export-hf says so and points to merge.
+code, out, _ = run([os.path.join(prefix, "bin", "tessel-checkpoint"), "export-hf",
+                    os.path.join(dir4, "checkpoints", f"iter_{ITERS:07d}"), os.path.join(work, "hf")], timeout=120)
+check("export-hf of a registered model fails", code not in (0, None), out[-2000:])
+expect("export-hf names the model and the way out", out,
+       r"model.arch 'token_mlp' has none; expected gpt2, llama, t5, bert or vit .*tessel-checkpoint merge")
 
 # Mistakes, named before any work.
 tessel_train = os.path.join(prefix, "bin", "tessel-train")
