@@ -98,7 +98,10 @@ class Task {
 
 struct TaskContext {
   const config::Config& config;
-  GraphOptions eval_graph;  // forward only: stages and micro-batches, in-order executor
+  // Forward only: the training graph's stages and micro-batches, run under
+  // the training schedule on actors of their own (in_order: the reference
+  // executor).
+  GraphOptions eval_graph;
   int micro_batches = 1;
 };
 

@@ -369,10 +369,15 @@ int RunTrainingProgram(int argc, char** argv) {
   const int micro_batches = static_cast<int>(t.num_accumulation_steps());
   // Data and model: the data is checked against the config before the
   // model is built.
+  // Evaluation in graph mode runs forward units only, under the training
+  // schedule's order on actors of their own (the reference executor when
+  // training takes it).
+  runtime::ActorRuntime eval_actors({.schedule = schedule});
   const train::TaskContext context{.config = c,
                                    .eval_graph = {.micro_batches = micro_batches,
                                                   .stage_ranks = dist::StageRanks(),
-                                                  .layer_stages = dist::LayerStages()},
+                                                  .layer_stages = dist::LayerStages(),
+                                                  .executor = in_order ? nullptr : eval_actors.Executor()},
                                    .micro_batches = micro_batches};
   std::unique_ptr<train::Task> task = train::MakeTask(context);
   if (!t.best_checkpoint_metric().empty()) {
