@@ -89,23 +89,27 @@ NamedRegistry<ParallelMode>& Modes() {
         {.check = [](const ParallelModeSizes& s) { CheckNoOptions("1d", s); },
          .stage_ranks = MegatronStageRanks,
          .layout = TensorLayout::k1d,
-         .tensor_mesh = nullptr}},
+         .tensor_mesh = nullptr,
+         .axes = nullptr}},
        // Each multi-axis mode's check is forming its mesh.
        {"2d",
         {.check = [](const ParallelModeSizes& s) { Mesh2d(s); },
          .stage_ranks = MegatronStageRanks,
          .layout = TensorLayout::k2d,
-         .tensor_mesh = Mesh2d}},
+         .tensor_mesh = Mesh2d,
+         .axes = nullptr}},
        {"2.5d",
         {.check = [](const ParallelModeSizes& s) { Mesh2p5d(s); },
          .stage_ranks = MegatronStageRanks,
          .layout = TensorLayout::k2p5d,
-         .tensor_mesh = Mesh2p5d}},
+         .tensor_mesh = Mesh2p5d,
+         .axes = nullptr}},
        {"3d",
         {.check = [](const ParallelModeSizes& s) { Mesh3d(s); },
          .stage_ranks = MegatronStageRanks,
          .layout = TensorLayout::k3d,
-         .tensor_mesh = Mesh3d}}});
+         .tensor_mesh = Mesh3d,
+         .axes = nullptr}}});
   return registry;
 }
 

@@ -715,9 +715,11 @@ void ResolveConfig(config::Config* c, int world_size, const std::vector<std::str
   TESSEL_CHECK(d.sequence_parallel() || d.sequence_parallel_mode() == "megatron")
       << "config: train.dist.sequence_parallel_mode is '" << d.sequence_parallel_mode()
       << "' but train.dist.sequence_parallel is false; set sequence_parallel: true to use it";
-  // Every input of the language model is [batch, seq, ...]; BERT's sentence
-  // labels and ViT's images have no sequence to split.
-  TESSEL_CHECK(!SequencesSplitOverDataParallel(d) || m.arch() == "gpt2" || m.arch() == "bert" || vision)
+  // The ranks share the rows and split the tokens; values per row and
+  // images are every rank's. Llama (rotary positions) and T5 (two
+  // sequences) have not been made to follow; a registered model's layers
+  // are its own to check.
+  TESSEL_CHECK(!SequencesSplitOverDataParallel(d) || m.arch() == "gpt2" || m.arch() == "bert" || vision || own)
       << "config: train.dist.sequence_parallel_mode " << d.sequence_parallel_mode()
       << " is for model.arch gpt2, bert and vit; this config trains '" << m.arch() << "'";
   if (t.amp().enabled()) {

@@ -20,32 +20,22 @@ import json
 import os
 import re
 import shutil
-import struct
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "dist"))
 from harness import check, expect, finish, run  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(__file__))
+from example_build import install_and_build  # noqa: E402
+
 build, source = sys.argv[1], sys.argv[2]
 work = tempfile.mkdtemp(prefix="tessel_custom_model_")
-prefix = os.path.join(work, "prefix")
 LOSS = re.compile(r"\[rank 0\] iteration (\d+)/\d+ loss ([0-9.]+)")
 EVAL = re.compile(r"\[rank 0\].*eval.*loss ([0-9.]+).*perplexity ([0-9.]+)")
 ITERS = 10
 
-code, out, _ = run(["cmake", "--install", build, "--prefix", prefix], timeout=300)
-check("tessel installs into a scratch prefix", code == 0, out[-2000:])
-generator = ["-G", "Ninja"] if subprocess.run(["which", "ninja"], capture_output=True).returncode == 0 else []
-example_build = os.path.join(work, "custom_model")
-code, out, _ = run(["cmake", "-S", os.path.join(source, "examples", "custom_model"), "-B", example_build,
-                    f"-DCMAKE_PREFIX_PATH={prefix}", "-DCMAKE_BUILD_TYPE=Release"] + generator, timeout=300)
-check("the example configures with find_package(tessel)", code == 0, out[-3000:])
-code, out, secs = run(["cmake", "--build", example_build], timeout=600)
-check(f"the example builds against the install ({secs:.0f} s)", code == 0, out[-3000:])
-if code != 0:
-    finish()
+prefix, example_build = install_and_build(build, source, work, "custom_model")
 
 launcher = os.path.join(prefix, "bin", "tessel-launch")
 example = os.path.join(example_build, "token_mlp")

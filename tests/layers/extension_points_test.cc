@@ -108,7 +108,8 @@ TEST(ParallelModes, TheModesGridIsTheStagesRanks) {
                                                      seen->push_back(k + "=" + v);
                                                    return std::vector<std::vector<int>>{{0}};
                                                  },
-                                             .tensor_mesh = {}});
+                                             .tensor_mesh = {},
+                                             .axes = {}});
   dist::Setup(
       {.tensor_parallel_mode = "test_single", .tensor_parallel_mode_options = {{"order", "reversed"}}});
   EXPECT_EQ(*seen, std::vector<std::string>{"order=reversed"});
@@ -120,7 +121,8 @@ TEST(ParallelModes, GridsThatAreNotAPartitionAndRefusedSizesAreNamed) {
   auto mode = [](std::vector<std::vector<int>> grid) {
     return dist::ParallelMode{.check = nullptr,
                               .stage_ranks = [grid](const dist::ParallelModeSizes&) { return grid; },
-                              .tensor_mesh = {}};
+                              .tensor_mesh = {},
+                              .axes = {}};
   };
   dist::RegisterParallelMode("test_outside", mode({{3}}));
   dist::RegisterParallelMode("test_two_stages", mode({{0}, {0}}));
@@ -133,7 +135,8 @@ TEST(ParallelModes, GridsThatAreNotAPartitionAndRefusedSizesAreNamed) {
                  << "test_needs_tp4 needs tensor_parallel_size 4, got " << s.tensor_parallel_size;
            },
        .stage_ranks = [](const dist::ParallelModeSizes&) { return std::vector<std::vector<int>>{{0}}; },
-       .tensor_mesh = {}});
+       .tensor_mesh = {},
+       .axes = {}});
   std::string e = ErrorOf([] { dist::Setup({.tensor_parallel_mode = "test_outside"}); });
   EXPECT_NE(e.find("gave stage 0 rank 3, outside the world of 1"), std::string::npos) << e;
   e = ErrorOf([] { dist::Setup({.tensor_parallel_mode = "test_two_stages"}); });
@@ -149,7 +152,8 @@ TEST(ParallelModes, GridsThatAreNotAPartitionAndRefusedSizesAreNamed) {
             std::string::npos)
       << e;
   e = ErrorOf([] {
-    dist::RegisterParallelMode("1d", {.check = nullptr, .stage_ranks = nullptr, .tensor_mesh = {}});
+    dist::RegisterParallelMode("1d",
+                               {.check = nullptr, .stage_ranks = nullptr, .tensor_mesh = {}, .axes = {}});
   });
   EXPECT_NE(e.find("no stage_ranks given"), std::string::npos) << e;
   dist::Setup({});

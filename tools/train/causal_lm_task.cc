@@ -57,7 +57,7 @@ class CausalLMTask : public Task {
         << "model.arch '" << c_.model().arch() << "': its factory gave forward_flops_per_token "
         << lm_.forward_flops_per_token
         << "; expected the forward pass's FLOPs per token (2 per multiply-add), for TFLOP/s and MFU";
-    // Evaluation runs forward only, one op after another.
+    // Evaluation runs forward only (context.eval_graph).
     eval_step_ = std::make_unique<Graph>(
         "eval_step",
         [this](const Graph::Tensors& in) {
