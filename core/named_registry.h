@@ -19,6 +19,14 @@
 
 namespace tessel {
 
+// A name a registry (or a parallel mode's axis) may take: letters, digits,
+// '_', '-' or '.', at least one.
+inline bool IsRegistryName(const std::string& name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+}
+
 template <typename Entry>
 class NamedRegistry {
  public:
@@ -29,11 +37,7 @@ class NamedRegistry {
 
   // Throws if `name` is not letters, digits, '_', '-' or '.', or is taken.
   void Add(const std::string& name, Entry entry) {
-    TESSEL_CHECK(!name.empty() && std::all_of(name.begin(), name.end(),
-                                              [](char c) {
-                                                return std::isalnum(static_cast<unsigned char>(c)) ||
-                                                       c == '_' || c == '-' || c == '.';
-                                              }))
+    TESSEL_CHECK(IsRegistryName(name))
         << how_to_add_ << ": name '" << name << "'; expected letters, digits, '_', '-' or '.'";
     std::lock_guard<std::mutex> lock(mu_);
     TESSEL_CHECK(entries_.emplace(name, std::move(entry)).second)

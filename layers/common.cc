@@ -9,12 +9,7 @@ using namespace tessel::sbp_shorthand;  // S(d), B(), P()
 namespace tessel::layers {
 
 Tensor ToHidden(const Tensor& x, const Placement& placement) {
-  // When the dp ranks split sequences they share every row: what is not a
-  // sequence ([batch, seq] or [batch, seq, features]) — a value per row, an
-  // image — is replicated over dp.
-  const bool sequence = x.ndim() == 2 || x.ndim() == 3;
-  const NdSbp layout =
-      dist::SequencesSplitOverDataParallel() && !sequence ? dist::GetNdSbp({B(), B()}) : dist::GetHiddenSbp();
+  const NdSbp layout = dist::BatchInputSbp(x.ndim());
   if (!x.is_global()) {
     // A local tensor is the whole (replicated) value on every rank: its
     // shape is the logical shape (nothing to exchange).

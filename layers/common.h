@@ -7,11 +7,9 @@
 
 namespace tessel::layers {
 
-// `x` (local or global) as a global tensor on `placement` in the hidden
-// layout: batch split over dp, replicated over tp (when the dp ranks split
-// sequences: [batch, seq, ...] of 2 or 3 dimensions split on the sequence
-// over dp, and anything else — a value per row, an image — replicated).
-// Differentiable.
+// `x` (local or global) as a global tensor on `placement` in the layout
+// of a batch input (dist::BatchInputSbp: batch split over dp, replicated
+// over tp; or the sequence split over dp). Differentiable.
 Tensor ToHidden(const Tensor& x, const Placement& placement);
 // Hidden states `x` on `placement` in dist::GetActivationSbp (sequence split
 // over tp under sequence parallelism). Differentiable.

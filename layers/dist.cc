@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/join.h"
+#include "core/named_registry.h"
 #include "layers/parallel_mode.h"
 #include "sbp/global_tensor.h"
 #include "sbp/slice.h"
@@ -241,12 +242,7 @@ void Setup(const Config& in) {
   if (mode.axes) {
     for (NamedAxis& a : mode.axes(sizes)) {
       const std::string what = "tensor_parallel_mode '" + c.tensor_parallel_mode + "' axis '" + a.name + "'";
-      TESSEL_CHECK(!a.name.empty() && std::all_of(a.name.begin(), a.name.end(),
-                                                  [](char ch) {
-                                                    return std::isalnum(static_cast<unsigned char>(ch)) ||
-                                                           ch == '_' || ch == '-' || ch == '.';
-                                                  }))
-          << what << ": expected a name of letters, digits, '_', '-' or '.'";
+      TESSEL_CHECK(IsRegistryName(a.name)) << what << ": expected a name of letters, digits, '_', '-' or '.'";
       TESSEL_CHECK(!IsBuiltInAxisName(a.name))
           << what << ": dp, tp, pp and tp0, tp1, ... are built in; expected a name of the mode's own";
       TESSEL_CHECK(axes.count(a.name) == 0) << what << " is given twice; expected each axis once";
@@ -408,16 +404,6 @@ std::vector<int> AxisGroup(const std::string& axis, int rank) {
   return a.groups[static_cast<size_t>(a.group_of[static_cast<size_t>(CheckedRank(a, axis, rank))])];
 }
 
-int64_t DataParallelIndex(int rank) {
-  const Config& c = Current();
-  for (const std::vector<int>& ranks : *g_stage_ranks) {
-    const auto it = std::find(ranks.begin(), ranks.end(), rank);
-    if (it != ranks.end()) return (it - ranks.begin()) / c.tensor_parallel_size;
-  }
-  TESSEL_THROW(StatusCode::kInvalidArgument)
-      << "rank " << rank << " is in no stage of the world of " << WorldSize();
-}
-
 std::vector<int64_t> LayerStages() {
   std::vector<int64_t> stages;
   for (int64_t l = 0; l < std::max<int64_t>(Current().pipeline_num_layers, 1); ++l)
@@ -553,6 +539,11 @@ bool SequencesSplitOverDataParallel() {
 Sbp DataParallelSbp() { return SequencesSplitOverDataParallel() ? S(1) : S(0); }
 
 NdSbp GetHiddenSbp() { return GetNdSbp({DataParallelSbp(), B()}); }
+
+NdSbp BatchInputSbp(int64_t ndim) {
+  const bool tokens = ndim == 2 || ndim == 3;
+  return SequencesSplitOverDataParallel() && !tokens ? GetNdSbp({B(), B()}) : GetHiddenSbp();
+}
 
 NdSbp GetActivationSbp(int64_t ndim) {
   if (MultiAxisTensorParallel() && ndim >= 3) return MultiAxisLinearLayouts(true, false, ndim).input;

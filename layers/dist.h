@@ -93,8 +93,8 @@ Placement GetLayerPlacement(int64_t layer_idx);
 std::vector<std::string> AxisNames();
 // The ranks along `axis` in each group.
 int64_t AxisSize(const std::string& axis);
-// `rank`'s index along `axis` (-1: this rank). AxisRank("dp") is
-// DataParallelIndex.
+// `rank`'s index along `axis` (-1: this rank); AxisRank("dp") is its
+// data-parallel index in its stage's grid.
 int64_t AxisRank(const std::string& axis, int rank = -1);
 // The world ranks of `rank`'s group along `axis`, in the axis's order (-1:
 // this rank's); an unknown axis throws, listing the names.
@@ -102,9 +102,6 @@ std::vector<int> AxisGroup(const std::string& axis, int rank = -1);
 // For graph mode (GraphOptions): the world ranks of each pipeline stage,
 // and the (virtual) stage of each of the pipeline_num_layers layers.
 std::vector<std::vector<int>> StageRanks();
-// This rank's (or `rank`'s) index along the data-parallel axis of its
-// stage's grid.
-int64_t DataParallelIndex(int rank);
 std::vector<int64_t> LayerStages();
 // "4 layers on 2 stages: stage 0 (ranks 0..1): layers 0..1; stage 1 (ranks
 // 2..3): layers 2..3".
@@ -178,6 +175,11 @@ NdSbp FeatureParameterSbp(const NdSbp& activation, int64_t ndim);
 // Under all-to-all sequence parallelism split on the sequence (dimension
 // 1) over dp instead.
 NdSbp GetHiddenSbp();
+// The layout of a batch input of `ndim` dimensions as it enters a layer:
+// the hidden layout; but when the dp ranks split sequences (they share every
+// row), only tokens ([batch, seq] or [batch, seq, features]) are split on
+// the sequence, and the rest — a value per row, an image — is replicated.
+NdSbp BatchInputSbp(int64_t ndim);
 // The dp-axis Sbp of batch inputs and hidden states: S(0), or S(1) under
 // all-to-all sequence parallelism.
 Sbp DataParallelSbp();

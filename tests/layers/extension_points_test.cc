@@ -96,7 +96,7 @@ TEST(GradientHandlers, UnknownNamesAndBadOptionsAreNamed) {
 TEST(ParallelModes, TheModesGridIsTheStagesRanks) {
   dist::Setup({});
   EXPECT_EQ(dist::StageRanks(), (std::vector<std::vector<int>>{{0}}));
-  EXPECT_EQ(dist::DataParallelIndex(0), 0);
+  EXPECT_EQ(dist::AxisRank("dp", 0), 0);
   EXPECT_EQ(dist::StageGridText(), "stage 0 [dp x tp] = [[0]]");
   // A mode's options reach it; Setup keeps the grid it gives.
   // Shared with the registered mode, which outlives this test.
@@ -178,7 +178,8 @@ TEST(NamedAxes, TheBuiltInAxesFollowTheStagesGrids) {
     EXPECT_EQ(dist::AxisRank("pp"), 1);
     EXPECT_EQ(dist::AxisRank("dp"), 0);
     EXPECT_EQ(dist::AxisRank("tp"), 1);
-    for (int r = 0; r < 8; ++r) EXPECT_EQ(dist::AxisRank("dp", r), dist::DataParallelIndex(r)) << r;
+    const int64_t dp_index[] = {0, 0, 1, 1, 0, 0, 1, 1};  // [[0 1] [2 3]], [[4 5] [6 7]]
+    for (int r = 0; r < 8; ++r) EXPECT_EQ(dist::AxisRank("dp", r), dp_index[r]) << r;
     EXPECT_EQ(dist::AxisSize("dp"), 2);
     EXPECT_EQ(dist::AxisSize("pp"), 2);
   }

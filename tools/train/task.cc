@@ -13,7 +13,6 @@ BatchLayout BatchLayout::ForWorld(int64_t rows) {
           .dp = dist::GetConfig().data_parallel_size,
           .first = dist::GetLayerPlacement(0),
           .last = dist::GetLayerPlacement(-1),
-          .sbp = dist::GetHiddenSbp(),
           .sequence_split = dist::SequencesSplitOverDataParallel()};
 }
 
@@ -24,7 +23,7 @@ std::pair<int64_t, int64_t> BatchLayout::SequenceRange(int64_t seq) const {
   return {part.begin, part.end};
 }
 
-int BatchLayout::DataParallelIndex() const { return static_cast<int>(dist::DataParallelIndex(dist::Rank())); }
+int BatchLayout::DataParallelIndex() const { return static_cast<int>(dist::AxisRank("dp")); }
 
 int64_t BatchLayout::FirstRow(int part, int parts) const {
   return (sequence_split ? 0 : DataParallelIndex() * (rows / dp)) + part * LocalRows(parts);
@@ -33,18 +32,11 @@ int64_t BatchLayout::FirstRow(int part, int parts) const {
 bool BatchLayout::ReadsInputs() const { return first.Contains(dist::Rank()); }
 bool BatchLayout::ReadsLabels() const { return last.Contains(dist::Rank()); }
 
-NdSbp BatchLayout::LayoutOf(const Shape& global_shape) const {
-  // A value per row or an image is every dp rank's when they share the
-  // rows; tokens [rows, seq] are split on the sequence.
-  return sequence_split && global_shape.ndim() != 2 && global_shape.ndim() != 3
-             ? dist::GetNdSbp({sbp_shorthand::B(), sbp_shorthand::B()})
-             : sbp;
-}
 Tensor BatchLayout::OnFirst(const Tensor& local, const Shape& global_shape) const {
-  return FromLocal(local, first, LayoutOf(global_shape), global_shape);
+  return FromLocal(local, first, dist::BatchInputSbp(global_shape.ndim()), global_shape);
 }
 Tensor BatchLayout::OnLast(const Tensor& local, const Shape& global_shape) const {
-  return FromLocal(local, last, LayoutOf(global_shape), global_shape);
+  return FromLocal(local, last, dist::BatchInputSbp(global_shape.ndim()), global_shape);
 }
 
 void CheckTokenIds(const zoo::IndexedDataset& corpus, const config::Config& c) {

@@ -35,7 +35,6 @@ struct BatchLayout {
   int64_t rows = 0;  // the global batch
   int64_t dp = 1;
   Placement first, last;
-  NdSbp sbp;  // batch split over dp, replicated over tp
   // Under all-to-all sequence parallelism and context parallelism the dp
   // ranks share every row and each reads its part of the sequence.
   bool sequence_split = false;
@@ -51,12 +50,10 @@ struct BatchLayout {
   bool ReadsInputs() const;
   bool ReadsLabels() const;
   // This rank's rows (`local`; empty of shape [0, ...] off the placement) as
-  // the global input of `global_shape` on the first (or last) stage: [rows,
-  // seq, ...] in `sbp`; a value per row ([rows]) or an image the same, or
-  // every dp rank's rows when they split sequences.
+  // the global input of `global_shape` on the first (or last) stage, in
+  // dist::BatchInputSbp.
   Tensor OnFirst(const Tensor& local, const Shape& global_shape) const;
   Tensor OnLast(const Tensor& local, const Shape& global_shape) const;
-  NdSbp LayoutOf(const Shape& global_shape) const;
 };
 
 struct Metric {
